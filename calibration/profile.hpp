@@ -1,0 +1,75 @@
+#pragma once
+// The calibration profile of one GPU type: measured or spec-derived kernel
+// efficiencies and collective figures, each with its provenance. The cost and
+// network models read only these; no constant in the engine stands in for them.
+#include <array>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "topologies/embedded_file.hpp"
+#include "topologies/hardware.hpp"
+
+namespace trainsim {
+
+// Where a value came from: "spec", "measured", "derived" or "assumed", plus a citation.
+struct Provenance {
+  std::string kind;
+  std::string source;
+};
+
+// Efficiency (fraction of peak) as a function of a size (FLOPs or bytes),
+// linear in log(size) between points, clamped outside them.
+class EfficiencyCurve {
+ public:
+  EfficiencyCurve() = default;
+  explicit EfficiencyCurve(std::vector<std::pair<double, double>> points);  // (size, efficiency), size ascending
+  static EfficiencyCurve constant(double efficiency) { return EfficiencyCurve({{1.0, efficiency}}); }
+
+  double at(double size) const;
+  bool empty() const { return points_.empty(); }
+  const std::vector<std::pair<double, double>>& points() const { return points_; }
+
+ private:
+  std::vector<std::pair<double, double>> points_;
+};
+
+struct CurveEntry {
+  EfficiencyCurve curve;
+  Provenance provenance;
+};
+
+struct ValueEntry {
+  double value = 0;
+  Provenance provenance;
+};
+
+// Collective figures for one link class (scale-up domain or scale-out network).
+struct LinkCalibration {
+  ValueEntry busbw_efficiency;       // achieved bus bandwidth / link bandwidth (ring, large messages)
+  ValueEntry nvls_busbw_efficiency;  // same for NVLS all-reduce (scale-up only; 0 = no NVLS figure)
+  ValueEntry latency;                // seconds per algorithm step (per hop)
+  ValueEntry base_latency;           // seconds per collective launch
+};
+
+struct CalibrationProfile {
+  std::string gpu;          // canonical GPU name the profile describes
+  std::string description;  // one line: how the profile was made
+  // GEMM efficiency vs FLOPs of one GEMM, per dtype (empty curve = not calibrated).
+  std::array<CurveEntry, kNumDtypes> gemm;
+  // Skinny-GEMM penalty: efficiency factor vs the smallest GEMM dimension.
+  CurveEntry gemm_min_dim;
+  // Fused (flash) attention efficiency vs FLOPs of one attention kernel.
+  CurveEntry attention;
+  // Memory-bound kernels: achieved / spec HBM bandwidth vs bytes moved.
+  CurveEntry memory_bound;
+  ValueEntry launch_overhead;  // seconds per kernel
+  ValueEntry memory_reserved;  // bytes of HBM not available to tensors (CUDA context, NCCL, workspaces)
+  LinkCalibration scaleup;
+  LinkCalibration network;
+};
+
+// Profiles compiled into the binary (calibration/profiles/*.json).
+std::span<const EmbeddedFile> calibration_profile_files();
+
+}  // namespace trainsim

@@ -1,0 +1,261 @@
+#include "models/layer_steps.hpp"
+
+#include <algorithm>
+#include <utility>
+
+namespace trainsim {
+
+namespace {
+
+constexpr double kActBytes = 2;  // activations are kept in 16-bit even when GEMMs run in FP8
+
+// Appends steps to one list and keeps track of the last collective, so that the
+// common case ("the next step needs the last collective's result") is one call.
+class StepList {
+ public:
+  explicit StepList(std::vector<Step>* out, Pass pass) : out_(out), pass_(pass) {}
+  void set_pass(Pass p) { pass_ = p; }
+
+  int gemm(const std::string& name, Dtype dtype, double m, double n, double k, std::vector<int> waits = {},
+           double count = 1) {
+    ComputeOp op;
+    op.name = name;
+    op.kind = OpKind::Gemm;
+    op.dtype = dtype;
+    op.m = static_cast<std::int64_t>(m);
+    op.n = static_cast<std::int64_t>(n);
+    op.k = static_cast<std::int64_t>(k);
+    op.flops = 2 * m * n * k * count;
+    const double elem = dtype == Dtype::FP8 ? 1.0 : kActBytes;
+    op.bytes = (m * k + k * n + m * n) * elem * count;
+    const double flops = op.flops;
+    return add_compute(std::move(op), flops, std::move(waits));
+  }
+  int memory(const std::string& name, double bytes, std::vector<int> waits = {}, int kernels = 1) {
+    ComputeOp op;
+    op.name = name;
+    op.kind = OpKind::MemoryBound;
+    op.dtype = Dtype::BF16;
+    op.bytes = bytes;
+    op.kernels = kernels;
+    return add_compute(std::move(op), 0, std::move(waits));
+  }
+  int attention(const std::string& name, double exec_flops, double model_flops, double bytes,
+                std::vector<int> waits = {}) {
+    ComputeOp op;
+    op.name = name;
+    op.kind = OpKind::Attention;
+    op.dtype = Dtype::BF16;
+    op.flops = exec_flops;
+    op.bytes = bytes;
+    return add_compute(std::move(op), model_flops, std::move(waits));
+  }
+  int comm(const std::string& name, CollectiveKind kind, CommClass cls, double bytes, std::vector<int> waits = {}) {
+    Step s;
+    s.is_comm = true;
+    s.pass = pass_;
+    s.collective = kind;
+    s.comm_class = cls;
+    s.bytes = bytes;
+    s.name = name;
+    s.waits = std::move(waits);
+    out_->push_back(std::move(s));
+    return static_cast<int>(out_->size() - 1);
+  }
+
+ private:
+  int add_compute(ComputeOp op, double model_flops, std::vector<int> waits) {
+    Step s;
+    s.pass = pass_;
+    s.name = op.name;
+    s.op = std::move(op);
+    s.model_flops = model_flops;
+    s.waits = std::move(waits);
+    out_->push_back(std::move(s));
+    return static_cast<int>(out_->size() - 1);
+  }
+  std::vector<Step>* out_;
+  Pass pass_;
+};
+
+std::vector<int> maybe(int idx) { return idx >= 0 ? std::vector<int>{idx} : std::vector<int>{}; }
+
+struct Dims {
+  double b, s_local, s_full, tokens, tokens_norm, h, d, a_t, g_t, f_t, up_mult, t;
+  int cp;
+  bool sp, tp_comm, cp_comm, swiglu;
+  Dtype gemm_dtype;
+};
+
+Dims dims_of(const TransformerSpec& m, const ParallelSpec& p, const TrainingSpec& tr) {
+  Dims d{};
+  d.t = p.tp;
+  d.cp = p.cp;
+  d.b = p.micro_batch;
+  d.s_full = tr.seq_len;
+  d.s_local = static_cast<double>(tr.seq_len) / p.cp;
+  d.tokens = d.b * d.s_local;
+  d.sp = p.sequence_parallel && p.tp > 1;
+  d.tokens_norm = d.sp ? d.tokens / p.tp : d.tokens;
+  d.h = m.hidden;
+  d.d = m.head_dim();
+  d.a_t = static_cast<double>(m.heads) / p.tp;
+  d.g_t = std::max(1.0, static_cast<double>(m.kv_heads) / p.tp);
+  d.f_t = static_cast<double>(m.ffn_hidden) / p.tp;
+  d.swiglu = m.mlp == MlpKind::SwiGlu;
+  d.up_mult = d.swiglu ? 2 : 1;
+  d.tp_comm = p.tp > 1;
+  d.cp_comm = p.cp > 1;
+  d.gemm_dtype = tr.precision;
+  return d;
+}
+
+// Attention core forward (flash: one fused kernel; unfused: QK^T, softmax, dropout, AV).
+void attention_core_forward(StepList& L, const Dims& D, AttentionKind kind, int wait_kv) {
+  const double model = 4 * D.b * D.s_local * D.s_full * D.a_t * D.d;  // QK^T and AV, full (non-causal) count
+  if (kind == AttentionKind::Flash) {
+    const double bytes = (D.tokens * (2 * D.a_t * D.d) + D.b * D.s_full * 2 * D.g_t * D.d) * kActBytes;
+    L.attention("attn.core", model / 2, model, bytes, maybe(wait_kv));  // causal: half the tiles run
+    return;
+  }
+  const double heads = D.b * D.a_t;
+  const double scores = heads * D.s_local * D.s_full;
+  L.gemm("attn.qk", Dtype::BF16, D.s_local, D.s_full, D.d, maybe(wait_kv), heads);
+  L.memory("attn.softmax", scores * (2 + 2));
+  L.memory("attn.dropout", scores * (2 + 2 + 1));
+  L.gemm("attn.av", Dtype::BF16, D.s_local, D.d, D.s_full, {}, heads);
+}
+
+}  // namespace
+
+ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, const TrainingSpec& tr) {
+  const Dims D = dims_of(m, p, tr);
+  ModelSteps out;
+  const auto tp_out_kind = D.sp ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce;
+  const double act = D.tokens * D.h * kActBytes;          // one hidden-state tensor, full tokens
+  const double act_norm = D.tokens_norm * D.h * kActBytes;  // the same where SP shards it
+  const double kv_bytes = D.b * D.s_full * 2 * D.g_t * D.d * kActBytes;  // gathered K and V
+
+  // ---------------- forward of one layer ----------------
+  {
+    StepList L(&out.layer.forward, Pass::Forward);
+    L.memory("norm1", act_norm * 2);
+    const int ag1 = D.sp ? L.comm("tp.ag.attn", CollectiveKind::AllGather, CommClass::TP, act) : -1;
+    L.gemm("attn.qkv", D.gemm_dtype, D.tokens, (D.a_t + 2 * D.g_t) * D.d, D.h, maybe(ag1));
+    if (m.rope) L.memory("attn.rope", D.tokens * (D.a_t + D.g_t) * D.d * kActBytes * 2);
+    const int kv = D.cp_comm ? L.comm("cp.ag.kv", CollectiveKind::AllGather, CommClass::CP, kv_bytes) : -1;
+    attention_core_forward(L, D, tr.attention, kv);
+    L.gemm("attn.proj", D.gemm_dtype, D.tokens, D.h, D.a_t * D.d);
+    const int r1 = D.tp_comm ? L.comm("tp.attn.out", tp_out_kind, CommClass::TP, act) : -1;
+    L.memory("attn.residual", act_norm * 3, maybe(r1));
+    L.memory("norm2", act_norm * 2);
+    const int ag2 = D.sp ? L.comm("tp.ag.mlp", CollectiveKind::AllGather, CommClass::TP, act) : -1;
+    L.gemm("mlp.up", D.gemm_dtype, D.tokens, D.f_t * D.up_mult, D.h, maybe(ag2));
+    L.memory("mlp.act", D.tokens * D.f_t * kActBytes * (D.swiglu ? 3 : 2));
+    L.gemm("mlp.down", D.gemm_dtype, D.tokens, D.h, D.f_t);
+    const int r2 = D.tp_comm ? L.comm("tp.mlp.out", tp_out_kind, CommClass::TP, act) : -1;
+    L.memory("mlp.residual", act_norm * 3, maybe(r2));
+  }
+
+  // ---------------- backward of one layer ----------------
+  {
+    StepList L(&out.layer.backward, Pass::BackwardInput);
+    const auto tp_in_kind = D.sp ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce;
+    // MLP block, in reverse.
+    L.memory("mlp.residual.bwd", act_norm * 2);
+    const int g1 = D.sp ? L.comm("tp.ag.mlp.grad", CollectiveKind::AllGather, CommClass::TP, act) : -1;
+    L.gemm("mlp.down.dgrad", D.gemm_dtype, D.tokens, D.f_t, D.h, maybe(g1));
+    L.set_pass(Pass::BackwardWeight);
+    L.gemm("mlp.down.wgrad", D.gemm_dtype, D.h, D.f_t, D.tokens);
+    L.set_pass(Pass::BackwardInput);
+    L.memory("mlp.act.bwd", D.tokens * D.f_t * kActBytes * (D.swiglu ? 5 : 3));
+    const int in2 = D.sp ? L.comm("tp.ag.mlp.input", CollectiveKind::AllGather, CommClass::TP, act) : -1;
+    L.gemm("mlp.up.dgrad", D.gemm_dtype, D.tokens, D.h, D.f_t * D.up_mult);
+    const int rs2 = D.tp_comm ? L.comm("tp.mlp.in.grad", tp_in_kind, CommClass::TP, act) : -1;
+    L.set_pass(Pass::BackwardWeight);
+    L.gemm("mlp.up.wgrad", D.gemm_dtype, D.h, D.f_t * D.up_mult, D.tokens, maybe(in2));
+    L.set_pass(Pass::BackwardInput);
+    L.memory("norm2.bwd", act_norm * 3, maybe(rs2));
+    // Attention block, in reverse.
+    L.memory("attn.residual.bwd", act_norm * 2);
+    const int g2 = D.sp ? L.comm("tp.ag.attn.grad", CollectiveKind::AllGather, CommClass::TP, act) : -1;
+    L.gemm("attn.proj.dgrad", D.gemm_dtype, D.tokens, D.a_t * D.d, D.h, maybe(g2));
+    L.set_pass(Pass::BackwardWeight);
+    L.gemm("attn.proj.wgrad", D.gemm_dtype, D.h, D.a_t * D.d, D.tokens);
+    L.set_pass(Pass::BackwardInput);
+    const double model_core = 4 * D.b * D.s_local * D.s_full * D.a_t * D.d;
+    if (tr.attention == AttentionKind::Flash) {
+      // FlashAttention backward: recomputes QK^T and runs four GEMMs (2.5x the forward work).
+      const double bytes = (D.tokens * (4 * D.a_t * D.d) + D.b * D.s_full * 4 * D.g_t * D.d) * kActBytes;
+      L.attention("attn.core.bwd", 2.5 * model_core / 2, 2 * model_core, bytes);
+    } else {
+      const double heads = D.b * D.a_t;
+      const double scores = heads * D.s_local * D.s_full;
+      L.gemm("attn.av.dgrad", Dtype::BF16, D.s_local, D.s_full, D.d, {}, heads);
+      L.gemm("attn.av.wgrad", Dtype::BF16, D.s_full, D.d, D.s_local, {}, heads);
+      L.memory("attn.dropout.bwd", scores * (2 + 1 + 2));
+      L.memory("attn.softmax.bwd", scores * (2 + 2 + 2));
+      L.gemm("attn.qk.dgrad", Dtype::BF16, D.s_local, D.d, D.s_full, {}, heads);
+      L.gemm("attn.qk.wgrad", Dtype::BF16, D.s_full, D.d, D.s_local, {}, heads);
+    }
+    const int rkv = D.cp_comm ? L.comm("cp.rs.kv.grad", CollectiveKind::ReduceScatter, CommClass::CP, kv_bytes) : -1;
+    if (m.rope) L.memory("attn.rope.bwd", D.tokens * (D.a_t + D.g_t) * D.d * kActBytes * 2);
+    const int in1 = D.sp ? L.comm("tp.ag.attn.input", CollectiveKind::AllGather, CommClass::TP, act) : -1;
+    L.gemm("attn.qkv.dgrad", D.gemm_dtype, D.tokens, D.h, (D.a_t + 2 * D.g_t) * D.d, maybe(rkv));
+    const int rs1 = D.tp_comm ? L.comm("tp.attn.in.grad", tp_in_kind, CommClass::TP, act) : -1;
+    L.set_pass(Pass::BackwardWeight);
+    L.gemm("attn.qkv.wgrad", D.gemm_dtype, D.h, (D.a_t + 2 * D.g_t) * D.d, D.tokens, maybe(in1));
+    L.set_pass(Pass::BackwardInput);
+    L.memory("norm1.bwd", act_norm * 3, maybe(rs1));
+  }
+
+  // ---------------- recomputation before backward ----------------
+  if (p.recompute == Recompute::Full) {
+    out.layer.recompute = out.layer.forward;
+  } else if (p.recompute == Recompute::Selective && tr.attention == AttentionKind::Unfused) {
+    StepList L(&out.layer.recompute, Pass::Forward);
+    attention_core_forward(L, D, tr.attention, -1);
+  }
+
+  // ---------------- embedding (first stage) ----------------
+  {
+    StepList L(&out.embedding_forward, Pass::Forward);
+    L.memory("embed.lookup", act * (m.rope ? 2 : 3) / (D.sp ? D.t : 1.0));
+    StepList B(&out.embedding_backward, Pass::BackwardWeight);
+    B.memory("embed.grad", D.tokens * D.h * (kActBytes + 4 + 4));  // scatter-add into fp32 grads
+  }
+  // ---------------- final norm, LM head and loss (last stage) ----------------
+  {
+    const double v_t = static_cast<double>(m.vocab) / p.tp;
+    StepList L(&out.head_forward, Pass::Forward);
+    L.memory("final.norm", act_norm * 2);
+    const int ag = D.sp ? L.comm("tp.ag.head", CollectiveKind::AllGather, CommClass::TP, act) : -1;
+    L.gemm("head.logits", D.gemm_dtype, D.tokens, v_t, D.h, maybe(ag));
+    L.memory("loss.xent", D.tokens * v_t * (kActBytes + 4 + 4));
+    StepList B(&out.head_backward, Pass::BackwardInput);
+    B.memory("loss.xent.bwd", D.tokens * v_t * (4 + kActBytes));
+    B.gemm("head.dgrad", D.gemm_dtype, D.tokens, D.h, v_t);
+    const int rs = D.tp_comm ? B.comm("tp.head.grad", D.sp ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce, CommClass::TP, act) : -1;
+    B.set_pass(Pass::BackwardWeight);
+    B.gemm("head.wgrad", D.gemm_dtype, D.h, v_t, D.tokens);
+    B.set_pass(Pass::BackwardInput);
+    B.memory("final.norm.bwd", act_norm * 3, maybe(rs));
+  }
+
+  out.layer_grad_elements = m.params_per_layer() / p.tp;
+  out.embedding_grad_elements = m.embedding_params() / p.tp;
+  out.head_grad_elements = static_cast<double>(m.vocab) * m.hidden / p.tp;
+  return out;
+}
+
+double model_flops_per_iteration(const TransformerSpec& m, const TrainingSpec& tr, int global_batch) {
+  const double h = m.hidden, d = m.head_dim(), s = tr.seq_len;
+  const double tokens = static_cast<double>(global_batch) * s;
+  const double linear = h * (m.heads * d) + 2 * h * (m.kv_heads * d) + (m.heads * d) * h +
+                        (m.mlp == MlpKind::SwiGlu ? 3.0 : 2.0) * h * m.ffn_hidden;
+  const double per_token_layer = 2 * linear + 4 * s * m.heads * d;  // GEMMs + attention scores/values
+  const double per_token_head = 2 * h * m.vocab;
+  return 3 * tokens * (m.layers * per_token_layer + per_token_head);  // forward + 2x backward
+}
+
+}  // namespace trainsim

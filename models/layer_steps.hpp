@@ -1,0 +1,50 @@
+#pragma once
+// One transformer layer (and the embedding / LM head) as ordered steps for one
+// tensor-parallel rank: compute kernels and TP/CP collectives, for forward,
+// backward-input (B) and backward-weight (W). Steps name the earlier
+// collectives they must wait for, so async communication overlaps where
+// Megatron-LM overlaps it (e.g. the input-gradient all-reduce with wgrad).
+#include <string>
+#include <vector>
+
+#include "models/training_spec.hpp"
+#include "sim/compute_op.hpp"
+#include "sim/program.hpp"
+
+namespace trainsim {
+
+enum class Pass : std::uint8_t { Forward, BackwardInput, BackwardWeight };
+
+struct Step {
+  bool is_comm = false;
+  Pass pass = Pass::Forward;
+  ComputeOp op;                 // when !is_comm
+  CollectiveKind collective{};  // when is_comm
+  CommClass comm_class = CommClass::TP;
+  double bytes = 0;             // collective buffer bytes
+  std::string name;
+  double model_flops = 0;       // FLOPs by the Megatron-LM counting convention
+  std::vector<int> waits;       // indices of earlier comm steps whose result this step needs
+};
+
+struct LayerSteps {
+  std::vector<Step> forward;   // one layer's forward
+  std::vector<Step> backward;  // one layer's backward (B and W steps interleaved in issue order)
+  std::vector<Step> recompute; // re-run before backward (full: the forward; selective: attention core)
+};
+
+struct ModelSteps {
+  LayerSteps layer;
+  std::vector<Step> embedding_forward, embedding_backward;  // first pipeline stage
+  std::vector<Step> head_forward, head_backward;            // last stage: final norm, LM head, loss
+  double layer_grad_elements = 0;  // gradient elements of one layer on one TP rank
+  double embedding_grad_elements = 0, head_grad_elements = 0;
+};
+
+ModelSteps build_model_steps(const TransformerSpec& model, const ParallelSpec& par, const TrainingSpec& train);
+
+// Model FLOPs per iteration by the Megatron-LM convention (Narayanan et al.
+// 2021, eq. 3 without recomputation), generalised to GQA and gated MLPs.
+double model_flops_per_iteration(const TransformerSpec& model, const TrainingSpec& train, int global_batch);
+
+}  // namespace trainsim

@@ -1,0 +1,60 @@
+#include "models/memory_model.hpp"
+
+#include <algorithm>
+
+#include "models/schedule.hpp"
+
+namespace trainsim {
+
+double layer_activation_bytes(const TransformerSpec& m, const ParallelSpec& p, const TrainingSpec& tr) {
+  const double t = p.tp;
+  const double sbh = static_cast<double>(p.micro_batch) * tr.seq_len / p.cp * m.hidden;
+  const bool sp = p.sequence_parallel && p.tp > 1;
+  if (p.recompute == Recompute::Full) return 2 * sbh / (sp ? t : 1.0);  // only the layer input
+  const double h = m.hidden, a = m.heads, g = m.kv_heads, f = m.ffn_hidden;
+  const double up = m.mlp == MlpKind::SwiGlu ? 2 : 1;
+  // Per sbh, in bytes (16-bit tensors = 2, dropout masks = 1). Korthikanti et al. 2022 §4.1:
+  // replicated across TP unless SP: norm inputs, QKV / MLP inputs, dropout masks.
+  const double replicated = (2 + 2 + 1) + (2 + 2 + 1);
+  // Sharded across TP: Q, K, V, attention output; MLP up outputs and activation output.
+  const double sharded = (2 + 4 * g / a + 2) + (2 * f * up / h + 2 * f / h);
+  // Attention scores (softmax output, dropout mask and output): 5 a s / h, unless
+  // fused attention or selective recomputation avoids storing them.
+  const bool scores_kept = tr.attention == AttentionKind::Unfused && p.recompute == Recompute::None;
+  const double scores = scores_kept ? 5 * a * (static_cast<double>(tr.seq_len) / p.cp) / h : 0.0;
+  return sbh * ((sp ? replicated / t : replicated) + (sharded + scores) / t);
+}
+
+MemoryBreakdown stage_memory(const TransformerSpec& m, const ParallelSpec& p, const TrainingSpec& tr, int stage) {
+  MemoryBreakdown mem;
+  const int chunks = p.vpp;
+  const int layers_per_chunk = m.layers / (p.pp * chunks);
+  const bool first = stage == 0, last = stage == p.pp - 1;
+  double params = static_cast<double>(layers_per_chunk) * chunks * m.params_per_layer() / p.tp;
+  if (first) params += m.embedding_params() / p.tp;
+  if (last && (!m.tied_embeddings || p.pp > 1)) params += static_cast<double>(m.vocab) * m.hidden / p.tp;
+  const double dp_group = static_cast<double>(p.dp) * p.cp;
+  const double shard_opt = p.zero >= 1 ? dp_group : 1.0;
+  const double shard_grad = p.zero >= 2 ? dp_group : 1.0;
+  const double shard_weight = p.zero >= 3 ? dp_group : 1.0;
+  mem.weights = params * 2 / shard_weight;
+  mem.gradients = params * tr.grad_reduce_bytes / shard_grad;
+  const double opt_bytes = tr.optimizer == "sgd" ? 8.0 : 12.0;  // fp32 master (+ momentum | + Adam m, v)
+  mem.optimizer = params * opt_bytes / shard_opt;
+  if (p.zero >= 3 && dp_group > 1) mem.buffers += 2 * 2 * m.params_per_layer() / p.tp;  // gathered layer + prefetch
+
+  const int inflight = max_inflight_chunks(p.schedule, stage, p.pp, p.micro_batches(), p.vpp);
+  mem.activations = layer_activation_bytes(m, p, tr) * layers_per_chunk * inflight;
+  const double tokens = static_cast<double>(p.micro_batch) * tr.seq_len / p.cp;
+  if (p.recompute == Recompute::Full) {
+    // One layer's full activations are live while it is recomputed.
+    ParallelSpec none = p;
+    none.recompute = Recompute::None;
+    mem.activations += layer_activation_bytes(m, none, tr);
+  }
+  if (first) mem.activations += tokens * m.hidden * 3 * inflight / (p.sequence_parallel ? p.tp : 1);
+  if (last) mem.buffers += tokens * static_cast<double>(m.vocab) / p.tp * (2 + 4);  // logits + fp32 loss input
+  return mem;
+}
+
+}  // namespace trainsim

@@ -1,0 +1,41 @@
+#include "models/training_spec.hpp"
+
+namespace trainsim {
+
+double TransformerSpec::params_per_layer() const {
+  const double h = hidden, d = head_dim();
+  const double attn = h * (heads * d) + 2.0 * h * (kv_heads * d) + (heads * d) * h;  // Q, K, V, output
+  const double mlp_weights = (mlp == MlpKind::SwiGlu ? 3.0 : 2.0) * h * ffn_hidden;
+  const double norms = (rmsnorm ? 2.0 : 4.0) * h;
+  const double biases = rmsnorm ? 0.0 : (heads + 2.0 * kv_heads) * d + h + ffn_hidden + h;  // GPT has biases
+  return attn + mlp_weights + norms + biases;
+}
+
+double TransformerSpec::embedding_params() const {
+  return static_cast<double>(vocab) * hidden + (rope ? 0.0 : static_cast<double>(max_seq_len) * hidden);
+}
+
+double TransformerSpec::total_params() const {
+  const double head = tied_embeddings ? 0.0 : static_cast<double>(vocab) * hidden;
+  return layers * params_per_layer() + embedding_params() + head + hidden;
+}
+
+const char* to_string(ScheduleKind s) {
+  switch (s) {
+    case ScheduleKind::GPipe: return "gpipe";
+    case ScheduleKind::OneFOneB: return "1f1b";
+    case ScheduleKind::Interleaved1F1B: return "interleaved-1f1b";
+  }
+  return "?";
+}
+
+const char* to_string(Recompute r) {
+  switch (r) {
+    case Recompute::None: return "none";
+    case Recompute::Selective: return "selective";
+    case Recompute::Full: return "full";
+  }
+  return "?";
+}
+
+}  // namespace trainsim

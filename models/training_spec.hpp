@@ -1,0 +1,69 @@
+#pragma once
+// What is trained and how: the transformer's dimensions, the parallel
+// strategy and the training settings. Filled from validated scenario JSON.
+#include <string>
+
+#include "topologies/hardware.hpp"
+
+namespace trainsim {
+
+enum class MlpKind : std::uint8_t { Gelu, SwiGlu };
+
+struct TransformerSpec {
+  std::string name;
+  std::string family;
+  int layers = 0;
+  int hidden = 0;
+  int heads = 0;
+  int kv_heads = 0;         // = heads without grouped-query attention
+  int ffn_hidden = 0;
+  int vocab = 0;
+  MlpKind mlp = MlpKind::Gelu;
+  bool rmsnorm = false;     // RMSNorm (else LayerNorm)
+  bool rope = false;        // rotary position embedding (else learned positions)
+  bool tied_embeddings = false;
+  int max_seq_len = 0;
+  std::string source;
+
+  int head_dim() const { return hidden / heads; }
+  double params_per_layer() const;  // weights of one transformer layer
+  double embedding_params() const;  // token (+ learned position) embedding
+  double total_params() const;
+};
+
+enum class ScheduleKind : std::uint8_t { GPipe, OneFOneB, Interleaved1F1B };
+enum class Recompute : std::uint8_t { None, Selective, Full };
+const char* to_string(ScheduleKind s);
+const char* to_string(Recompute r);
+
+struct ParallelSpec {
+  int tp = 1;                       // tensor (Megatron) parallel size
+  int pp = 1;                       // pipeline stages
+  int dp = 1;                       // data-parallel replicas
+  int cp = 1;                       // context parallel (sequence split of attention)
+  int ep = 1;                       // expert parallel (MoE only)
+  int vpp = 1;                      // virtual stages per pipeline rank (interleaved 1F1B)
+  ScheduleKind schedule = ScheduleKind::OneFOneB;
+  int micro_batch = 1;              // sequences per micro-batch
+  int global_batch = 1;             // sequences per iteration
+  bool sequence_parallel = false;   // Megatron SP (norm/dropout split over TP)
+  int zero = 0;                     // ZeRO stage 0..3 (3 = FSDP)
+  Recompute recompute = Recompute::None;
+  bool dp_overlap = true;           // overlap gradient reduction with the last backward
+  double dp_bucket_bytes = 0;       // gradient bucket size (0 = Megatron default: max(40M, 1M*dp) params)
+
+  int gpus() const { return tp * pp * dp * cp; }
+  int micro_batches() const { return global_batch / (micro_batch * dp); }
+};
+
+enum class AttentionKind : std::uint8_t { Flash, Unfused };
+
+struct TrainingSpec {
+  int seq_len = 2048;
+  Dtype precision = Dtype::BF16;   // GEMM dtype (fp8: GEMMs in FP8, the rest in BF16)
+  std::string optimizer = "adam";  // adam | sgd
+  AttentionKind attention = AttentionKind::Flash;
+  int grad_reduce_bytes = 4;       // bytes per gradient element in DP reduction (Megatron-LM default: fp32)
+};
+
+}  // namespace trainsim

@@ -1,0 +1,38 @@
+#include "sim/cost_model.hpp"
+
+#include <algorithm>
+#include <utility>
+
+namespace trainsim {
+
+ComputeCostModel::ComputeCostModel(const Cluster& cluster, std::vector<CalibrationProfile> profiles)
+    : cluster_(&cluster), profiles_(std::move(profiles)) {}
+
+double ComputeCostModel::seconds(const ComputeOp& op, int gpu_type) const {
+  const GpuSpec& gpu = cluster_->gpu_type(gpu_type);
+  const CalibrationProfile& p = profiles_[gpu_type];
+  const double mem_bw = gpu.memory_bandwidth * p.memory_bound.curve.at(op.bytes);
+  const double mem_time = op.bytes > 0 ? op.bytes / mem_bw : 0.0;
+  double compute_time = 0;
+  switch (op.kind) {
+    case OpKind::Gemm: {
+      const auto d = static_cast<std::size_t>(op.dtype);
+      const double eff_size = p.gemm[d].curve.at(op.flops / std::max(op.kernels, 1));
+      const double min_dim = static_cast<double>(std::min({op.m, op.n, op.k}));
+      const double eff = eff_size * p.gemm_min_dim.curve.at(min_dim);
+      compute_time = op.flops / (gpu.peak(op.dtype) * eff);
+      break;
+    }
+    case OpKind::Attention:
+      compute_time = op.flops / (gpu.peak(op.dtype) * p.attention.curve.at(op.flops / std::max(op.kernels, 1)));
+      break;
+    case OpKind::MemoryBound: break;
+  }
+  return std::max(compute_time, mem_time) + op.kernels * p.launch_overhead.value;
+}
+
+Time ComputeCostModel::duration(const ComputeOp& op, int gpu_type) const {
+  return Time::seconds(seconds(op, gpu_type));
+}
+
+}  // namespace trainsim

@@ -1,0 +1,120 @@
+#pragma once
+// Runs per-rank programs on one event queue. A task starts when it is at the
+// head of its stream and its dependencies are done; a collective starts when
+// every simulated member has posted it (rendezvous), a send/recv pair when
+// both sides have. If the queue drains while tasks remain, the result names
+// the waiting ranks and tasks (a deadlock) instead of hanging.
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "sim/cost_model.hpp"
+#include "sim/event_queue.hpp"
+#include "sim/network.hpp"
+#include "sim/program.hpp"
+#include "sim/time.hpp"
+
+namespace trainsim {
+
+struct RankProgram {
+  std::string name;                         // e.g. "stage 0 / tp 0 / dp 0"
+  std::uint32_t program = 0;                // index into SimulationSetup::programs
+  int gpu = 0;                              // global GPU id (placement, GPU type)
+  std::vector<std::uint32_t> comm_of_slot;  // communicator id for each slot of the program
+  bool record = false;                      // keep this rank's timeline
+};
+
+struct SimulationSetup {
+  std::vector<ProgramTemplate> programs;
+  std::vector<RankProgram> ranks;  // the simulated ranks
+  std::vector<Communicator> comms;
+};
+
+// What a recorded rank did and when. Category: 0 compute, 1+CommClass a
+// transfer of that class, kWaitCategory waiting at a collective rendezvous.
+inline constexpr std::uint8_t kComputeCategory = 0;
+inline constexpr std::uint8_t kWaitCategory = 1 + kNumCommClasses;
+struct Interval {
+  Time start, end;
+  std::uint32_t task = 0;
+  std::uint8_t stream = 0;
+  std::uint8_t category = 0;
+};
+
+struct RankTimeline {
+  std::uint32_t rank = 0;
+  std::vector<Interval> intervals;
+};
+
+struct WaitingTask {
+  std::string rank;    // rank name
+  std::string stream;  // stream name
+  std::string task;    // task label
+  std::string reason;  // what it waits for
+};
+
+struct SimulationResult {
+  bool completed = false;
+  Time makespan;
+  std::uint64_t events = 0;
+  std::vector<Time> finish;  // per simulated rank
+  std::vector<RankTimeline> timelines;
+  std::vector<WaitingTask> deadlock;  // non-empty iff !completed
+  std::size_t deadlocked_ranks = 0;
+};
+
+class Executor {
+ public:
+  Executor(const SimulationSetup& setup, const Cluster& cluster, const ComputeCostModel& costs,
+           const AnalyticalNetwork& network);
+  SimulationResult run();
+
+ private:
+  struct Waiter {
+    std::uint32_t rank, task;
+    Time posted;
+  };
+  struct PendingCollective {
+    std::vector<Waiter> waiters;
+    bool done = false;
+  };
+  struct CommState {
+    bool shaped = false;
+    CommShape shape;
+    std::uint64_t base_seq = 0;  // sequence number of pending.front()
+    std::deque<PendingCollective> pending;
+    std::deque<Waiter> sends[2], recvs[2];  // indexed by the sending member (0 or 1)
+  };
+
+  void try_start(std::uint32_t rank, std::uint8_t stream, Time now);
+  void complete(std::uint32_t rank, std::uint32_t task, Time now);
+  void post_collective(std::uint32_t rank, std::uint32_t task, Time now);
+  void post_p2p(std::uint32_t rank, std::uint32_t task, Time now);
+  void start_transfer(std::uint32_t rank, std::uint32_t task, Time start, Time end);
+  const CommShape& shape_of(std::uint32_t comm);
+  Time op_duration(std::uint32_t rank, std::uint32_t op);
+  void record(std::uint32_t rank, std::uint32_t task, Time start, Time end, std::uint8_t category);
+  std::vector<WaitingTask> describe_deadlock(std::size_t* ranks_waiting) const;
+
+  const SimulationSetup* setup_;
+  const Cluster* cluster_;
+  const ComputeCostModel* costs_;
+  const AnalyticalNetwork* network_;
+
+  // State lives in flat vectors indexed by offsets per rank.
+  std::vector<std::uint32_t> task_base_, stream_base_, slot_base_;
+  std::vector<std::uint32_t> remaining_deps_;
+  std::vector<std::uint32_t> stream_pos_;
+  std::vector<std::uint8_t> stream_busy_;
+  std::vector<Time> stream_start_;
+  std::vector<std::uint32_t> slot_seq_;
+  std::vector<std::uint32_t> done_count_;
+  std::vector<CommState> comms_;
+  std::vector<std::vector<Time>> op_cost_cache_;  // [program * types + type][op]
+  std::vector<int> timeline_of_rank_;
+  SimulationResult result_;
+  EventQueue queue_;
+};
+
+}  // namespace trainsim

@@ -1,0 +1,24 @@
+#pragma once
+// Where a rank's time went: compute, communication not hidden behind compute
+// (per parallelism), waiting at collectives for slower ranks (idle), and time
+// with nothing to do (pipeline bubble). The parts add up to the makespan.
+#include <array>
+#include <vector>
+
+#include "sim/executor.hpp"
+
+namespace trainsim {
+
+struct TimeBreakdown {
+  double compute_s = 0;
+  std::array<double, kNumCommClasses> exposed_comm_s{};  // indexed by CommClass
+  double bubble_s = 0;
+  double idle_s = 0;
+};
+
+// Attributes [0, end) of one timeline: compute wins over communication; among
+// overlapping transfers the first CommClass in enum order (TP, CP, EP, PP, DP)
+// counts; rendezvous waits count as idle; nothing at all counts as bubble.
+TimeBreakdown breakdown(const std::vector<Interval>& intervals, Time end);
+
+}  // namespace trainsim

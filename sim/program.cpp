@@ -1,0 +1,152 @@
+#include "sim/program.hpp"
+
+#include <cassert>
+#include <utility>
+
+namespace trainsim {
+
+const char* to_string(TaskKind k) {
+  switch (k) {
+    case TaskKind::Compute: return "compute";
+    case TaskKind::Collective: return "collective";
+    case TaskKind::Send: return "send";
+    case TaskKind::Recv: return "recv";
+  }
+  return "?";
+}
+
+const char* to_string(CollectiveKind k) {
+  switch (k) {
+    case CollectiveKind::AllReduce: return "all-reduce";
+    case CollectiveKind::AllGather: return "all-gather";
+    case CollectiveKind::ReduceScatter: return "reduce-scatter";
+    case CollectiveKind::AllToAll: return "all-to-all";
+    case CollectiveKind::Broadcast: return "broadcast";
+  }
+  return "?";
+}
+
+const char* to_string(CommClass c) {
+  switch (c) {
+    case CommClass::TP: return "tp";
+    case CommClass::CP: return "cp";
+    case CommClass::EP: return "ep";
+    case CommClass::PP: return "pp";
+    case CommClass::DP: return "dp";
+  }
+  return "?";
+}
+
+ProgramBuilder::ProgramBuilder(std::string name) { program_.name = std::move(name); }
+
+std::uint8_t ProgramBuilder::add_stream(const std::string& name) {
+  program_.streams.push_back(name);
+  return static_cast<std::uint8_t>(program_.streams.size() - 1);
+}
+
+std::uint32_t ProgramBuilder::add_comm_slot(const std::string& name) {
+  program_.comm_slots.push_back(name);
+  return static_cast<std::uint32_t>(program_.comm_slots.size() - 1);
+}
+
+std::uint32_t ProgramBuilder::add_op(ComputeOp op) {
+  program_.ops.push_back(std::move(op));
+  return static_cast<std::uint32_t>(program_.ops.size() - 1);
+}
+
+std::uint32_t ProgramBuilder::add_label(const std::string& label) {
+  program_.labels.push_back(label);
+  return static_cast<std::uint32_t>(program_.labels.size() - 1);
+}
+
+TaskId ProgramBuilder::add(Task task, std::span<const TaskId> deps) {
+  const auto id = static_cast<TaskId>(program_.tasks.size());
+  for ([[maybe_unused]] TaskId d : deps) assert(d < id && "dependencies must name earlier tasks");
+  program_.tasks.push_back(task);
+  task_deps_.emplace_back(deps.begin(), deps.end());
+  return id;
+}
+
+TaskId ProgramBuilder::compute(std::uint8_t stream, std::uint32_t op, std::uint32_t label, int microbatch,
+                               std::span<const TaskId> deps) {
+  Task t;
+  t.kind = TaskKind::Compute;
+  t.stream = stream;
+  t.ref = op;
+  t.label = label;
+  t.microbatch = microbatch;
+  return add(t, deps);
+}
+
+TaskId ProgramBuilder::collective(std::uint8_t stream, std::uint32_t slot, CollectiveKind kind, CommClass cls,
+                                  std::uint64_t bytes, std::uint32_t label, int microbatch,
+                                  std::span<const TaskId> deps) {
+  Task t;
+  t.kind = TaskKind::Collective;
+  t.stream = stream;
+  t.collective = kind;
+  t.comm_class = cls;
+  t.ref = slot;
+  t.bytes = bytes;
+  t.label = label;
+  t.microbatch = microbatch;
+  return add(t, deps);
+}
+
+TaskId ProgramBuilder::send(std::uint8_t stream, std::uint32_t slot, CommClass cls, std::uint64_t bytes,
+                            std::uint32_t label, int microbatch, std::span<const TaskId> deps) {
+  Task t;
+  t.kind = TaskKind::Send;
+  t.stream = stream;
+  t.comm_class = cls;
+  t.ref = slot;
+  t.bytes = bytes;
+  t.label = label;
+  t.microbatch = microbatch;
+  return add(t, deps);
+}
+
+TaskId ProgramBuilder::recv(std::uint8_t stream, std::uint32_t slot, CommClass cls, std::uint64_t bytes,
+                            std::uint32_t label, int microbatch, std::span<const TaskId> deps) {
+  Task t;
+  t.kind = TaskKind::Recv;
+  t.stream = stream;
+  t.comm_class = cls;
+  t.ref = slot;
+  t.bytes = bytes;
+  t.label = label;
+  t.microbatch = microbatch;
+  return add(t, deps);
+}
+
+ProgramTemplate ProgramBuilder::finish() && {
+  ProgramTemplate& p = program_;
+  const std::size_t n = p.tasks.size();
+  p.dep_offsets.assign(n + 1, 0);
+  std::vector<std::uint32_t> succ_count(n, 0);
+  for (std::size_t t = 0; t < n; ++t) {
+    p.dep_offsets[t + 1] = p.dep_offsets[t] + static_cast<std::uint32_t>(task_deps_[t].size());
+    for (TaskId d : task_deps_[t]) {
+      p.deps.push_back(d);
+      ++succ_count[d];
+    }
+  }
+  p.succ_offsets.assign(n + 1, 0);
+  for (std::size_t t = 0; t < n; ++t) p.succ_offsets[t + 1] = p.succ_offsets[t] + succ_count[t];
+  p.succs.assign(p.succ_offsets[n], 0);
+  std::vector<std::uint32_t> fill(p.succ_offsets.begin(), p.succ_offsets.end() - 1);
+  for (std::size_t t = 0; t < n; ++t) {
+    for (TaskId d : task_deps_[t]) p.succs[fill[d]++] = static_cast<std::uint32_t>(t);
+  }
+  const std::size_t ns = p.streams.size();
+  p.stream_offsets.assign(ns + 1, 0);
+  for (const Task& t : p.tasks) ++p.stream_offsets[t.stream + 1];
+  for (std::size_t s = 0; s < ns; ++s) p.stream_offsets[s + 1] += p.stream_offsets[s];
+  p.stream_tasks.assign(n, 0);
+  std::vector<std::uint32_t> pos(p.stream_offsets.begin(), p.stream_offsets.end() - 1);
+  for (std::size_t t = 0; t < n; ++t) p.stream_tasks[pos[p.tasks[t].stream]++] = static_cast<std::uint32_t>(t);
+  task_deps_.clear();
+  return std::move(program_);
+}
+
+}  // namespace trainsim

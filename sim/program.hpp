@@ -1,0 +1,90 @@
+#pragma once
+// A per-rank program: a DAG of tasks (compute, collective, send, recv), each on
+// a stream. Tasks on one stream run in program order (like CUDA streams), so
+// overlap of compute and communication emerges from the stream assignment.
+// Ranks with the same structure share one ProgramTemplate; they differ only in
+// the GPU they run on and in which communicators their slots map to.
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "sim/compute_op.hpp"
+
+namespace trainsim {
+
+enum class TaskKind : std::uint8_t { Compute, Collective, Send, Recv };
+enum class CollectiveKind : std::uint8_t { AllReduce, AllGather, ReduceScatter, AllToAll, Broadcast };
+// Which parallelism a communication task serves; used for the time breakdown.
+enum class CommClass : std::uint8_t { TP, CP, EP, PP, DP };
+inline constexpr std::size_t kNumCommClasses = 5;
+const char* to_string(TaskKind k);
+const char* to_string(CollectiveKind k);
+const char* to_string(CommClass c);
+
+struct Task {
+  TaskKind kind = TaskKind::Compute;
+  std::uint8_t stream = 0;
+  CollectiveKind collective = CollectiveKind::AllReduce;
+  CommClass comm_class = CommClass::TP;
+  std::uint32_t ref = 0;     // Compute: op index; otherwise communicator slot
+  std::uint32_t label = 0;   // index into ProgramTemplate::labels
+  std::int32_t microbatch = -1;
+  std::uint64_t bytes = 0;   // Collective: NCCL buffer size (all-gather: output); Send/Recv: payload
+};
+
+struct ProgramTemplate {
+  std::string name;
+  std::vector<std::string> streams;      // stream names, e.g. "compute", "tp", "dp", "pp"
+  std::vector<std::string> comm_slots;   // communicator slot names, e.g. "tp", "dp", "pp.next"
+  std::vector<ComputeOp> ops;
+  std::vector<std::string> labels;
+  std::vector<Task> tasks;
+  // CSR: dependencies and dependents of each task; tasks of each stream in program order.
+  std::vector<std::uint32_t> dep_offsets, deps;
+  std::vector<std::uint32_t> succ_offsets, succs;
+  std::vector<std::uint32_t> stream_offsets, stream_tasks;
+
+  std::span<const std::uint32_t> deps_of(std::uint32_t t) const {
+    return {deps.data() + dep_offsets[t], dep_offsets[t + 1] - dep_offsets[t]};
+  }
+  std::span<const std::uint32_t> succs_of(std::uint32_t t) const {
+    return {succs.data() + succ_offsets[t], succ_offsets[t + 1] - succ_offsets[t]};
+  }
+  std::span<const std::uint32_t> stream(std::uint32_t s) const {
+    return {stream_tasks.data() + stream_offsets[s], stream_offsets[s + 1] - stream_offsets[s]};
+  }
+};
+
+using TaskId = std::uint32_t;
+
+// Appends tasks in program order; dependencies must name earlier tasks.
+class ProgramBuilder {
+ public:
+  explicit ProgramBuilder(std::string name);
+
+  std::uint8_t add_stream(const std::string& name);
+  std::uint32_t add_comm_slot(const std::string& name);
+  std::uint32_t add_op(ComputeOp op);
+  std::uint32_t add_label(const std::string& label);
+
+  TaskId compute(std::uint8_t stream, std::uint32_t op, std::uint32_t label, int microbatch,
+                 std::span<const TaskId> deps);
+  TaskId collective(std::uint8_t stream, std::uint32_t slot, CollectiveKind kind, CommClass cls,
+                    std::uint64_t bytes, std::uint32_t label, int microbatch, std::span<const TaskId> deps);
+  TaskId send(std::uint8_t stream, std::uint32_t slot, CommClass cls, std::uint64_t bytes, std::uint32_t label,
+              int microbatch, std::span<const TaskId> deps);
+  TaskId recv(std::uint8_t stream, std::uint32_t slot, CommClass cls, std::uint64_t bytes, std::uint32_t label,
+              int microbatch, std::span<const TaskId> deps);
+  std::size_t size() const { return program_.tasks.size(); }
+
+  ProgramTemplate finish() &&;
+
+ private:
+  TaskId add(Task task, std::span<const TaskId> deps);
+
+  ProgramTemplate program_;
+  std::vector<std::vector<TaskId>> task_deps_;
+};
+
+}  // namespace trainsim

@@ -1,0 +1,175 @@
+#include "tools/frontend/job.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+#include "models/planner.hpp"
+#include "sim/cost_model.hpp"
+#include "sim/executor.hpp"
+#include "sim/network.hpp"
+
+namespace trainsim {
+
+namespace {
+constexpr double kGiB = 1073741824.0;
+
+std::string fmt(const char* f, double x) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, x);
+  return buf;
+}
+}  // namespace
+
+JobReport simulate(const Scenario& s) {
+  const auto t0 = std::chrono::steady_clock::now();
+  JobReport rep;
+  rep.scenario = s.name;
+  const Cluster cluster(s.cluster);
+  rep.gpus = cluster.num_gpus();
+  std::vector<CalibrationProfile> profiles(cluster.num_gpu_types());
+  for (int t = 0; t < cluster.num_gpu_types(); ++t) {
+    for (const auto& p : s.profiles) {
+      if (p.gpu == cluster.gpu_type(t).name) profiles[t] = p;
+    }
+  }
+  const ComputeCostModel costs(cluster, profiles);
+  const AnalyticalNetwork network(cluster, profiles);
+  PlanOptions opts;
+  opts.representatives = cluster.num_gpu_types() == 1;
+  const TrainingPlan plan = plan_training(s.model, s.parallel, s.training, cluster, opts);
+  Executor exec(plan.setup, cluster, costs, network);
+  const SimulationResult res = exec.run();
+
+  rep.events = res.events;
+  rep.simulated_ranks = static_cast<int>(plan.setup.ranks.size());
+  rep.iteration_time_s = res.makespan.to_seconds();
+  const double samples = s.parallel.global_batch;
+  if (rep.iteration_time_s > 0) {
+    rep.samples_per_s = samples / rep.iteration_time_s;
+    rep.tokens_per_s = samples * s.training.seq_len / rep.iteration_time_s;
+    rep.tflops_per_gpu = plan.model_flops / rep.iteration_time_s / rep.gpus / 1e12;
+    double peak = 0;
+    for (int g = 0; g < cluster.num_gpus(); ++g) peak += cluster.gpu_type(cluster.gpu_type_of(g)).peak(s.training.precision);
+    rep.mfu = plan.model_flops / rep.iteration_time_s / peak;
+    rep.hfu = plan.hardware_flops / rep.iteration_time_s / peak;
+  }
+  if (!res.completed) {
+    rep.feasible = false;
+    std::string msg = "deadlock: " + std::to_string(res.deadlocked_ranks) + " rank(s) can never finish";
+    rep.problems.push_back(msg);
+    for (const WaitingTask& w : res.deadlock) {
+      rep.problems.push_back("  " + w.rank + ", stream " + w.stream + ", task '" + w.task + "': " + w.reason);
+    }
+  }
+
+  double best_compute = -1;
+  for (int st = 0; st < s.parallel.pp; ++st) {
+    StageReport sr;
+    sr.stage = st;
+    sr.layers = s.model.layers / s.parallel.pp;
+    const int rank = plan.recorded_rank_of_stage[st];
+    for (const auto& tl : res.timelines) {
+      if (static_cast<int>(tl.rank) == rank) sr.time = breakdown(tl.intervals, res.makespan);
+    }
+    sr.memory = stage_memory(s.model, s.parallel, s.training, st);
+    const int gpu = plan.setup.ranks[rank].gpu;
+    const int type = cluster.gpu_type_of(gpu);
+    sr.memory_capacity = cluster.gpu_type(type).memory_bytes - profiles[type].memory_reserved.value;
+    rep.peak_memory_gib = std::max(rep.peak_memory_gib, sr.memory.total() / kGiB);
+    if (sr.memory.total() > sr.memory_capacity) {
+      rep.feasible = false;
+      const MemoryBreakdown& m = sr.memory;
+      rep.problems.push_back(
+          "out of memory on " + plan.setup.ranks[rank].name + " (" + cluster.gpu_type(type).name + "): needs " +
+          fmt("%.1f", m.total() / kGiB) + " GiB of " + fmt("%.1f", sr.memory_capacity / kGiB) +
+          " GiB usable (weights " + fmt("%.1f", m.weights / kGiB) + ", gradients " + fmt("%.1f", m.gradients / kGiB) +
+          ", optimizer " + fmt("%.1f", m.optimizer / kGiB) + ", activations " + fmt("%.1f", m.activations / kGiB) +
+          ", buffers " + fmt("%.1f", m.buffers / kGiB) + " GiB)");
+    }
+    if (sr.time.compute_s > best_compute) {
+      best_compute = sr.time.compute_s;
+      rep.breakdown = sr.time;
+    }
+    rep.per_stage.push_back(sr);
+  }
+  rep.wall_time_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return rep;
+}
+
+namespace {
+nlohmann::json breakdown_json(const TimeBreakdown& b) {
+  nlohmann::json exposed;
+  for (std::size_t c = 0; c < kNumCommClasses; ++c) exposed[to_string(static_cast<CommClass>(c))] = b.exposed_comm_s[c];
+  return {{"compute_s", b.compute_s}, {"exposed_comm_s", exposed}, {"bubble_s", b.bubble_s}, {"idle_s", b.idle_s}};
+}
+}  // namespace
+
+nlohmann::json to_json(const JobReport& r) {
+  nlohmann::json stages = nlohmann::json::array();
+  for (const auto& s : r.per_stage) {
+    stages.push_back({{"stage", s.stage},
+                      {"layers", s.layers},
+                      {"breakdown", breakdown_json(s.time)},
+                      {"memory_gib",
+                       {{"weights", s.memory.weights / kGiB},
+                        {"gradients", s.memory.gradients / kGiB},
+                        {"optimizer", s.memory.optimizer / kGiB},
+                        {"activations", s.memory.activations / kGiB},
+                        {"buffers", s.memory.buffers / kGiB},
+                        {"total", s.memory.total() / kGiB},
+                        {"capacity", s.memory_capacity / kGiB}}}});
+  }
+  return {{"scenario", r.scenario},
+          {"gpus", r.gpus},
+          {"iteration_time_s", r.iteration_time_s},
+          {"tokens_per_s", r.tokens_per_s},
+          {"samples_per_s", r.samples_per_s},
+          {"tflops_per_gpu", r.tflops_per_gpu},
+          {"mfu", r.mfu},
+          {"hfu", r.hfu},
+          {"peak_memory_gib", r.peak_memory_gib},
+          {"breakdown", breakdown_json(r.breakdown)},
+          {"per_stage", stages},
+          {"feasible", r.feasible},
+          {"problems", r.problems},
+          {"events", r.events},
+          {"simulated_ranks", r.simulated_ranks},
+          {"wall_time_s", r.wall_time_s}};
+}
+
+std::string summary_text(const JobReport& r) {
+  const double it = r.iteration_time_s > 0 ? r.iteration_time_s : 1;
+  const TimeBreakdown& b = r.breakdown;
+  std::string out = r.scenario + " on " + std::to_string(r.gpus) + " GPUs\n";
+  out += "  iteration " + fmt("%.3f", r.iteration_time_s) + " s | " + fmt("%.0f", r.tokens_per_s) + " tokens/s | " +
+         fmt("%.1f", r.tflops_per_gpu) + " TFLOP/s/GPU | MFU " + fmt("%.1f", 100 * r.mfu) + "% | peak mem " +
+         fmt("%.1f", r.peak_memory_gib) + " GiB/GPU\n";
+  out += "  compute " + fmt("%.1f", 100 * b.compute_s / it) + "%";
+  for (std::size_t c = 0; c < kNumCommClasses; ++c) {
+    if (b.exposed_comm_s[c] > 0) {
+      out += "  exposed " + std::string(to_string(static_cast<CommClass>(c))) + " " +
+             fmt("%.1f", 100 * b.exposed_comm_s[c] / it) + "%";
+    }
+  }
+  out += "  pipeline bubble " + fmt("%.1f", 100 * b.bubble_s / it) + "%";
+  if (b.idle_s > 0) out += "  idle " + fmt("%.1f", 100 * b.idle_s / it) + "%";
+  out += "\n";
+  out += "  " + std::to_string(r.events) + " events, " + std::to_string(r.simulated_ranks) + " simulated ranks, " +
+         fmt("%.3f", r.wall_time_s) + " s wall\n";
+  if (!r.feasible) {
+    out += "  INFEASIBLE:\n";
+    for (const auto& p : r.problems) out += "  " + p + "\n";
+  }
+  return out;
+}
+
+double metric_value(const JobReport& r, const std::string& metric) {
+  if (metric == "iteration_time_s") return r.iteration_time_s;
+  if (metric == "tokens_per_s") return r.tokens_per_s;
+  if (metric == "tflops_per_gpu") return r.tflops_per_gpu;
+  if (metric == "mfu") return r.mfu;
+  return 0;
+}
+
+}  // namespace trainsim

@@ -1,0 +1,409 @@
+#include "tools/frontend/scenario.hpp"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace trainsim {
+
+std::span<const EmbeddedFile> example_scenario_files();
+
+const EmbeddedFile& default_scenario_file() {
+  for (const auto& f : example_scenario_files()) {
+    if (f.path.ends_with("llama3-70b-64xh100.json")) return f;
+  }
+  return example_scenario_files().front();
+}
+
+namespace {
+
+constexpr std::int64_t kMaxInt = 1 << 30;
+
+// Applies one "a.b.c=value" override to the document.
+void apply_override(nlohmann::json& doc, const std::string& spec, Diagnostics& diags) {
+  const auto eq = spec.find('=');
+  if (eq == std::string::npos || eq == 0) {
+    diags.error("", "--set \"" + spec + "\": expected key.path=value");
+    return;
+  }
+  const std::string path = spec.substr(0, eq);
+  const std::string text = spec.substr(eq + 1);
+  nlohmann::json value;
+  try {
+    value = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error&) {
+    value = text;  // a bare word such as 1f1b or bf16
+  }
+  nlohmann::json* node = &doc;
+  std::string pointer;
+  std::size_t start = 0;
+  while (true) {
+    const auto dot = path.find('.', start);
+    const std::string key = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    if (key.empty()) {
+      diags.error(pointer, "--set \"" + spec + "\": empty key in path");
+      return;
+    }
+    if (!node->is_object()) {
+      diags.error(pointer, "--set \"" + spec + "\": " + (pointer.empty() ? "the document" : pointer) +
+                               " is " + describe_json_type(*node) + ", not an object");
+      return;
+    }
+    pointer = json_pointer_append(pointer, key);
+    if (dot == std::string::npos) {
+      (*node)[key] = value;
+      return;
+    }
+    if (!node->contains(key)) (*node)[key] = nlohmann::json::object();
+    node = &(*node)[key];
+    start = dot + 1;
+  }
+}
+
+std::string known_list(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+void unknown_preset(ObjectReader& r, const char* key, const std::string& what, const std::string& name,
+                    const std::vector<std::string>& known) {
+  std::string msg = "unknown " + what + " \"" + name + "\"";
+  const std::string near = did_you_mean(name, known);
+  if (!near.empty()) msg += " (did you mean \"" + near + "\"?)";
+  r.error(key, msg + "; known: " + known_list(known));
+}
+
+TransformerSpec read_scenario_model(ObjectReader& top, const Catalog& cat) {
+  const nlohmann::json* v = top.raw("model");
+  if (v == nullptr) {
+    top.error("model", "required model (a preset name or an object) is missing");
+    return {};
+  }
+  if (v->is_string()) {
+    const std::string name = v->get<std::string>();
+    if (const TransformerSpec* m = cat.find_model(name)) return *m;
+    unknown_preset(top, "model", "model preset", name, cat.model_names());
+    return {};
+  }
+  ObjectReader r(*v, top.at("model"), top.diagnostics());
+  if (!r.valid()) return {};
+  const TransformerSpec* base = nullptr;
+  if (r.has("preset")) {
+    const std::string name = r.string("preset", "");
+    base = cat.find_model(name);
+    if (base == nullptr) unknown_preset(r, "preset", "model preset", name, cat.model_names());
+    if (base == nullptr) {
+      r.finish();
+      return {};
+    }
+  }
+  TransformerSpec m = read_model(r, base);
+  r.finish();
+  return m;
+}
+
+NodeSpec read_scenario_node(ObjectReader& r, const char* key, const Catalog& cat, bool* ok) {
+  const nlohmann::json* v = r.raw(key);
+  *ok = false;
+  if (v == nullptr) {
+    r.error(key, "required node (a preset name or an object) is missing");
+    return {};
+  }
+  if (v->is_string()) {
+    const std::string name = v->get<std::string>();
+    if (const NodeSpec* n = cat.find_node(name)) {
+      *ok = true;
+      return *n;
+    }
+    unknown_preset(r, key, "node preset", name, cat.node_names());
+    return {};
+  }
+  ObjectReader nr(*v, r.at(key), r.diagnostics());
+  if (!nr.valid()) return {};
+  const NodeSpec* base = nullptr;
+  if (nr.has("preset")) {
+    const std::string name = nr.string("preset", "");
+    base = cat.find_node(name);
+    if (base == nullptr) {
+      unknown_preset(nr, "preset", "node preset", name, cat.node_names());
+      nr.finish();
+      return {};
+    }
+  }
+  const std::size_t errors = r.diagnostics().items().size();
+  NodeSpec n = read_node(nr, cat, base);
+  nr.finish();
+  *ok = r.diagnostics().items().size() == errors;
+  return n;
+}
+
+ClusterSpec read_cluster(ObjectReader& top, const Catalog& cat) {
+  ClusterSpec c;
+  const nlohmann::json* v = top.raw("cluster");
+  if (v == nullptr) {
+    top.error("cluster", "required cluster (a preset name or an object) is missing");
+    return c;
+  }
+  if (v->is_string()) {
+    const std::string name = v->get<std::string>();
+    const ClusterPreset* p = cat.find_cluster(name);
+    if (p == nullptr) {
+      unknown_preset(top, "cluster", "cluster preset", name, cat.cluster_names());
+      return c;
+    }
+    c.name = p->name;
+    c.groups.push_back(NodeGroup{*cat.find_node(p->node), p->nodes});
+    return c;
+  }
+  ObjectReader r(*v, top.at("cluster"), top.diagnostics());
+  if (!r.valid()) return c;
+  c.name = r.string("name", "custom");
+  if (r.has("groups")) {
+    const nlohmann::json* g = r.raw("groups");
+    if (!g->is_array() || g->empty()) {
+      r.error("groups", "expected a non-empty array of {node, nodes}");
+    } else {
+      for (std::size_t i = 0; i < g->size(); ++i) {
+        ObjectReader gr((*g)[i], json_pointer_append(r.at("groups"), i), r.diagnostics());
+        if (!gr.valid()) continue;
+        bool ok = false;
+        NodeSpec n = read_scenario_node(gr, "node", cat, &ok);
+        const int count = static_cast<int>(gr.integer("nodes", 1, 1, 1 << 20, true));
+        gr.finish();
+        if (ok) c.groups.push_back(NodeGroup{n, count});
+      }
+    }
+    if (r.has("node") || r.has("nodes")) r.error("groups", "give either groups or node + nodes, not both");
+  } else {
+    bool ok = false;
+    NodeSpec n = read_scenario_node(r, "node", cat, &ok);
+    const int count = static_cast<int>(r.integer("nodes", 1, 1, 1 << 20, true));
+    if (ok) c.groups.push_back(NodeGroup{n, count});
+  }
+  if (const nlohmann::json* f = r.raw("fabric")) {
+    ObjectReader fr(*f, r.at("fabric"), r.diagnostics());
+    c.fabric.oversubscription = fr.number("oversubscription", 1.0, 1.0, 1000.0);
+    fr.finish();
+  }
+  r.finish();
+  return c;
+}
+
+ParallelSpec read_parallel(ObjectReader& top) {
+  ParallelSpec p;
+  const nlohmann::json* v = top.raw("parallel");
+  if (v == nullptr) {
+    top.error("parallel", "required parallel settings are missing");
+    return p;
+  }
+  ObjectReader r(*v, top.at("parallel"), top.diagnostics());
+  if (!r.valid()) return p;
+  p.tp = static_cast<int>(r.integer("tp", 1, 1, 1 << 16));
+  p.pp = static_cast<int>(r.integer("pp", 1, 1, 1 << 16));
+  p.dp = static_cast<int>(r.integer("dp", 1, 1, 1 << 20));
+  p.cp = static_cast<int>(r.integer("cp", 1, 1, 1 << 16));
+  p.ep = static_cast<int>(r.integer("ep", 1, 1, 1));
+  p.vpp = static_cast<int>(r.integer("vpp", 1, 1, 1 << 10));
+  const std::string sched = r.choice("schedule", p.vpp > 1 ? "interleaved-1f1b" : "1f1b",
+                                     {"gpipe", "1f1b", "interleaved-1f1b"});
+  p.schedule = sched == "gpipe" ? ScheduleKind::GPipe
+               : sched == "1f1b" ? ScheduleKind::OneFOneB
+                                 : ScheduleKind::Interleaved1F1B;
+  p.micro_batch = static_cast<int>(r.integer("micro_batch", 1, 1, kMaxInt));
+  p.global_batch = static_cast<int>(r.integer("global_batch", 1, 1, kMaxInt, true));
+  p.sequence_parallel = r.boolean("sequence_parallel", false);
+  p.zero = static_cast<int>(r.integer("zero", 0, 0, 3));
+  const std::string rc = r.choice("recompute", "none", {"none", "selective", "full"});
+  p.recompute = rc == "full" ? Recompute::Full : rc == "selective" ? Recompute::Selective : Recompute::None;
+  p.dp_overlap = r.boolean("dp_overlap", true);
+  p.dp_bucket_bytes = r.quantity("dp_bucket", Quantity::Bytes, 0, 1e3, 1e13);
+  if (p.schedule == ScheduleKind::Interleaved1F1B && p.vpp < 2) {
+    r.error("vpp", "the interleaved-1f1b schedule needs vpp >= 2 virtual stages, found " + std::to_string(p.vpp));
+  }
+  if (p.schedule != ScheduleKind::Interleaved1F1B && p.vpp > 1) {
+    r.error("schedule", "vpp = " + std::to_string(p.vpp) + " needs the \"interleaved-1f1b\" schedule, found \"" +
+                            sched + "\"");
+  }
+  r.finish();
+  return p;
+}
+
+TrainingSpec read_training(ObjectReader& top, const TransformerSpec& model) {
+  TrainingSpec t;
+  const nlohmann::json* v = top.raw("training");
+  if (v == nullptr) {
+    top.error("training", "required training settings (at least seq_len) are missing");
+    return t;
+  }
+  ObjectReader r(*v, top.at("training"), top.diagnostics());
+  if (!r.valid()) return t;
+  t.seq_len = static_cast<int>(r.integer("seq_len", model.max_seq_len, 1, 1 << 24, true));
+  const std::string prec = r.choice("precision", "bf16", {"fp32", "tf32", "fp16", "bf16", "fp8"});
+  for (std::size_t d = 0; d < kNumDtypes; ++d) {
+    if (prec == to_string(static_cast<Dtype>(d))) t.precision = static_cast<Dtype>(d);
+  }
+  t.optimizer = r.choice("optimizer", "adam", {"adam", "sgd"});
+  t.attention = r.choice("attention", "flash", {"flash", "unfused"}) == "flash" ? AttentionKind::Flash
+                                                                               : AttentionKind::Unfused;
+  t.grad_reduce_bytes = r.choice("grad_reduce", "fp32", {"fp32", "bf16"}) == "fp32" ? 4 : 2;
+  r.finish();
+  return t;
+}
+
+std::optional<Expected> read_expected(ObjectReader& top) {
+  const nlohmann::json* v = top.raw("expected");
+  if (v == nullptr) return std::nullopt;
+  ObjectReader r(*v, top.at("expected"), top.diagnostics());
+  if (!r.valid()) return std::nullopt;
+  Expected e;
+  e.metric = r.choice("metric", "", {"iteration_time_s", "tokens_per_s", "tflops_per_gpu", "mfu"}, true);
+  e.value = r.number("value", 0, 1e-12, 1e18, true);
+  e.source = r.string("source", "", true);
+  r.finish();
+  return e;
+}
+
+std::vector<CalibrationProfile> read_calibration(ObjectReader& top, const Catalog& cat, const ClusterSpec& cluster,
+                                                 const std::string& base_dir) {
+  std::vector<CalibrationProfile> chosen;
+  if (const nlohmann::json* v = top.raw("calibration")) {
+    ObjectReader r(*v, top.at("calibration"), top.diagnostics());
+    if (const nlohmann::json* list = r.raw("profiles")) {
+      if (!list->is_array()) {
+        r.error("profiles", "expected an array of profile file paths, found " + describe_json_type(*list));
+      } else {
+        for (std::size_t i = 0; i < list->size(); ++i) {
+          const std::string ptr = json_pointer_append(r.at("profiles"), i);
+          if (!(*list)[i].is_string()) {
+            r.diagnostics().error(ptr, "expected a file path, found " + describe_json_type((*list)[i]));
+            continue;
+          }
+          std::filesystem::path p = (*list)[i].get<std::string>();
+          if (p.is_relative()) p = std::filesystem::path(base_dir) / p;
+          std::ifstream in(p);
+          if (!in) {
+            r.diagnostics().error(ptr, "cannot read calibration profile \"" + p.string() + "\"");
+            continue;
+          }
+          std::stringstream ss;
+          ss << in.rdbuf();
+          Diagnostics pd(p.string());
+          if (auto doc = parse_json_text(ss.str(), pd)) {
+            ObjectReader pr(*doc, "", pd);
+            if (pr.valid()) chosen.push_back(read_profile(pr));
+            pr.finish();
+          }
+          for (const auto& d : pd.items()) r.diagnostics().error(ptr, d.format());
+        }
+      }
+    }
+    r.finish();
+  }
+  // Every GPU type needs a profile: the scenario's own, else the shipped one.
+  std::vector<CalibrationProfile> out;
+  for (const auto& g : cluster.groups) {
+    bool have = false;
+    for (const auto& p : out) have |= p.gpu == g.node.gpu.name;
+    if (have) continue;
+    const CalibrationProfile* p = nullptr;
+    for (const auto& c : chosen) {
+      if (c.gpu == g.node.gpu.name) p = &c;
+    }
+    if (p == nullptr) p = cat.find_profile_for_gpu(g.node.gpu.name);
+    if (p == nullptr) {
+      top.error("cluster", "no calibration profile for GPU \"" + g.node.gpu.name +
+                               "\"; add one under calibration.profiles");
+      continue;
+    }
+    out.push_back(*p);
+  }
+  return out;
+}
+
+void check_consistency(Scenario& s, Diagnostics& d) {
+  const ParallelSpec& p = s.parallel;
+  const TransformerSpec& m = s.model;
+  const int gpus = s.cluster.total_gpus();
+  auto str = [](auto x) { return std::to_string(x); };
+  if (p.tp * p.pp * p.dp * p.cp != gpus) {
+    d.error("/parallel", "tp*pp*dp*cp = " + str(p.tp) + "*" + str(p.pp) + "*" + str(p.dp) + "*" + str(p.cp) + " = " +
+                             str(p.tp * p.pp * p.dp * p.cp) + ", expected the cluster's GPU count " + str(gpus));
+  }
+  if (m.heads % p.tp != 0) {
+    d.error("/parallel/tp", "expected a divisor of the model's " + str(m.heads) + " attention heads, found " + str(p.tp));
+  } else if (m.kv_heads % p.tp != 0 && p.tp % m.kv_heads != 0) {
+    d.error("/parallel/tp", "expected tp to divide or be a multiple of the model's " + str(m.kv_heads) +
+                                " KV heads, found " + str(p.tp));
+  }
+  if (m.ffn_hidden % p.tp != 0) {
+    d.error("/parallel/tp", "expected a divisor of ffn_hidden " + str(m.ffn_hidden) + ", found " + str(p.tp));
+  }
+  if (m.layers % (p.pp * p.vpp) != 0) {
+    d.error("/parallel/pp", "the model's " + str(m.layers) + " layers must divide evenly into pp*vpp = " +
+                                str(p.pp) + "*" + str(p.vpp) + " = " + str(p.pp * p.vpp) + " stages");
+  }
+  if (p.global_batch % (p.micro_batch * p.dp) != 0) {
+    d.error("/parallel/global_batch", "expected a multiple of micro_batch*dp = " + str(p.micro_batch) + "*" +
+                                          str(p.dp) + " = " + str(p.micro_batch * p.dp) + ", found " +
+                                          str(p.global_batch));
+  } else if (p.schedule == ScheduleKind::Interleaved1F1B && p.micro_batches() % p.pp != 0) {
+    d.error("/parallel/global_batch", "interleaved-1f1b needs the micro-batch count (" + str(p.micro_batches()) +
+                                          ") to be a multiple of pp = " + str(p.pp));
+  }
+  if (p.schedule == ScheduleKind::Interleaved1F1B && p.pp < 2) {
+    d.error("/parallel/schedule", "interleaved-1f1b needs pp >= 2, found pp = " + str(p.pp));
+  }
+  if (s.training.seq_len % p.cp != 0) {
+    d.error("/parallel/cp", "expected a divisor of seq_len " + str(s.training.seq_len) + ", found " + str(p.cp));
+  }
+  for (const auto& g : s.cluster.groups) {
+    if (g.node.gpu.peak(s.training.precision) <= 0) {
+      d.error("/training/precision", std::string("GPU ") + g.node.gpu.name + " has no " +
+                                         to_string(s.training.precision) + " tensor cores");
+    }
+  }
+  if (s.cluster.groups.size() > 1) {
+    d.error("/cluster/groups", "clusters with several node types are not simulated by this version yet");
+  }
+}
+
+}  // namespace
+
+Scenario load_scenario_text(const std::string& text, const std::string& file, const std::string& base_dir,
+                            const std::vector<std::string>& overrides, const Catalog& catalog) {
+  Diagnostics diags(file);
+  std::optional<nlohmann::json> doc = parse_json_text(text, diags);
+  diags.throw_if_errors();
+  for (const auto& o : overrides) apply_override(*doc, o, diags);
+  diags.throw_if_errors();
+
+  Scenario s;
+  s.file = file;
+  ObjectReader top(*doc, "", diags);
+  if (!top.valid()) diags.throw_if_errors();
+  s.name = top.string("name", std::filesystem::path(file).stem().string());
+  s.description = top.string("description", "");
+  top.raw("id");  // validation scenarios carry the published run's id
+  s.model = read_scenario_model(top, catalog);
+  s.cluster = read_cluster(top, catalog);
+  s.parallel = read_parallel(top);
+  s.training = read_training(top, s.model);
+  s.expected = read_expected(top);
+  s.profiles = read_calibration(top, catalog, s.cluster, base_dir);
+  top.finish();
+  if (diags.ok()) check_consistency(s, diags);
+  diags.throw_if_errors();
+  return s;
+}
+
+Scenario load_scenario_file(const std::string& path, const std::vector<std::string>& overrides,
+                            const Catalog& catalog) {
+  std::ifstream in(path);
+  if (!in) throw InputError({Diagnostic{path, "", "cannot open the scenario file"}});
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return load_scenario_text(ss.str(), path, std::filesystem::path(path).parent_path().string(), overrides, catalog);
+}
+
+}  // namespace trainsim

@@ -1,0 +1,41 @@
+#pragma once
+// A scenario: what to train, on what, how. Loaded once at the edge: parse ->
+// apply --set overrides -> validate every field and the cross-field rules ->
+// typed structs. All problems are reported together (InputError, exit 2).
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "calibration/profile.hpp"
+#include "models/training_spec.hpp"
+#include "tools/frontend/catalog.hpp"
+
+namespace trainsim {
+
+struct Expected {
+  std::string metric;  // a result field, e.g. "iteration_time_s"
+  double value = 0;
+  std::string source;
+};
+
+struct Scenario {
+  std::string file;  // where it came from (for messages)
+  std::string name;
+  std::string description;
+  TransformerSpec model;
+  ClusterSpec cluster;
+  ParallelSpec parallel;
+  TrainingSpec training;
+  std::vector<CalibrationProfile> profiles;  // for every GPU type in the cluster
+  std::optional<Expected> expected;
+};
+
+// `overrides` are "json.path=value" strings (value parsed as JSON, else taken as a string).
+Scenario load_scenario_file(const std::string& path, const std::vector<std::string>& overrides, const Catalog& catalog);
+Scenario load_scenario_text(const std::string& text, const std::string& file, const std::string& base_dir,
+                            const std::vector<std::string>& overrides, const Catalog& catalog);
+
+// The scenario `trainsim run` uses without an argument (embedded in the binary).
+const EmbeddedFile& default_scenario_file();
+
+}  // namespace trainsim

@@ -1,0 +1,6 @@
+// trainsim executable: a thin wrapper around the in-process CLI.
+#include <iostream>
+
+#include "tools/frontend/cli.hpp"
+
+int main(int argc, char** argv) { return trainsim::run_cli(argc, argv, std::cout, std::cerr); }

@@ -1,0 +1,67 @@
+#include "topologies/hardware.hpp"
+
+#include <utility>
+
+namespace trainsim {
+
+const char* to_string(Dtype d) {
+  switch (d) {
+    case Dtype::FP32: return "fp32";
+    case Dtype::TF32: return "tf32";
+    case Dtype::FP16: return "fp16";
+    case Dtype::BF16: return "bf16";
+    case Dtype::FP8: return "fp8";
+  }
+  return "?";
+}
+
+std::size_t bytes_per_element(Dtype d) {
+  switch (d) {
+    case Dtype::FP32:
+    case Dtype::TF32: return 4;
+    case Dtype::FP16:
+    case Dtype::BF16: return 2;
+    case Dtype::FP8: return 1;
+  }
+  return 4;
+}
+
+const char* to_string(ScaleupKind k) {
+  switch (k) {
+    case ScaleupKind::NVSwitch: return "nvswitch";
+    case ScaleupKind::Direct: return "direct";
+    case ScaleupKind::PCIe: return "pcie";
+    case ScaleupKind::None: return "none";
+  }
+  return "?";
+}
+
+int ClusterSpec::total_gpus() const {
+  int n = 0;
+  for (const auto& g : groups) n += g.count * g.node.gpus_per_node;
+  return n;
+}
+
+Cluster::Cluster(ClusterSpec spec) : spec_(std::move(spec)) {
+  for (int g = 0; g < static_cast<int>(spec_.groups.size()); ++g) {
+    const NodeSpec& node = spec_.groups[g].node;
+    int type = -1;
+    for (int t = 0; t < static_cast<int>(gpu_types_.size()); ++t) {
+      if (gpu_types_[t].name == node.gpu.name) type = t;
+    }
+    if (type < 0) {
+      type = static_cast<int>(gpu_types_.size());
+      gpu_types_.push_back(node.gpu);
+    }
+    for (int i = 0; i < spec_.groups[g].count; ++i) {
+      const int node_id = static_cast<int>(nodes_.size());
+      nodes_.push_back(g);
+      for (int l = 0; l < node.gpus_per_node; ++l) {
+        node_of_gpu_.push_back(node_id);
+        gpu_type_of_gpu_.push_back(type);
+      }
+    }
+  }
+}
+
+}  // namespace trainsim

@@ -1,0 +1,99 @@
+#pragma once
+// Typed hardware description: GPU spec sheets, nodes (scale-up domain + NICs)
+// and clusters of node groups. Filled from validated JSON at the edge; the
+// simulator trusts these values. All rates in SI base units (FLOP/s, bytes/s).
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "topologies/embedded_file.hpp"
+
+namespace trainsim {
+
+enum class Dtype : std::uint8_t { FP32, TF32, FP16, BF16, FP8 };
+inline constexpr std::size_t kNumDtypes = 5;
+const char* to_string(Dtype d);
+std::size_t bytes_per_element(Dtype d);
+
+struct GpuSpec {
+  std::string name;                          // canonical name, e.g. "H100-SXM-80GB"
+  std::string vendor;                        // "nvidia" | "amd"
+  std::string arch;                          // e.g. "hopper"
+  std::array<double, kNumDtypes> peak_flops{};  // dense FLOP/s per dtype; 0 = not supported
+  double memory_bytes = 0;                   // HBM capacity
+  double memory_bandwidth = 0;               // HBM spec bandwidth, bytes/s
+  double scaleup_bandwidth = 0;              // scale-up aggregate bidirectional bytes/s per GPU
+  std::string source;                        // where the figures come from
+
+  double peak(Dtype d) const { return peak_flops[static_cast<std::size_t>(d)]; }
+};
+
+enum class ScaleupKind : std::uint8_t { NVSwitch, Direct, PCIe, None };
+const char* to_string(ScaleupKind k);
+
+struct NodeSpec {
+  std::string name;                 // e.g. "dgx-h100"
+  GpuSpec gpu;                      // the GPU model in this node
+  int gpus_per_node = 8;            // GPUs sharing one scale-up domain
+  ScaleupKind scaleup = ScaleupKind::NVSwitch;
+  double scaleup_bandwidth = 0;     // per GPU per direction, bytes/s
+  bool nvls = false;                // in-switch reduction available
+  int nic_count = 0;                // NICs per node
+  double nic_bandwidth = 0;         // per NIC per direction, bytes/s
+  std::string source;
+
+  // Network bandwidth available to one GPU when all GPUs of the node use the NICs.
+  double nic_bandwidth_per_gpu() const {
+    return gpus_per_node > 0 ? nic_bandwidth * nic_count / gpus_per_node : 0.0;
+  }
+};
+
+struct FabricSpec {
+  double oversubscription = 1.0;  // leaf uplink oversubscription ratio (1 = non-blocking)
+};
+
+// A cluster is one or more groups of identical nodes (mixed fleets have several).
+struct NodeGroup {
+  NodeSpec node;
+  int count = 1;
+};
+
+struct ClusterSpec {
+  std::string name;
+  std::vector<NodeGroup> groups;
+  FabricSpec fabric;
+
+  int total_gpus() const;
+};
+
+// Where each GPU lives. Global GPU ids enumerate nodes in group order, then
+// local index; GPU types are deduplicated so costs are computed once per type.
+class Cluster {
+ public:
+  explicit Cluster(ClusterSpec spec);
+
+  const ClusterSpec& spec() const { return spec_; }
+  int num_gpus() const { return static_cast<int>(node_of_gpu_.size()); }
+  int num_nodes() const { return static_cast<int>(nodes_.size()); }
+  int node_of(int gpu) const { return node_of_gpu_[gpu]; }
+  const NodeSpec& node_spec(int node) const { return spec_.groups[nodes_[node]].node; }
+  const NodeSpec& node_spec_of_gpu(int gpu) const { return node_spec(node_of(gpu)); }
+  // Dense id of the GPU's type (0..num_gpu_types-1).
+  int gpu_type_of(int gpu) const { return gpu_type_of_gpu_[gpu]; }
+  int num_gpu_types() const { return static_cast<int>(gpu_types_.size()); }
+  const GpuSpec& gpu_type(int type) const { return gpu_types_[type]; }
+
+ private:
+  ClusterSpec spec_;
+  std::vector<int> nodes_;            // node -> group index
+  std::vector<int> node_of_gpu_;      // gpu -> node
+  std::vector<int> gpu_type_of_gpu_;  // gpu -> dense type id
+  std::vector<GpuSpec> gpu_types_;
+};
+
+// JSON presets compiled into the binary (topologies/catalog/*.json).
+std::span<const EmbeddedFile> topology_catalog_files();
+
+}  // namespace trainsim

@@ -40,12 +40,12 @@ class StepList {
     op.kernels = kernels;
     return add_compute(std::move(op), 0, std::move(waits));
   }
-  int attention(const std::string& name, double exec_flops, double model_flops, double bytes,
+  int attention(const std::string& name, Dtype dtype, double exec_flops, double model_flops, double bytes,
                 std::vector<int> waits = {}) {
     ComputeOp op;
     op.name = name;
     op.kind = OpKind::Attention;
-    op.dtype = Dtype::BF16;
+    op.dtype = dtype;
     op.flops = exec_flops;
     op.bytes = bytes;
     return add_compute(std::move(op), model_flops, std::move(waits));
@@ -85,6 +85,7 @@ struct Dims {
   int cp;
   bool sp, tp_comm, cp_comm, swiglu;
   Dtype gemm_dtype;
+  Dtype attn_dtype;  // attention and memory-bound work: FP8 recipes keep these in BF16
 };
 
 Dims dims_of(const TransformerSpec& m, const ParallelSpec& p, const TrainingSpec& tr) {
@@ -107,6 +108,7 @@ Dims dims_of(const TransformerSpec& m, const ParallelSpec& p, const TrainingSpec
   d.tp_comm = p.tp > 1;
   d.cp_comm = p.cp > 1;
   d.gemm_dtype = tr.precision;
+  d.attn_dtype = tr.precision == Dtype::FP8 ? Dtype::BF16 : tr.precision;
   return d;
 }
 
@@ -115,15 +117,15 @@ void attention_core_forward(StepList& L, const Dims& D, AttentionKind kind, int 
   const double model = 4 * D.b * D.s_local * D.s_full * D.a_t * D.d;  // QK^T and AV, full (non-causal) count
   if (kind == AttentionKind::Flash) {
     const double bytes = (D.tokens * (2 * D.a_t * D.d) + D.b * D.s_full * 2 * D.g_t * D.d) * kActBytes;
-    L.attention("attn.core", model / 2, model, bytes, maybe(wait_kv));  // causal: half the tiles run
+    L.attention("attn.core", D.attn_dtype, model / 2, model, bytes, maybe(wait_kv));  // causal: half the tiles run
     return;
   }
   const double heads = D.b * D.a_t;
   const double scores = heads * D.s_local * D.s_full;
-  L.gemm("attn.qk", Dtype::BF16, D.s_local, D.s_full, D.d, maybe(wait_kv), heads);
+  L.gemm("attn.qk", D.attn_dtype, D.s_local, D.s_full, D.d, maybe(wait_kv), heads);
   L.memory("attn.softmax", scores * (2 + 2));
   L.memory("attn.dropout", scores * (2 + 2 + 1));
-  L.gemm("attn.av", Dtype::BF16, D.s_local, D.d, D.s_full, {}, heads);
+  L.gemm("attn.av", D.attn_dtype, D.s_local, D.d, D.s_full, {}, heads);
 }
 
 }  // namespace
@@ -187,16 +189,16 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     if (tr.attention == AttentionKind::Flash) {
       // FlashAttention backward: recomputes QK^T and runs four GEMMs (2.5x the forward work).
       const double bytes = (D.tokens * (4 * D.a_t * D.d) + D.b * D.s_full * 4 * D.g_t * D.d) * kActBytes;
-      L.attention("attn.core.bwd", 2.5 * model_core / 2, 2 * model_core, bytes);
+      L.attention("attn.core.bwd", D.attn_dtype, 2.5 * model_core / 2, 2 * model_core, bytes);
     } else {
       const double heads = D.b * D.a_t;
       const double scores = heads * D.s_local * D.s_full;
-      L.gemm("attn.av.dgrad", Dtype::BF16, D.s_local, D.s_full, D.d, {}, heads);
-      L.gemm("attn.av.wgrad", Dtype::BF16, D.s_full, D.d, D.s_local, {}, heads);
+      L.gemm("attn.av.dgrad", D.attn_dtype, D.s_local, D.s_full, D.d, {}, heads);
+      L.gemm("attn.av.wgrad", D.attn_dtype, D.s_full, D.d, D.s_local, {}, heads);
       L.memory("attn.dropout.bwd", scores * (2 + 1 + 2));
       L.memory("attn.softmax.bwd", scores * (2 + 2 + 2));
-      L.gemm("attn.qk.dgrad", Dtype::BF16, D.s_local, D.d, D.s_full, {}, heads);
-      L.gemm("attn.qk.wgrad", Dtype::BF16, D.s_full, D.d, D.s_local, {}, heads);
+      L.gemm("attn.qk.dgrad", D.attn_dtype, D.s_local, D.d, D.s_full, {}, heads);
+      L.gemm("attn.qk.wgrad", D.attn_dtype, D.s_full, D.d, D.s_local, {}, heads);
     }
     const int rkv = D.cp_comm ? L.comm("cp.rs.kv.grad", CollectiveKind::ReduceScatter, CommClass::CP, kv_bytes) : -1;
     if (m.rope) L.memory("attn.rope.bwd", D.tokens * (D.a_t + D.g_t) * D.d * kActBytes * 2);

@@ -1,1 +1,131 @@
 #include <doctest/doctest.h>
+
+#include <string>
+
+#include "models/planner.hpp"
+#include "sim/executor.hpp"
+#include "sim/metrics.hpp"
+#include "sim_fixtures.hpp"
+
+using namespace trainsim;
+using namespace trainsim::testing;
+
+namespace {
+
+// 1e12 FLOPs at 100 TFLOP/s (ideal profile) = 10 ms.
+ComputeOp gemm(double flops) {
+  ComputeOp op;
+  op.name = "gemm";
+  op.kind = OpKind::Gemm;
+  op.flops = flops;
+  op.m = op.n = op.k = 4096;
+  return op;
+}
+
+struct Fixture {
+  Cluster cluster{toy_cluster(1, 2)};
+  std::vector<CalibrationProfile> profiles{ideal_profile()};
+  ComputeCostModel costs{cluster, profiles};
+  AnalyticalNetwork net{cluster, profiles};
+};
+
+}  // namespace
+
+TEST_CASE("a collective starts when the last member arrives") {
+  Fixture f;
+  SimulationSetup setup;
+  setup.comms.push_back(Communicator{"pair", {0, 1}, 2});
+  for (double flops : {1e12, 3e12}) {  // 10 ms and 30 ms of compute before the all-reduce
+    ProgramBuilder b("p");
+    const auto c = b.add_stream("compute");
+    const auto comm = b.add_stream("comm");
+    const auto slot = b.add_comm_slot("pair");
+    const TaskId t0 = b.compute(c, b.add_op(gemm(flops)), b.add_label("work"), 0, {});
+    const TaskId deps[] = {t0};
+    b.collective(comm, slot, CollectiveKind::AllReduce, CommClass::DP, 1000000000, b.add_label("ar"), 0, deps);
+    setup.programs.push_back(std::move(b).finish());
+  }
+  setup.ranks.push_back(RankProgram{"fast", 0, 0, {0}, true});
+  setup.ranks.push_back(RankProgram{"slow", 1, 1, {0}, true});
+  Executor ex(setup, f.cluster, f.costs, f.net);
+  const SimulationResult r = ex.run();
+  REQUIRE(r.completed);
+  // all-reduce of 1 GB between 2 GPUs over 100 GB/s: 2*1/2 * 1e9/1e11 = 10 ms, after 30 ms.
+  CHECK(r.makespan.to_seconds() == doctest::Approx(0.040));
+  // The fast rank waited 20 ms at the rendezvous: counted as idle, not as bubble.
+  const TimeBreakdown fast = breakdown(r.timelines[0].intervals, r.makespan);
+  CHECK(fast.compute_s == doctest::Approx(0.010));
+  CHECK(fast.idle_s == doctest::Approx(0.020));
+  CHECK(fast.exposed_comm_s[static_cast<int>(CommClass::DP)] == doctest::Approx(0.010));
+  CHECK(fast.bubble_s == doctest::Approx(0.0));
+}
+
+TEST_CASE("a wrong hand-made schedule is reported as a deadlock naming ranks and tasks") {
+  Fixture f;
+  SimulationSetup setup;
+  setup.comms.push_back(Communicator{"link 0<->1", {0, 1}, 2});
+  // Each rank first waits to receive, then would send: neither send is ever posted.
+  ProgramBuilder b("bad");
+  const auto c = b.add_stream("compute");
+  const auto io = b.add_stream("p2p");
+  const auto slot = b.add_comm_slot("peer");
+  const TaskId r = b.recv(io, slot, CommClass::PP, 1000, b.add_label("recv activations"), 0, {});
+  const TaskId d1[] = {r};
+  const TaskId w = b.compute(c, b.add_op(gemm(1e9)), b.add_label("forward"), 0, d1);
+  const TaskId d2[] = {w};
+  b.send(io, slot, CommClass::PP, 1000, b.add_label("send activations"), 0, d2);
+  setup.programs.push_back(std::move(b).finish());
+  setup.ranks.push_back(RankProgram{"stage 0", 0, 0, {0}, false});
+  setup.ranks.push_back(RankProgram{"stage 1", 0, 1, {0}, false});
+  Executor ex(setup, f.cluster, f.costs, f.net);
+  const SimulationResult res = ex.run();
+  CHECK_FALSE(res.completed);
+  CHECK(res.deadlocked_ranks == 2);
+  REQUIRE(res.deadlock.size() >= 2);
+  std::string all;
+  for (const auto& wt : res.deadlock) all += wt.rank + " | " + wt.task + " | " + wt.reason + "\n";
+  CHECK(all.find("stage 0") != std::string::npos);
+  CHECK(all.find("stage 1") != std::string::npos);
+  CHECK(all.find("recv activations") != std::string::npos);
+  CHECK(all.find("forward") != std::string::npos);
+}
+
+TEST_CASE("1F1B on a uniform toy model: bubble fraction = (pp-1)/(m+pp-1)") {
+  for (int m : {4, 8, 16}) {
+    CAPTURE(m);
+    TransformerSpec model;
+    model.name = "uniform";
+    model.layers = 8;
+    model.hidden = 1024;
+    model.heads = 16;
+    model.kv_heads = 16;
+    model.ffn_hidden = 4096;
+    model.vocab = 8;  // embedding and head negligible: every stage does the same work
+    model.rope = true;
+    model.rmsnorm = true;
+    ParallelSpec par;
+    par.pp = 4;
+    par.schedule = ScheduleKind::OneFOneB;
+    par.global_batch = m;
+    TrainingSpec train;
+    train.seq_len = 1024;
+    ClusterSpec spec = toy_cluster(1, 4);
+    spec.groups[0].node.scaleup_bandwidth = 1e18;      // activation transfers take no time
+    spec.groups[0].node.gpu.memory_bandwidth = 1e18;  // nor do memory-bound ops (optimizer step)
+    const Cluster cluster(spec);
+    const std::vector<CalibrationProfile> profiles{ideal_profile()};
+    const ComputeCostModel costs(cluster, profiles);
+    const AnalyticalNetwork net(cluster, profiles);
+    const TrainingPlan plan = plan_training(model, par, train, cluster, PlanOptions{});
+    Executor ex(plan.setup, cluster, costs, net);
+    const SimulationResult r = ex.run();
+    REQUIRE(r.completed);
+    const double expected = 3.0 / (m + 3.0);
+    for (int s = 0; s < par.pp; ++s) {
+      CAPTURE(s);
+      const TimeBreakdown b = breakdown(r.timelines[plan.recorded_rank_of_stage[s]].intervals, r.makespan);
+      const double bubble = 1.0 - b.compute_s / r.makespan.to_seconds();
+      CHECK(bubble == doctest::Approx(expected).epsilon(0.01));
+    }
+  }
+}

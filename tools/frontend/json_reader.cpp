@@ -72,12 +72,23 @@ std::size_t edit_distance(const std::string& a, const std::string& b) {
 }  // namespace
 
 std::string did_you_mean(const std::string& word, const std::vector<std::string>& candidates) {
+  // Smallest edit distance; ties go to the longer common prefix ("tpp" -> "tp", not "pp").
+  auto common_prefix = [&](const std::string& c) {
+    std::size_t i = 0;
+    while (i < word.size() && i < c.size() && std::tolower(static_cast<unsigned char>(word[i])) ==
+                                                   std::tolower(static_cast<unsigned char>(c[i]))) {
+      ++i;
+    }
+    return i;
+  };
   std::string best;
-  std::size_t best_d = std::max<std::size_t>(2, word.size() / 3) + 1;
+  std::size_t best_d = std::max<std::size_t>(2, word.size() / 3) + 1, best_prefix = 0;
   for (const auto& c : candidates) {
     const std::size_t d = edit_distance(word, c);
-    if (d < best_d) {
+    const std::size_t prefix = common_prefix(c);
+    if (d < best_d || (d == best_d && !best.empty() && prefix > best_prefix)) {
       best_d = d;
+      best_prefix = prefix;
       best = c;
     }
   }

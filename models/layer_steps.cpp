@@ -50,9 +50,11 @@ class StepList {
     op.bytes = bytes;
     return add_compute(std::move(op), model_flops, std::move(waits));
   }
-  int comm(const std::string& name, CollectiveKind kind, CommClass cls, double bytes, std::vector<int> waits = {}) {
+  int comm(const std::string& name, CollectiveKind kind, CommClass cls, double bytes, std::vector<int> waits = {},
+           bool overlap_previous = false) {
     Step s;
     s.is_comm = true;
+    s.overlap_previous = overlap_previous;
     s.pass = pass_;
     s.collective = kind;
     s.comm_class = cls;
@@ -113,16 +115,16 @@ Dims dims_of(const TransformerSpec& m, const ParallelSpec& p, const TrainingSpec
 }
 
 // Attention core forward (flash: one fused kernel; unfused: QK^T, softmax, dropout, AV).
-void attention_core_forward(StepList& L, const Dims& D, AttentionKind kind, int wait_kv) {
+void attention_core_forward(StepList& L, const Dims& D, AttentionKind kind, std::vector<int> waits) {
   const double model = 4 * D.b * D.s_local * D.s_full * D.a_t * D.d;  // QK^T and AV, full (non-causal) count
   if (kind == AttentionKind::Flash) {
     const double bytes = (D.tokens * (2 * D.a_t * D.d) + D.b * D.s_full * 2 * D.g_t * D.d) * kActBytes;
-    L.attention("attn.core", D.attn_dtype, model / 2, model, bytes, maybe(wait_kv));  // causal: half the tiles run
+    L.attention("attn.core", D.attn_dtype, model / 2, model, bytes, std::move(waits));  // causal: half the tiles run
     return;
   }
   const double heads = D.b * D.a_t;
   const double scores = heads * D.s_local * D.s_full;
-  L.gemm("attn.qk", D.attn_dtype, D.s_local, D.s_full, D.d, maybe(wait_kv), heads);
+  L.gemm("attn.qk", D.attn_dtype, D.s_local, D.s_full, D.d, std::move(waits), heads);
   L.memory("attn.softmax", scores * (2 + 2));
   L.memory("attn.dropout", scores * (2 + 2 + 1));
   L.gemm("attn.av", D.attn_dtype, D.s_local, D.d, D.s_full, {}, heads);
@@ -137,25 +139,35 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
   const double act = D.tokens * D.h * kActBytes;          // one hidden-state tensor, full tokens
   const double act_norm = D.tokens_norm * D.h * kActBytes;  // the same where SP shards it
   const double kv_bytes = D.b * D.s_full * 2 * D.g_t * D.d * kActBytes;  // gathered K and V
+  // TP communication overlap (Megatron/TE userbuffers): a collective runs alongside the
+  // GEMM next to it; the step after the GEMM waits for it instead of the GEMM.
+  const bool ov = p.tp_comm_overlap && D.tp_comm;
+  auto gate = [&](int c) { return ov ? std::vector<int>{} : maybe(c); };
+  auto after = [&](int c) { return ov ? maybe(c) : std::vector<int>{}; };
 
   // ---------------- forward of one layer ----------------
   {
     StepList L(&out.layer.forward, Pass::Forward);
     L.memory("norm1", act_norm * 2);
     const int ag1 = D.sp ? L.comm("tp.ag.attn", CollectiveKind::AllGather, CommClass::TP, act) : -1;
-    L.gemm("attn.qkv", D.gemm_dtype, D.tokens, (D.a_t + 2 * D.g_t) * D.d, D.h, maybe(ag1));
-    if (m.rope) L.memory("attn.rope", D.tokens * (D.a_t + D.g_t) * D.d * kActBytes * 2);
+    L.gemm("attn.qkv", D.gemm_dtype, D.tokens, (D.a_t + 2 * D.g_t) * D.d, D.h, gate(ag1));
+    std::vector<int> core_waits = after(ag1);
+    if (m.rope) {
+      L.memory("attn.rope", D.tokens * (D.a_t + D.g_t) * D.d * kActBytes * 2, core_waits);
+      core_waits.clear();
+    }
     const int kv = D.cp_comm ? L.comm("cp.ag.kv", CollectiveKind::AllGather, CommClass::CP, kv_bytes) : -1;
-    attention_core_forward(L, D, tr.attention, kv);
+    if (kv >= 0) core_waits.push_back(kv);
+    attention_core_forward(L, D, tr.attention, core_waits);
     L.gemm("attn.proj", D.gemm_dtype, D.tokens, D.h, D.a_t * D.d);
-    const int r1 = D.tp_comm ? L.comm("tp.attn.out", tp_out_kind, CommClass::TP, act) : -1;
+    const int r1 = D.tp_comm ? L.comm("tp.attn.out", tp_out_kind, CommClass::TP, act, {}, ov) : -1;
     L.memory("attn.residual", act_norm * 3, maybe(r1));
     L.memory("norm2", act_norm * 2);
     const int ag2 = D.sp ? L.comm("tp.ag.mlp", CollectiveKind::AllGather, CommClass::TP, act) : -1;
-    L.gemm("mlp.up", D.gemm_dtype, D.tokens, D.f_t * D.up_mult, D.h, maybe(ag2));
-    L.memory("mlp.act", D.tokens * D.f_t * kActBytes * (D.swiglu ? 3 : 2));
+    L.gemm("mlp.up", D.gemm_dtype, D.tokens, D.f_t * D.up_mult, D.h, gate(ag2));
+    L.memory("mlp.act", D.tokens * D.f_t * kActBytes * (D.swiglu ? 3 : 2), after(ag2));
     L.gemm("mlp.down", D.gemm_dtype, D.tokens, D.h, D.f_t);
-    const int r2 = D.tp_comm ? L.comm("tp.mlp.out", tp_out_kind, CommClass::TP, act) : -1;
+    const int r2 = D.tp_comm ? L.comm("tp.mlp.out", tp_out_kind, CommClass::TP, act, {}, ov) : -1;
     L.memory("mlp.residual", act_norm * 3, maybe(r2));
   }
 
@@ -166,9 +178,9 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     // MLP block, in reverse.
     L.memory("mlp.residual.bwd", act_norm * 2);
     const int g1 = D.sp ? L.comm("tp.ag.mlp.grad", CollectiveKind::AllGather, CommClass::TP, act) : -1;
-    L.gemm("mlp.down.dgrad", D.gemm_dtype, D.tokens, D.f_t, D.h, maybe(g1));
+    L.gemm("mlp.down.dgrad", D.gemm_dtype, D.tokens, D.f_t, D.h, gate(g1));
     L.set_pass(Pass::BackwardWeight);
-    L.gemm("mlp.down.wgrad", D.gemm_dtype, D.h, D.f_t, D.tokens);
+    L.gemm("mlp.down.wgrad", D.gemm_dtype, D.h, D.f_t, D.tokens, after(g1));
     L.set_pass(Pass::BackwardInput);
     L.memory("mlp.act.bwd", D.tokens * D.f_t * kActBytes * (D.swiglu ? 5 : 3));
     const int in2 = D.sp ? L.comm("tp.ag.mlp.input", CollectiveKind::AllGather, CommClass::TP, act) : -1;
@@ -181,9 +193,9 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     // Attention block, in reverse.
     L.memory("attn.residual.bwd", act_norm * 2);
     const int g2 = D.sp ? L.comm("tp.ag.attn.grad", CollectiveKind::AllGather, CommClass::TP, act) : -1;
-    L.gemm("attn.proj.dgrad", D.gemm_dtype, D.tokens, D.a_t * D.d, D.h, maybe(g2));
+    L.gemm("attn.proj.dgrad", D.gemm_dtype, D.tokens, D.a_t * D.d, D.h, gate(g2));
     L.set_pass(Pass::BackwardWeight);
-    L.gemm("attn.proj.wgrad", D.gemm_dtype, D.h, D.a_t * D.d, D.tokens);
+    L.gemm("attn.proj.wgrad", D.gemm_dtype, D.h, D.a_t * D.d, D.tokens, after(g2));
     L.set_pass(Pass::BackwardInput);
     const double model_core = 4 * D.b * D.s_local * D.s_full * D.a_t * D.d;
     if (tr.attention == AttentionKind::Flash) {
@@ -216,7 +228,7 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     out.layer.recompute = out.layer.forward;
   } else if (p.recompute == Recompute::Selective && tr.attention == AttentionKind::Unfused) {
     StepList L(&out.layer.recompute, Pass::Forward);
-    attention_core_forward(L, D, tr.attention, -1);
+    attention_core_forward(L, D, tr.attention, {});
   }
 
   // ---------------- embedding (first stage) ----------------

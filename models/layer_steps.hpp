@@ -25,6 +25,7 @@ struct Step {
   std::string name;
   double model_flops = 0;       // FLOPs by the Megatron-LM counting convention
   std::vector<int> waits;       // indices of earlier comm steps whose result this step needs
+  bool overlap_previous = false;  // comm: start with the compute step before it (overlapped TP comm)
 };
 
 struct LayerSteps {

@@ -28,7 +28,7 @@ double layer_activation_bytes(const TransformerSpec& m, const ParallelSpec& p, c
 MemoryBreakdown stage_memory(const TransformerSpec& m, const ParallelSpec& p, const TrainingSpec& tr, int stage) {
   MemoryBreakdown mem;
   const int chunks = p.vpp;
-  const int layers_per_chunk = m.layers / (p.pp * chunks);
+  const int layers_per_chunk = p.chunk_layers(stage, m.layers);
   const bool first = stage == 0, last = stage == p.pp - 1;
   double params = static_cast<double>(layers_per_chunk) * chunks * m.params_per_layer() / p.tp;
   if (first) params += m.embedding_params() / p.tp;

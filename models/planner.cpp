@@ -44,7 +44,7 @@ class StageProgramBuilder {
     s_.recv_prev = b_.add_stream("pp.recv.prev");
     s_.recv_next = b_.add_stream("pp.recv.next");
     for (const char* name : {"tp", "cp", "dp", "pp.next", "pp.prev"}) b_.add_comm_slot(name);
-    layers_per_chunk_ = model.layers / (par.pp * par.vpp);
+    layers_per_chunk_ = par.chunk_layers(stage, model.layers);
     dp_group_ = par.dp * par.cp;
     const double bucket_elems = par.dp_bucket_bytes > 0 ? par.dp_bucket_bytes / train.grad_reduce_bytes
                                                         : default_bucket_elements(dp_group_);
@@ -84,7 +84,7 @@ class StageProgramBuilder {
   int vstage(int chunk) const { return chunk * par_.pp + stage_; }
   bool first_vstage(int chunk) const { return vstage(chunk) == 0; }
   bool last_vstage(int chunk) const { return vstage(chunk) == par_.pp * par_.vpp - 1; }
-  int first_layer(int chunk) const { return vstage(chunk) * layers_per_chunk_; }
+  int first_layer(int chunk) const { return par_.first_layer(stage_, chunk, model_.layers); }
 
   std::uint32_t label(const std::string& text) {
     auto it = labels_.find(text);
@@ -108,6 +108,7 @@ class StageProgramBuilder {
               bool recomputed, TaskId* first_compute = nullptr) {
     std::vector<TaskId> ids(steps.size());
     TaskId last_compute = entry.empty() ? kNone : entry.back();
+    TaskId before_last = last_compute;
     bool first = true;
     for (std::size_t j = 0; j < steps.size(); ++j) {
       const Step& s = steps[j];
@@ -116,11 +117,13 @@ class StageProgramBuilder {
       for (int w : s.waits) deps.push_back(ids[w]);
       const std::uint32_t lbl = label(prefix + s.name);
       if (s.is_comm) {
-        if (last_compute != kNone) deps.push_back(last_compute);
+        const TaskId after = s.overlap_previous ? before_last : last_compute;
+        if (after != kNone) deps.push_back(after);
         ids[j] = b_.collective(comm_stream(s.comm_class), comm_slot(s.comm_class), s.collective, s.comm_class,
                                static_cast<std::uint64_t>(s.bytes), lbl, mb, dedupe(deps));
       } else {
         ids[j] = b_.compute(s_.compute, op_id(s), lbl, mb, dedupe(deps));
+        before_last = last_compute;
         last_compute = ids[j];
         hw_flops_ += s.model_flops;
         if (!recomputed) model_flops_ += s.model_flops;

@@ -2,6 +2,7 @@
 // What is trained and how: the transformer's dimensions, the parallel
 // strategy and the training settings. Filled from validated scenario JSON.
 #include <string>
+#include <vector>
 
 #include "topologies/hardware.hpp"
 
@@ -50,9 +51,14 @@ struct ParallelSpec {
   int zero = 0;                     // ZeRO stage 0..3 (3 = FSDP)
   Recompute recompute = Recompute::None;
   bool dp_overlap = true;           // overlap gradient reduction with the last backward
+  bool tp_comm_overlap = false;     // overlap TP collectives with the adjacent GEMMs (userbuffers)
   double dp_bucket_bytes = 0;       // gradient bucket size (0 = Megatron default: max(40M, 1M*dp) params)
+  std::vector<int> stage_layers;    // transformer layers per pipeline stage (empty = even split; vpp must be 1)
 
   int gpus() const { return tp * pp * dp * cp; }
+  // Layers of one virtual chunk on pipeline rank `stage`, and the first of them.
+  int chunk_layers(int stage, int model_layers) const;
+  int first_layer(int stage, int chunk, int model_layers) const;
   int micro_batches() const { return global_batch / (micro_batch * dp); }
 };
 

@@ -9,6 +9,7 @@
 #include "tools/frontend/catalog.hpp"
 #include "tools/frontend/job.hpp"
 #include "tools/frontend/scenario.hpp"
+#include "tools/frontend/validate.hpp"
 
 namespace trainsim {
 
@@ -79,6 +80,15 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   check->add_option("scenario", check_path, "Scenario JSON file")->required();
   check->add_option("--set", sets, "Override a scenario key")->allow_extra_args(false);
 
+  std::vector<std::string> validate_paths;
+  double max_mape = -1;
+  bool validate_json = false;
+  auto* validate_cmd = app.add_subcommand("validate", "Compare predictions with published measurements (MAPE)");
+  validate_cmd->add_option("paths", validate_paths, "Validation scenario files or directories (default: the shipped set)");
+  validate_cmd->add_option("--max-mape", max_mape, "Exit 1 when the overall MAPE (percent) exceeds this")
+      ->check(CLI::Range(0.0, 1000.0));
+  validate_cmd->add_flag("--json", validate_json, "Print the report as JSON");
+
   std::string what;
   auto* catalog_cmd = app.add_subcommand("catalog", "List the shipped presets");
   catalog_cmd->add_option("what", what, "gpus | models | topologies")
@@ -105,6 +115,27 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
     if (catalog_cmd->parsed()) {
       print_catalog(catalog, what, out);
       return kOk;
+    }
+    if (validate_cmd->parsed()) {
+      const auto texts = validate_paths.empty() ? builtin_validation_scenarios() : collect_scenarios(validate_paths);
+      if (texts.empty()) {
+        err << "error: no validation scenarios given and none shipped\n";
+        return kBadInput;
+      }
+      const ValidationReport rep = validate(texts, catalog);
+      out << (validate_json ? to_json(rep).dump(2) + "\n" : validation_table(rep));
+      int code = kOk;
+      for (const auto& c : rep.cases) {
+        if (!c.feasible) {
+          err << "infeasible: " << c.id << ": " << c.problem << "\n";
+          code = kInfeasible;
+        }
+      }
+      if (max_mape >= 0 && rep.mape_pct > max_mape) {
+        err << "validation failed: MAPE " << fmt("%.2f", rep.mape_pct) << "% exceeds --max-mape " << max_mape << "%\n";
+        code = kInfeasible;
+      }
+      return code;
     }
     if (check->parsed()) {
       const Scenario s = load(check_path, sets, catalog);

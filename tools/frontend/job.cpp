@@ -67,7 +67,7 @@ JobReport simulate(const Scenario& s) {
   for (int st = 0; st < s.parallel.pp; ++st) {
     StageReport sr;
     sr.stage = st;
-    sr.layers = s.model.layers / s.parallel.pp;
+    sr.layers = s.parallel.chunk_layers(st, s.model.layers) * s.parallel.vpp;
     const int rank = plan.recorded_rank_of_stage[st];
     for (const auto& tl : res.timelines) {
       if (static_cast<int>(tl.rank) == rank) sr.time = breakdown(tl.intervals, res.makespan);

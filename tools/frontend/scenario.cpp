@@ -217,7 +217,17 @@ ParallelSpec read_parallel(ObjectReader& top) {
   const std::string rc = r.choice("recompute", "none", {"none", "selective", "full"});
   p.recompute = rc == "full" ? Recompute::Full : rc == "selective" ? Recompute::Selective : Recompute::None;
   p.dp_overlap = r.boolean("dp_overlap", true);
+  p.tp_comm_overlap = r.boolean("tp_comm_overlap", false);
   p.dp_bucket_bytes = r.quantity("dp_bucket", Quantity::Bytes, 0, 1e3, 1e13);
+  if (const nlohmann::json* sl = r.raw("stage_layers")) {
+    bool ok = sl->is_array() && !sl->empty();
+    for (const auto& x : *sl) ok = ok && x.is_number_integer() && x.get<int>() >= 0;
+    if (ok) {
+      p.stage_layers = sl->get<std::vector<int>>();
+    } else {
+      r.error("stage_layers", "expected an array of non-negative layer counts, one per pipeline stage");
+    }
+  }
   if (p.schedule == ScheduleKind::Interleaved1F1B && p.vpp < 2) {
     r.error("vpp", "the interleaved-1f1b schedule needs vpp >= 2 virtual stages, found " + std::to_string(p.vpp));
   }
@@ -246,7 +256,7 @@ TrainingSpec read_training(ObjectReader& top, const TransformerSpec& model) {
   t.optimizer = r.choice("optimizer", "adam", {"adam", "sgd"});
   t.attention = r.choice("attention", "flash", {"flash", "unfused"}) == "flash" ? AttentionKind::Flash
                                                                                : AttentionKind::Unfused;
-  t.grad_reduce_bytes = r.choice("grad_reduce", "fp32", {"fp32", "bf16"}) == "fp32" ? 4 : 2;
+  t.grad_reduce_bytes = r.choice("grad_reduce", "fp32", {"fp32", "bf16", "fp16"}) == "fp32" ? 4 : 2;
   r.finish();
   return t;
 }
@@ -260,6 +270,7 @@ std::optional<Expected> read_expected(ObjectReader& top) {
   e.metric = r.choice("metric", "", {"iteration_time_s", "tokens_per_s", "tflops_per_gpu", "mfu"}, true);
   e.value = r.number("value", 0, 1e-12, 1e18, true);
   e.source = r.string("source", "", true);
+  e.group = r.string("group", "");
   r.finish();
   return e;
 }
@@ -339,7 +350,15 @@ void check_consistency(Scenario& s, Diagnostics& d) {
   if (m.ffn_hidden % p.tp != 0) {
     d.error("/parallel/tp", "expected a divisor of ffn_hidden " + str(m.ffn_hidden) + ", found " + str(p.tp));
   }
-  if (m.layers % (p.pp * p.vpp) != 0) {
+  if (!p.stage_layers.empty()) {
+    int sum = 0;
+    for (int l : p.stage_layers) sum += l;
+    if (static_cast<int>(p.stage_layers.size()) != p.pp || sum != m.layers || p.vpp != 1) {
+      d.error("/parallel/stage_layers", "expected pp = " + str(p.pp) + " entries summing to the model's " +
+                                            str(m.layers) + " layers (and vpp = 1), found " +
+                                            str(p.stage_layers.size()) + " entries summing to " + str(sum));
+    }
+  } else if (m.layers % (p.pp * p.vpp) != 0) {
     d.error("/parallel/pp", "the model's " + str(m.layers) + " layers must divide evenly into pp*vpp = " +
                                 str(p.pp) + "*" + str(p.vpp) + " = " + str(p.pp * p.vpp) + " stages");
   }
@@ -384,7 +403,7 @@ Scenario load_scenario_text(const std::string& text, const std::string& file, co
   if (!top.valid()) diags.throw_if_errors();
   s.name = top.string("name", std::filesystem::path(file).stem().string());
   s.description = top.string("description", "");
-  top.raw("id");  // validation scenarios carry the published run's id
+  s.id = top.string("id", "");
   s.model = read_scenario_model(top, catalog);
   s.cluster = read_cluster(top, catalog);
   s.parallel = read_parallel(top);

@@ -15,11 +15,13 @@ namespace trainsim {
 struct Expected {
   std::string metric;  // a result field, e.g. "iteration_time_s"
   double value = 0;
-  std::string source;
+  std::string source;  // the publication and table the value comes from
+  std::string group;   // the published table it belongs to, e.g. "megatron2021_t1" (for per-source MAPE)
 };
 
 struct Scenario {
   std::string file;  // where it came from (for messages)
+  std::string id;    // validation scenarios: the published run's id
   std::string name;
   std::string description;
   TransformerSpec model;
@@ -37,5 +39,7 @@ Scenario load_scenario_text(const std::string& text, const std::string& file, co
 
 // The scenario `trainsim run` uses without an argument (embedded in the binary).
 const EmbeddedFile& default_scenario_file();
+// scenarios/validation/*.json, embedded so `trainsim validate` works from any directory.
+std::span<const EmbeddedFile> validation_scenario_files();
 
 }  // namespace trainsim

@@ -1,0 +1,135 @@
+#include "tools/frontend/validate.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "tools/frontend/job.hpp"
+#include "tools/frontend/scenario.hpp"
+
+namespace trainsim {
+
+namespace fs = std::filesystem;
+
+std::vector<ScenarioText> collect_scenarios(const std::vector<std::string>& paths) {
+  std::vector<ScenarioText> out;
+  auto read = [&](const fs::path& p) {
+    std::ifstream in(p);
+    if (!in) throw InputError({Diagnostic{p.string(), "", "cannot open the scenario file"}});
+    std::stringstream ss;
+    ss << in.rdbuf();
+    out.push_back(ScenarioText{p.string(), ss.str(), p.parent_path().string()});
+  };
+  for (const auto& path : paths) {
+    std::error_code ec;
+    if (fs::is_directory(path, ec)) {
+      std::vector<fs::path> files;
+      for (const auto& e : fs::directory_iterator(path)) {
+        if (e.path().extension() == ".json") files.push_back(e.path());
+      }
+      std::sort(files.begin(), files.end());
+      if (files.empty()) throw InputError({Diagnostic{path, "", "the directory holds no *.json scenario"}});
+      for (const auto& f : files) read(f);
+    } else {
+      read(path);
+    }
+  }
+  return out;
+}
+
+std::vector<ScenarioText> builtin_validation_scenarios() {
+  std::vector<ScenarioText> out;
+  for (const auto& f : validation_scenario_files()) out.push_back(ScenarioText{std::string(f.path), std::string(f.text), ""});
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.file < b.file; });
+  return out;
+}
+
+ValidationReport validate(const std::vector<ScenarioText>& scenarios, const Catalog& catalog) {
+  ValidationReport rep;
+  std::vector<Diagnostic> problems;
+  std::vector<Scenario> loaded;
+  for (const auto& st : scenarios) {
+    try {
+      Scenario s = load_scenario_text(st.text, st.file, st.base_dir, {}, catalog);
+      if (!s.expected) {
+        problems.push_back(Diagnostic{st.file, "/expected", "a validation scenario needs expected {metric, value, source}"});
+        continue;
+      }
+      loaded.push_back(std::move(s));
+    } catch (const InputError& e) {
+      problems.insert(problems.end(), e.diagnostics().begin(), e.diagnostics().end());
+    }
+  }
+  if (!problems.empty()) throw InputError(problems);
+  std::map<std::string, std::pair<double, int>> groups;
+  double sum = 0;
+  for (const Scenario& s : loaded) {
+    const JobReport jr = simulate(s);
+    ValidationCase c;
+    c.id = s.id.empty() ? s.name : s.id;
+    c.source = s.expected->source;
+    c.group = s.expected->group.empty() ? c.id : s.expected->group;
+    c.metric = s.expected->metric;
+    c.measured = s.expected->value;
+    c.predicted = metric_value(jr, c.metric);
+    c.error_pct = 100.0 * (c.predicted - c.measured) / c.measured;
+    c.feasible = jr.feasible;
+    if (!jr.feasible && !jr.problems.empty()) c.problem = jr.problems.front();
+    const double a = std::fabs(c.error_pct);
+    sum += a;
+    groups[c.group].first += a;
+    groups[c.group].second += 1;
+    if (a >= rep.max_error_pct) {
+      rep.max_error_pct = a;
+      rep.max_error_id = c.id;
+    }
+    rep.cases.push_back(std::move(c));
+  }
+  if (!rep.cases.empty()) rep.mape_pct = sum / static_cast<double>(rep.cases.size());
+  for (const auto& [g, v] : groups) rep.mape_by_group.emplace_back(g, v.first / v.second);
+  return rep;
+}
+
+std::string validation_table(const ValidationReport& r) {
+  std::string out;
+  char line[512];
+  std::snprintf(line, sizeof line, "%-52s %-16s %12s %12s %8s\n", "id", "metric", "measured", "predicted", "error");
+  out += line;
+  for (const auto& c : r.cases) {
+    std::snprintf(line, sizeof line, "%-52s %-16s %12.4g %12.4g %+7.1f%%%s\n", c.id.c_str(), c.metric.c_str(),
+                  c.measured, c.predicted, c.error_pct, c.feasible ? "" : "  INFEASIBLE");
+    out += line;
+  }
+  out += "\nMAPE by source:\n";
+  for (const auto& [g, m] : r.mape_by_group) {
+    std::snprintf(line, sizeof line, "  %-40s %6.1f%%\n", g.c_str(), m);
+    out += line;
+  }
+  std::snprintf(line, sizeof line, "\noverall MAPE %.1f%% over %zu cases; max |error| %.1f%% (%s)\n", r.mape_pct,
+                r.cases.size(), r.max_error_pct, r.max_error_id.c_str());
+  out += line;
+  return out;
+}
+
+nlohmann::json to_json(const ValidationReport& r) {
+  nlohmann::json cases = nlohmann::json::array();
+  for (const auto& c : r.cases) {
+    cases.push_back({{"id", c.id},
+                     {"source", c.source},
+                     {"group", c.group},
+                     {"metric", c.metric},
+                     {"measured", c.measured},
+                     {"predicted", c.predicted},
+                     {"error_pct", c.error_pct},
+                     {"feasible", c.feasible}});
+  }
+  nlohmann::json groups = nlohmann::json::object();
+  for (const auto& [g, m] : r.mape_by_group) groups[g] = m;
+  return {{"cases", cases}, {"mape_pct", r.mape_pct}, {"max_error_pct", r.max_error_pct}, {"mape_by_group_pct", groups}};
+}
+
+}  // namespace trainsim

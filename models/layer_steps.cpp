@@ -26,9 +26,17 @@ class StepList {
     op.n = static_cast<std::int64_t>(n);
     op.k = static_cast<std::int64_t>(k);
     op.flops = 2 * m * n * k * count;
-    const double elem = dtype == Dtype::FP8 ? 1.0 : kActBytes;
-    op.bytes = (m * k + k * n + m * n) * elem * count;
+    const double in_elem = dtype == Dtype::FP8 ? 1.0 : kActBytes;
+    op.bytes = ((m * k + k * n) * in_elem + m * n * kActBytes) * count;  // output stays 16-bit
     const double flops = op.flops;
+    const bool wgrad = name.size() > 6 && name.compare(name.size() - 6, 6, ".wgrad") == 0;
+    if (dtype == Dtype::FP8 && !wgrad) {
+      // Transformer Engine casts the 16-bit input (activation, or output gradient for
+      // dgrad) to FP8 and keeps a transposed copy for the weight-gradient GEMM:
+      // read 2 B, write 1 B + 1 B per element. Weights are cast once per step (cached).
+      memory(name + ".fp8cast", m * k * count * (kActBytes + 2), std::move(waits));
+      waits = {};
+    }
     return add_compute(std::move(op), flops, std::move(waits));
   }
   int memory(const std::string& name, double bytes, std::vector<int> waits = {}, int kernels = 1) {
@@ -87,6 +95,7 @@ struct Dims {
   int cp;
   bool sp, tp_comm, cp_comm, swiglu;
   Dtype gemm_dtype;
+  bool dropout;
   Dtype attn_dtype;  // attention and memory-bound work: FP8 recipes keep these in BF16
 };
 
@@ -110,6 +119,7 @@ Dims dims_of(const TransformerSpec& m, const ParallelSpec& p, const TrainingSpec
   d.tp_comm = p.tp > 1;
   d.cp_comm = p.cp > 1;
   d.gemm_dtype = tr.precision;
+  d.dropout = tr.dropout;
   d.attn_dtype = tr.precision == Dtype::FP8 ? Dtype::BF16 : tr.precision;
   return d;
 }
@@ -126,7 +136,7 @@ void attention_core_forward(StepList& L, const Dims& D, AttentionKind kind, std:
   const double scores = heads * D.s_local * D.s_full;
   L.gemm("attn.qk", D.attn_dtype, D.s_local, D.s_full, D.d, std::move(waits), heads);
   L.memory("attn.softmax", scores * (2 + 2));
-  L.memory("attn.dropout", scores * (2 + 2 + 1));
+  if (D.dropout) L.memory("attn.dropout", scores * (2 + 2 + 1));
   L.gemm("attn.av", D.attn_dtype, D.s_local, D.d, D.s_full, {}, heads);
 }
 
@@ -161,14 +171,14 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     attention_core_forward(L, D, tr.attention, core_waits);
     L.gemm("attn.proj", D.gemm_dtype, D.tokens, D.h, D.a_t * D.d);
     const int r1 = D.tp_comm ? L.comm("tp.attn.out", tp_out_kind, CommClass::TP, act, {}, ov) : -1;
-    L.memory("attn.residual", act_norm * 3, maybe(r1));
+    L.memory("attn.residual", act_norm * (D.dropout ? 3.5 : 3), maybe(r1));  // bias-dropout-add (+ mask)
     L.memory("norm2", act_norm * 2);
     const int ag2 = D.sp ? L.comm("tp.ag.mlp", CollectiveKind::AllGather, CommClass::TP, act) : -1;
     L.gemm("mlp.up", D.gemm_dtype, D.tokens, D.f_t * D.up_mult, D.h, gate(ag2));
     L.memory("mlp.act", D.tokens * D.f_t * kActBytes * (D.swiglu ? 3 : 2), after(ag2));
     L.gemm("mlp.down", D.gemm_dtype, D.tokens, D.h, D.f_t);
     const int r2 = D.tp_comm ? L.comm("tp.mlp.out", tp_out_kind, CommClass::TP, act, {}, ov) : -1;
-    L.memory("mlp.residual", act_norm * 3, maybe(r2));
+    L.memory("mlp.residual", act_norm * (D.dropout ? 3.5 : 3), maybe(r2));
   }
 
   // ---------------- backward of one layer ----------------
@@ -189,7 +199,7 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     L.set_pass(Pass::BackwardWeight);
     L.gemm("mlp.up.wgrad", D.gemm_dtype, D.h, D.f_t * D.up_mult, D.tokens, maybe(in2));
     L.set_pass(Pass::BackwardInput);
-    L.memory("norm2.bwd", act_norm * 3, maybe(rs2));
+    L.memory("norm2.bwd", act_norm * 4, maybe(rs2));
     // Attention block, in reverse.
     L.memory("attn.residual.bwd", act_norm * 2);
     const int g2 = D.sp ? L.comm("tp.ag.attn.grad", CollectiveKind::AllGather, CommClass::TP, act) : -1;
@@ -207,7 +217,7 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
       const double scores = heads * D.s_local * D.s_full;
       L.gemm("attn.av.dgrad", D.attn_dtype, D.s_local, D.s_full, D.d, {}, heads);
       L.gemm("attn.av.wgrad", D.attn_dtype, D.s_full, D.d, D.s_local, {}, heads);
-      L.memory("attn.dropout.bwd", scores * (2 + 1 + 2));
+      if (D.dropout) L.memory("attn.dropout.bwd", scores * (2 + 1 + 2));
       L.memory("attn.softmax.bwd", scores * (2 + 2 + 2));
       L.gemm("attn.qk.dgrad", D.attn_dtype, D.s_local, D.d, D.s_full, {}, heads);
       L.gemm("attn.qk.wgrad", D.attn_dtype, D.s_full, D.d, D.s_local, {}, heads);
@@ -220,7 +230,7 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     L.set_pass(Pass::BackwardWeight);
     L.gemm("attn.qkv.wgrad", D.gemm_dtype, D.h, (D.a_t + 2 * D.g_t) * D.d, D.tokens, maybe(in1));
     L.set_pass(Pass::BackwardInput);
-    L.memory("norm1.bwd", act_norm * 3, maybe(rs1));
+    L.memory("norm1.bwd", act_norm * 4, maybe(rs1));
   }
 
   // ---------------- recomputation before backward ----------------
@@ -253,7 +263,7 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     B.set_pass(Pass::BackwardWeight);
     B.gemm("head.wgrad", D.gemm_dtype, D.h, v_t, D.tokens);
     B.set_pass(Pass::BackwardInput);
-    B.memory("final.norm.bwd", act_norm * 3, maybe(rs));
+    B.memory("final.norm.bwd", act_norm * 4, maybe(rs));
   }
 
   out.layer_grad_elements = m.params_per_layer() / p.tp;

@@ -13,15 +13,20 @@ double layer_activation_bytes(const TransformerSpec& m, const ParallelSpec& p, c
   if (p.recompute == Recompute::Full) return 2 * sbh / (sp ? t : 1.0);  // only the layer input
   const double h = m.hidden, a = m.heads, g = m.kv_heads, f = m.ffn_hidden;
   const double up = m.mlp == MlpKind::SwiGlu ? 2 : 1;
-  // Per sbh, in bytes (16-bit tensors = 2, dropout masks = 1). Korthikanti et al. 2022 §4.1:
-  // replicated across TP unless SP: norm inputs, QKV / MLP inputs, dropout masks.
-  const double replicated = (2 + 2 + 1) + (2 + 2 + 1);
-  // Sharded across TP: Q, K, V, attention output; MLP up outputs and activation output.
-  const double sharded = (2 + 4 * g / a + 2) + (2 * f * up / h + 2 * f / h);
+  // Per sbh, in bytes (16-bit tensors = 2, dropout masks = 1). Korthikanti et al. 2022 §4.1.
+  // GEMM inputs kept for the weight gradient are FP8 (1 byte) under FP8 training
+  // (Transformer Engine saves the cast copy).
+  const double lin = tr.precision == Dtype::FP8 ? 1 : 2;
+  const double mask = tr.dropout ? 1 : 0;
+  // Replicated across TP unless SP: norm inputs, QKV / MLP inputs, dropout masks.
+  const double replicated = (2 + lin + mask) + (2 + lin + mask);
+  // Sharded across TP: Q, K, V, attention output (the projection's input); MLP up
+  // outputs (activation input) and activation output (the down projection's input).
+  const double sharded = (2 + 4 * g / a + lin) + (2 * f * up / h + lin * f / h);
   // Attention scores (softmax output, dropout mask and output): 5 a s / h, unless
   // fused attention or selective recomputation avoids storing them.
   const bool scores_kept = tr.attention == AttentionKind::Unfused && p.recompute == Recompute::None;
-  const double scores = scores_kept ? 5 * a * (static_cast<double>(tr.seq_len) / p.cp) / h : 0.0;
+  const double scores = scores_kept ? (4 + mask) * a * (static_cast<double>(tr.seq_len) / p.cp) / h : 0.0;
   return sbh * ((sp ? replicated / t : replicated) + (sharded + scores) / t);
 }
 

@@ -70,6 +70,7 @@ struct TrainingSpec {
   std::string optimizer = "adam";  // adam | sgd
   AttentionKind attention = AttentionKind::Flash;
   int grad_reduce_bytes = 4;       // bytes per gradient element in DP reduction (Megatron-LM default: fp32)
+  bool dropout = true;             // hidden/attention dropout (kernels and masks); off in Llama-style recipes
 };
 
 }  // namespace trainsim

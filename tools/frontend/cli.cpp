@@ -73,6 +73,8 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   run->add_option("--fidelity", fidelity, "Network fidelity")->check(CLI::IsMember({"analytical", "flow"}));
   run->add_flag("--json", json, "Print the result as JSON");
   run->add_option("--out", out_path, "Also write the JSON result to this file");
+  bool kernels = false;
+  run->add_flag("--kernels", kernels, "Also print per-kernel compute time of every pipeline stage");
   run->add_option("--set", sets, "Override a scenario key, e.g. --set parallel.tp=4")->allow_extra_args(false);
 
   std::string check_path;
@@ -163,6 +165,9 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
       out << j.dump(2) << "\n";
     } else {
       out << summary_text(rep);
+      if (kernels) {
+        for (int st = 0; st < s.parallel.pp; ++st) out << kernel_table(s, st);
+      }
     }
     if (!rep.feasible) {
       for (const auto& p : rep.problems) err << "infeasible: " << p << "\n";

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <map>
 
 #include "models/planner.hpp"
 #include "sim/cost_model.hpp"
@@ -95,6 +96,53 @@ JobReport simulate(const Scenario& s) {
   }
   rep.wall_time_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return rep;
+}
+
+std::string kernel_table(const Scenario& s, int stage) {
+  const Cluster cluster(s.cluster);
+  std::vector<CalibrationProfile> profiles(cluster.num_gpu_types());
+  for (int t = 0; t < cluster.num_gpu_types(); ++t) {
+    for (const auto& p : s.profiles) {
+      if (p.gpu == cluster.gpu_type(t).name) profiles[t] = p;
+    }
+  }
+  const ComputeCostModel costs(cluster, profiles);
+  const TrainingPlan plan = plan_training(s.model, s.parallel, s.training, cluster, PlanOptions{});
+  const ProgramTemplate& prog = plan.setup.programs.at(static_cast<std::size_t>(stage));
+  const int type = cluster.gpu_type_of(plan.setup.ranks[plan.recorded_rank_of_stage[stage]].gpu);
+  const GpuSpec& gpu = cluster.gpu_type(type);
+  struct Row {
+    double seconds = 0, flops = 0, bytes = 0;
+    int count = 0;
+  };
+  std::map<std::string, Row> rows;
+  double total = 0;
+  for (const Task& t : prog.tasks) {
+    if (t.kind != TaskKind::Compute) continue;
+    const ComputeOp& op = prog.ops[t.ref];
+    const std::string phase = prog.labels[t.label].substr(0, 1);
+    Row& r = rows[(phase == "R" ? "R " : "") + op.name];
+    const double sec = costs.duration(op, type).to_seconds();
+    r.seconds += sec;
+    r.flops += op.flops;
+    r.bytes += op.bytes;
+    r.count += 1;
+    total += sec;
+  }
+  std::vector<std::pair<std::string, Row>> sorted(rows.begin(), rows.end());
+  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
+  std::string out = "kernels of stage " + std::to_string(stage) + " (" + gpu.name + "), compute total " +
+                    fmt("%.3f", total) + " s\n";
+  char line[256];
+  std::snprintf(line, sizeof line, "  %-28s %8s %9s %7s %10s %10s\n", "op", "count", "time s", "share", "TFLOP/s",
+                "GB/s");
+  out += line;
+  for (const auto& [name, r] : sorted) {
+    std::snprintf(line, sizeof line, "  %-28s %8d %9.4f %6.1f%% %10.1f %10.1f\n", name.c_str(), r.count, r.seconds,
+                  100 * r.seconds / total, r.flops / r.seconds / 1e12, r.bytes / r.seconds / 1e9);
+    out += line;
+  }
+  return out;
 }
 
 namespace {

@@ -41,6 +41,10 @@ struct JobReport {
 
 JobReport simulate(const Scenario& scenario);
 
+// Per-kernel time of one pipeline stage's iteration (compute tasks only), the
+// largest first: where the compute time goes and at what efficiency.
+std::string kernel_table(const Scenario& scenario, int stage);
+
 nlohmann::json to_json(const JobReport& r);
 std::string summary_text(const JobReport& r);
 // The value of a result field by name (for validation and sweeps).

@@ -257,6 +257,7 @@ TrainingSpec read_training(ObjectReader& top, const TransformerSpec& model) {
   t.attention = r.choice("attention", "flash", {"flash", "unfused"}) == "flash" ? AttentionKind::Flash
                                                                                : AttentionKind::Unfused;
   t.grad_reduce_bytes = r.choice("grad_reduce", "fp32", {"fp32", "bf16", "fp16"}) == "fp32" ? 4 : 2;
+  t.dropout = r.boolean("dropout", true);
   r.finish();
   return t;
 }

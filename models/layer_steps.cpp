@@ -146,8 +146,8 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
   const Dims D = dims_of(m, p, tr);
   ModelSteps out;
   const auto tp_out_kind = D.sp ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce;
-  const double act = D.tokens * D.h * kActBytes;          // one hidden-state tensor, full tokens
-  const double act_norm = D.tokens_norm * D.h * kActBytes;  // the same where SP shards it
+  const double act = D.tokens * D.h * kActBytes;                         // one hidden-state tensor, full tokens
+  const double act_norm = D.tokens_norm * D.h * kActBytes;               // the same where SP shards it
   const double kv_bytes = D.b * D.s_full * 2 * D.g_t * D.d * kActBytes;  // gathered K and V
   // TP communication overlap (Megatron/TE userbuffers): a collective runs alongside the
   // GEMM next to it; the step after the GEMM waits for it instead of the GEMM.
@@ -259,7 +259,9 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     StepList B(&out.head_backward, Pass::BackwardInput);
     B.memory("loss.xent.bwd", D.tokens * v_t * (4 + kActBytes));
     B.gemm("head.dgrad", D.gemm_dtype, D.tokens, D.h, v_t);
-    const int rs = D.tp_comm ? B.comm("tp.head.grad", D.sp ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce, CommClass::TP, act) : -1;
+    const int rs = D.tp_comm ? B.comm("tp.head.grad", D.sp ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce,
+                                      CommClass::TP, act)
+                             : -1;
     B.set_pass(Pass::BackwardWeight);
     B.gemm("head.wgrad", D.gemm_dtype, D.h, v_t, D.tokens);
     B.set_pass(Pass::BackwardInput);

@@ -21,24 +21,24 @@ struct Step {
   ComputeOp op;                 // when !is_comm
   CollectiveKind collective{};  // when is_comm
   CommClass comm_class = CommClass::TP;
-  double bytes = 0;             // collective buffer bytes
+  double bytes = 0;  // collective buffer bytes
   std::string name;
-  double model_flops = 0;       // FLOPs by the Megatron-LM counting convention
-  std::vector<int> waits;       // indices of earlier comm steps whose result this step needs
+  double model_flops = 0;         // FLOPs by the Megatron-LM counting convention
+  std::vector<int> waits;         // indices of earlier comm steps whose result this step needs
   bool overlap_previous = false;  // comm: start with the compute step before it (overlapped TP comm)
 };
 
 struct LayerSteps {
-  std::vector<Step> forward;   // one layer's forward
-  std::vector<Step> backward;  // one layer's backward (B and W steps interleaved in issue order)
-  std::vector<Step> recompute; // re-run before backward (full: the forward; selective: attention core)
+  std::vector<Step> forward;    // one layer's forward
+  std::vector<Step> backward;   // one layer's backward (B and W steps interleaved in issue order)
+  std::vector<Step> recompute;  // re-run before backward (full: the forward; selective: attention core)
 };
 
 struct ModelSteps {
   LayerSteps layer;
   std::vector<Step> embedding_forward, embedding_backward;  // first pipeline stage
   std::vector<Step> head_forward, head_backward;            // last stage: final norm, LM head, loss
-  double layer_grad_elements = 0;  // gradient elements of one layer on one TP rank
+  double layer_grad_elements = 0;                           // gradient elements of one layer on one TP rank
   double embedding_grad_elements = 0, head_grad_elements = 0;
 };
 

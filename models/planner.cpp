@@ -33,8 +33,7 @@ class StageProgramBuilder {
  public:
   StageProgramBuilder(const TransformerSpec& model, const ParallelSpec& par, const TrainingSpec& train,
                       const ModelSteps& steps, int stage)
-      : model_(model), par_(par), train_(train), steps_(steps), stage_(stage),
-        b_("stage " + std::to_string(stage)) {
+      : model_(model), par_(par), train_(train), steps_(steps), stage_(stage), b_("stage " + std::to_string(stage)) {
     s_.compute = b_.add_stream("compute");
     s_.tp = b_.add_stream("tp");
     s_.cp = b_.add_stream("cp");
@@ -46,8 +45,8 @@ class StageProgramBuilder {
     for (const char* name : {"tp", "cp", "dp", "pp.next", "pp.prev"}) b_.add_comm_slot(name);
     layers_per_chunk_ = par.chunk_layers(stage, model.layers);
     dp_group_ = par.dp * par.cp;
-    const double bucket_elems = par.dp_bucket_bytes > 0 ? par.dp_bucket_bytes / train.grad_reduce_bytes
-                                                        : default_bucket_elements(dp_group_);
+    const double bucket_elems =
+        par.dp_bucket_bytes > 0 ? par.dp_bucket_bytes / train.grad_reduce_bytes : default_bucket_elements(dp_group_);
     bucket_bytes_ = bucket_elems * train.grad_reduce_bytes;
   }
 
@@ -140,13 +139,16 @@ class StageProgramBuilder {
     return v;
   }
 
-  std::string layer_prefix(char pass, int layer) const { return std::string(1, pass) + " L" + std::to_string(layer) + " "; }
+  std::string layer_prefix(char pass, int layer) const {
+    return std::string(1, pass) + " L" + std::to_string(layer) + " ";
+  }
 
   void forward_unit(const WorkUnit& u, bool first_of_chunk) {
     std::vector<TaskId> entry;
     const std::uint64_t act = activation_message_bytes();
     if (!first_vstage(u.chunk)) {
-      entry.push_back(b_.recv(s_.recv_prev, kSlotPrev, CommClass::PP, act, label("F recv activations"), u.microbatch, {}));
+      entry.push_back(
+          b_.recv(s_.recv_prev, kSlotPrev, CommClass::PP, act, label("F recv activations"), u.microbatch, {}));
     }
     TaskId last = kNone;
     if (first_vstage(u.chunk)) last = emit(steps_.embedding_forward, "F ", u.microbatch, entry, false);
@@ -173,7 +175,8 @@ class StageProgramBuilder {
     std::vector<TaskId> entry;
     const std::uint64_t act = activation_message_bytes();
     if (!last_vstage(u.chunk)) {
-      entry.push_back(b_.recv(s_.recv_next, kSlotNext, CommClass::PP, act, label("B recv gradients"), u.microbatch, {}));
+      entry.push_back(
+          b_.recv(s_.recv_next, kSlotNext, CommClass::PP, act, label("B recv gradients"), u.microbatch, {}));
     }
     TaskId last = kNone;
     if (last_vstage(u.chunk)) {
@@ -389,34 +392,48 @@ TrainingPlan plan_training(const TransformerSpec& model, const ParallelSpec& par
           RankProgram rp;
           rp.program = static_cast<std::uint32_t>(s);
           rp.gpu = rank_gpu(par, s, d, c, t);
-          rp.name = "stage " + std::to_string(s) + " (dp " + std::to_string(d) + ", cp " + std::to_string(c) +
-                    ", tp " + std::to_string(t) + ", gpu " + std::to_string(rp.gpu) + ")";
+          rp.name = "stage " + std::to_string(s) + " (dp " + std::to_string(d) + ", cp " + std::to_string(c) + ", tp " +
+                    std::to_string(t) + ", gpu " + std::to_string(rp.gpu) + ")";
           rp.record = d == 0 && c == 0 && t == 0;
           rp.comm_of_slot.resize(kNumSlots);
           const std::string where = "[stage " + std::to_string(s) + "]";
-          rp.comm_of_slot[kSlotTp] = comm(0, s, d, c, 0, [&] {
-            std::vector<int> m;
-            for (int x = 0; x < par.tp; ++x) m.push_back(rank_gpu(par, s, d, c, x));
-            return m;
-          }, "tp group " + where);
-          rp.comm_of_slot[kSlotCp] = comm(1, s, d, t, 0, [&] {
-            std::vector<int> m;
-            for (int x = 0; x < par.cp; ++x) m.push_back(rank_gpu(par, s, d, x, t));
-            return m;
-          }, "cp group " + where);
-          rp.comm_of_slot[kSlotDp] = comm(2, s, t, 0, 0, [&] {
-            std::vector<int> m;
-            for (int x = 0; x < par.dp; ++x) {
-              for (int y = 0; y < par.cp; ++y) m.push_back(rank_gpu(par, s, x, y, t));
-            }
-            return m;
-          }, "dp group " + where);
+          rp.comm_of_slot[kSlotTp] = comm(
+              0, s, d, c, 0,
+              [&] {
+                std::vector<int> m;
+                for (int x = 0; x < par.tp; ++x) m.push_back(rank_gpu(par, s, d, c, x));
+                return m;
+              },
+              "tp group " + where);
+          rp.comm_of_slot[kSlotCp] = comm(
+              1, s, d, t, 0,
+              [&] {
+                std::vector<int> m;
+                for (int x = 0; x < par.cp; ++x) m.push_back(rank_gpu(par, s, d, x, t));
+                return m;
+              },
+              "cp group " + where);
+          rp.comm_of_slot[kSlotDp] = comm(
+              2, s, t, 0, 0,
+              [&] {
+                std::vector<int> m;
+                for (int x = 0; x < par.dp; ++x) {
+                  for (int y = 0; y < par.cp; ++y) m.push_back(rank_gpu(par, s, x, y, t));
+                }
+                return m;
+              },
+              "dp group " + where);
           auto link = [&](int from) -> std::uint32_t {
             const int to = next_stage(from);
-            if (to < 0) return comm(4, -1, 0, 0, 0, [] { return std::vector<int>{}; }, "no pipeline link");
-            return comm(3, from, d, c, t, [&] {
-              return std::vector<int>{rank_gpu(par, from, d, c, t), rank_gpu(par, to, d, c, t)};
-            }, "pipeline link stage " + std::to_string(from) + "->" + std::to_string(to));
+            if (to < 0)
+              return comm(
+                  4, -1, 0, 0, 0, [] { return std::vector<int>{}; }, "no pipeline link");
+            return comm(
+                3, from, d, c, t,
+                [&] {
+                  return std::vector<int>{rank_gpu(par, from, d, c, t), rank_gpu(par, to, d, c, t)};
+                },
+                "pipeline link stage " + std::to_string(from) + "->" + std::to_string(to));
           };
           rp.comm_of_slot[kSlotNext] = link(s);
           const int ps = prev_stage(s);

@@ -18,10 +18,10 @@ struct PlanOptions {
 
 struct TrainingPlan {
   SimulationSetup setup;
-  std::vector<int> stage_of_rank;  // pipeline stage of each simulated rank
+  std::vector<int> stage_of_rank;           // pipeline stage of each simulated rank
   std::vector<int> recorded_rank_of_stage;  // the simulated rank whose timeline stands for each stage
-  double model_flops = 0;     // per iteration, whole job, Megatron-LM convention
-  double hardware_flops = 0;  // the same plus recomputation
+  double model_flops = 0;                   // per iteration, whole job, Megatron-LM convention
+  double hardware_flops = 0;                // the same plus recomputation
 };
 
 // Global GPU id of a rank; Megatron-LM order: tp fastest, then cp, dp, pp.

@@ -18,9 +18,12 @@ WorkUnit interleaved_unit(int k, bool forward, int pp, int vpp) {
 
 int warmup_units(ScheduleKind kind, int stage, int pp, int m, int vpp) {
   switch (kind) {
-    case ScheduleKind::GPipe: return m;
-    case ScheduleKind::OneFOneB: return std::min(pp - stage - 1, m);
-    case ScheduleKind::Interleaved1F1B: return std::min((pp - stage - 1) * 2 + (vpp - 1) * pp, m * vpp);
+    case ScheduleKind::GPipe:
+      return m;
+    case ScheduleKind::OneFOneB:
+      return std::min(pp - stage - 1, m);
+    case ScheduleKind::Interleaved1F1B:
+      return std::min((pp - stage - 1) * 2 + (vpp - 1) * pp, m * vpp);
   }
   return m;
 }

@@ -33,18 +33,24 @@ int ParallelSpec::first_layer(int stage, int chunk, int model_layers) const {
 
 const char* to_string(ScheduleKind s) {
   switch (s) {
-    case ScheduleKind::GPipe: return "gpipe";
-    case ScheduleKind::OneFOneB: return "1f1b";
-    case ScheduleKind::Interleaved1F1B: return "interleaved-1f1b";
+    case ScheduleKind::GPipe:
+      return "gpipe";
+    case ScheduleKind::OneFOneB:
+      return "1f1b";
+    case ScheduleKind::Interleaved1F1B:
+      return "interleaved-1f1b";
   }
   return "?";
 }
 
 const char* to_string(Recompute r) {
   switch (r) {
-    case Recompute::None: return "none";
-    case Recompute::Selective: return "selective";
-    case Recompute::Full: return "full";
+    case Recompute::None:
+      return "none";
+    case Recompute::Selective:
+      return "selective";
+    case Recompute::Full:
+      return "full";
   }
   return "?";
 }

@@ -16,12 +16,12 @@ struct TransformerSpec {
   int layers = 0;
   int hidden = 0;
   int heads = 0;
-  int kv_heads = 0;         // = heads without grouped-query attention
+  int kv_heads = 0;  // = heads without grouped-query attention
   int ffn_hidden = 0;
   int vocab = 0;
   MlpKind mlp = MlpKind::Gelu;
-  bool rmsnorm = false;     // RMSNorm (else LayerNorm)
-  bool rope = false;        // rotary position embedding (else learned positions)
+  bool rmsnorm = false;  // RMSNorm (else LayerNorm)
+  bool rope = false;     // rotary position embedding (else learned positions)
   bool tied_embeddings = false;
   int max_seq_len = 0;
   std::string source;
@@ -38,22 +38,22 @@ const char* to_string(ScheduleKind s);
 const char* to_string(Recompute r);
 
 struct ParallelSpec {
-  int tp = 1;                       // tensor (Megatron) parallel size
-  int pp = 1;                       // pipeline stages
-  int dp = 1;                       // data-parallel replicas
-  int cp = 1;                       // context parallel (sequence split of attention)
-  int ep = 1;                       // expert parallel (MoE only)
-  int vpp = 1;                      // virtual stages per pipeline rank (interleaved 1F1B)
+  int tp = 1;   // tensor (Megatron) parallel size
+  int pp = 1;   // pipeline stages
+  int dp = 1;   // data-parallel replicas
+  int cp = 1;   // context parallel (sequence split of attention)
+  int ep = 1;   // expert parallel (MoE only)
+  int vpp = 1;  // virtual stages per pipeline rank (interleaved 1F1B)
   ScheduleKind schedule = ScheduleKind::OneFOneB;
-  int micro_batch = 1;              // sequences per micro-batch
-  int global_batch = 1;             // sequences per iteration
-  bool sequence_parallel = false;   // Megatron SP (norm/dropout split over TP)
-  int zero = 0;                     // ZeRO stage 0..3 (3 = FSDP)
+  int micro_batch = 1;             // sequences per micro-batch
+  int global_batch = 1;            // sequences per iteration
+  bool sequence_parallel = false;  // Megatron SP (norm/dropout split over TP)
+  int zero = 0;                    // ZeRO stage 0..3 (3 = FSDP)
   Recompute recompute = Recompute::None;
-  bool dp_overlap = true;           // overlap gradient reduction with the last backward
-  bool tp_comm_overlap = false;     // overlap TP collectives with the adjacent GEMMs (userbuffers)
-  double dp_bucket_bytes = 0;       // gradient bucket size (0 = Megatron default: max(40M, 1M*dp) params)
-  std::vector<int> stage_layers;    // transformer layers per pipeline stage (empty = even split; vpp must be 1)
+  bool dp_overlap = true;         // overlap gradient reduction with the last backward
+  bool tp_comm_overlap = false;   // overlap TP collectives with the adjacent GEMMs (userbuffers)
+  double dp_bucket_bytes = 0;     // gradient bucket size (0 = Megatron default: max(40M, 1M*dp) params)
+  std::vector<int> stage_layers;  // transformer layers per pipeline stage (empty = even split; vpp must be 1)
 
   int gpus() const { return tp * pp * dp * cp; }
   // Layers of one virtual chunk on pipeline rank `stage`, and the first of them.
@@ -69,8 +69,8 @@ struct TrainingSpec {
   Dtype precision = Dtype::BF16;   // GEMM dtype (fp8: GEMMs in FP8, the rest in BF16)
   std::string optimizer = "adam";  // adam | sgd
   AttentionKind attention = AttentionKind::Flash;
-  int grad_reduce_bytes = 4;       // bytes per gradient element in DP reduction (Megatron-LM default: fp32)
-  bool dropout = true;             // hidden/attention dropout (kernels and masks); off in Llama-style recipes
+  int grad_reduce_bytes = 4;  // bytes per gradient element in DP reduction (Megatron-LM default: fp32)
+  bool dropout = true;        // hidden/attention dropout (kernels and masks); off in Llama-style recipes
 };
 
 }  // namespace trainsim

@@ -11,13 +11,13 @@ namespace trainsim {
 enum class OpKind : std::uint8_t { Gemm, Attention, MemoryBound };
 
 struct ComputeOp {
-  std::string name;         // e.g. "attn.qkv.fwd"
+  std::string name;  // e.g. "attn.qkv.fwd"
   OpKind kind = OpKind::Gemm;
   Dtype dtype = Dtype::BF16;
-  double flops = 0;         // FLOPs actually executed by the kernel(s)
-  double bytes = 0;         // HBM bytes read + written
+  double flops = 0;                  // FLOPs actually executed by the kernel(s)
+  double bytes = 0;                  // HBM bytes read + written
   std::int64_t m = 0, n = 0, k = 0;  // GEMM shape (per GEMM) for shape-dependent efficiency
-  int kernels = 1;          // kernel launches the op stands for
+  int kernels = 1;                   // kernel launches the op stands for
 };
 
 }  // namespace trainsim

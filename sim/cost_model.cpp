@@ -26,7 +26,8 @@ double ComputeCostModel::seconds(const ComputeOp& op, int gpu_type) const {
     case OpKind::Attention:
       compute_time = op.flops / (gpu.peak(op.dtype) * p.attention.curve.at(op.flops / std::max(op.kernels, 1)));
       break;
-    case OpKind::MemoryBound: break;
+    case OpKind::MemoryBound:
+      break;
   }
   return std::max(compute_time, mem_time) + op.kernels * p.launch_overhead.value;
 }

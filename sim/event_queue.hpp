@@ -29,9 +29,7 @@ class EventQueue {
   std::uint64_t pushed() const { return next_seq_; }
 
  private:
-  static bool before(const Event& a, const Event& b) {
-    return a.time < b.time || (a.time == b.time && a.seq < b.seq);
-  }
+  static bool before(const Event& a, const Event& b) { return a.time < b.time || (a.time == b.time && a.seq < b.seq); }
   void sift_up(std::size_t i);
   void sift_down(std::size_t i);
 

@@ -82,10 +82,16 @@ void Executor::try_start(std::uint32_t rank, std::uint8_t stream, Time now) {
   stream_start_[si] = now;
   const Task& t = p.tasks[task];
   switch (t.kind) {
-    case TaskKind::Compute: queue_.push(now + op_duration(rank, t.ref), rank, task); break;
-    case TaskKind::Collective: post_collective(rank, task, now); break;
+    case TaskKind::Compute:
+      queue_.push(now + op_duration(rank, t.ref), rank, task);
+      break;
+    case TaskKind::Collective:
+      post_collective(rank, task, now);
+      break;
     case TaskKind::Send:
-    case TaskKind::Recv: post_p2p(rank, task, now); break;
+    case TaskKind::Recv:
+      post_p2p(rank, task, now);
+      break;
   }
 }
 
@@ -106,8 +112,8 @@ void Executor::post_collective(std::uint32_t rank, std::uint32_t task, Time now)
   pc.waiters.push_back(Waiter{rank, task, now});
   if (static_cast<int>(pc.waiters.size()) < setup_->comms[comm].simulated_members) return;
   // Everyone is here: the transfer starts now.
-  const Time dur = Time::seconds(network_->collective_seconds(shape_of(comm), t.collective,
-                                                              static_cast<double>(t.bytes)));
+  const Time dur =
+      Time::seconds(network_->collective_seconds(shape_of(comm), t.collective, static_cast<double>(t.bytes)));
   for (const Waiter& w : pc.waiters) {
     record(w.rank, w.task, w.posted, now, kWaitCategory);
     start_transfer(w.rank, w.task, now, now + dur);

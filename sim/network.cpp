@@ -42,19 +42,20 @@ namespace {
 double ring_factor(CollectiveKind kind, int n) {
   const double f = static_cast<double>(n - 1) / n;
   switch (kind) {
-    case CollectiveKind::AllReduce: return 2 * f;
+    case CollectiveKind::AllReduce:
+      return 2 * f;
     case CollectiveKind::AllGather:
     case CollectiveKind::ReduceScatter:
-    case CollectiveKind::AllToAll: return f;
-    case CollectiveKind::Broadcast: return 1;
+    case CollectiveKind::AllToAll:
+      return f;
+    case CollectiveKind::Broadcast:
+      return 1;
   }
   return 2 * f;
 }
 
 // Algorithm steps (each paying one hop latency) of a ring collective.
-int ring_steps(CollectiveKind kind, int n) {
-  return kind == CollectiveKind::AllReduce ? 2 * (n - 1) : n - 1;
-}
+int ring_steps(CollectiveKind kind, int n) { return kind == CollectiveKind::AllReduce ? 2 * (n - 1) : n - 1; }
 
 }  // namespace
 

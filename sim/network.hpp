@@ -24,12 +24,12 @@ struct Communicator {
 
 // Placement facts of a communicator, computed once.
 struct CommShape {
-  int size = 1;            // members
-  int nodes = 1;           // distinct nodes spanned
-  int max_per_node = 1;    // most members on one node
-  double scaleup_bw = 0;   // per GPU per direction, bytes/s, after efficiency (slowest member)
-  double nvls_bw = 0;      // NVLS bus bandwidth, 0 if unavailable
-  double network_bw = 0;   // per GPU per direction, bytes/s, after efficiency (slowest member)
+  int size = 1;           // members
+  int nodes = 1;          // distinct nodes spanned
+  int max_per_node = 1;   // most members on one node
+  double scaleup_bw = 0;  // per GPU per direction, bytes/s, after efficiency (slowest member)
+  double nvls_bw = 0;     // NVLS bus bandwidth, 0 if unavailable
+  double network_bw = 0;  // per GPU per direction, bytes/s, after efficiency (slowest member)
   double scaleup_latency = 0, network_latency = 0, base_latency = 0;  // seconds
 };
 

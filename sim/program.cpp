@@ -7,32 +7,46 @@ namespace trainsim {
 
 const char* to_string(TaskKind k) {
   switch (k) {
-    case TaskKind::Compute: return "compute";
-    case TaskKind::Collective: return "collective";
-    case TaskKind::Send: return "send";
-    case TaskKind::Recv: return "recv";
+    case TaskKind::Compute:
+      return "compute";
+    case TaskKind::Collective:
+      return "collective";
+    case TaskKind::Send:
+      return "send";
+    case TaskKind::Recv:
+      return "recv";
   }
   return "?";
 }
 
 const char* to_string(CollectiveKind k) {
   switch (k) {
-    case CollectiveKind::AllReduce: return "all-reduce";
-    case CollectiveKind::AllGather: return "all-gather";
-    case CollectiveKind::ReduceScatter: return "reduce-scatter";
-    case CollectiveKind::AllToAll: return "all-to-all";
-    case CollectiveKind::Broadcast: return "broadcast";
+    case CollectiveKind::AllReduce:
+      return "all-reduce";
+    case CollectiveKind::AllGather:
+      return "all-gather";
+    case CollectiveKind::ReduceScatter:
+      return "reduce-scatter";
+    case CollectiveKind::AllToAll:
+      return "all-to-all";
+    case CollectiveKind::Broadcast:
+      return "broadcast";
   }
   return "?";
 }
 
 const char* to_string(CommClass c) {
   switch (c) {
-    case CommClass::TP: return "tp";
-    case CommClass::CP: return "cp";
-    case CommClass::EP: return "ep";
-    case CommClass::PP: return "pp";
-    case CommClass::DP: return "dp";
+    case CommClass::TP:
+      return "tp";
+    case CommClass::CP:
+      return "cp";
+    case CommClass::EP:
+      return "ep";
+    case CommClass::PP:
+      return "pp";
+    case CommClass::DP:
+      return "dp";
   }
   return "?";
 }

@@ -27,16 +27,16 @@ struct Task {
   std::uint8_t stream = 0;
   CollectiveKind collective = CollectiveKind::AllReduce;
   CommClass comm_class = CommClass::TP;
-  std::uint32_t ref = 0;     // Compute: op index; otherwise communicator slot
-  std::uint32_t label = 0;   // index into ProgramTemplate::labels
+  std::uint32_t ref = 0;    // Compute: op index; otherwise communicator slot
+  std::uint32_t label = 0;  // index into ProgramTemplate::labels
   std::int32_t microbatch = -1;
-  std::uint64_t bytes = 0;   // Collective: NCCL buffer size (all-gather: output); Send/Recv: payload
+  std::uint64_t bytes = 0;  // Collective: NCCL buffer size (all-gather: output); Send/Recv: payload
 };
 
 struct ProgramTemplate {
   std::string name;
-  std::vector<std::string> streams;      // stream names, e.g. "compute", "tp", "dp", "pp"
-  std::vector<std::string> comm_slots;   // communicator slot names, e.g. "tp", "dp", "pp.next"
+  std::vector<std::string> streams;     // stream names, e.g. "compute", "tp", "dp", "pp"
+  std::vector<std::string> comm_slots;  // communicator slot names, e.g. "tp", "dp", "pp.next"
   std::vector<ComputeOp> ops;
   std::vector<std::string> labels;
   std::vector<Task> tasks;
@@ -70,8 +70,8 @@ class ProgramBuilder {
 
   TaskId compute(std::uint8_t stream, std::uint32_t op, std::uint32_t label, int microbatch,
                  std::span<const TaskId> deps);
-  TaskId collective(std::uint8_t stream, std::uint32_t slot, CollectiveKind kind, CommClass cls,
-                    std::uint64_t bytes, std::uint32_t label, int microbatch, std::span<const TaskId> deps);
+  TaskId collective(std::uint8_t stream, std::uint32_t slot, CollectiveKind kind, CommClass cls, std::uint64_t bytes,
+                    std::uint32_t label, int microbatch, std::span<const TaskId> deps);
   TaskId send(std::uint8_t stream, std::uint32_t slot, CommClass cls, std::uint64_t bytes, std::uint32_t label,
               int microbatch, std::span<const TaskId> deps);
   TaskId recv(std::uint8_t stream, std::uint32_t slot, CommClass cls, std::uint64_t bytes, std::uint32_t label,

@@ -77,8 +77,8 @@ TEST_CASE("human summary") {
 }
 
 TEST_CASE("an oversized configuration is infeasible: exit 1 naming the rank and its memory") {
-  const CliResult r = cli({"run", "--set", "parallel.micro_batch=16", "--set", "parallel.recompute=none",
-                           "--set", "parallel.global_batch=512"});
+  const CliResult r = cli({"run", "--set", "parallel.micro_batch=16", "--set", "parallel.recompute=none", "--set",
+                           "parallel.global_batch=512"});
   CHECK(r.code == 1);
   CHECK(r.err.find("out of memory on stage 0") != std::string::npos);
   CHECK(r.err.find("activations") != std::string::npos);

@@ -110,7 +110,7 @@ TEST_CASE("1F1B on a uniform toy model: bubble fraction = (pp-1)/(m+pp-1)") {
     TrainingSpec train;
     train.seq_len = 1024;
     ClusterSpec spec = toy_cluster(1, 4);
-    spec.groups[0].node.scaleup_bandwidth = 1e18;      // activation transfers take no time
+    spec.groups[0].node.scaleup_bandwidth = 1e18;     // activation transfers take no time
     spec.groups[0].node.gpu.memory_bandwidth = 1e18;  // nor do memory-bound ops (optimizer step)
     const Cluster cluster(spec);
     const std::vector<CalibrationProfile> profiles{ideal_profile()};

@@ -50,7 +50,8 @@ TEST_CASE("full recomputation adds one forward: hardware FLOPs = 4/3 model FLOPs
   const TrainingPlan plan = plan_training(m, par, train, cluster, PlanOptions{});
   // The LM head is not recomputed: 4/3 holds for the layers only (Megatron's 96 vs 72 with V/16 vs V/12).
   const double B = 2, s = train.seq_len, l = m.layers, h = m.hidden, V = m.vocab;
-  CHECK(plan.hardware_flops == doctest::Approx(96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))).epsilon(1e-9));
+  CHECK(plan.hardware_flops ==
+        doctest::Approx(96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))).epsilon(1e-9));
 }
 
 TEST_CASE("activation memory: full < selective <= none; SP divides by tp; ZeRO shards the optimizer") {
@@ -85,32 +86,55 @@ TEST_CASE("activation memory: full < selective <= none; SP divides by tp; ZeRO s
 
 TEST_CASE("simulating one rank per stage equals simulating every rank") {
   const Catalog cat = load_builtin_catalog();
-  const TransformerSpec& m = *cat.find_model("gpt3-1.3b");
-  ParallelSpec par;
-  par.tp = 2;
-  par.pp = 2;
-  par.dp = 2;
-  par.sequence_parallel = true;
-  par.zero = 1;
-  par.global_batch = 8;
-  TrainingSpec train;
-  const Cluster cluster(toy_cluster(2, 4));
-  const std::vector<CalibrationProfile> profiles{ideal_profile(1e-6, 5e-6)};
-  const ComputeCostModel costs(cluster, profiles);
-  const AnalyticalNetwork net(cluster, profiles);
-  PlanOptions reps, all;
-  all.representatives = false;
-  const TrainingPlan p1 = plan_training(m, par, train, cluster, reps);
-  const TrainingPlan p2 = plan_training(m, par, train, cluster, all);
-  CHECK(p1.setup.ranks.size() == 2);
-  CHECK(p2.setup.ranks.size() == 8);
-  Executor e1(p1.setup, cluster, costs, net);
-  Executor e2(p2.setup, cluster, costs, net);
-  const SimulationResult r1 = e1.run();
-  const SimulationResult r2 = e2.run();
-  REQUIRE(r1.completed);
-  REQUIRE(r2.completed);
-  CHECK(r1.makespan == r2.makespan);
+  const TransformerSpec& m = *cat.find_model("llama3-8b");
+  struct Config {
+    const char* name;
+    int tp, pp, dp, cp, vpp, zero;
+    bool sp, overlap, tp_overlap;
+    Recompute rc;
+  };
+  const Config configs[] = {
+      {"tp2 pp2 dp2 sp zero1", 2, 2, 2, 1, 1, 1, true, true, false, Recompute::None},
+      {"interleaved vpp2 full recompute", 2, 2, 2, 1, 2, 0, false, false, false, Recompute::Full},
+      {"zero3 dp8", 1, 1, 8, 1, 1, 3, false, true, false, Recompute::None},
+      {"cp2 tp2 pp2 tp overlap", 2, 2, 1, 2, 1, 1, true, true, true, Recompute::Selective},
+  };
+  for (const Config& c : configs) {
+    CAPTURE(c.name);
+    ParallelSpec par;
+    par.tp = c.tp;
+    par.pp = c.pp;
+    par.dp = c.dp;
+    par.cp = c.cp;
+    par.vpp = c.vpp;
+    par.schedule = c.vpp > 1 ? ScheduleKind::Interleaved1F1B : ScheduleKind::OneFOneB;
+    par.zero = c.zero;
+    par.sequence_parallel = c.sp;
+    par.dp_overlap = c.overlap;
+    par.tp_comm_overlap = c.tp_overlap;
+    par.recompute = c.rc;
+    par.global_batch = 4 * c.dp;
+    TrainingSpec train;
+    train.seq_len = 1024;
+    const Cluster cluster(toy_cluster(2, 4));
+    const std::vector<CalibrationProfile> profiles{ideal_profile(1e-6, 5e-6)};
+    const ComputeCostModel costs(cluster, profiles);
+    const AnalyticalNetwork net(cluster, profiles);
+    PlanOptions reps, all;
+    all.representatives = false;
+    const TrainingPlan p1 = plan_training(m, par, train, cluster, reps);
+    const TrainingPlan p2 = plan_training(m, par, train, cluster, all);
+    CHECK(p1.setup.ranks.size() == static_cast<std::size_t>(c.pp));
+    CHECK(p2.setup.ranks.size() == 8);
+    Executor e1(p1.setup, cluster, costs, net);
+    Executor e2(p2.setup, cluster, costs, net);
+    const SimulationResult r1 = e1.run();
+    const SimulationResult r2 = e2.run();
+    REQUIRE(r1.completed);
+    REQUIRE(r2.completed);  // every collective and p2p matched across all ranks
+    CHECK(r1.makespan == r2.makespan);
+    CHECK(p1.model_flops == doctest::Approx(p2.model_flops));
+  }
 }
 
 TEST_CASE("interleaving shrinks the pipeline bubble") {

@@ -36,8 +36,7 @@ TEST_CASE("a data-parallel group with one GPU per node runs at one NIC's bandwid
   const CommShape w = net.shape(all);
   CHECK(w.max_per_node == 8);
   // busbw = min(100 GB/s NVLink, 8 * 10 GB/s) = 80 GB/s; 2*31/32 * 1 GB / 80 GB/s.
-  CHECK(net.collective_seconds(w, CollectiveKind::AllReduce, 1e9) ==
-        doctest::Approx(2.0 * 31 / 32 / 80).epsilon(1e-6));
+  CHECK(net.collective_seconds(w, CollectiveKind::AllReduce, 1e9) == doctest::Approx(2.0 * 31 / 32 / 80).epsilon(1e-6));
 }
 
 TEST_CASE("all-to-all across nodes cannot aggregate NICs") {

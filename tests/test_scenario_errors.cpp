@@ -97,8 +97,9 @@ TEST_CASE("each class of bad input names the file, the JSON pointer and what was
           std::string::npos);
   }
   SUBCASE("quantities with a bad unit") {
-    const std::string e = errors_of(replace(good(), "\"node\": \"dgx-a100\"",
-                                            "\"node\": {\"preset\": \"dgx-a100\", \"nics\": {\"bandwidth\": \"200Gbs\"}}"));
+    const std::string e =
+        errors_of(replace(good(), "\"node\": \"dgx-a100\"",
+                          "\"node\": {\"preset\": \"dgx-a100\", \"nics\": {\"bandwidth\": \"200Gbs\"}}"));
     CHECK(e.find("/cluster/node/nics/bandwidth: expected a bandwidth") != std::string::npos);
     CHECK(e.find("unknown unit \"Gbs\"") != std::string::npos);
   }
@@ -107,7 +108,8 @@ TEST_CASE("each class of bad input names the file, the JSON pointer and what was
     CHECK(e.find("/parallel/global_batch: required integer is missing") != std::string::npos);
   }
   SUBCASE("a bad enum value") {
-    const std::string e = errors_of(replace(good(), "\"micro_batch\": 1", "\"schedule\": \"1f2b\", \"micro_batch\": 1"));
+    const std::string e =
+        errors_of(replace(good(), "\"micro_batch\": 1", "\"schedule\": \"1f2b\", \"micro_batch\": 1"));
     CHECK(e.find("/parallel/schedule: expected one of") != std::string::npos);
     CHECK(e.find("did you mean \"1f1b\"") != std::string::npos);
   }

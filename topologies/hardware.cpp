@@ -6,11 +6,16 @@ namespace trainsim {
 
 const char* to_string(Dtype d) {
   switch (d) {
-    case Dtype::FP32: return "fp32";
-    case Dtype::TF32: return "tf32";
-    case Dtype::FP16: return "fp16";
-    case Dtype::BF16: return "bf16";
-    case Dtype::FP8: return "fp8";
+    case Dtype::FP32:
+      return "fp32";
+    case Dtype::TF32:
+      return "tf32";
+    case Dtype::FP16:
+      return "fp16";
+    case Dtype::BF16:
+      return "bf16";
+    case Dtype::FP8:
+      return "fp8";
   }
   return "?";
 }
@@ -18,20 +23,27 @@ const char* to_string(Dtype d) {
 std::size_t bytes_per_element(Dtype d) {
   switch (d) {
     case Dtype::FP32:
-    case Dtype::TF32: return 4;
+    case Dtype::TF32:
+      return 4;
     case Dtype::FP16:
-    case Dtype::BF16: return 2;
-    case Dtype::FP8: return 1;
+    case Dtype::BF16:
+      return 2;
+    case Dtype::FP8:
+      return 1;
   }
   return 4;
 }
 
 const char* to_string(ScaleupKind k) {
   switch (k) {
-    case ScaleupKind::NVSwitch: return "nvswitch";
-    case ScaleupKind::Direct: return "direct";
-    case ScaleupKind::PCIe: return "pcie";
-    case ScaleupKind::None: return "none";
+    case ScaleupKind::NVSwitch:
+      return "nvswitch";
+    case ScaleupKind::Direct:
+      return "direct";
+    case ScaleupKind::PCIe:
+      return "pcie";
+    case ScaleupKind::None:
+      return "none";
   }
   return "?";
 }

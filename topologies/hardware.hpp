@@ -18,14 +18,14 @@ const char* to_string(Dtype d);
 std::size_t bytes_per_element(Dtype d);
 
 struct GpuSpec {
-  std::string name;                          // canonical name, e.g. "H100-SXM-80GB"
-  std::string vendor;                        // "nvidia" | "amd"
-  std::string arch;                          // e.g. "hopper"
+  std::string name;                             // canonical name, e.g. "H100-SXM-80GB"
+  std::string vendor;                           // "nvidia" | "amd"
+  std::string arch;                             // e.g. "hopper"
   std::array<double, kNumDtypes> peak_flops{};  // dense FLOP/s per dtype; 0 = not supported
-  double memory_bytes = 0;                   // HBM capacity
-  double memory_bandwidth = 0;               // HBM spec bandwidth, bytes/s
-  double scaleup_bandwidth = 0;              // scale-up aggregate bidirectional bytes/s per GPU
-  std::string source;                        // where the figures come from
+  double memory_bytes = 0;                      // HBM capacity
+  double memory_bandwidth = 0;                  // HBM spec bandwidth, bytes/s
+  double scaleup_bandwidth = 0;                 // scale-up aggregate bidirectional bytes/s per GPU
+  std::string source;                           // where the figures come from
 
   double peak(Dtype d) const { return peak_flops[static_cast<std::size_t>(d)]; }
 };
@@ -34,20 +34,18 @@ enum class ScaleupKind : std::uint8_t { NVSwitch, Direct, PCIe, None };
 const char* to_string(ScaleupKind k);
 
 struct NodeSpec {
-  std::string name;                 // e.g. "dgx-h100"
-  GpuSpec gpu;                      // the GPU model in this node
-  int gpus_per_node = 8;            // GPUs sharing one scale-up domain
+  std::string name;       // e.g. "dgx-h100"
+  GpuSpec gpu;            // the GPU model in this node
+  int gpus_per_node = 8;  // GPUs sharing one scale-up domain
   ScaleupKind scaleup = ScaleupKind::NVSwitch;
-  double scaleup_bandwidth = 0;     // per GPU per direction, bytes/s
-  bool nvls = false;                // in-switch reduction available
-  int nic_count = 0;                // NICs per node
-  double nic_bandwidth = 0;         // per NIC per direction, bytes/s
+  double scaleup_bandwidth = 0;  // per GPU per direction, bytes/s
+  bool nvls = false;             // in-switch reduction available
+  int nic_count = 0;             // NICs per node
+  double nic_bandwidth = 0;      // per NIC per direction, bytes/s
   std::string source;
 
   // Network bandwidth available to one GPU when all GPUs of the node use the NICs.
-  double nic_bandwidth_per_gpu() const {
-    return gpus_per_node > 0 ? nic_bandwidth * nic_count / gpus_per_node : 0.0;
-  }
+  double nic_bandwidth_per_gpu() const { return gpus_per_node > 0 ? nic_bandwidth * nic_count / gpus_per_node : 0.0; }
 };
 
 struct FabricSpec {

@@ -127,9 +127,9 @@ TransformerSpec read_model(ObjectReader& r, const TransformerSpec* base) {
   m.tied_embeddings = r.boolean("tied_embeddings", m.tied_embeddings);
   m.max_seq_len = static_cast<int>(r.integer("max_seq_len", m.max_seq_len ? m.max_seq_len : 2048, 1, 1 << 24));
   m.source = r.string("source", m.source);
-  if (m.heads > 0 && m.hidden % m.heads != 0) r.error("heads", "hidden (" + std::to_string(m.hidden) +
-                                                                   ") must be divisible by heads (" +
-                                                                   std::to_string(m.heads) + ")");
+  if (m.heads > 0 && m.hidden % m.heads != 0)
+    r.error("heads",
+            "hidden (" + std::to_string(m.hidden) + ") must be divisible by heads (" + std::to_string(m.heads) + ")");
   if (m.kv_heads > 0 && m.heads % m.kv_heads != 0) {
     r.error("kv_heads", "heads (" + std::to_string(m.heads) + ") must be divisible by kv_heads (" +
                             std::to_string(m.kv_heads) + ")");
@@ -307,7 +307,8 @@ Catalog load_builtin_catalog() {
   };
   const auto topo = topology_catalog_files();
   for (const auto& f : topo) {
-    if (f.path.ends_with("gpus.json")) parse(f, [&](const nlohmann::json& doc, Diagnostics& d) { read_gpus(doc, d, c); });
+    if (f.path.ends_with("gpus.json"))
+      parse(f, [&](const nlohmann::json& doc, Diagnostics& d) { read_gpus(doc, d, c); });
   }
   for (const auto& f : topo) {
     if (f.path.ends_with("nodes.json")) {

@@ -7,8 +7,8 @@
 
 #include "calibration/profile.hpp"
 #include "models/training_spec.hpp"
-#include "topologies/hardware.hpp"
 #include "tools/frontend/json_reader.hpp"
+#include "topologies/hardware.hpp"
 
 namespace trainsim {
 

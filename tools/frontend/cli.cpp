@@ -47,13 +47,14 @@ void print_catalog(const Catalog& c, const std::string& what, std::ostream& out)
           << fmt("%.0f", n.nic_bandwidth * 8 / 1e9) << " Gb/s NICs\n";
     }
     out << "Clusters:\n";
-    for (const auto& cl : c.clusters) out << "  " << cl.name << "  " << cl.nodes << "x " << cl.node << "  " << cl.description << "\n";
+    for (const auto& cl : c.clusters)
+      out << "  " << cl.name << "  " << cl.nodes << "x " << cl.node << "  " << cl.description << "\n";
   }
   if (what.empty() || what == "models") {
     out << "Models:\n";
     for (const auto& m : c.models) {
-      out << "  " << m.name << "  " << fmt("%.1f", m.total_params() / 1e9) << "B params, " << m.layers << " layers, hidden "
-          << m.hidden << "\n";
+      out << "  " << m.name << "  " << fmt("%.1f", m.total_params() / 1e9) << "B params, " << m.layers
+          << " layers, hidden " << m.hidden << "\n";
     }
   }
 }
@@ -86,7 +87,8 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   double max_mape = -1;
   bool validate_json = false;
   auto* validate_cmd = app.add_subcommand("validate", "Compare predictions with published measurements (MAPE)");
-  validate_cmd->add_option("paths", validate_paths, "Validation scenario files or directories (default: the shipped set)");
+  validate_cmd->add_option("paths", validate_paths,
+                           "Validation scenario files or directories (default: the shipped set)");
   validate_cmd->add_option("--max-mape", max_mape, "Exit 1 when the overall MAPE (percent) exceeds this")
       ->check(CLI::Range(0.0, 1000.0));
   validate_cmd->add_flag("--json", validate_json, "Print the report as JSON");
@@ -108,7 +110,8 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
     out << "trainsim 0.1.0\n";
     return kOk;
   } catch (const CLI::ParseError& e) {
-    err << "error: " << e.what() << "\n" << "run 'trainsim --help' for usage\n";
+    err << "error: " << e.what() << "\n"
+        << "run 'trainsim --help' for usage\n";
     return kBadInput;
   }
 

@@ -51,7 +51,8 @@ JobReport simulate(const Scenario& s) {
     rep.tokens_per_s = samples * s.training.seq_len / rep.iteration_time_s;
     rep.tflops_per_gpu = plan.model_flops / rep.iteration_time_s / rep.gpus / 1e12;
     double peak = 0;
-    for (int g = 0; g < cluster.num_gpus(); ++g) peak += cluster.gpu_type(cluster.gpu_type_of(g)).peak(s.training.precision);
+    for (int g = 0; g < cluster.num_gpus(); ++g)
+      peak += cluster.gpu_type(cluster.gpu_type_of(g)).peak(s.training.precision);
     rep.mfu = plan.model_flops / rep.iteration_time_s / peak;
     rep.hfu = plan.hardware_flops / rep.iteration_time_s / peak;
   }
@@ -130,9 +131,10 @@ std::string kernel_table(const Scenario& s, int stage) {
     total += sec;
   }
   std::vector<std::pair<std::string, Row>> sorted(rows.begin(), rows.end());
-  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
-  std::string out = "kernels of stage " + std::to_string(stage) + " (" + gpu.name + "), compute total " +
-                    fmt("%.3f", total) + " s\n";
+  std::sort(sorted.begin(), sorted.end(),
+            [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
+  std::string out =
+      "kernels of stage " + std::to_string(stage) + " (" + gpu.name + "), compute total " + fmt("%.3f", total) + " s\n";
   char line[256];
   std::snprintf(line, sizeof line, "  %-28s %8s %9s %7s %10s %10s\n", "op", "count", "time s", "share", "TFLOP/s",
                 "GB/s");

@@ -45,12 +45,18 @@ std::string describe_json_type(const nlohmann::json& v) {
   std::string dump = v.dump();
   if (dump.size() > 40) dump = dump.substr(0, 37) + "...";
   switch (v.type()) {
-    case nlohmann::json::value_t::object: return "an object";
-    case nlohmann::json::value_t::array: return "an array";
-    case nlohmann::json::value_t::string: return "the string " + dump;
-    case nlohmann::json::value_t::boolean: return "the boolean " + dump;
-    case nlohmann::json::value_t::null: return "null";
-    default: return "the number " + dump;
+    case nlohmann::json::value_t::object:
+      return "an object";
+    case nlohmann::json::value_t::array:
+      return "an array";
+    case nlohmann::json::value_t::string:
+      return "the string " + dump;
+    case nlohmann::json::value_t::boolean:
+      return "the boolean " + dump;
+    case nlohmann::json::value_t::null:
+      return "null";
+    default:
+      return "the number " + dump;
   }
 }
 
@@ -61,8 +67,8 @@ std::size_t edit_distance(const std::string& a, const std::string& b) {
   for (std::size_t i = 1; i <= a.size(); ++i) {
     cur[0] = i;
     for (std::size_t j = 1; j <= b.size(); ++j) {
-      const bool same = std::tolower(static_cast<unsigned char>(a[i - 1])) ==
-                        std::tolower(static_cast<unsigned char>(b[j - 1]));
+      const bool same =
+          std::tolower(static_cast<unsigned char>(a[i - 1])) == std::tolower(static_cast<unsigned char>(b[j - 1]));
       cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (same ? 0 : 1)});
     }
     std::swap(prev, cur);
@@ -75,8 +81,8 @@ std::string did_you_mean(const std::string& word, const std::vector<std::string>
   // Smallest edit distance; ties go to the longer common prefix ("tpp" -> "tp", not "pp").
   auto common_prefix = [&](const std::string& c) {
     std::size_t i = 0;
-    while (i < word.size() && i < c.size() && std::tolower(static_cast<unsigned char>(word[i])) ==
-                                                   std::tolower(static_cast<unsigned char>(c[i]))) {
+    while (i < word.size() && i < c.size() &&
+           std::tolower(static_cast<unsigned char>(word[i])) == std::tolower(static_cast<unsigned char>(c[i]))) {
       ++i;
     }
     return i;

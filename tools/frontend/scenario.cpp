@@ -45,8 +45,8 @@ void apply_override(nlohmann::json& doc, const std::string& spec, Diagnostics& d
       return;
     }
     if (!node->is_object()) {
-      diags.error(pointer, "--set \"" + spec + "\": " + (pointer.empty() ? "the document" : pointer) +
-                               " is " + describe_json_type(*node) + ", not an object");
+      diags.error(pointer, "--set \"" + spec + "\": " + (pointer.empty() ? "the document" : pointer) + " is " +
+                               describe_json_type(*node) + ", not an object");
       return;
     }
     pointer = json_pointer_append(pointer, key);
@@ -205,9 +205,9 @@ ParallelSpec read_parallel(ObjectReader& top) {
   p.cp = static_cast<int>(r.integer("cp", 1, 1, 1 << 16));
   p.ep = static_cast<int>(r.integer("ep", 1, 1, 1));
   p.vpp = static_cast<int>(r.integer("vpp", 1, 1, 1 << 10));
-  const std::string sched = r.choice("schedule", p.vpp > 1 ? "interleaved-1f1b" : "1f1b",
-                                     {"gpipe", "1f1b", "interleaved-1f1b"});
-  p.schedule = sched == "gpipe" ? ScheduleKind::GPipe
+  const std::string sched =
+      r.choice("schedule", p.vpp > 1 ? "interleaved-1f1b" : "1f1b", {"gpipe", "1f1b", "interleaved-1f1b"});
+  p.schedule = sched == "gpipe"  ? ScheduleKind::GPipe
                : sched == "1f1b" ? ScheduleKind::OneFOneB
                                  : ScheduleKind::Interleaved1F1B;
   p.micro_batch = static_cast<int>(r.integer("micro_batch", 1, 1, kMaxInt));
@@ -232,8 +232,8 @@ ParallelSpec read_parallel(ObjectReader& top) {
     r.error("vpp", "the interleaved-1f1b schedule needs vpp >= 2 virtual stages, found " + std::to_string(p.vpp));
   }
   if (p.schedule != ScheduleKind::Interleaved1F1B && p.vpp > 1) {
-    r.error("schedule", "vpp = " + std::to_string(p.vpp) + " needs the \"interleaved-1f1b\" schedule, found \"" +
-                            sched + "\"");
+    r.error("schedule",
+            "vpp = " + std::to_string(p.vpp) + " needs the \"interleaved-1f1b\" schedule, found \"" + sched + "\"");
   }
   r.finish();
   return p;
@@ -254,8 +254,8 @@ TrainingSpec read_training(ObjectReader& top, const TransformerSpec& model) {
     if (prec == to_string(static_cast<Dtype>(d))) t.precision = static_cast<Dtype>(d);
   }
   t.optimizer = r.choice("optimizer", "adam", {"adam", "sgd"});
-  t.attention = r.choice("attention", "flash", {"flash", "unfused"}) == "flash" ? AttentionKind::Flash
-                                                                               : AttentionKind::Unfused;
+  t.attention =
+      r.choice("attention", "flash", {"flash", "unfused"}) == "flash" ? AttentionKind::Flash : AttentionKind::Unfused;
   t.grad_reduce_bytes = r.choice("grad_reduce", "fp32", {"fp32", "bf16", "fp16"}) == "fp32" ? 4 : 2;
   t.dropout = r.boolean("dropout", true);
   r.finish();
@@ -324,8 +324,8 @@ std::vector<CalibrationProfile> read_calibration(ObjectReader& top, const Catalo
     }
     if (p == nullptr) p = cat.find_profile_for_gpu(g.node.gpu.name);
     if (p == nullptr) {
-      top.error("cluster", "no calibration profile for GPU \"" + g.node.gpu.name +
-                               "\"; add one under calibration.profiles");
+      top.error("cluster",
+                "no calibration profile for GPU \"" + g.node.gpu.name + "\"; add one under calibration.profiles");
       continue;
     }
     out.push_back(*p);
@@ -343,7 +343,8 @@ void check_consistency(Scenario& s, Diagnostics& d) {
                              str(p.tp * p.pp * p.dp * p.cp) + ", expected the cluster's GPU count " + str(gpus));
   }
   if (m.heads % p.tp != 0) {
-    d.error("/parallel/tp", "expected a divisor of the model's " + str(m.heads) + " attention heads, found " + str(p.tp));
+    d.error("/parallel/tp",
+            "expected a divisor of the model's " + str(m.heads) + " attention heads, found " + str(p.tp));
   } else if (m.kv_heads % p.tp != 0 && p.tp % m.kv_heads != 0) {
     d.error("/parallel/tp", "expected tp to divide or be a multiple of the model's " + str(m.kv_heads) +
                                 " KV heads, found " + str(p.tp));
@@ -360,8 +361,8 @@ void check_consistency(Scenario& s, Diagnostics& d) {
                                             str(p.stage_layers.size()) + " entries summing to " + str(sum));
     }
   } else if (m.layers % (p.pp * p.vpp) != 0) {
-    d.error("/parallel/pp", "the model's " + str(m.layers) + " layers must divide evenly into pp*vpp = " +
-                                str(p.pp) + "*" + str(p.vpp) + " = " + str(p.pp * p.vpp) + " stages");
+    d.error("/parallel/pp", "the model's " + str(m.layers) + " layers must divide evenly into pp*vpp = " + str(p.pp) +
+                                "*" + str(p.vpp) + " = " + str(p.pp * p.vpp) + " stages");
   }
   if (p.global_batch % (p.micro_batch * p.dp) != 0) {
     d.error("/parallel/global_batch", "expected a multiple of micro_batch*dp = " + str(p.micro_batch) + "*" +
@@ -379,8 +380,8 @@ void check_consistency(Scenario& s, Diagnostics& d) {
   }
   for (const auto& g : s.cluster.groups) {
     if (g.node.gpu.peak(s.training.precision) <= 0) {
-      d.error("/training/precision", std::string("GPU ") + g.node.gpu.name + " has no " +
-                                         to_string(s.training.precision) + " tensor cores");
+      d.error("/training/precision",
+              std::string("GPU ") + g.node.gpu.name + " has no " + to_string(s.training.precision) + " tensor cores");
     }
   }
   if (s.cluster.groups.size() > 1) {

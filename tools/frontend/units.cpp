@@ -9,10 +9,14 @@ namespace trainsim {
 
 const char* to_string(Quantity q) {
   switch (q) {
-    case Quantity::Bytes: return "a size (e.g. \"80GiB\", \"40MB\")";
-    case Quantity::Bandwidth: return "a bandwidth (e.g. \"400Gbps\", \"450GB/s\")";
-    case Quantity::Time: return "a time (e.g. \"1.5us\", \"20ms\")";
-    case Quantity::Flops: return "a compute rate (e.g. \"989TFLOPS\")";
+    case Quantity::Bytes:
+      return "a size (e.g. \"80GiB\", \"40MB\")";
+    case Quantity::Bandwidth:
+      return "a bandwidth (e.g. \"400Gbps\", \"450GB/s\")";
+    case Quantity::Time:
+      return "a time (e.g. \"1.5us\", \"20ms\")";
+    case Quantity::Flops:
+      return "a compute rate (e.g. \"989TFLOPS\")";
   }
   return "?";
 }
@@ -28,17 +32,33 @@ struct UnitEntry {
 // Sizes in bytes (SI and binary prefixes), bandwidths in bytes/s (bits where
 // the suffix says "bps"), times in seconds, compute in FLOP/s.
 constexpr UnitEntry kUnits[] = {
-    {Quantity::Bytes, "B", 1},          {Quantity::Bytes, "KB", 1e3},       {Quantity::Bytes, "MB", 1e6},
-    {Quantity::Bytes, "GB", 1e9},       {Quantity::Bytes, "TB", 1e12},      {Quantity::Bytes, "KiB", 1024.0},
-    {Quantity::Bytes, "MiB", 1048576.0}, {Quantity::Bytes, "GiB", 1073741824.0},
+    {Quantity::Bytes, "B", 1},
+    {Quantity::Bytes, "KB", 1e3},
+    {Quantity::Bytes, "MB", 1e6},
+    {Quantity::Bytes, "GB", 1e9},
+    {Quantity::Bytes, "TB", 1e12},
+    {Quantity::Bytes, "KiB", 1024.0},
+    {Quantity::Bytes, "MiB", 1048576.0},
+    {Quantity::Bytes, "GiB", 1073741824.0},
     {Quantity::Bytes, "TiB", 1099511627776.0},
-    {Quantity::Bandwidth, "B/s", 1},    {Quantity::Bandwidth, "KB/s", 1e3}, {Quantity::Bandwidth, "MB/s", 1e6},
-    {Quantity::Bandwidth, "GB/s", 1e9}, {Quantity::Bandwidth, "TB/s", 1e12}, {Quantity::Bandwidth, "bps", 0.125},
-    {Quantity::Bandwidth, "Kbps", 125.0}, {Quantity::Bandwidth, "Mbps", 1.25e5},
-    {Quantity::Bandwidth, "Gbps", 1.25e8}, {Quantity::Bandwidth, "Tbps", 1.25e11},
-    {Quantity::Time, "ns", 1e-9},       {Quantity::Time, "us", 1e-6},       {Quantity::Time, "ms", 1e-3},
-    {Quantity::Time, "s", 1},           {Quantity::Flops, "FLOPS", 1},      {Quantity::Flops, "GFLOPS", 1e9},
-    {Quantity::Flops, "TFLOPS", 1e12},  {Quantity::Flops, "PFLOPS", 1e15},
+    {Quantity::Bandwidth, "B/s", 1},
+    {Quantity::Bandwidth, "KB/s", 1e3},
+    {Quantity::Bandwidth, "MB/s", 1e6},
+    {Quantity::Bandwidth, "GB/s", 1e9},
+    {Quantity::Bandwidth, "TB/s", 1e12},
+    {Quantity::Bandwidth, "bps", 0.125},
+    {Quantity::Bandwidth, "Kbps", 125.0},
+    {Quantity::Bandwidth, "Mbps", 1.25e5},
+    {Quantity::Bandwidth, "Gbps", 1.25e8},
+    {Quantity::Bandwidth, "Tbps", 1.25e11},
+    {Quantity::Time, "ns", 1e-9},
+    {Quantity::Time, "us", 1e-6},
+    {Quantity::Time, "ms", 1e-3},
+    {Quantity::Time, "s", 1},
+    {Quantity::Flops, "FLOPS", 1},
+    {Quantity::Flops, "GFLOPS", 1e9},
+    {Quantity::Flops, "TFLOPS", 1e12},
+    {Quantity::Flops, "PFLOPS", 1e15},
 };
 
 }  // namespace
@@ -50,8 +70,8 @@ ParsedQuantity parse_quantity(std::string_view text, Quantity kind) {
                              text[i] == 'E' || text[i] == '+' || text[i] == '-')) {
     // Stop at an 'e'/'E' that starts a unit rather than an exponent.
     if ((text[i] == 'e' || text[i] == 'E') &&
-        (i + 1 >= text.size() || !(std::isdigit(static_cast<unsigned char>(text[i + 1])) || text[i + 1] == '-' ||
-                                   text[i + 1] == '+'))) {
+        (i + 1 >= text.size() ||
+         !(std::isdigit(static_cast<unsigned char>(text[i + 1])) || text[i + 1] == '-' || text[i + 1] == '+'))) {
       break;
     }
     ++i;

@@ -43,7 +43,8 @@ std::vector<ScenarioText> collect_scenarios(const std::vector<std::string>& path
 
 std::vector<ScenarioText> builtin_validation_scenarios() {
   std::vector<ScenarioText> out;
-  for (const auto& f : validation_scenario_files()) out.push_back(ScenarioText{std::string(f.path), std::string(f.text), ""});
+  for (const auto& f : validation_scenario_files())
+    out.push_back(ScenarioText{std::string(f.path), std::string(f.text), ""});
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.file < b.file; });
   return out;
 }
@@ -56,7 +57,8 @@ ValidationReport validate(const std::vector<ScenarioText>& scenarios, const Cata
     try {
       Scenario s = load_scenario_text(st.text, st.file, st.base_dir, {}, catalog);
       if (!s.expected) {
-        problems.push_back(Diagnostic{st.file, "/expected", "a validation scenario needs expected {metric, value, source}"});
+        problems.push_back(
+            Diagnostic{st.file, "/expected", "a validation scenario needs expected {metric, value, source}"});
         continue;
       }
       loaded.push_back(std::move(s));
@@ -129,7 +131,8 @@ nlohmann::json to_json(const ValidationReport& r) {
   }
   nlohmann::json groups = nlohmann::json::object();
   for (const auto& [g, m] : r.mape_by_group) groups[g] = m;
-  return {{"cases", cases}, {"mape_pct", r.mape_pct}, {"max_error_pct", r.max_error_pct}, {"mape_by_group_pct", groups}};
+  return {
+      {"cases", cases}, {"mape_pct", r.mape_pct}, {"max_error_pct", r.max_error_pct}, {"mape_by_group_pct", groups}};
 }
 
 }  // namespace trainsim

@@ -106,6 +106,13 @@ class StageProgramBuilder {
   TaskId emit(const std::vector<Step>& steps, const std::string& prefix, int mb, std::vector<TaskId> entry,
               bool recomputed, TaskId* first_compute = nullptr) {
     std::vector<TaskId> ids(steps.size());
+    // Label ids of this step list under this prefix, looked up once per list.
+    auto [cached, fresh] =
+        step_labels_.try_emplace(prefix + '\x1f' + std::to_string(reinterpret_cast<std::uintptr_t>(&steps)));
+    if (fresh) {
+      for (const Step& st : steps) cached->second.push_back(label(prefix + st.name));
+    }
+    const std::vector<std::uint32_t>& step_label = cached->second;
     TaskId last_compute = entry.empty() ? kNone : entry.back();
     TaskId before_last = last_compute;
     bool first = true;
@@ -114,7 +121,7 @@ class StageProgramBuilder {
       std::vector<TaskId> deps;
       if (first) deps = entry;
       for (int w : s.waits) deps.push_back(ids[w]);
-      const std::uint32_t lbl = label(prefix + s.name);
+      const std::uint32_t lbl = step_label[j];
       if (s.is_comm) {
         const TaskId after = s.overlap_previous ? before_last : last_compute;
         if (after != kNone) deps.push_back(after);
@@ -343,6 +350,7 @@ class StageProgramBuilder {
   TaskId last_compute_ = kNone;
   std::unordered_map<std::string, std::uint32_t> labels_;
   std::unordered_map<const Step*, std::uint32_t> ops_;
+  std::unordered_map<std::string, std::vector<std::uint32_t>> step_labels_;
   double hw_flops_ = 0, model_flops_ = 0;
 };
 

@@ -77,7 +77,9 @@ TaskId ProgramBuilder::add(Task task, std::span<const TaskId> deps) {
   const auto id = static_cast<TaskId>(program_.tasks.size());
   for ([[maybe_unused]] TaskId d : deps) assert(d < id && "dependencies must name earlier tasks");
   program_.tasks.push_back(task);
-  task_deps_.emplace_back(deps.begin(), deps.end());
+  if (program_.dep_offsets.empty()) program_.dep_offsets.push_back(0);
+  program_.deps.insert(program_.deps.end(), deps.begin(), deps.end());
+  program_.dep_offsets.push_back(static_cast<std::uint32_t>(program_.deps.size()));
   return id;
 }
 
@@ -136,21 +138,15 @@ TaskId ProgramBuilder::recv(std::uint8_t stream, std::uint32_t slot, CommClass c
 ProgramTemplate ProgramBuilder::finish() && {
   ProgramTemplate& p = program_;
   const std::size_t n = p.tasks.size();
-  p.dep_offsets.assign(n + 1, 0);
+  if (p.dep_offsets.empty()) p.dep_offsets.push_back(0);
   std::vector<std::uint32_t> succ_count(n, 0);
-  for (std::size_t t = 0; t < n; ++t) {
-    p.dep_offsets[t + 1] = p.dep_offsets[t] + static_cast<std::uint32_t>(task_deps_[t].size());
-    for (TaskId d : task_deps_[t]) {
-      p.deps.push_back(d);
-      ++succ_count[d];
-    }
-  }
+  for (TaskId d : p.deps) ++succ_count[d];
   p.succ_offsets.assign(n + 1, 0);
   for (std::size_t t = 0; t < n; ++t) p.succ_offsets[t + 1] = p.succ_offsets[t] + succ_count[t];
   p.succs.assign(p.succ_offsets[n], 0);
   std::vector<std::uint32_t> fill(p.succ_offsets.begin(), p.succ_offsets.end() - 1);
   for (std::size_t t = 0; t < n; ++t) {
-    for (TaskId d : task_deps_[t]) p.succs[fill[d]++] = static_cast<std::uint32_t>(t);
+    for (TaskId d : p.deps_of(static_cast<std::uint32_t>(t))) p.succs[fill[d]++] = static_cast<std::uint32_t>(t);
   }
   const std::size_t ns = p.streams.size();
   p.stream_offsets.assign(ns + 1, 0);
@@ -159,7 +155,6 @@ ProgramTemplate ProgramBuilder::finish() && {
   p.stream_tasks.assign(n, 0);
   std::vector<std::uint32_t> pos(p.stream_offsets.begin(), p.stream_offsets.end() - 1);
   for (std::size_t t = 0; t < n; ++t) p.stream_tasks[pos[p.tasks[t].stream]++] = static_cast<std::uint32_t>(t);
-  task_deps_.clear();
   return std::move(program_);
 }
 

@@ -84,7 +84,6 @@ class ProgramBuilder {
   TaskId add(Task task, std::span<const TaskId> deps);
 
   ProgramTemplate program_;
-  std::vector<std::vector<TaskId>> task_deps_;
 };
 
 }  // namespace trainsim

@@ -22,25 +22,35 @@ std::string fmt(const char* f, double x) {
 }
 }  // namespace
 
-JobReport simulate(const Scenario& s) {
-  const auto t0 = std::chrono::steady_clock::now();
-  JobReport rep;
-  rep.scenario = s.name;
-  const Cluster cluster(s.cluster);
-  rep.gpus = cluster.num_gpus();
+static std::vector<CalibrationProfile> profiles_by_type(const Scenario& s, const Cluster& cluster) {
   std::vector<CalibrationProfile> profiles(cluster.num_gpu_types());
   for (int t = 0; t < cluster.num_gpu_types(); ++t) {
     for (const auto& p : s.profiles) {
       if (p.gpu == cluster.gpu_type(t).name) profiles[t] = p;
     }
   }
+  return profiles;
+}
+
+JobReport simulate(const Scenario& s) { return run_job(s).report; }
+
+JobRun run_job(const Scenario& s) {
+  const auto t0 = std::chrono::steady_clock::now();
+  JobRun run;
+  JobReport& rep = run.report;
+  rep.scenario = s.name;
+  const Cluster cluster(s.cluster);
+  rep.gpus = cluster.num_gpus();
+  const std::vector<CalibrationProfile> profiles = profiles_by_type(s, cluster);
   const ComputeCostModel costs(cluster, profiles);
   const AnalyticalNetwork network(cluster, profiles);
   PlanOptions opts;
   opts.representatives = cluster.num_gpu_types() == 1;
-  const TrainingPlan plan = plan_training(s.model, s.parallel, s.training, cluster, opts);
+  run.plan = plan_training(s.model, s.parallel, s.training, cluster, opts);
+  const TrainingPlan& plan = run.plan;
   Executor exec(plan.setup, cluster, costs, network);
-  const SimulationResult res = exec.run();
+  run.result = exec.run();
+  const SimulationResult& res = run.result;
 
   rep.events = res.events;
   rep.simulated_ranks = static_cast<int>(plan.setup.ranks.size());
@@ -96,18 +106,12 @@ JobReport simulate(const Scenario& s) {
     rep.per_stage.push_back(sr);
   }
   rep.wall_time_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return rep;
+  return run;
 }
 
 std::string kernel_table(const Scenario& s, int stage) {
   const Cluster cluster(s.cluster);
-  std::vector<CalibrationProfile> profiles(cluster.num_gpu_types());
-  for (int t = 0; t < cluster.num_gpu_types(); ++t) {
-    for (const auto& p : s.profiles) {
-      if (p.gpu == cluster.gpu_type(t).name) profiles[t] = p;
-    }
-  }
-  const ComputeCostModel costs(cluster, profiles);
+  const ComputeCostModel costs(cluster, profiles_by_type(s, cluster));
   const TrainingPlan plan = plan_training(s.model, s.parallel, s.training, cluster, PlanOptions{});
   const ProgramTemplate& prog = plan.setup.programs.at(static_cast<std::size_t>(stage));
   const int type = cluster.gpu_type_of(plan.setup.ranks[plan.recorded_rank_of_stage[stage]].gpu);

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "models/memory_model.hpp"
+#include "models/planner.hpp"
 #include "sim/metrics.hpp"
 #include "tools/frontend/scenario.hpp"
 
@@ -39,7 +40,16 @@ struct JobReport {
   int simulated_ranks = 0;
 };
 
-JobReport simulate(const Scenario& scenario);
+// Everything one simulation produced: the report, and for timelines and traces
+// the plan (programs, ranks, communicators) and the executor's result.
+struct JobRun {
+  JobReport report;
+  TrainingPlan plan;
+  SimulationResult result;
+};
+
+JobRun run_job(const Scenario& scenario);
+JobReport simulate(const Scenario& scenario);  // run_job(...).report
 
 // Per-kernel time of one pipeline stage's iteration (compute tasks only), the
 // largest first: where the compute time goes and at what efficiency.

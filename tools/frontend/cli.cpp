@@ -8,6 +8,7 @@
 
 #include "tools/frontend/catalog.hpp"
 #include "tools/frontend/job.hpp"
+#include "tools/frontend/regress.hpp"
 #include "tools/frontend/scenario.hpp"
 #include "tools/frontend/validate.hpp"
 
@@ -93,6 +94,14 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
       ->check(CLI::Range(0.0, 1000.0));
   validate_cmd->add_flag("--json", validate_json, "Print the report as JSON");
 
+  std::string regress_dir = "scenarios/regression", golden = "tests/golden/regression.json";
+  bool update = false;
+  auto* regress_cmd =
+      app.add_subcommand("regress", "Compare predictions of the regression scenarios with the golden file");
+  regress_cmd->add_option("dir", regress_dir, "Directory (or file) of regression scenarios")->capture_default_str();
+  regress_cmd->add_option("--golden", golden, "Golden predictions file")->capture_default_str();
+  regress_cmd->add_flag("--update", update, "Rewrite the golden file with the current predictions");
+
   std::string what;
   auto* catalog_cmd = app.add_subcommand("catalog", "List the shipped presets");
   catalog_cmd->add_option("what", what, "gpus | models | topologies")
@@ -141,6 +150,20 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
         code = kInfeasible;
       }
       return code;
+    }
+    if (regress_cmd->parsed()) {
+      const RegressionReport rep = regress(collect_scenarios({regress_dir}), golden, catalog);
+      out << regression_table(rep);
+      if (update) {
+        write_golden(rep, golden);
+        out << "wrote " << golden << "\n";
+        return kOk;
+      }
+      if (!rep.ok()) {
+        err << "regression: predictions moved beyond the tolerance; review and run `trainsim regress --update`\n";
+        return kInfeasible;
+      }
+      return kOk;
     }
     if (check->parsed()) {
       const Scenario s = load(check_path, sets, catalog);

@@ -1,0 +1,134 @@
+#include "tools/frontend/regress.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "tools/frontend/job.hpp"
+#include "tools/frontend/scenario.hpp"
+
+namespace trainsim {
+
+const std::vector<std::string>& regression_metrics() {
+  static const std::vector<std::string> m{"iteration_time_s", "tokens_per_s", "peak_memory_gib"};
+  return m;
+}
+
+bool RegressionReport::ok() const {
+  for (const auto& r : rows) {
+    if (r.drifted) return false;
+  }
+  return stale.empty();
+}
+
+namespace {
+
+struct Golden {
+  double tolerance_pct = 0.5;
+  std::map<std::string, std::map<std::string, double>> values;
+};
+
+Golden read_golden(const std::string& path) {
+  Golden g;
+  std::ifstream in(path);
+  if (!in) return g;  // no golden file yet: everything is "missing"
+  std::stringstream ss;
+  ss << in.rdbuf();
+  Diagnostics d(path);
+  auto doc = parse_json_text(ss.str(), d);
+  d.throw_if_errors();
+  ObjectReader top(*doc, "", d);
+  g.tolerance_pct = top.number("tolerance_pct", 0.5, 0, 100, true);
+  top.string("note", "");
+  if (const nlohmann::json* cases = top.raw("cases")) {
+    ObjectReader cr(*cases, top.at("cases"), d);
+    if (cr.valid()) {
+      for (const auto& [name, v] : cases->items()) {
+        ObjectReader mr(v, json_pointer_append(cr.pointer(), name), d);
+        if (!mr.valid()) continue;
+        for (const auto& m : regression_metrics()) g.values[name][m] = mr.number(m.c_str(), 0, 0, 1e18, true);
+        mr.finish();
+      }
+    }
+  }
+  top.finish();
+  d.throw_if_errors();
+  return g;
+}
+
+double metric_of(const JobReport& r, const std::string& m) {
+  return m == "peak_memory_gib" ? r.peak_memory_gib : metric_value(r, m);
+}
+
+}  // namespace
+
+RegressionReport regress(const std::vector<ScenarioText>& scenarios, const std::string& golden_path,
+                         const Catalog& catalog) {
+  const Golden g = read_golden(golden_path);
+  RegressionReport rep;
+  rep.tolerance_pct = g.tolerance_pct;
+  std::map<std::string, bool> seen;
+  for (const auto& st : scenarios) {
+    const Scenario s = load_scenario_text(st.text, st.file, st.base_dir, {}, catalog);
+    const JobReport jr = simulate(s);
+    seen[s.name] = true;
+    const auto it = g.values.find(s.name);
+    for (const auto& m : regression_metrics()) {
+      RegressionRow row;
+      row.name = s.name;
+      row.metric = m;
+      row.current = metric_of(jr, m);
+      if (it == g.values.end()) {
+        row.missing = row.drifted = true;
+      } else {
+        row.golden = it->second.at(m);
+        row.change_pct = row.golden != 0 ? 100.0 * (row.current - row.golden) / row.golden : 0.0;
+        row.drifted = std::fabs(row.change_pct) > g.tolerance_pct;
+      }
+      rep.rows.push_back(row);
+    }
+  }
+  for (const auto& [name, v] : g.values) {
+    if (!seen.count(name)) rep.stale.push_back(name);
+  }
+  return rep;
+}
+
+void write_golden(const RegressionReport& report, const std::string& golden_path) {
+  nlohmann::ordered_json cases = nlohmann::ordered_json::object();
+  for (const auto& r : report.rows) cases[r.name][r.metric] = r.current;
+  nlohmann::ordered_json doc;
+  doc["tolerance_pct"] = report.tolerance_pct;
+  doc["note"] =
+      "Golden predictions of scenarios/regression; rewrite with `trainsim regress --update` and review the diff.";
+  doc["cases"] = cases;
+  std::ofstream out(golden_path);
+  if (!out) throw InputError({Diagnostic{golden_path, "", "cannot write the golden file"}});
+  out << doc.dump(2) << "\n";
+}
+
+std::string regression_table(const RegressionReport& r) {
+  std::string out;
+  char line[512];
+  std::snprintf(line, sizeof line, "%-34s %-18s %14s %14s %9s\n", "scenario", "metric", "golden", "current", "change");
+  out += line;
+  for (const auto& row : r.rows) {
+    if (row.missing) {
+      std::snprintf(line, sizeof line, "%-34s %-18s %14s %14.6g %9s\n", row.name.c_str(), row.metric.c_str(), "-",
+                    row.current, "new");
+    } else {
+      std::snprintf(line, sizeof line, "%-34s %-18s %14.6g %14.6g %+8.2f%%%s\n", row.name.c_str(), row.metric.c_str(),
+                    row.golden, row.current, row.change_pct, row.drifted ? "  DRIFT" : "");
+    }
+    out += line;
+  }
+  for (const auto& s : r.stale) out += "stale golden entry without a scenario: " + s + "\n";
+  std::snprintf(line, sizeof line, "tolerance %.2f%%: %s\n", r.tolerance_pct, r.ok() ? "ok" : "FAILED");
+  out += line;
+  return out;
+}
+
+}  // namespace trainsim

@@ -46,6 +46,11 @@ struct ValueEntry {
 
 // Collective figures for one link class (scale-up domain or scale-out network).
 struct LinkCalibration {
+  // Measured bus bandwidth (nccl-tests convention) / link bandwidth vs collective
+  // buffer bytes; includes latency, so no hop latency is added where a curve
+  // exists. Optional; scale-up only for now.
+  CurveEntry busbw_curve;       // ring (all-gather, reduce-scatter, all-reduce without NVLS)
+  CurveEntry nvls_busbw_curve;  // NVLS all-reduce
   ValueEntry busbw_efficiency;       // achieved bus bandwidth / link bandwidth (ring, large messages)
   ValueEntry nvls_busbw_efficiency;  // same for NVLS all-reduce (scale-up only; 0 = no NVLS figure)
   ValueEntry latency;                // seconds per algorithm step (per hop)
@@ -61,6 +66,8 @@ struct CalibrationProfile {
   CurveEntry gemm_min_dim;
   // Fused (flash) attention efficiency vs FLOPs of one attention kernel.
   CurveEntry attention;
+  // The same for the fused attention backward kernel (optional: else `attention`).
+  CurveEntry attention_backward;
   // Memory-bound kernels: achieved / spec HBM bandwidth vs bytes moved.
   CurveEntry memory_bound;
   ValueEntry launch_overhead;  // seconds per kernel

@@ -49,10 +49,10 @@ class StepList {
     return add_compute(std::move(op), 0, std::move(waits));
   }
   int attention(const std::string& name, Dtype dtype, double exec_flops, double model_flops, double bytes,
-                std::vector<int> waits = {}) {
+                std::vector<int> waits = {}, bool backward = false) {
     ComputeOp op;
     op.name = name;
-    op.kind = OpKind::Attention;
+    op.kind = backward ? OpKind::AttentionBackward : OpKind::Attention;
     op.dtype = dtype;
     op.flops = exec_flops;
     op.bytes = bytes;
@@ -211,7 +211,7 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     if (tr.attention == AttentionKind::Flash) {
       // FlashAttention backward: recomputes QK^T and runs four GEMMs (2.5x the forward work).
       const double bytes = (D.tokens * (4 * D.a_t * D.d) + D.b * D.s_full * 4 * D.g_t * D.d) * kActBytes;
-      L.attention("attn.core.bwd", D.attn_dtype, 2.5 * model_core / 2, 2 * model_core, bytes);
+      L.attention("attn.core.bwd", D.attn_dtype, 2.5 * model_core / 2, 2 * model_core, bytes, {}, true);
     } else {
       const double heads = D.b * D.a_t;
       const double scores = heads * D.s_local * D.s_full;

@@ -8,7 +8,7 @@
 
 namespace trainsim {
 
-enum class OpKind : std::uint8_t { Gemm, Attention, MemoryBound };
+enum class OpKind : std::uint8_t { Gemm, Attention, AttentionBackward, MemoryBound };
 
 struct ComputeOp {
   std::string name;  // e.g. "attn.qkv.fwd"

@@ -26,6 +26,11 @@ double ComputeCostModel::seconds(const ComputeOp& op, int gpu_type) const {
     case OpKind::Attention:
       compute_time = op.flops / (gpu.peak(op.dtype) * p.attention.curve.at(op.flops / std::max(op.kernels, 1)));
       break;
+    case OpKind::AttentionBackward: {
+      const EfficiencyCurve& c = p.attention_backward.curve.empty() ? p.attention.curve : p.attention_backward.curve;
+      compute_time = op.flops / (gpu.peak(op.dtype) * c.at(op.flops / std::max(op.kernels, 1)));
+      break;
+    }
     case OpKind::MemoryBound:
       break;
   }

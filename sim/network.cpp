@@ -20,7 +20,13 @@ CommShape AnalyticalNetwork::shape(const std::vector<int>& members) const {
     ++per_node[cluster_->node_of(gpu)];
     const NodeSpec& node = cluster_->node_spec_of_gpu(gpu);
     const CalibrationProfile& p = (*profiles_)[cluster_->gpu_type_of(gpu)];
-    s.scaleup_bw = std::min(s.scaleup_bw, node.scaleup_bandwidth * p.scaleup.busbw_efficiency.value);
+    const double eff_bw = node.scaleup_bandwidth * p.scaleup.busbw_efficiency.value;
+    if (eff_bw < s.scaleup_bw) {
+      s.scaleup_link_bw = node.scaleup_bandwidth;
+      s.scaleup_curve = p.scaleup.busbw_curve.curve.empty() ? nullptr : &p.scaleup.busbw_curve.curve;
+      s.nvls_curve = p.scaleup.nvls_busbw_curve.curve.empty() ? nullptr : &p.scaleup.nvls_busbw_curve.curve;
+    }
+    s.scaleup_bw = std::min(s.scaleup_bw, eff_bw);
     const double nvls_eff = p.scaleup.nvls_busbw_efficiency.value;
     if (!node.nvls || nvls_eff <= 0) all_nvls = false;
     s.nvls_bw = std::min(s.nvls_bw, node.scaleup_bandwidth * nvls_eff);
@@ -82,13 +88,20 @@ double AnalyticalNetwork::collective_seconds(const CommShape& s, CollectiveKind 
     const double t_local = bytes * (s.max_per_node - 1.0) / n / s.scaleup_bw;
     return s.base_latency + (n - 1) * hop_latency + std::max(t_net, t_local);
   }
-  // Ring: bandwidth-optimal, latency linear in n.
-  const double ring = s.base_latency + ring_steps(kind, n) * hop_latency + ring_factor(kind, n) * bytes / busbw;
+  // Ring: bandwidth-optimal, latency linear in n. Inside one node a measured
+  // bus-bandwidth curve (which already contains latency) replaces alpha-beta.
+  double ring = s.base_latency + ring_steps(kind, n) * hop_latency + ring_factor(kind, n) * bytes / busbw;
+  if (s.nodes == 1 && s.scaleup_curve != nullptr) {
+    ring = ring_factor(kind, n) * bytes / (s.scaleup_link_bw * s.scaleup_curve->at(bytes));
+  }
   double best = ring;
   if (kind == CollectiveKind::AllReduce) {
     // NVLS: in-switch reduction within one NVLink domain.
     if (s.nodes == 1 && s.nvls_bw > 0) {
-      best = std::min(best, s.base_latency + 2 * s.scaleup_latency + ring_factor(kind, n) * bytes / s.nvls_bw);
+      const double nvls = s.nvls_curve != nullptr
+                              ? ring_factor(kind, n) * bytes / (s.scaleup_link_bw * s.nvls_curve->at(bytes))
+                              : s.base_latency + 2 * s.scaleup_latency + ring_factor(kind, n) * bytes / s.nvls_bw;
+      best = std::min(best, nvls);
     }
     // Double binary tree across nodes: same bandwidth term, latency in log2(nodes).
     if (s.nodes > 1) {

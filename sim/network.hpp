@@ -31,6 +31,9 @@ struct CommShape {
   double nvls_bw = 0;     // NVLS bus bandwidth, 0 if unavailable
   double network_bw = 0;  // per GPU per direction, bytes/s, after efficiency (slowest member)
   double scaleup_latency = 0, network_latency = 0, base_latency = 0;  // seconds
+  double scaleup_link_bw = 0;                      // per direction, before efficiency (slowest member)
+  const EfficiencyCurve* scaleup_curve = nullptr;  // measured ring busbw curve, if any
+  const EfficiencyCurve* nvls_curve = nullptr;     // measured NVLS busbw curve, if any
 };
 
 class AnalyticalNetwork {

@@ -97,6 +97,8 @@ LinkCalibration read_link(ObjectReader& parent, const char* key) {
   }
   ObjectReader r(*v, parent.at(key), parent.diagnostics());
   if (!r.valid()) return l;
+  l.busbw_curve = read_curve(r, "busbw_curve", false);
+  l.nvls_busbw_curve = read_curve(r, "nvls_busbw_curve", false);
   l.busbw_efficiency = read_value(r, "busbw_efficiency", std::nullopt, 0.01, 1.5, true);
   l.nvls_busbw_efficiency = read_value(r, "nvls_busbw_efficiency", std::nullopt, 0.01, 2.0, false);
   l.latency = read_value(r, "latency", Quantity::Time, 0, 1, true);
@@ -195,6 +197,7 @@ CalibrationProfile read_profile(ObjectReader& r) {
   }
   p.gemm_min_dim = read_curve(r, "gemm_min_dim", true);
   p.attention = read_curve(r, "attention", true);
+  p.attention_backward = read_curve(r, "attention_backward", false);
   p.memory_bound = read_curve(r, "memory_bound", true);
   p.launch_overhead = read_value(r, "launch_overhead", Quantity::Time, 0, 1e-3, true);
   p.memory_reserved = read_value(r, "memory_reserved", Quantity::Bytes, 0, 1e12, true);

@@ -85,54 +85,23 @@ TaskId ProgramBuilder::add(Task task, std::span<const TaskId> deps) {
 
 TaskId ProgramBuilder::compute(std::uint8_t stream, std::uint32_t op, std::uint32_t label, int microbatch,
                                std::span<const TaskId> deps) {
-  Task t;
-  t.kind = TaskKind::Compute;
-  t.stream = stream;
-  t.ref = op;
-  t.label = label;
-  t.microbatch = microbatch;
-  return add(t, deps);
+  return add(Task{TaskKind::Compute, stream, CollectiveKind::AllReduce, CommClass::TP, op, label, microbatch, 0}, deps);
 }
 
 TaskId ProgramBuilder::collective(std::uint8_t stream, std::uint32_t slot, CollectiveKind kind, CommClass cls,
                                   std::uint64_t bytes, std::uint32_t label, int microbatch,
                                   std::span<const TaskId> deps) {
-  Task t;
-  t.kind = TaskKind::Collective;
-  t.stream = stream;
-  t.collective = kind;
-  t.comm_class = cls;
-  t.ref = slot;
-  t.bytes = bytes;
-  t.label = label;
-  t.microbatch = microbatch;
-  return add(t, deps);
+  return add(Task{TaskKind::Collective, stream, kind, cls, slot, label, microbatch, bytes}, deps);
 }
 
 TaskId ProgramBuilder::send(std::uint8_t stream, std::uint32_t slot, CommClass cls, std::uint64_t bytes,
                             std::uint32_t label, int microbatch, std::span<const TaskId> deps) {
-  Task t;
-  t.kind = TaskKind::Send;
-  t.stream = stream;
-  t.comm_class = cls;
-  t.ref = slot;
-  t.bytes = bytes;
-  t.label = label;
-  t.microbatch = microbatch;
-  return add(t, deps);
+  return add(Task{TaskKind::Send, stream, CollectiveKind::AllReduce, cls, slot, label, microbatch, bytes}, deps);
 }
 
 TaskId ProgramBuilder::recv(std::uint8_t stream, std::uint32_t slot, CommClass cls, std::uint64_t bytes,
                             std::uint32_t label, int microbatch, std::span<const TaskId> deps) {
-  Task t;
-  t.kind = TaskKind::Recv;
-  t.stream = stream;
-  t.comm_class = cls;
-  t.ref = slot;
-  t.bytes = bytes;
-  t.label = label;
-  t.microbatch = microbatch;
-  return add(t, deps);
+  return add(Task{TaskKind::Recv, stream, CollectiveKind::AllReduce, cls, slot, label, microbatch, bytes}, deps);
 }
 
 ProgramTemplate ProgramBuilder::finish() && {

@@ -150,13 +150,30 @@ class StageProgramBuilder {
     return std::string(1, pass) + " L" + std::to_string(layer) + " ";
   }
 
-  void forward_unit(const WorkUnit& u, bool first_of_chunk) {
+  // Without p2p overlap (Megatron-LM 2021, DeepSpeed pipelines) a rank waits for
+  // its sends to finish before computing on, so every transfer sits on the
+  // sender's critical path. Receives are posted ahead in both modes (Megatron
+  // pairs each blocking send with the next receive, which never deadlocks).
+  std::vector<TaskId> unit_entry() {
     std::vector<TaskId> entry;
-    const std::uint64_t act = activation_message_bytes();
-    if (!first_vstage(u.chunk)) {
-      entry.push_back(
-          b_.recv(s_.recv_prev, kSlotPrev, CommClass::PP, act, label("F recv activations"), u.microbatch, {}));
+    if (!par_.pp_overlap) {
+      entry = std::move(blocking_sends_);
+      blocking_sends_.clear();
     }
+    return entry;
+  }
+  TaskId post_recv(std::uint8_t stream, std::uint32_t slot, const char* what, int mb) {
+    return b_.recv(stream, slot, CommClass::PP, activation_message_bytes(), label(what), mb, {});
+  }
+  void post_send(std::uint8_t stream, std::uint32_t slot, const char* what, int mb, TaskId after) {
+    const TaskId d[] = {after};
+    const TaskId t = b_.send(stream, slot, CommClass::PP, activation_message_bytes(), label(what), mb, d);
+    if (!par_.pp_overlap) blocking_sends_.push_back(t);
+  }
+
+  void forward_unit(const WorkUnit& u, bool first_of_chunk) {
+    std::vector<TaskId> entry = unit_entry();
+    if (!first_vstage(u.chunk)) entry.push_back(post_recv(s_.recv_prev, kSlotPrev, "F recv activations", u.microbatch));
     TaskId last = kNone;
     if (first_vstage(u.chunk)) last = emit(steps_.embedding_forward, "F ", u.microbatch, entry, false);
     if (last != kNone) entry = {last};
@@ -172,19 +189,12 @@ class StageProgramBuilder {
       entry = {last};
     }
     if (last_vstage(u.chunk)) last = emit(steps_.head_forward, "F ", u.microbatch, entry, false);
-    if (!last_vstage(u.chunk)) {
-      const TaskId d[] = {last};
-      b_.send(s_.send_next, kSlotNext, CommClass::PP, act, label("F send activations"), u.microbatch, d);
-    }
+    if (!last_vstage(u.chunk)) post_send(s_.send_next, kSlotNext, "F send activations", u.microbatch, last);
   }
 
   void backward_unit(const WorkUnit& u, bool reduce_grads) {
-    std::vector<TaskId> entry;
-    const std::uint64_t act = activation_message_bytes();
-    if (!last_vstage(u.chunk)) {
-      entry.push_back(
-          b_.recv(s_.recv_next, kSlotNext, CommClass::PP, act, label("B recv gradients"), u.microbatch, {}));
-    }
+    std::vector<TaskId> entry = unit_entry();
+    if (!last_vstage(u.chunk)) entry.push_back(post_recv(s_.recv_next, kSlotNext, "B recv gradients", u.microbatch));
     TaskId last = kNone;
     if (last_vstage(u.chunk)) {
       last = emit(steps_.head_backward, "B ", u.microbatch, entry, false);
@@ -220,10 +230,7 @@ class StageProgramBuilder {
     }
     if (reduce_grads && !zero3()) flush_bucket(last, u.microbatch);
     last_compute_ = last;
-    if (!first_vstage(u.chunk)) {
-      const TaskId d[] = {last};
-      b_.send(s_.send_prev, kSlotPrev, CommClass::PP, act, label("B send gradients"), u.microbatch, d);
-    }
+    if (!first_vstage(u.chunk)) post_send(s_.send_prev, kSlotPrev, "B send gradients", u.microbatch, last);
   }
 
   // ZeRO-3: gather a layer's parameters, prefetched one layer ahead.
@@ -326,9 +333,11 @@ class StageProgramBuilder {
 
  private:
   std::uint64_t activation_message_bytes() const {
-    // Megatron-LM's scatter/gather optimisation: each TP rank sends 1/tp of the activation.
+    // Megatron-LM's scatter/gather optimisation: each TP rank sends 1/tp of the
+    // activation (with SP it only holds that much); without it every TP rank sends it whole.
     const double tokens = static_cast<double>(par_.micro_batch) * train_.seq_len / par_.cp;
-    return static_cast<std::uint64_t>(tokens * model_.hidden * kActBytes / par_.tp);
+    const bool split = par_.pp_scatter_gather || (par_.sequence_parallel && par_.tp > 1);
+    return static_cast<std::uint64_t>(tokens * model_.hidden * kActBytes / (split ? par_.tp : 1));
   }
 
   static constexpr TaskId kNone = ~TaskId{0};
@@ -348,6 +357,7 @@ class StageProgramBuilder {
   std::vector<TaskId> param_bucket_of_layer_;
   bool prefetch_params_ = false;
   TaskId last_compute_ = kNone;
+  std::vector<TaskId> blocking_sends_;   // sends the next unit waits for (no p2p overlap)
   std::unordered_map<std::string, std::uint32_t> labels_;
   std::unordered_map<const Step*, std::uint32_t> ops_;
   std::unordered_map<std::string, std::vector<std::uint32_t>> step_labels_;

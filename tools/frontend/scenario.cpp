@@ -218,6 +218,8 @@ ParallelSpec read_parallel(ObjectReader& top) {
   p.recompute = rc == "full" ? Recompute::Full : rc == "selective" ? Recompute::Selective : Recompute::None;
   p.dp_overlap = r.boolean("dp_overlap", true);
   p.tp_comm_overlap = r.boolean("tp_comm_overlap", false);
+  p.pp_overlap = r.boolean("pp_overlap", true);
+  p.pp_scatter_gather = r.boolean("pp_scatter_gather", true);
   p.dp_bucket_bytes = r.quantity("dp_bucket", Quantity::Bytes, 0, 1e3, 1e13);
   if (const nlohmann::json* sl = r.raw("stage_layers")) {
     bool ok = sl->is_array() && !sl->empty();

@@ -1,15 +1,24 @@
 #include "tools/frontend/cli.hpp"
 
+#include <unistd.h>
 #include <CLI/CLI.hpp>
+
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "tools/frontend/calibrate.hpp"
 #include "tools/frontend/catalog.hpp"
 #include "tools/frontend/job.hpp"
 #include "tools/frontend/regress.hpp"
+#include "tools/frontend/report_html.hpp"
 #include "tools/frontend/scenario.hpp"
+#include "tools/frontend/sweep.hpp"
+#include "tools/frontend/trace.hpp"
 #include "tools/frontend/validate.hpp"
 
 namespace trainsim {
@@ -60,6 +69,56 @@ void print_catalog(const Catalog& c, const std::string& what, std::ostream& out)
   }
 }
 
+int run_sweep_command(const CLI::App* sweep_cmd, const CLI::App* merge_cmd, const std::string& path, int threads,
+                      const std::string& shard_text, const std::string& out_path, const std::string& report_path,
+                      const std::vector<std::string>& merge_inputs, const std::string& merge_out,
+                      const Catalog& catalog, std::ostream& out, std::ostream& err) {
+  if (merge_cmd->parsed()) {
+    const SweepMerge m = merge_sweep_files(merge_inputs);
+    write_sweep_rows(merge_out, m.rows);
+    out << "merged " << m.rows.size() << " of " << m.points << " points into " << merge_out << "\n";
+    if (m.missing > 0) err << "warning: " << m.missing << " points are in no shard output\n";
+    out << top_k_table(m.rows, 10, "tokens_per_s");
+    return kOk;
+  }
+  if (path.empty()) {
+    err << "error: sweep: a sweep file is required (see `trainsim sweep --help`)\n";
+    return kBadInput;
+  }
+  (void)sweep_cmd;
+  const SweepSpec spec = load_sweep_file(path, catalog);
+  const SweepPlan plan = expand_sweep(spec, catalog);
+  err << sweep_summary(spec, plan);
+  std::vector<SweepPoint> points = plan.points;
+  if (!shard_text.empty()) points = shard_points(points, parse_shard(shard_text));
+  const bool tty = isatty(2) != 0;
+  SweepProgressPrinter bar(err, tty);
+  const std::vector<SweepRow> rows = run_sweep(points, threads, spec, catalog, std::ref(bar));
+  bar.finish();
+  const auto json_rows = sweep_rows_json(rows, plan);
+  if (!out_path.empty()) write_sweep_rows(out_path, json_rows);
+  if (!report_path.empty()) {
+    std::vector<ReportPoint> pts;
+    for (const SweepRow& r : rows) {
+      if (r.status == SweepStatus::Invalid || r.status == SweepStatus::Error) continue;
+      std::string label;
+      for (const auto& [k, v] : r.overrides)
+        label += (label.empty() ? "" : " ") + k.substr(k.find('.') + 1) + "=" +
+                 (v.is_string() ? v.get<std::string>() : v.dump());
+      pts.push_back(ReportPoint{label, r.report.tokens_per_s, r.report.peak_memory_gib, r.report.gpus,
+                                r.status == SweepStatus::Ok});
+    }
+    std::ofstream f(report_path);
+    if (!f) {
+      err << "error: --report " << report_path << ": cannot write the file\n";
+      return kBadInput;
+    }
+    f << sweep_html_report(spec.name.empty() ? path : spec.name, pts);
+  }
+  out << top_k_table(rows, static_cast<std::size_t>(spec.top_k), spec.metric);
+  return kOk;
+}
+
 }  // namespace
 
 int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
@@ -75,6 +134,12 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   run->add_option("--fidelity", fidelity, "Network fidelity")->check(CLI::IsMember({"analytical", "flow"}));
   run->add_flag("--json", json, "Print the result as JSON");
   run->add_option("--out", out_path, "Also write the JSON result to this file");
+  std::string trace_path, report_path;
+  std::vector<int> trace_ranks;
+  run->add_option("--trace", trace_path, "Write a Chrome/Perfetto trace of the simulated ranks to this file");
+  run->add_option("--trace-ranks", trace_ranks, "Simulated rank indices to trace (default: every recorded rank)")
+      ->delimiter(',');
+  run->add_option("--report", report_path, "Write a self-contained HTML report to this file");
   bool kernels = false;
   run->add_flag("--kernels", kernels, "Also print per-kernel compute time of every pipeline stage");
   run->add_option("--set", sets, "Override a scenario key, e.g. --set parallel.tp=4")->allow_extra_args(false);
@@ -101,6 +166,35 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   regress_cmd->add_option("dir", regress_dir, "Directory (or file) of regression scenarios")->capture_default_str();
   regress_cmd->add_option("--golden", golden, "Golden predictions file")->capture_default_str();
   regress_cmd->add_flag("--update", update, "Rewrite the golden file with the current predictions");
+
+  std::string sweep_path, sweep_out, shard_text, sweep_report;
+  int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  auto* sweep_cmd = app.add_subcommand("sweep", "Run a configuration sweep or auto-search (docs/sweeps.md)");
+  sweep_cmd->add_option("sweep", sweep_path, "Sweep JSON file");
+  sweep_cmd->add_option("-j,--threads", threads, "Worker threads")->check(CLI::Range(1, 1024));
+  sweep_cmd->add_option("--shard", shard_text, "Run only shard K of N (K/N, 1-based)");
+  sweep_cmd->add_option("--out", sweep_out, "Write every point's result (.csv or .jsonl)");
+  sweep_cmd->add_option("--report", sweep_report, "Write a self-contained HTML report of the sweep");
+  std::vector<std::string> merge_inputs;
+  std::string merge_out;
+  auto* merge_cmd = sweep_cmd->add_subcommand("merge", "Join the .jsonl outputs of sweep shards");
+  merge_cmd->add_option("inputs", merge_inputs, "Shard outputs (.jsonl)")->required();
+  merge_cmd->add_option("--out", merge_out, "Merged output (.csv or .jsonl)")->required();
+
+  auto* calibrate_cmd =
+      app.add_subcommand("calibrate", "Fit a calibration profile from GPU measurements, or compare profiles");
+  calibrate_cmd->require_subcommand(1);
+  std::vector<std::string> raw_paths;
+  std::string fit_out, fit_gpu;
+  auto* fit_cmd = calibrate_cmd->add_subcommand("fit", "Fit a profile from raw kernel_profile / collective_sweep JSON");
+  fit_cmd->add_option("raw", raw_paths, "Raw measurement files")->required();
+  fit_cmd->add_option("-o,--out", fit_out, "Profile to write")->required();
+  fit_cmd->add_option("--gpu", fit_gpu, "Catalog GPU name (default: recognised from the raw provenance)");
+  std::string profile_path, against;
+  auto* profile_report_cmd =
+      calibrate_cmd->add_subcommand("report", "Compare a profile with the shipped one of its GPU (or --against)");
+  profile_report_cmd->add_option("profile", profile_path, "Profile JSON")->required();
+  profile_report_cmd->add_option("--against", against, "Profile to compare with");
 
   std::string what;
   auto* catalog_cmd = app.add_subcommand("catalog", "List the shipped presets");
@@ -151,6 +245,18 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
       }
       return code;
     }
+    if (sweep_cmd->parsed())
+      return run_sweep_command(sweep_cmd, merge_cmd, sweep_path, threads, shard_text, sweep_out, sweep_report,
+                               merge_inputs, merge_out, catalog, out, err);
+    if (fit_cmd->parsed()) {
+      write_profile_file(fit_profile_files(raw_paths, fit_gpu, catalog), fit_out);
+      out << "wrote " << fit_out << "\n";
+      return kOk;
+    }
+    if (profile_report_cmd->parsed()) {
+      out << calibration_report(profile_path, against, catalog);
+      return kOk;
+    }
     if (regress_cmd->parsed()) {
       const RegressionReport rep = regress(collect_scenarios({regress_dir}), golden, catalog);
       out << regression_table(rep);
@@ -177,7 +283,33 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
       return kBadInput;
     }
     const Scenario s = load(scenario_path, sets, catalog);
-    const JobReport rep = simulate(s);
+    const JobRun job = run_job(s);
+    const JobReport& rep = job.report;
+    if (!trace_path.empty()) {
+      const std::vector<int> recorded = recorded_ranks(job);
+      for (int r : trace_ranks) {
+        if (std::find(recorded.begin(), recorded.end(), r) == recorded.end()) {
+          std::string list;
+          for (int x : recorded) list += (list.empty() ? "" : ", ") + std::to_string(x);
+          err << "error: --trace-ranks: rank " << r << " has no timeline; traced ranks: " << list << "\n";
+          return kBadInput;
+        }
+      }
+      std::ofstream f(trace_path);
+      if (!f) {
+        err << "error: --trace " << trace_path << ": cannot write the file\n";
+        return kBadInput;
+      }
+      write_chrome_trace(f, job, trace_ranks);
+    }
+    if (!report_path.empty()) {
+      std::ofstream f(report_path);
+      if (!f) {
+        err << "error: --report " << report_path << ": cannot write the file\n";
+        return kBadInput;
+      }
+      f << html_report(s, job);
+    }
     const nlohmann::json j = to_json(rep);
     if (!out_path.empty()) {
       std::ofstream f(out_path);

@@ -1,0 +1,296 @@
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tools/frontend/calibrate.hpp"
+#include "tools/frontend/job.hpp"
+#include "tools/frontend/scenario.hpp"
+
+using namespace trainsim;
+
+namespace {
+
+// Synthetic raw measurements generated from the known curves below (their
+// provenance says so); the fitter must find these curves again.
+const std::string kDataDir = std::string(TRAINSIM_SOURCE_DIR) + "/tests/data/calibrate";
+const std::string kKernelRaw = kDataDir + "/kernel_profile_h100_synthetic.json";
+const std::string kSweepRaw = kDataDir + "/collective_sweep_h100_synthetic.json";
+
+const Catalog& catalog() {
+  static const Catalog c = load_builtin_catalog();
+  return c;
+}
+
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream in(path);
+  REQUIRE(in);
+  return nlohmann::json::parse(in);
+}
+
+CalibrationProfile to_profile(const nlohmann::ordered_json& j) {
+  Diagnostics d("fitted");
+  const nlohmann::json plain = nlohmann::json::parse(j.dump());
+  ObjectReader r(plain, "", d);
+  CalibrationProfile p = read_profile(r);
+  r.finish();
+  REQUIRE(d.ok());
+  return p;
+}
+
+// The known curves the synthetic data were generated from.
+double sq_flops(double d) { return 2 * d * d * d; }
+EfficiencyCurve known_gemm(const std::string& dtype) {
+  const std::vector<double> dims{512, 1024, 2048, 4096, 8192, 16384};
+  std::vector<double> eff;
+  if (dtype == "bf16") eff = {0.30, 0.55, 0.72, 0.80, 0.84, 0.86};
+  if (dtype == "fp16") eff = {0.29, 0.54, 0.71, 0.79, 0.83, 0.85};
+  if (dtype == "tf32") eff = {0.35, 0.60, 0.74, 0.80, 0.82, 0.83};
+  if (dtype == "fp8") eff = {0.15, 0.36, 0.56, 0.66, 0.71, 0.74};
+  std::vector<std::pair<double, double>> pts;
+  for (std::size_t i = 0; i < dims.size(); ++i) pts.emplace_back(sq_flops(dims[i]), eff[i]);
+  return EfficiencyCurve(pts);
+}
+const EfficiencyCurve kKnownMinDim({{64, 0.40}, {128, 0.55}, {256, 0.72}, {512, 0.90}, {1024, 1.0}});
+EfficiencyCurve known_memory() {
+  std::vector<std::pair<double, double>> pts;
+  for (int e = 17; e <= 32; ++e) {
+    const double b = std::exp2(e);
+    pts.emplace_back(b, 0.93 * b / (b + 4e5));
+  }
+  return EfficiencyCurve(pts);
+}
+// Synthetic collectives: time = 8 us + steps x 1.5 us + factor x bytes / B on 8 GPUs.
+double known_busbw_eff(double bytes, double bus_bandwidth, int steps, double factor) {
+  const double t = 8e-6 + steps * 1.5e-6 + factor * bytes / bus_bandwidth;
+  return factor * bytes / t / 450e9;  // dgx-h100: 450 GB/s per direction
+}
+
+std::size_t dtype_index(const std::string& name) {
+  for (std::size_t d = 0; d < kNumDtypes; ++d) {
+    if (name == to_string(static_cast<Dtype>(d))) return d;
+  }
+  FAIL("unknown dtype " << name);
+  return 0;
+}
+
+bool within(double got, double want, double rel) { return std::abs(got - want) <= rel * std::abs(want); }
+
+std::string temp_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / ("trainsim-calibrate-" + name)).string();
+}
+
+std::string errors_of_files(const std::vector<std::string>& paths, const std::string& gpu = "") {
+  try {
+    fit_profile_files(paths, gpu, catalog());
+    return "";
+  } catch (const InputError& e) {
+    return e.what();
+  }
+}
+
+std::string write_temp(const std::string& name, const nlohmann::json& j) {
+  const std::string p = temp_path(name);
+  std::ofstream(p) << j.dump(2);
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("the fitter reproduces the known curves of the synthetic sample within 2%") {
+  const nlohmann::ordered_json fitted = fit_profile_files({kKernelRaw, kSweepRaw}, "", catalog());
+  CHECK(fitted["gpu"] == "H100-SXM-80GB");  // recognised from "NVIDIA H100 80GB HBM3"
+  const CalibrationProfile p = to_profile(fitted);
+
+  SUBCASE("GEMM efficiency vs FLOPs per dtype") {
+    for (const std::string dt : {"bf16", "fp16", "tf32", "fp8"}) {
+      const std::size_t d = dtype_index(dt);
+      INFO("dtype " << dt);
+      CHECK(p.gemm[d].provenance.kind == "fitted");
+      CHECK(p.gemm[d].provenance.source.find("SYNTHETIC") != std::string::npos);
+      const EfficiencyCurve known = known_gemm(dt);
+      for (const double flops : {sq_flops(512), 1e9, sq_flops(1024), 16e9, 137e9, 1100e9, sq_flops(16384)}) {
+        INFO("flops " << flops);
+        CHECK(within(p.gemm[d].curve.at(flops), known.at(flops), 0.02));
+      }
+    }
+  }
+  SUBCASE("skinny-GEMM factor vs the smallest dimension") {
+    CHECK(p.gemm_min_dim.provenance.kind == "fitted");
+    for (const double dim : {64.0, 96.0, 128.0, 192.0, 256.0, 512.0, 768.0, 1024.0, 4096.0}) {
+      INFO("min dim " << dim);
+      CHECK(within(p.gemm_min_dim.curve.at(dim), kKnownMinDim.at(dim), 0.02));
+    }
+  }
+  SUBCASE("memory-bound efficiency vs bytes and the launch overhead") {
+    const EfficiencyCurve known = known_memory();
+    for (const double bytes : {262144.0, 1e6, 1e7, 1e8, 1e9, 2e9}) {
+      INFO("bytes " << bytes);
+      CHECK(within(p.memory_bound.curve.at(bytes), known.at(bytes), 0.02));
+    }
+    CHECK(within(p.launch_overhead.value, 2.5e-6, 0.02));
+    CHECK(p.launch_overhead.provenance.kind == "measured");
+  }
+  SUBCASE("scale-up: all-reduce above the link bandwidth is NVLS; ring from all-gather / reduce-scatter") {
+    for (const double bytes : {1048576.0, 16777216.0, 268435456.0, 8589934592.0}) {
+      INFO("bytes " << bytes);
+      CHECK(within(p.scaleup.nvls_busbw_curve.curve.at(bytes), known_busbw_eff(bytes, 480e9, 14, 1.75), 0.02));
+      CHECK(within(p.scaleup.busbw_curve.curve.at(bytes), known_busbw_eff(bytes, 370e9, 7, 0.875), 0.02));
+    }
+    CHECK(within(p.scaleup.nvls_busbw_efficiency.value, known_busbw_eff(8589934592.0, 480e9, 14, 1.75), 0.02));
+    CHECK(within(p.scaleup.busbw_efficiency.value, known_busbw_eff(8589934592.0, 370e9, 7, 0.875), 0.02));
+    CHECK(within(p.scaleup.latency.value, 1.5e-6, 0.02));
+    CHECK(within(p.scaleup.base_latency.value, 8e-6, 0.02));
+    CHECK(p.scaleup.latency.provenance.kind == "fitted");
+  }
+  SUBCASE("what was not measured is copied from the shipped profile with its provenance") {
+    const CalibrationProfile& def = *catalog().find_profile_for_gpu("H100-SXM-80GB");
+    std::ifstream in(std::string(TRAINSIM_SOURCE_DIR) + "/calibration/profiles/h100-sxm-80gb.json");
+    const nlohmann::ordered_json shipped = nlohmann::ordered_json::parse(in);
+    CHECK(fitted["attention"] == shipped["attention"]);
+    CHECK(fitted["attention_backward"] == shipped["attention_backward"]);
+    CHECK(fitted["network"] == shipped["network"]);
+    CHECK(p.attention_backward.provenance.source == def.attention_backward.provenance.source);
+    CHECK(p.memory_reserved.value == def.memory_reserved.value);
+    CHECK(p.memory_reserved.provenance.kind == "assumed");
+    CHECK(p.network.busbw_efficiency.value == def.network.busbw_efficiency.value);
+    CHECK(p.network.latency.provenance.source == def.network.latency.provenance.source);
+    CHECK(fitted["description"].get<std::string>().find("SYNTHETIC") != std::string::npos);
+  }
+}
+
+TEST_CASE("fit_profile on in-memory documents; --gpu must agree with the measured device") {
+  const std::vector<nlohmann::json> docs{read_json(kKernelRaw)};
+  Diagnostics d("raw");
+  const auto fitted = fit_profile(docs, "h100", catalog(), d);
+  CHECK(d.ok());
+  CHECK(fitted["gpu"] == "H100-SXM-80GB");
+  // Only a kernel profile: the collective figures stay those of the shipped profile.
+  CHECK(fitted["scaleup"]["busbw_efficiency"]["kind"] == "assumed");
+
+  Diagnostics d2("raw");
+  CHECK(fit_profile(docs, "a100", catalog(), d2).is_null());
+  REQUIRE(!d2.ok());
+  CHECK(d2.items()[0].pointer == "/provenance/gpu");
+  CHECK(d2.items()[0].message.find("A100-SXM4-80GB") != std::string::npos);
+
+  Diagnostics d3("raw");
+  CHECK(fit_profile(docs, "h1000", catalog(), d3).is_null());
+  CHECK(d3.items().at(0).message.find("unknown GPU \"h1000\"") != std::string::npos);
+}
+
+TEST_CASE("bad raw input: every problem with the file and the JSON pointer") {
+  nlohmann::json k = read_json(kKernelRaw);
+  nlohmann::json s = read_json(kSweepRaw);
+  SUBCASE("wrong kind, unknown key, missing provenance") {
+    k["kind"] = "kernel_profiles";
+    k["gemms"] = nlohmann::json::array();
+    k.erase("provenance");
+    const std::string path = write_temp("bad1.json", k);
+    const std::string e = errors_of_files({path});
+    CHECK(e.find(path + ": /kind: expected one of \"kernel_profile\", \"collective_sweep\"") != std::string::npos);
+    CHECK(e.find(path + ": /gemms: unknown key") != std::string::npos);
+    CHECK(e.find(path + ": /provenance: required provenance object") != std::string::npos);
+  }
+  SUBCASE("out-of-range and inconsistent entries") {
+    k["gemm"][3]["seconds"] = -1;
+    k["gemm"][4]["tflops"] = k["gemm"][4]["tflops"].get<double>() * 2;
+    k["gemm"][5]["dtype"] = "bf61";
+    k["memory"][0]["gbps"] = "fast";
+    k["launch_overhead_s"] = 1.0;
+    s["results"][2]["busbw_gbps"] = s["results"][2]["busbw_gbps"].get<double>() * 1.5;
+    s["results"][3]["ranks"] = 1;
+    const std::string pk = write_temp("bad2k.json", k), ps = write_temp("bad2s.json", s);
+    const std::string e = errors_of_files({pk, ps});
+    CHECK(e.find(pk + ": /gemm/3/seconds: expected a number in") != std::string::npos);
+    CHECK(e.find(pk + ": /gemm/4/tflops: inconsistent with the other fields") != std::string::npos);
+    CHECK(e.find(pk + ": /gemm/5/dtype: expected one of") != std::string::npos);
+    CHECK(e.find("(did you mean \"bf16\"?)") != std::string::npos);
+    CHECK(e.find(pk + ": /memory/0/gbps: expected a number, found the string \"fast\"") != std::string::npos);
+    CHECK(e.find(pk + ": /launch_overhead_s: expected a number in") != std::string::npos);
+    CHECK(e.find(ps + ": /results/2/busbw_gbps: inconsistent") != std::string::npos);
+    CHECK(e.find(ps + ": /results/3/ranks: expected an integer in [2,") != std::string::npos);
+  }
+  SUBCASE("an unrecognised device needs --gpu; malformed JSON; missing file") {
+    k["provenance"]["gpu"] = "Mystery Accelerator 9000";
+    const std::string path = write_temp("bad3.json", k);
+    CHECK(errors_of_files({path}).find(path + ": /provenance/gpu: cannot tell which catalog GPU") != std::string::npos);
+    CHECK(errors_of_files({path}, "H100-SXM-80GB") == "");
+    const std::string broken = temp_path("bad4.json");
+    std::ofstream(broken) << "{\"kind\": ";
+    CHECK(errors_of_files({broken}).find(broken + ": (document): ") != std::string::npos);
+    CHECK(errors_of_files({temp_path("does-not-exist.json")}).find("cannot read the file") != std::string::npos);
+  }
+  SUBCASE("several in-memory documents: the message says which one") {
+    s["results"][0]["collective"] = "allreduce";
+    Diagnostics d("raw");
+    CHECK(fit_profile({k, s}, "", catalog(), d).is_null());
+    REQUIRE(d.items().size() == 1);
+    CHECK(d.items()[0].pointer == "/results/0/collective");
+    CHECK(d.items()[0].message.rfind("raw input #2: ", 0) == 0);
+  }
+}
+
+TEST_CASE("a fitted profile, loaded like a scenario's calibration.profiles entry, changes predictions") {
+  // The same synthetic kernel profile with every GEMM 25% faster.
+  nlohmann::json fast = read_json(kKernelRaw);
+  for (auto& g : fast["gemm"]) {
+    g["seconds"] = g["seconds"].get<double>() / 1.25;
+    g["tflops"] = g["tflops"].get<double>() * 1.25;
+  }
+  const std::string fast_raw = write_temp("fast-raw.json", fast);
+  const std::string base_profile = temp_path("h100-base-measured.json");
+  const std::string fast_profile = temp_path("h100-fast-measured.json");
+  write_profile_file(fit_profile_files({kKernelRaw, kSweepRaw}, "", catalog()), base_profile);
+  write_profile_file(fit_profile_files({fast_raw, kSweepRaw}, "", catalog()), fast_profile);
+
+  auto iteration = [&](const std::string& profile) {
+    std::string text = R"({
+  "model": "gpt3-1.3b",
+  "cluster": {"node": "dgx-h100", "nodes": 1},
+  "parallel": {"tp": 2, "dp": 4, "micro_batch": 2, "global_batch": 64},
+  "training": {"seq_len": 2048, "precision": "bf16"})";
+    if (!profile.empty()) text += ",\n  \"calibration\": {\"profiles\": [\"" + profile + "\"]}";
+    text += "\n}";
+    const Scenario s = load_scenario_text(text, "calibrated.json", "", {}, catalog());
+    REQUIRE(s.profiles.size() == 1);
+    if (!profile.empty()) CHECK(s.profiles[0].description.find("trainsim calibrate fit") != std::string::npos);
+    const JobReport r = simulate(s);
+    std::string problems;
+    for (const auto& problem : r.problems) problems += problem + "\n";
+    INFO(problems);
+    REQUIRE(r.feasible);
+    return r.iteration_time_s;
+  };
+  const double shipped = iteration("");
+  const double base = iteration(base_profile);
+  const double faster = iteration(fast_profile);
+  // The synthetic GEMM table is well above the shipped one, so the measured
+  // profile predicts a shorter iteration; 25% faster GEMMs shorten it further,
+  // by less than 25% (attention, memory-bound kernels and communication stay).
+  CHECK(base < shipped);
+  CHECK(faster < base);
+  CHECK(faster > base / 1.25);
+
+  SUBCASE("the report compares the profile with the shipped default, ratio B/A") {
+    const std::string rep = calibration_report(fast_profile, "", catalog());
+    CHECK(rep.find("A: shipped default profile (H100-SXM-80GB)") != std::string::npos);
+    CHECK(rep.find("gemm bf16 @ 137 GFLOP") != std::string::npos);
+    CHECK(rep.find("memory_bound @ 100 MB") != std::string::npos);
+    CHECK(rep.find("NVLS all-reduce busbw @ 8 GiB") != std::string::npos);
+    CHECK(rep.find("launch_overhead (us)") != std::string::npos);
+    const std::string vs = calibration_report(fast_profile, base_profile, catalog());
+    // bf16 at 137 GFLOP: 1.25 x the base fit.
+    const auto pos = vs.find("gemm bf16 @ 137 GFLOP");
+    REQUIRE(pos != std::string::npos);
+    CHECK(vs.substr(pos, vs.find('\n', pos) - pos).find(" 1.250 ") != std::string::npos);
+    const auto att = vs.find("attention @ 100 GFLOP");
+    CHECK(vs.substr(att, vs.find('\n', att) - att).find(" 1.000 ") != std::string::npos);
+  }
+  for (const auto& p : {fast_raw, base_profile, fast_profile}) std::filesystem::remove(p);
+}

@@ -1,0 +1,54 @@
+#pragma once
+// Calibration on real GPUs: turns the raw measurements of
+// calibration/cuda/kernel_profiler and collective_sweep into a calibration
+// profile in the shipped format (docs/calibration.md, "Calibrating on your
+// GPUs"), and compares two profiles component by component.
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "calibration/profile.hpp"
+#include "tools/frontend/catalog.hpp"
+#include "tools/frontend/json_reader.hpp"
+
+namespace trainsim {
+
+// Fits a profile from raw documents ({"kind": "kernel_profile"} and/or
+// {"kind": "collective_sweep"}). `gpu_name_or_empty` is a catalog GPU name or
+// alias; empty = recognised from the raw provenance's device name. Measured
+// components get kind "measured"/"fitted" and a source naming the raw
+// provenance; everything not measured is copied, provenance included, from the
+// shipped profile of that GPU. Problems go to `diags` (pointer into the raw
+// document; with several documents the message names which); the result is
+// then empty.
+nlohmann::ordered_json fit_profile(const std::vector<nlohmann::json>& raw_docs, const std::string& gpu_name_or_empty,
+                                   const Catalog& catalog, Diagnostics& diags);
+
+// `trainsim calibrate fit RAW.json... -o PROFILE.json [--gpu NAME]`: reads the
+// files and fits; errors carry the raw file and JSON pointer. Throws InputError.
+nlohmann::ordered_json fit_profile_files(const std::vector<std::string>& raw_paths,
+                                         const std::string& gpu_name_or_empty, const Catalog& catalog);
+
+// Writes a fitted profile (2-space JSON); throws InputError when the file cannot be written.
+void write_profile_file(const nlohmann::ordered_json& profile, const std::string& path);
+
+// Reads a profile file with the same strict reader as a scenario's
+// calibration.profiles entry. Throws InputError.
+CalibrationProfile load_profile_file(const std::string& path);
+
+// Per-component comparison of two profiles, one line per figure with the
+// ratio b/a: GEMM efficiency at 1/16/137/1100 GFLOP per dtype, the skinny-GEMM
+// factor, memory-bound efficiency at 1 MB/100 MB/1 GB, attention, launch
+// overhead, reserved memory, scale-up bus bandwidth at 16 MB/256 MB/8 GB (ring
+// and NVLS), latencies and the network figures.
+std::string compare_profiles(const CalibrationProfile& a, const CalibrationProfile& b, const std::string& name_a,
+                             const std::string& name_b);
+
+// `trainsim calibrate report PROFILE.json [--against PROFILE2.json]`: the
+// profile (b) against `against_path_or_empty` (a), by default the shipped
+// profile of the same GPU. Throws InputError.
+std::string calibration_report(const std::string& profile_path, const std::string& against_path_or_empty,
+                               const Catalog& catalog);
+
+}  // namespace trainsim

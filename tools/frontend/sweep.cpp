@@ -1,0 +1,1111 @@
+#include "tools/frontend/sweep.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <ostream>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "models/memory_model.hpp"
+#include "tools/frontend/scenario.hpp"
+
+namespace trainsim {
+
+namespace {
+
+constexpr std::size_t kMaxPoints = 1000000;
+constexpr std::size_t kMaxAxisValues = 100000;
+// Default auto-search: context parallelism only while each CP rank keeps this
+// many tokens of a sequence (shorter chunks leave attention and the GEMMs small
+// and cost simulation time on layouts that do not win).
+constexpr int kMinTokensPerCpRank = 2048;
+
+std::string fmt(const char* f, double x) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, x);
+  return buf;
+}
+
+std::optional<std::string> read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return std::nullopt;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::vector<std::string> split_path(const std::string& key) {
+  std::vector<std::string> parts;
+  std::size_t start = 0;
+  while (true) {
+    const auto dot = key.find('.', start);
+    parts.push_back(key.substr(start, dot == std::string::npos ? std::string::npos : dot - start));
+    if (dot == std::string::npos) return parts;
+    start = dot + 1;
+  }
+}
+
+std::string key_pointer(const std::string& key) {
+  std::string p;
+  for (const auto& part : split_path(key)) p = json_pointer_append(p, part);
+  return p;
+}
+
+// Sets doc[a][b][c] = value for key "a.b.c" as `--set` does; false when a
+// non-object is in the way (the scenario loader then reports it).
+bool set_key(nlohmann::json& doc, const std::string& key, const nlohmann::json& value) {
+  nlohmann::json* node = &doc;
+  const auto parts = split_path(key);
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    if (!node->is_object()) return false;
+    if (i + 1 == parts.size()) {
+      (*node)[parts[i]] = value;
+      return true;
+    }
+    if (!node->contains(parts[i])) (*node)[parts[i]] = nlohmann::json::object();
+    node = &(*node)[parts[i]];
+  }
+  return true;
+}
+
+// GPUs per node of a scenario's node entry (a preset name or an inline node); 0 if unknown.
+int node_gpus(const nlohmann::json& v, const Catalog& cat) {
+  if (v.is_string()) {
+    const NodeSpec* n = cat.find_node(v.get<std::string>());
+    return n != nullptr ? n->gpus_per_node : 0;
+  }
+  if (!v.is_object()) return 0;
+  Diagnostics scratch("");
+  ObjectReader r(v, "", scratch);
+  const NodeSpec* base = nullptr;
+  if (r.has("preset")) {
+    base = cat.find_node(r.string("preset", ""));
+    if (base == nullptr) return 0;
+  }
+  const NodeSpec n = read_node(r, cat, base);
+  return scratch.ok() ? n.gpus_per_node : 0;
+}
+
+int int_or(const nlohmann::json& obj, const char* key, int fallback) {
+  if (!obj.is_object() || !obj.contains(key) || !obj[key].is_number_integer()) return fallback;
+  return obj[key].get<int>();
+}
+
+// GPU count of a scenario's cluster entry, from the JSON (before validation); 0 if unknown.
+int cluster_gpus(const nlohmann::json& c, const Catalog& cat) {
+  if (c.is_string()) {
+    const ClusterPreset* p = cat.find_cluster(c.get<std::string>());
+    if (p == nullptr) return 0;
+    const NodeSpec* n = cat.find_node(p->node);
+    return n != nullptr ? n->gpus_per_node * p->nodes : 0;
+  }
+  if (!c.is_object()) return 0;
+  if (c.contains("groups")) {
+    if (!c["groups"].is_array()) return 0;
+    int total = 0;
+    for (const auto& g : c["groups"]) {
+      if (!g.is_object() || !g.contains("node")) return 0;
+      total += node_gpus(g["node"], cat) * int_or(g, "nodes", 0);
+    }
+    return total;
+  }
+  if (!c.contains("node")) return 0;
+  return node_gpus(c["node"], cat) * int_or(c, "nodes", 0);
+}
+
+// Diagnostics of the base scenario, with pointers inside an inline base prefixed.
+std::vector<Diagnostic> rebase(const std::vector<Diagnostic>& in, const std::string& prefix) {
+  std::vector<Diagnostic> out = in;
+  for (auto& d : out) d.pointer = prefix + d.pointer;
+  return out;
+}
+
+std::string join_diagnostics(const std::vector<Diagnostic>& ds) {
+  std::string out;
+  for (const auto& d : ds) {
+    out += out.empty() ? "" : "; ";
+    out += d.file + ": " + (d.pointer.empty() ? std::string("(document)") : d.pointer) + ": " + d.message;
+  }
+  return out;
+}
+
+std::uint64_t fnv1a(std::uint64_t h, const std::string& s) {
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ULL;
+  }
+  return h;
+}
+
+// ---- sweep file -----------------------------------------------------------
+
+std::vector<nlohmann::json> read_range(const nlohmann::json& v, const std::string& pointer, Diagnostics& d) {
+  std::vector<nlohmann::json> values;
+  ObjectReader r(v, pointer, d);
+  if (!r.valid()) return values;
+  const nlohmann::json* range = r.raw("range");
+  const nlohmann::json* step_v = r.raw("step");
+  const std::string scale = r.choice("scale", "linear", {"linear", "log2"});
+  r.finish();
+  if (range == nullptr) {
+    r.error("range", "required [first, last] is missing");
+    return values;
+  }
+  if (!range->is_array() || range->size() != 2 || !(*range)[0].is_number() || !(*range)[1].is_number()) {
+    r.error("range", "expected [first, last] (two numbers), found " + describe_json_type(*range));
+    return values;
+  }
+  if (step_v != nullptr && !step_v->is_number()) {
+    r.error("step", "expected a positive number, found " + describe_json_type(*step_v));
+    return values;
+  }
+  const double lo = (*range)[0].get<double>(), hi = (*range)[1].get<double>();
+  const bool integral = (*range)[0].is_number_integer() && (*range)[1].is_number_integer() &&
+                        (step_v == nullptr || step_v->is_number_integer());
+  if (lo > hi) {
+    r.error("range", "expected first <= last, found [" + (*range)[0].dump() + ", " + (*range)[1].dump() + "]");
+    return values;
+  }
+  auto push = [&](double x) {
+    if (integral) {
+      values.emplace_back(static_cast<std::int64_t>(std::llround(x)));
+    } else {
+      values.emplace_back(x);
+    }
+  };
+  if (scale == "log2") {
+    if (step_v != nullptr) r.error("step", "\"step\" does not apply to \"scale\": \"log2\" (values double)");
+    if (!(lo > 0)) r.error("range", "\"scale\": \"log2\" needs first > 0, found " + (*range)[0].dump());
+    if (!d.ok()) return values;
+    for (double x = lo; x <= hi * (1 + 1e-12) && values.size() <= kMaxAxisValues; x *= 2) push(x);
+  } else {
+    const double step = step_v != nullptr ? step_v->get<double>() : 1.0;
+    if (!(step > 0)) {
+      r.error("step", "expected a positive number, found " + step_v->dump());
+      return values;
+    }
+    for (std::size_t i = 0; values.size() <= kMaxAxisValues; ++i) {
+      const double x = lo + static_cast<double>(i) * step;
+      if (x > hi + 1e-9 * step) break;
+      push(x);
+    }
+  }
+  if (values.size() > kMaxAxisValues) {
+    r.error("range", "more than " + std::to_string(kMaxAxisValues) + " values");
+    values.clear();
+  }
+  return values;
+}
+
+std::vector<int> read_int_list(ObjectReader& r, const char* key, std::vector<int> fallback, int lo, int hi) {
+  const nlohmann::json* v = r.raw(key);
+  if (v == nullptr) return fallback;
+  std::vector<int> out;
+  if (!v->is_array() || v->empty()) {
+    r.error(key, "expected a non-empty array of integers, found " + describe_json_type(*v));
+    return fallback;
+  }
+  for (std::size_t i = 0; i < v->size(); ++i) {
+    const auto& x = (*v)[i];
+    if (!x.is_number_integer() || x.get<std::int64_t>() < lo || x.get<std::int64_t>() > hi) {
+      r.diagnostics().error(json_pointer_append(r.at(key), i), "expected an integer in [" + std::to_string(lo) + ", " +
+                                                                   std::to_string(hi) + "], found " +
+                                                                   describe_json_type(x));
+      continue;
+    }
+    const int n = x.get<int>();
+    if (std::find(out.begin(), out.end(), n) == out.end()) out.push_back(n);
+  }
+  return out;
+}
+
+SearchSpace read_search_space(ObjectReader& top) {
+  SearchSpace s;
+  const nlohmann::json* v = top.raw("search_space");
+  if (v == nullptr) return s;
+  ObjectReader r(*v, top.at("search_space"), top.diagnostics());
+  if (!r.valid()) return s;
+  s.tp = read_int_list(r, "tp", {}, 1, 1 << 16);
+  s.pp = read_int_list(r, "pp", {}, 1, 1 << 16);
+  s.cp = read_int_list(r, "cp", {}, 1, 1 << 16);
+  s.vpp = read_int_list(r, "vpp", s.vpp, 1, 1 << 10);
+  s.micro_batch = read_int_list(r, "micro_batch", s.micro_batch, 1, 1 << 20);
+  s.zero = read_int_list(r, "zero", s.zero, 0, 3);
+  if (const nlohmann::json* rc = r.raw("recompute")) {
+    const std::vector<std::string> known{"none", "selective", "full"};
+    if (!rc->is_array() || rc->empty()) {
+      r.error("recompute",
+              "expected a non-empty array of \"none\" | \"selective\" | \"full\", found " + describe_json_type(*rc));
+    } else {
+      s.recompute.clear();
+      for (std::size_t i = 0; i < rc->size(); ++i) {
+        const auto& x = (*rc)[i];
+        const std::string name = x.is_string() ? x.get<std::string>() : "";
+        if (std::find(known.begin(), known.end(), name) == known.end()) {
+          std::string msg = "expected \"none\", \"selective\" or \"full\", found " + describe_json_type(x);
+          const std::string near = did_you_mean(name, known);
+          if (!near.empty()) msg += " (did you mean \"" + near + "\"?)";
+          r.diagnostics().error(json_pointer_append(r.at("recompute"), i), msg);
+        } else if (std::find(s.recompute.begin(), s.recompute.end(), name) == s.recompute.end()) {
+          s.recompute.push_back(name);
+        }
+      }
+    }
+  }
+  if (const nlohmann::json* sp = r.raw("sequence_parallel")) {
+    if (!sp->is_array() || sp->empty()) {
+      r.error("sequence_parallel", "expected a non-empty array of booleans, found " + describe_json_type(*sp));
+    } else {
+      s.sequence_parallel.clear();
+      for (std::size_t i = 0; i < sp->size(); ++i) {
+        if (!(*sp)[i].is_boolean()) {
+          r.diagnostics().error(json_pointer_append(r.at("sequence_parallel"), i),
+                                "expected true or false, found " + describe_json_type((*sp)[i]));
+        } else if (std::find(s.sequence_parallel.begin(), s.sequence_parallel.end(), (*sp)[i].get<bool>()) ==
+                   s.sequence_parallel.end()) {
+          s.sequence_parallel.push_back((*sp)[i].get<bool>());
+        }
+      }
+    }
+  }
+  s.prune_dominated = r.boolean("prune_dominated", true);
+  r.finish();
+  return s;
+}
+
+}  // namespace
+
+const char* to_string(SweepStatus s) {
+  switch (s) {
+    case SweepStatus::Ok:
+      return "ok";
+    case SweepStatus::Infeasible:
+      return "infeasible";
+    case SweepStatus::Invalid:
+      return "invalid";
+    case SweepStatus::Error:
+      return "error";
+  }
+  return "error";
+}
+
+std::vector<std::string> SweepPoint::set_args() const {
+  std::vector<std::string> out;
+  out.reserve(overrides.size());
+  for (const auto& [key, value] : overrides) out.push_back(key + "=" + value.dump());
+  return out;
+}
+
+const std::vector<std::string>& sweep_metrics() {
+  static const std::vector<std::string> m{"tokens_per_s", "samples_per_s",    "tflops_per_gpu", "mfu",
+                                          "hfu",          "iteration_time_s", "peak_memory_gib"};
+  return m;
+}
+
+bool metric_lower_is_better(const std::string& metric) {
+  return metric == "iteration_time_s" || metric == "peak_memory_gib";
+}
+
+SweepSpec load_sweep_text(const std::string& text, const std::string& file, const std::string& base_dir,
+                          const Catalog& catalog) {
+  (void)catalog;
+  Diagnostics d(file);
+  const std::optional<nlohmann::json> doc = parse_json_text(text, d);
+  d.throw_if_errors();
+  SweepSpec spec;
+  spec.file = file;
+  ObjectReader top(*doc, "", d);
+  if (!top.valid()) d.throw_if_errors();
+  spec.name = top.string("name", std::filesystem::path(file).stem().string());
+  top.string("description", "");
+
+  if (const nlohmann::json* base = top.raw("base")) {
+    if (base->is_string()) {
+      std::filesystem::path p = base->get<std::string>();
+      if (p.is_relative()) p = std::filesystem::path(base_dir) / p;
+      if (const auto t = read_text(p.string())) {
+        spec.base_text = *t;
+        spec.base_file = p.string();
+        spec.base_dir = p.parent_path().string();
+      } else {
+        top.error("base", "cannot read the base scenario \"" + p.string() + "\"");
+      }
+    } else if (base->is_object()) {
+      spec.base_text = base->dump();
+      spec.base_file = file;
+      spec.base_dir = base_dir;
+      spec.base_pointer = "/base";
+    } else {
+      top.error("base",
+                "expected a scenario file path or an inline scenario object, found " + describe_json_type(*base));
+    }
+  } else {
+    top.error("base", "required base scenario (a file path or an inline scenario) is missing");
+  }
+
+  if (const nlohmann::json* axes = top.raw("axes")) {
+    if (!axes->is_object() || axes->empty()) {
+      top.error("axes", "expected an object of \"scenario.key\": [values] or {\"range\": [first, last]}, found " +
+                            describe_json_type(*axes));
+    } else {
+      // Axis order is the file's order (the first axis varies slowest).
+      const auto ordered = nlohmann::ordered_json::parse(text);
+      std::size_t product = 1;
+      for (const auto& item : ordered["axes"].items()) {
+        const std::string& key = item.key();
+        const std::string ptr = json_pointer_append(top.at("axes"), key);
+        const nlohmann::json& v = (*axes)[key];
+        SweepAxis axis{key, {}};
+        bool bad_key = false;
+        for (const auto& part : split_path(key)) bad_key |= part.empty();
+        if (bad_key) {
+          d.error(ptr, "expected a scenario key path such as \"parallel.tp\", found \"" + key + "\"");
+          continue;
+        }
+        if (v.is_array()) {
+          if (v.empty()) d.error(ptr, "expected at least one value");
+          for (const auto& x : v) axis.values.push_back(x);
+        } else if (v.is_object()) {
+          axis.values = read_range(v, ptr, d);
+        } else {
+          d.error(ptr, "expected an array of values or {\"range\": [first, last], \"step\"?, \"scale\"?}, found " +
+                           describe_json_type(v));
+        }
+        if (axis.values.empty()) continue;
+        product = std::min(product * axis.values.size(), kMaxPoints + 1);
+        spec.axes.push_back(std::move(axis));
+      }
+      if (product > kMaxPoints) {
+        top.error("axes", "the axes span more than " + std::to_string(kMaxPoints) + " points; split the sweep");
+      }
+    }
+  }
+  if (top.has("search")) {
+    spec.auto_search = top.choice("search", "", {"auto"}) == "auto";
+    if (top.has("axes")) top.error("search", "give either \"axes\" or \"search\": \"auto\", not both");
+  } else if (!top.has("axes")) {
+    d.error("", "expected \"axes\" (a cartesian sweep) or \"search\": \"auto\" (every valid parallel layout)");
+  }
+  if (top.has("search_space") && !top.has("search")) {
+    top.error("search_space", "\"search_space\" needs \"search\": \"auto\"");
+  }
+  spec.search_space = read_search_space(top);
+  spec.derive_dp = top.boolean("derive_dp", true);
+  spec.top_k = static_cast<int>(top.integer("top_k", 10, 0, 1000000));
+  spec.metric = top.choice("metric", "tokens_per_s", sweep_metrics());
+  top.finish();
+  d.throw_if_errors();
+  return spec;
+}
+
+SweepSpec load_sweep_file(const std::string& path, const Catalog& catalog) {
+  const auto text = read_text(path);
+  if (!text) throw InputError({Diagnostic{path, "", "cannot open the sweep file"}});
+  return load_sweep_text(*text, path, std::filesystem::path(path).parent_path().string(), catalog);
+}
+
+// ---- expansion ----------------------------------------------------------------
+
+namespace {
+
+nlohmann::json parse_base(const SweepSpec& spec) {
+  Diagnostics d(spec.base_file);
+  std::optional<nlohmann::json> doc = parse_json_text(spec.base_text, d);
+  if (!d.ok()) throw InputError(rebase(d.items(), spec.base_pointer));
+  if (!doc->is_object()) {
+    throw InputError({Diagnostic{spec.base_file, spec.base_pointer,
+                                 "expected a scenario object, found " + describe_json_type(*doc)}});
+  }
+  return *doc;
+}
+
+std::string fingerprint(const nlohmann::json& base, const SweepPlan& plan, bool auto_search) {
+  std::uint64_t h = 1469598103934665603ULL;
+  h = fnv1a(h, auto_search ? "auto\n" : "axes\n");
+  h = fnv1a(h, base.dump());
+  for (const auto& p : plan.points) {
+    h = fnv1a(h, "\n");
+    for (const auto& [k, v] : p.overrides) h = fnv1a(h, k + "=" + v.dump() + ";");
+  }
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+void expand_axes(const SweepSpec& spec, const nlohmann::json& base, const Catalog& catalog, SweepPlan& plan) {
+  bool axis_sets_dp = false;
+  for (const auto& a : spec.axes) {
+    plan.columns.push_back(a.key);
+    axis_sets_dp |= a.key == "parallel.dp";
+  }
+  const bool derive = spec.derive_dp && !axis_sets_dp;
+  if (derive) plan.columns.push_back("parallel.dp");
+  std::size_t total = 1;
+  for (const auto& a : spec.axes) total *= a.values.size();
+  std::vector<std::size_t> digit(spec.axes.size(), 0);
+  std::map<std::string, std::string> unknown_axis;  // axis key -> loader message
+  for (std::size_t i = 0; i < total; ++i) {
+    // Row-major: the last axis varies fastest.
+    std::size_t rest = i;
+    for (std::size_t a = spec.axes.size(); a-- > 0;) {
+      digit[a] = rest % spec.axes[a].values.size();
+      rest /= spec.axes[a].values.size();
+    }
+    SweepPoint p;
+    p.index = i;
+    for (std::size_t a = 0; a < spec.axes.size(); ++a) {
+      p.overrides.emplace_back(spec.axes[a].key, spec.axes[a].values[digit[a]]);
+    }
+    if (derive) {
+      nlohmann::json doc = base;
+      for (const auto& [k, v] : p.overrides) set_key(doc, k, v);
+      const int gpus = doc.contains("cluster") ? cluster_gpus(doc["cluster"], catalog) : 0;
+      const nlohmann::json par = doc.contains("parallel") ? doc["parallel"] : nlohmann::json::object();
+      const int per_replica = int_or(par, "tp", 1) * int_or(par, "pp", 1) * int_or(par, "cp", 1);
+      if (gpus > 0 && per_replica > 0 && gpus % per_replica == 0) {
+        p.overrides.emplace_back("parallel.dp", gpus / per_replica);
+      }
+    }
+    // Validate with the scenario loader (cheap): count invalid points, catch misspelt axes.
+    try {
+      load_scenario_text(spec.base_text, spec.base_file, spec.base_dir, p.set_args(), catalog);
+    } catch (const InputError& e) {
+      ++plan.invalid;
+      for (const auto& diag : e.diagnostics()) {
+        for (const auto& a : spec.axes) {
+          const std::string ptr = key_pointer(a.key);
+          const bool unknown = diag.message.rfind("unknown key", 0) == 0 && diag.pointer == ptr;
+          const bool blocked = diag.message.rfind("--set \"" + a.key + "=", 0) == 0;
+          if (unknown || blocked) unknown_axis.emplace(a.key, diag.message);
+        }
+      }
+    }
+    plan.points.push_back(std::move(p));
+  }
+  if (!unknown_axis.empty()) {
+    std::vector<Diagnostic> ds;
+    for (const auto& [key, msg] : unknown_axis) {
+      ds.push_back(
+          Diagnostic{spec.file, json_pointer_append("/axes", key), "not a key the base scenario accepts: " + msg});
+    }
+    throw InputError(ds);
+  }
+  plan.grid = total;
+}
+
+// Recompute options from the least to the most extra work.
+int recompute_rank(const std::string& r) { return r == "none" ? 0 : r == "selective" ? 1 : 2; }
+// ZeRO stages from the least to the most time: 1 and 2 reduce-scatter the
+// gradients and gather the updated parameters (the bytes of one all-reduce, the
+// gather prefetched) and step only their optimizer shard; 0 all-reduces and steps
+// everything; 3 adds a parameter gather per layer and micro-batch.
+int zero_rank(int z) { return z == 1 ? 0 : z == 2 ? 1 : z == 0 ? 2 : 3; }
+
+void expand_auto(const SweepSpec& spec, const nlohmann::json& base, const Catalog& catalog, SweepPlan& plan) {
+  const std::string ptr = spec.base_pointer;
+  if (!base.contains("cluster")) {
+    throw InputError({Diagnostic{spec.base_file, ptr + "/cluster", "the auto-search needs the base's cluster"}});
+  }
+  // Probe: the base with a trivially valid layout, to read model, cluster, training, profiles.
+  const int gpus_guess = cluster_gpus(base["cluster"], catalog);
+  nlohmann::json probe = base;
+  probe["parallel"] = {{"dp", std::max(gpus_guess, 1)}, {"global_batch", std::max(gpus_guess, 1)}};
+  Scenario s;
+  try {
+    s = load_scenario_text(probe.dump(), spec.base_file, spec.base_dir, {}, catalog);
+  } catch (const InputError& e) {
+    throw InputError(rebase(e.diagnostics(), ptr));
+  }
+  // The parts of the base's parallel section the search keeps.
+  Diagnostics d(spec.base_file);
+  int global_batch = 1;
+  std::string schedule = "1f1b";
+  if (!base.contains("parallel")) {
+    d.error(ptr + "/parallel", "the auto-search needs parallel.global_batch in the base scenario");
+  } else {
+    ObjectReader r(base["parallel"], ptr + "/parallel", d);
+    global_batch = static_cast<int>(r.integer("global_batch", 1, 1, 1 << 30, true));
+    if (r.has("stage_layers")) r.error("stage_layers", "the auto-search splits layers evenly; remove stage_layers");
+    const std::string sch = r.has("schedule") ? r.string("schedule", "1f1b") : "1f1b";
+    if (sch == "gpipe") schedule = "gpipe";
+  }
+  d.throw_if_errors();
+
+  const TransformerSpec& m = s.model;
+  const int gpus = s.cluster.total_gpus();
+  const NodeSpec& node = s.cluster.groups.front().node;
+  double reserved = 0;
+  for (const auto& p : s.profiles) {
+    if (p.gpu == node.gpu.name) reserved = p.memory_reserved.value;
+  }
+  const double capacity = node.gpu.memory_bytes - reserved;
+  const SearchSpace& ss = spec.search_space;
+  std::vector<int> tps = ss.tp, pps = ss.pp, cps = ss.cp;
+  if (cps.empty()) {
+    for (int cp : {1, 2, 4, 8}) {
+      if (cp == 1 || s.training.seq_len / cp >= kMinTokensPerCpRank) cps.push_back(cp);
+    }
+  }
+  if (tps.empty()) {
+    for (int t = 1; t <= node.gpus_per_node; ++t) tps.push_back(t);
+  }
+  if (pps.empty()) {
+    for (int p = 1; p <= m.layers; ++p) pps.push_back(p);
+  }
+  plan.columns = {
+      "parallel.tp",       "parallel.pp",          "parallel.dp",        "parallel.cp",   "parallel.vpp",
+      "parallel.schedule", "parallel.micro_batch", "parallel.recompute", "parallel.zero", "parallel.sequence_parallel"};
+
+  const std::size_t n_cp = cps.size(), n_vpp = ss.vpp.size(), n_mb = ss.micro_batch.size();
+  const std::size_t n_sp = ss.sequence_parallel.size(), n_rc = ss.recompute.size(), n_z = ss.zero.size();
+  const std::size_t per_mb = n_sp * n_rc * n_z;
+  const std::size_t per_vpp = n_mb * per_mb;
+  const std::size_t per_cp = n_vpp * per_vpp;
+  const std::size_t per_pp = n_cp * per_cp;
+  const std::size_t per_tp = pps.size() * per_pp;
+  plan.grid = tps.size() * per_tp;
+
+  for (int tp : tps) {
+    const bool tp_ok = tp <= node.gpus_per_node && gpus % tp == 0 && m.heads % tp == 0 && m.ffn_hidden % tp == 0 &&
+                       (m.kv_heads % tp == 0 || tp % m.kv_heads == 0);
+    if (!tp_ok) {
+      plan.invalid += per_tp;
+      continue;
+    }
+    for (int pp : pps) {
+      if (gpus % (tp * pp) != 0 || m.layers % pp != 0) {
+        plan.invalid += per_pp;
+        continue;
+      }
+      for (int cp : cps) {
+        if (gpus % (tp * pp * cp) != 0 || s.training.seq_len % cp != 0) {
+          plan.invalid += per_cp;
+          continue;
+        }
+        const int dp = gpus / (tp * pp * cp);
+        for (int vpp : ss.vpp) {
+          if (vpp > 1 && (pp < 2 || m.layers % (pp * vpp) != 0)) {
+            plan.invalid += per_vpp;
+            continue;
+          }
+          for (int mb : ss.micro_batch) {
+            const bool batch_ok = global_batch % (mb * dp) == 0 && (vpp == 1 || (global_batch / (mb * dp)) % pp == 0);
+            if (!batch_ok) {
+              plan.invalid += per_mb;
+              continue;
+            }
+            std::set<bool> sp_seen;
+            for (bool sp_in : ss.sequence_parallel) {
+              const bool sp = sp_in && tp > 1;
+              if (!sp_seen.insert(sp).second) {
+                plan.redundant += n_rc * n_z;
+                continue;
+              }
+              // Every (recompute, zero) of this layout that fits in memory.
+              struct Option {
+                int rc_rank;
+                std::string rc;
+                int zero;
+              };
+              std::vector<Option> fits;
+              std::set<std::pair<std::string, int>> seen;
+              for (const auto& rc : ss.recompute) {
+                for (int z_in : ss.zero) {
+                  const int zero = dp * cp > 1 ? z_in : 0;
+                  if (!seen.insert({rc, zero}).second) {
+                    ++plan.redundant;
+                    continue;
+                  }
+                  ParallelSpec par;
+                  par.tp = tp;
+                  par.pp = pp;
+                  par.dp = dp;
+                  par.cp = cp;
+                  par.vpp = vpp;
+                  par.schedule = vpp > 1 ? ScheduleKind::Interleaved1F1B
+                                         : (schedule == "gpipe" ? ScheduleKind::GPipe : ScheduleKind::OneFOneB);
+                  par.micro_batch = mb;
+                  par.global_batch = global_batch;
+                  par.sequence_parallel = sp;
+                  par.zero = zero;
+                  par.recompute = rc == "full"        ? Recompute::Full
+                                  : rc == "selective" ? Recompute::Selective
+                                                      : Recompute::None;
+                  bool oom = false;
+                  for (int st = 0; st < pp && !oom; ++st) {
+                    oom = stage_memory(m, par, s.training, st).total() > capacity;
+                  }
+                  if (oom) {
+                    ++plan.pruned_oom;
+                  } else {
+                    fits.push_back(Option{recompute_rank(rc), rc, zero});
+                  }
+                }
+              }
+              for (const Option& o : fits) {
+                bool dominated = false;
+                if (ss.prune_dominated) {
+                  for (const Option& other : fits) {
+                    const bool different = other.rc_rank != o.rc_rank || other.zero != o.zero;
+                    dominated |= different && other.rc_rank <= o.rc_rank && zero_rank(other.zero) <= zero_rank(o.zero);
+                  }
+                }
+                if (dominated) {
+                  ++plan.pruned_dominated;
+                  continue;
+                }
+                SweepPoint p;
+                p.index = plan.points.size();
+                p.overrides = {{"parallel.tp", tp},
+                               {"parallel.pp", pp},
+                               {"parallel.dp", dp},
+                               {"parallel.cp", cp},
+                               {"parallel.vpp", vpp},
+                               {"parallel.schedule", vpp > 1 ? std::string("interleaved-1f1b") : schedule},
+                               {"parallel.micro_batch", mb},
+                               {"parallel.recompute", o.rc},
+                               {"parallel.zero", o.zero},
+                               {"parallel.sequence_parallel", sp}};
+                plan.points.push_back(std::move(p));
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+SweepPlan expand_sweep(const SweepSpec& spec, const Catalog& catalog) {
+  const nlohmann::json base = parse_base(spec);
+  SweepPlan plan;
+  if (spec.auto_search) {
+    expand_auto(spec, base, catalog, plan);
+  } else {
+    expand_axes(spec, base, catalog, plan);
+  }
+  plan.id = fingerprint(base, plan, spec.auto_search);
+  return plan;
+}
+
+std::string sweep_summary(const SweepSpec& spec, const SweepPlan& plan) {
+  auto n = [](std::size_t x) { return std::to_string(x); };
+  if (!spec.auto_search) {
+    std::string out =
+        "sweep " + spec.name + ": " + n(plan.points.size()) + " points over " + n(spec.axes.size()) + " axes";
+    if (plan.invalid > 0) out += ", " + n(plan.invalid) + " rejected by the scenario rules (reported as invalid)";
+    return out + "\n";
+  }
+  return "auto-search " + spec.name + ": " + n(plan.grid) +
+         " combinations; pruned before simulation: " + n(plan.invalid) + " invalid, " + n(plan.redundant) +
+         " redundant, " + n(plan.pruned_oom) + " out of memory, " + n(plan.pruned_dominated) + " dominated; " +
+         n(plan.points.size()) + " to simulate\n";
+}
+
+// ---- shards -------------------------------------------------------------------
+
+Shard parse_shard(const std::string& text) {
+  const auto slash = text.find('/');
+  auto parse = [](const std::string& s, int* out) {
+    if (s.empty() || s.size() > 7 || !std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+      return false;
+    }
+    *out = std::stoi(s);
+    return true;
+  };
+  Shard sh;
+  if (slash == std::string::npos || !parse(text.substr(0, slash), &sh.k) || !parse(text.substr(slash + 1), &sh.n) ||
+      sh.k < 1 || sh.k > sh.n) {
+    throw InputError({Diagnostic{"--shard", "", "expected K/N with 1 <= K <= N (e.g. 1/4), found \"" + text + "\""}});
+  }
+  return sh;
+}
+
+std::vector<SweepPoint> shard_points(const std::vector<SweepPoint>& points, Shard shard) {
+  std::vector<SweepPoint> out;
+  for (const auto& p : points) {
+    if (p.index % static_cast<std::size_t>(shard.n) == static_cast<std::size_t>(shard.k - 1)) out.push_back(p);
+  }
+  return out;
+}
+
+// ---- running ------------------------------------------------------------------
+
+namespace {
+
+SweepRow run_point(const SweepPoint& p, const SweepSpec& spec, const Catalog& catalog) {
+  SweepRow row;
+  row.index = p.index;
+  row.overrides = p.overrides;
+  try {
+    const Scenario s = load_scenario_text(spec.base_text, spec.base_file, spec.base_dir, p.set_args(), catalog);
+    row.report = simulate(s);
+    row.report.wall_time_s = 0;  // host time would make the output depend on the machine
+    row.status = row.report.feasible ? SweepStatus::Ok : SweepStatus::Infeasible;
+    for (const auto& pr : row.report.problems) row.error += (row.error.empty() ? "" : "; ") + pr;
+  } catch (const InputError& e) {
+    row.status = SweepStatus::Invalid;
+    row.error = join_diagnostics(rebase(e.diagnostics(), spec.base_pointer));
+  } catch (const std::exception& e) {
+    row.status = SweepStatus::Error;
+    row.error = e.what();
+  }
+  return row;
+}
+
+}  // namespace
+
+std::vector<SweepRow> run_sweep(const std::vector<SweepPoint>& points, int threads, const SweepSpec& spec,
+                                const Catalog& catalog, const SweepProgress& progress) {
+  const std::size_t total = points.size();
+  std::vector<SweepRow> rows(total);
+  std::atomic<std::size_t> next{0};
+  std::mutex mu;
+  std::size_t done = 0;
+  if (progress) progress(0, total);
+  auto worker = [&] {
+    while (true) {
+      const std::size_t i = next.fetch_add(1);
+      if (i >= total) return;
+      rows[i] = run_point(points[i], spec, catalog);
+      const std::lock_guard<std::mutex> lock(mu);
+      ++done;
+      if (progress) progress(done, total);
+    }
+  };
+  std::size_t n = threads > 0 ? static_cast<std::size_t>(threads) : std::max(1u, std::thread::hardware_concurrency());
+  n = std::max<std::size_t>(1, std::min(n, total));
+  if (n == 1) {
+    worker();
+  } else {
+    std::vector<std::thread> pool;
+    pool.reserve(n);
+    for (std::size_t t = 0; t < n; ++t) pool.emplace_back(worker);
+    for (auto& t : pool) t.join();
+  }
+  return rows;
+}
+
+// ---- progress -----------------------------------------------------------------
+
+namespace {
+std::string duration_text(double s) {
+  if (s < 60) return fmt("%.1f s", s);
+  const long total = std::lround(s);
+  if (total < 3600) return std::to_string(total / 60) + "m" + fmt("%02.0f", static_cast<double>(total % 60)) + "s";
+  return std::to_string(total / 3600) + "h" + fmt("%02.0f", static_cast<double>(total / 60 % 60)) + "m";
+}
+
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+}  // namespace
+
+std::string progress_line(std::size_t done, std::size_t total, double elapsed_s, bool tty) {
+  const double frac = total > 0 ? static_cast<double>(done) / static_cast<double>(total) : 1.0;
+  const std::string eta =
+      done == 0       ? std::string("?")
+      : done >= total ? std::string("0.0 s")
+                      : duration_text(elapsed_s / static_cast<double>(done) * static_cast<double>(total - done));
+  const std::string counts = std::to_string(done) + "/" + std::to_string(total);
+  const std::string pct = fmt("%.0f%%", 100 * frac);
+  if (!tty) {
+    return "sweep: " + counts + " points (" + pct + "), " + duration_text(elapsed_s) + " elapsed, ETA " + eta;
+  }
+  constexpr int kWidth = 30;
+  const int filled = static_cast<int>(frac * kWidth);
+  std::string bar(static_cast<std::size_t>(filled), '#');
+  bar += std::string(static_cast<std::size_t>(kWidth - filled), '.');
+  return "\r[" + bar + "] " + counts + "  " + pct + "  " + duration_text(elapsed_s) + ", ETA " + eta + "\x1b[K";
+}
+
+SweepProgressPrinter::SweepProgressPrinter(std::ostream& out, bool tty) : out_(&out), tty_(tty), start_(now_s()) {}
+
+void SweepProgressPrinter::operator()(std::size_t done, std::size_t total) {
+  const double t = now_s() - start_;
+  if (tty_) {
+    if (done < total && last_draw_ >= 0 && t - last_draw_ < 0.1) return;
+    last_draw_ = t;
+    drawn_ = true;
+    *out_ << progress_line(done, total, t, true) << std::flush;
+    return;
+  }
+  if (total == 0 || done == 0) return;
+  const std::size_t decile = done * 10 / total;
+  if (decile <= last_decile_ && done < total) return;
+  if (done == total && last_decile_ == 10) return;
+  last_decile_ = decile;
+  *out_ << progress_line(done, total, t, false) << "\n" << std::flush;
+}
+
+void SweepProgressPrinter::finish() {
+  if (tty_ && drawn_) *out_ << "\n" << std::flush;
+  drawn_ = false;
+}
+
+// ---- output -------------------------------------------------------------------
+
+nlohmann::ordered_json sweep_row_json(const SweepRow& row, const SweepPlan& plan) {
+  nlohmann::ordered_json j;
+  j["index"] = row.index;
+  j["sweep"] = plan.id;
+  j["points"] = plan.points.size();
+  j["status"] = to_string(row.status);
+  for (const auto& col : plan.columns) {
+    nlohmann::ordered_json v = nullptr;
+    for (const auto& [k, x] : row.overrides) {
+      if (k == col) v = nlohmann::ordered_json::parse(x.dump());
+    }
+    j[col] = v;
+  }
+  const bool ran = row.status == SweepStatus::Ok || row.status == SweepStatus::Infeasible;
+  const JobReport& r = row.report;
+  auto num = [&](const char* key, double x) { j[key] = ran ? nlohmann::ordered_json(x) : nlohmann::ordered_json(); };
+  j["gpus"] = ran ? nlohmann::ordered_json(r.gpus) : nlohmann::ordered_json();
+  num("iteration_time_s", r.iteration_time_s);
+  num("tokens_per_s", r.tokens_per_s);
+  num("samples_per_s", r.samples_per_s);
+  num("tflops_per_gpu", r.tflops_per_gpu);
+  num("mfu", r.mfu);
+  num("hfu", r.hfu);
+  num("peak_memory_gib", r.peak_memory_gib);
+  num("breakdown.compute_s", r.breakdown.compute_s);
+  for (std::size_t c = 0; c < kNumCommClasses; ++c) {
+    const std::string key = std::string("breakdown.exposed_comm_s.") + to_string(static_cast<CommClass>(c));
+    num(key.c_str(), r.breakdown.exposed_comm_s[c]);
+  }
+  num("breakdown.bubble_s", r.breakdown.bubble_s);
+  num("breakdown.idle_s", r.breakdown.idle_s);
+  j["feasible"] = ran && r.feasible;
+  j["events"] = ran ? nlohmann::ordered_json(r.events) : nlohmann::ordered_json();
+  j["simulated_ranks"] = ran ? nlohmann::ordered_json(r.simulated_ranks) : nlohmann::ordered_json();
+  j["error"] = row.error;
+  return j;
+}
+
+std::vector<nlohmann::ordered_json> sweep_rows_json(const std::vector<SweepRow>& rows, const SweepPlan& plan) {
+  std::vector<nlohmann::ordered_json> out;
+  out.reserve(rows.size());
+  for (const auto& r : rows) out.push_back(sweep_row_json(r, plan));
+  return out;
+}
+
+SweepFormat sweep_format_for_path(const std::string& path) {
+  if (path.ends_with(".csv")) return SweepFormat::Csv;
+  if (path.ends_with(".jsonl") || path.ends_with(".ndjson")) return SweepFormat::Jsonl;
+  throw InputError({Diagnostic{path, "", "unknown output format: expected a .csv or .jsonl file name"}});
+}
+
+namespace {
+std::string csv_cell(const nlohmann::ordered_json& v) {
+  if (v.is_null()) return "";
+  std::string s = v.is_string() ? v.get<std::string>() : v.dump();
+  if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
+  std::string q = "\"";
+  for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return q + "\"";
+}
+}  // namespace
+
+std::string format_sweep_rows(const std::vector<nlohmann::ordered_json>& rows, SweepFormat format) {
+  std::string out;
+  if (format == SweepFormat::Jsonl) {
+    for (const auto& r : rows) out += r.dump() + "\n";
+    return out;
+  }
+  std::vector<std::string> cols;
+  std::set<std::string> have;
+  for (const auto& r : rows) {
+    for (const auto& item : r.items()) {
+      if (have.insert(item.key()).second) cols.push_back(item.key());
+    }
+  }
+  for (std::size_t c = 0; c < cols.size(); ++c) out += (c ? "," : "") + csv_cell(cols[c]);
+  out += "\n";
+  for (const auto& r : rows) {
+    for (std::size_t c = 0; c < cols.size(); ++c) {
+      out += c ? "," : "";
+      if (r.contains(cols[c])) out += csv_cell(r[cols[c]]);
+    }
+    out += "\n";
+  }
+  return out;
+}
+
+void write_sweep_rows(const std::string& path, const std::vector<nlohmann::ordered_json>& rows) {
+  const SweepFormat f = sweep_format_for_path(path);
+  std::ofstream out(path, std::ios::binary);
+  if (!out) throw InputError({Diagnostic{path, "", "cannot write the file"}});
+  out << format_sweep_rows(rows, f);
+  if (!out) throw InputError({Diagnostic{path, "", "cannot write the file"}});
+}
+
+// ---- merge ----------------------------------------------------------------------
+
+SweepMerge merge_sweep_texts(const std::vector<std::pair<std::string, std::string>>& files) {
+  std::vector<Diagnostic> errors;
+  SweepMerge m;
+  std::string sweep_id, id_from;
+  std::map<std::size_t, std::string> where;  // index -> "file line N"
+  for (const auto& [name, text] : files) {
+    if (name.ends_with(".csv")) {
+      errors.push_back(Diagnostic{name, "", "merge reads JSONL shard outputs; write the shards with --out *.jsonl"});
+      continue;
+    }
+    std::istringstream in(text);
+    std::string line;
+    for (std::size_t ln = 1; std::getline(in, line); ++ln) {
+      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+      auto bad = [&](const std::string& msg) {
+        errors.push_back(Diagnostic{name, "", "line " + std::to_string(ln) + ": " + msg});
+      };
+      nlohmann::ordered_json row;
+      try {
+        row = nlohmann::ordered_json::parse(line);
+      } catch (const nlohmann::json::parse_error&) {
+        bad("not a JSON row of a sweep output");
+        continue;
+      }
+      if (!row.is_object() || !row.contains("index") || !row["index"].is_number_unsigned() || !row.contains("sweep") ||
+          !row["sweep"].is_string() || !row.contains("points") || !row["points"].is_number_unsigned()) {
+        bad("expected a sweep output row with \"index\", \"sweep\" and \"points\"");
+        continue;
+      }
+      const auto index = row["index"].get<std::size_t>();
+      const auto points = row["points"].get<std::size_t>();
+      const std::string id = row["sweep"].get<std::string>();
+      const std::string here = name + " line " + std::to_string(ln);
+      if (sweep_id.empty()) {
+        sweep_id = id;
+        id_from = here;
+        m.points = points;
+      } else if (id != sweep_id || points != m.points) {
+        bad("row of sweep " + id + " (" + std::to_string(points) + " points), but " + id_from + " is of sweep " +
+            sweep_id + " (" + std::to_string(m.points) + " points): outputs of different sweeps");
+        continue;
+      }
+      if (index >= points) {
+        bad("point index " + std::to_string(index) + " outside the sweep's " + std::to_string(points) + " points");
+        continue;
+      }
+      const auto [it, fresh] = where.emplace(index, here);
+      if (!fresh) {
+        bad("point " + std::to_string(index) + " is also in " + it->second + " (overlapping shards)");
+        continue;
+      }
+      m.rows.push_back(std::move(row));
+    }
+  }
+  if (!errors.empty()) throw InputError(errors);
+  std::sort(m.rows.begin(), m.rows.end(), [](const auto& a, const auto& b) {
+    return a["index"].template get<std::size_t>() < b["index"].template get<std::size_t>();
+  });
+  m.missing = m.points - m.rows.size();
+  return m;
+}
+
+SweepMerge merge_sweep_files(const std::vector<std::string>& paths) {
+  std::vector<std::pair<std::string, std::string>> files;
+  std::vector<Diagnostic> errors;
+  for (const auto& p : paths) {
+    if (const auto t = read_text(p)) {
+      files.emplace_back(p, *t);
+    } else {
+      errors.push_back(Diagnostic{p, "", "cannot open the shard output"});
+    }
+  }
+  if (!errors.empty()) throw InputError(errors);
+  return merge_sweep_texts(files);
+}
+
+// ---- top-k ------------------------------------------------------------------------
+
+std::string top_k_table(const std::vector<nlohmann::ordered_json>& rows, std::size_t k, const std::string& metric) {
+  if (k == 0) return "";
+  const bool lower = metric_lower_is_better(metric);
+  std::vector<const nlohmann::ordered_json*> ok;
+  for (const auto& r : rows) {
+    if (r.value("status", "") == "ok" && r.contains(metric) && r[metric].is_number()) ok.push_back(&r);
+  }
+  if (ok.empty()) return "no feasible point to rank by " + metric + "\n";
+  std::stable_sort(ok.begin(), ok.end(), [&](const auto* a, const auto* b) {
+    const double x = (*a)[metric].template get<double>(), y = (*b)[metric].template get<double>();
+    if (x != y) return lower ? x < y : x > y;
+    return (*a)["index"].template get<std::size_t>() < (*b)["index"].template get<std::size_t>();
+  });
+  if (ok.size() > k) ok.resize(k);
+  // Override columns sit between "status" and the first result field ("gpus").
+  std::vector<std::string> cfg_cols;
+  bool in = false;
+  for (const auto& item : ok.front()->items()) {
+    if (item.key() == "gpus") break;
+    if (in) cfg_cols.push_back(item.key());
+    if (item.key() == "status") in = true;
+  }
+  std::vector<std::string> configs;
+  std::size_t width = 6;
+  for (const auto* r : ok) {
+    std::string c;
+    for (const auto& col : cfg_cols) {
+      const auto& v = (*r)[col];
+      if (v.is_null()) continue;
+      const std::string shortname = col.substr(col.rfind('.') == std::string::npos ? 0 : col.rfind('.') + 1);
+      c += (c.empty() ? "" : " ") + shortname + "=" + (v.is_string() ? v.get<std::string>() : v.dump());
+    }
+    width = std::max(width, c.size());
+    configs.push_back(c);
+  }
+  std::string out =
+      "top " + std::to_string(ok.size()) + " by " + metric + " (" + (lower ? "lower" : "higher") + " is better)\n";
+  char line[128];
+  std::snprintf(line, sizeof line, "%4s %6s  ", "rank", "point");
+  out += line + std::string("config") + std::string(width - 6, ' ');
+  // The ranking metric gets its own column unless one of the standard ones shows it.
+  const bool extra =
+      metric != "tokens_per_s" && metric != "iteration_time_s" && metric != "mfu" && metric != "peak_memory_gib";
+  std::snprintf(line, sizeof line, "  %12s %10s %7s %9s", "tokens/s", "iter s", "MFU", "mem GiB");
+  out += line;
+  if (extra) {
+    std::snprintf(line, sizeof line, " %15s", metric.c_str());
+    out += line;
+  }
+  out += "\n";
+  for (std::size_t i = 0; i < ok.size(); ++i) {
+    const auto& r = *ok[i];
+    std::snprintf(line, sizeof line, "%4zu %6zu  ", i + 1, r["index"].get<std::size_t>());
+    out += line + configs[i] + std::string(width - configs[i].size(), ' ');
+    std::snprintf(line, sizeof line, "  %12.0f %10.3f %6.1f%% %9.1f", r["tokens_per_s"].get<double>(),
+                  r["iteration_time_s"].get<double>(), 100 * r["mfu"].get<double>(),
+                  r["peak_memory_gib"].get<double>());
+    out += line;
+    if (extra) {
+      std::snprintf(line, sizeof line, " %15.6g", r[metric].get<double>());
+      out += line;
+    }
+    out += "\n";
+  }
+  return out;
+}
+
+std::string top_k_table(const std::vector<SweepRow>& rows, std::size_t k, const std::string& metric) {
+  SweepPlan plan;
+  std::set<std::string> have;
+  for (const auto& r : rows) {
+    for (const auto& [key, v] : r.overrides) {
+      if (have.insert(key).second) plan.columns.push_back(key);
+    }
+  }
+  return top_k_table(sweep_rows_json(rows, plan), k, metric);
+}
+
+}  // namespace trainsim

@@ -357,7 +357,7 @@ class StageProgramBuilder {
   std::vector<TaskId> param_bucket_of_layer_;
   bool prefetch_params_ = false;
   TaskId last_compute_ = kNone;
-  std::vector<TaskId> blocking_sends_;   // sends the next unit waits for (no p2p overlap)
+  std::vector<TaskId> blocking_sends_;  // sends the next unit waits for (no p2p overlap)
   std::unordered_map<std::string, std::uint32_t> labels_;
   std::unordered_map<const Step*, std::uint32_t> ops_;
   std::unordered_map<std::string, std::vector<std::uint32_t>> step_labels_;

@@ -50,11 +50,12 @@ struct ParallelSpec {
   bool sequence_parallel = false;  // Megatron SP (norm/dropout split over TP)
   int zero = 0;                    // ZeRO stage 0..3 (3 = FSDP)
   Recompute recompute = Recompute::None;
-  bool dp_overlap = true;         // overlap gradient reduction with the last backward
-  bool tp_comm_overlap = false;   // overlap TP collectives with the adjacent GEMMs (userbuffers)
-  bool pp_overlap = true;         // pipeline send/recv beside compute (false: blocking, as Megatron-LM 2021 / DeepSpeed)
-  bool pp_scatter_gather = true;  // each TP rank sends 1/tp of an activation (Megatron-LM); false: all of it (DeepSpeed)
-  double dp_bucket_bytes = 0;     // gradient bucket size (0 = Megatron default: max(40M, 1M*dp) params)
+  bool dp_overlap = true;        // overlap gradient reduction with the last backward
+  bool tp_comm_overlap = false;  // overlap TP collectives with the adjacent GEMMs (userbuffers)
+  bool pp_overlap = true;        // pipeline send/recv beside compute (false: blocking, as Megatron-LM 2021 / DeepSpeed)
+  bool pp_scatter_gather =
+      true;                    // each TP rank sends 1/tp of an activation (Megatron-LM); false: all of it (DeepSpeed)
+  double dp_bucket_bytes = 0;  // gradient bucket size (0 = Megatron default: max(40M, 1M*dp) params)
   std::vector<int> stage_layers;  // transformer layers per pipeline stage (empty = even split; vpp must be 1)
 
   int gpus() const { return tp * pp * dp * cp; }

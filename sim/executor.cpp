@@ -9,33 +9,63 @@ namespace trainsim {
 Executor::Executor(const SimulationSetup& setup, const Cluster& cluster, const ComputeCostModel& costs,
                    const AnalyticalNetwork& network)
     : setup_(&setup), cluster_(&cluster), costs_(&costs), network_(&network) {
+  init();
+}
+
+Executor::Executor(const SimulationSetup& setup, const Cluster& cluster, const ComputeCostModel& costs,
+                   FlowCollectives& flows)
+    : setup_(&setup), cluster_(&cluster), costs_(&costs), flows_(&flows) {
+  init();
+}
+
+void Executor::init() {
+  const SimulationSetup& setup = *setup_;
+  const Cluster& cluster = *cluster_;
   const std::size_t nr = setup.ranks.size();
-  task_base_.resize(nr + 1);
-  stream_base_.resize(nr + 1);
-  slot_base_.resize(nr + 1);
+  // Per-task, per-stream and per-slot state of the ranks sharing a program is
+  // interleaved (task t of every such rank side by side): peers that run the
+  // same task at the same time touch the same cache lines.
+  const std::size_t np = setup.programs.size();
+  std::vector<std::uint32_t> sharing(np, 0), index(nr);
+  for (std::size_t r = 0; r < nr; ++r) index[r] = sharing[setup.ranks[r].program]++;
+  std::vector<std::size_t> task0(np), stream0(np), slot0(np);
+  std::size_t tasks = 0, streams = 0, slots = 0;
+  for (std::size_t p = 0; p < np; ++p) {
+    task0[p] = tasks;
+    stream0[p] = streams;
+    slot0[p] = slots;
+    tasks += setup.programs[p].tasks.size() * sharing[p];
+    streams += setup.programs[p].streams.size() * sharing[p];
+    slots += setup.programs[p].comm_slots.size() * sharing[p];
+  }
+  task_base_.resize(nr);
+  stream_base_.resize(nr);
+  slot_base_.resize(nr);
+  stride_.resize(nr);
   timeline_of_rank_.assign(nr, -1);
   for (std::size_t r = 0; r < nr; ++r) {
-    const ProgramTemplate& p = setup.programs[setup.ranks[r].program];
-    assert(setup.ranks[r].comm_of_slot.size() == p.comm_slots.size());
-    task_base_[r + 1] = task_base_[r] + static_cast<std::uint32_t>(p.tasks.size());
-    stream_base_[r + 1] = stream_base_[r] + static_cast<std::uint32_t>(p.streams.size());
-    slot_base_[r + 1] = slot_base_[r] + static_cast<std::uint32_t>(p.comm_slots.size());
+    const std::uint32_t prog = setup.ranks[r].program;
+    assert(setup.ranks[r].comm_of_slot.size() == setup.programs[prog].comm_slots.size());
+    task_base_[r] = task0[prog] + index[r];
+    stream_base_[r] = stream0[prog] + index[r];
+    slot_base_[r] = slot0[prog] + index[r];
+    stride_[r] = sharing[prog];
     if (setup.ranks[r].record) {
       timeline_of_rank_[r] = static_cast<int>(result_.timelines.size());
       result_.timelines.push_back(RankTimeline{static_cast<std::uint32_t>(r), {}});
     }
   }
-  remaining_deps_.resize(task_base_[nr]);
+  remaining_deps_.resize(tasks);
   for (std::size_t r = 0; r < nr; ++r) {
     const ProgramTemplate& p = setup.programs[setup.ranks[r].program];
     for (std::uint32_t t = 0; t < p.tasks.size(); ++t) {
-      remaining_deps_[task_base_[r] + t] = p.dep_offsets[t + 1] - p.dep_offsets[t];
+      remaining_deps_[task_at(static_cast<std::uint32_t>(r), t)] = p.dep_offsets[t + 1] - p.dep_offsets[t];
     }
   }
-  stream_pos_.assign(stream_base_[nr], 0);
-  stream_busy_.assign(stream_base_[nr], 0);
-  stream_start_.assign(stream_base_[nr], Time{});
-  slot_seq_.assign(slot_base_[nr], 0);
+  stream_pos_.assign(streams, 0);
+  stream_busy_.assign(streams, 0);
+  stream_start_.assign(streams, Time{});
+  slot_seq_.assign(slots, 0);
   done_count_.assign(nr, 0);
   comms_.resize(setup.comms.size());
   op_cost_cache_.resize(setup.programs.size() * static_cast<std::size_t>(cluster.num_gpu_types()));
@@ -72,12 +102,12 @@ void Executor::record(std::uint32_t rank, std::uint32_t task, Time start, Time e
 
 void Executor::try_start(std::uint32_t rank, std::uint8_t stream, Time now) {
   const ProgramTemplate& p = setup_->programs[setup_->ranks[rank].program];
-  const std::uint32_t si = stream_base_[rank] + stream;
+  const std::size_t si = stream_at(rank, stream);
   if (stream_busy_[si]) return;
   const auto tasks = p.stream(stream);
   if (stream_pos_[si] >= tasks.size()) return;
   const std::uint32_t task = tasks[stream_pos_[si]];
-  if (remaining_deps_[task_base_[rank] + task] != 0) return;
+  if (remaining_deps_[task_at(rank, task)] != 0) return;
   stream_busy_[si] = 1;
   stream_start_[si] = now;
   const Task& t = p.tasks[task];
@@ -97,7 +127,7 @@ void Executor::try_start(std::uint32_t rank, std::uint8_t stream, Time now) {
 
 void Executor::start_transfer(std::uint32_t rank, std::uint32_t task, Time start, Time end) {
   const Task& t = setup_->programs[setup_->ranks[rank].program].tasks[task];
-  stream_start_[stream_base_[rank] + t.stream] = start;
+  stream_start_[stream_at(rank, t.stream)] = start;
   queue_.push(end, rank, task);
 }
 
@@ -106,11 +136,30 @@ void Executor::post_collective(std::uint32_t rank, std::uint32_t task, Time now)
   const Task& t = p.tasks[task];
   const std::uint32_t comm = setup_->ranks[rank].comm_of_slot[t.ref];
   CommState& c = comms_[comm];
-  const std::uint64_t seq = slot_seq_[slot_base_[rank] + t.ref]++;
+  const std::uint64_t seq = slot_seq_[slot_at(rank, t.ref)]++;
   while (c.base_seq + c.pending.size() <= seq) c.pending.emplace_back();
   PendingCollective& pc = c.pending[seq - c.base_seq];
   pc.waiters.push_back(Waiter{rank, task, now});
   if (static_cast<int>(pc.waiters.size()) < setup_->comms[comm].simulated_members) return;
+  if (flows_ != nullptr) {
+    // Everyone is here: the flows start now; completion comes from the flow network.
+    const PlanId plan = flow_plan(comm, static_cast<std::uint32_t>(t.collective), t.bytes);
+    const std::uint32_t slot = new_in_flight();
+    for (const Waiter& w : pc.waiters) {
+      record(w.rank, w.task, w.posted, now, kWaitCategory);
+      const Task& wt = setup_->programs[setup_->ranks[w.rank].program].tasks[w.task];
+      stream_start_[stream_at(w.rank, wt.stream)] = now;
+      in_flight_[slot].push_back(w);
+    }
+    flows_->start(now, plan, slot);
+    pc.done = true;
+    pc.waiters.clear();
+    while (!c.pending.empty() && c.pending.front().done) {
+      c.pending.pop_front();
+      ++c.base_seq;
+    }
+    return;
+  }
   // Everyone is here: the transfer starts now.
   const Time dur =
       Time::seconds(network_->collective_seconds(shape_of(comm), t.collective, static_cast<double>(t.bytes)));
@@ -142,6 +191,17 @@ void Executor::post_p2p(std::uint32_t rank, std::uint32_t task, Time now) {
   const Waiter r = recvs.front();
   sends.pop_front();
   recvs.pop_front();
+  if (flows_ != nullptr) {
+    const PlanId plan = flow_plan(comm, 8 + static_cast<std::uint32_t>(sender), t.bytes);
+    const std::uint32_t slot = new_in_flight();
+    for (const Waiter& w : {s, r}) {
+      const Task& wt = setup_->programs[setup_->ranks[w.rank].program].tasks[w.task];
+      stream_start_[stream_at(w.rank, wt.stream)] = now;
+      in_flight_[slot].push_back(w);
+    }
+    flows_->start(now, plan, slot);
+    return;
+  }
   const Time dur = Time::seconds(network_->p2p_seconds(shape_of(comm), static_cast<double>(t.bytes)));
   start_transfer(s.rank, s.task, now, now + dur);
   start_transfer(r.rank, r.task, now, now + dur);
@@ -150,7 +210,7 @@ void Executor::post_p2p(std::uint32_t rank, std::uint32_t task, Time now) {
 void Executor::complete(std::uint32_t rank, std::uint32_t task, Time now) {
   const ProgramTemplate& p = setup_->programs[setup_->ranks[rank].program];
   const Task& t = p.tasks[task];
-  const std::uint32_t si = stream_base_[rank] + t.stream;
+  const std::size_t si = stream_at(rank, t.stream);
   const std::uint8_t category =
       t.kind == TaskKind::Compute ? kComputeCategory : static_cast<std::uint8_t>(1 + static_cast<int>(t.comm_class));
   record(rank, task, stream_start_[si], now, category);
@@ -158,9 +218,71 @@ void Executor::complete(std::uint32_t rank, std::uint32_t task, Time now) {
   ++stream_pos_[si];
   if (++done_count_[rank] == p.tasks.size()) result_.finish[rank] = now;
   for (std::uint32_t s : p.succs_of(task)) {
-    if (--remaining_deps_[task_base_[rank] + s] == 0) try_start(rank, p.tasks[s].stream, now);
+    if (--remaining_deps_[task_at(rank, s)] == 0) try_start(rank, p.tasks[s].stream, now);
   }
   try_start(rank, t.stream, now);
+}
+
+PlanId Executor::flow_plan(std::uint32_t comm, std::uint32_t what, std::uint64_t bytes) {
+  CommState& c = comms_[comm];
+  const auto key = std::make_pair(what, bytes);
+  for (const auto& [k, id] : c.plans) {
+    if (k == key) return id;
+  }
+  const Communicator& cm = setup_->comms[comm];
+  CollectivePlan plan;
+  if (what >= 8) {
+    const int sender = static_cast<int>(what - 8);
+    plan = flows_->plan_p2p(cm.members[sender], cm.members[1 - sender], static_cast<double>(bytes), comm);
+  } else {
+    plan = flows_->plan_collective(cm.members, static_cast<CollectiveKind>(what), static_cast<double>(bytes), comm);
+  }
+  const PlanId id = flows_->add_plan(std::move(plan));
+  c.plans.emplace_back(key, id);
+  return id;
+}
+
+std::uint32_t Executor::new_in_flight() {
+  if (!free_in_flight_.empty()) {
+    const std::uint32_t slot = free_in_flight_.back();
+    free_in_flight_.pop_back();
+    return slot;
+  }
+  in_flight_.emplace_back();
+  return static_cast<std::uint32_t>(in_flight_.size() - 1);
+}
+
+void Executor::run_analytical(std::uint64_t* events, Time* now) {
+  while (!queue_.empty()) {
+    const Event e = queue_.pop();
+    *now = e.time;
+    ++*events;
+    complete(e.rank, e.payload, *now);
+  }
+}
+
+void Executor::run_flows(std::uint64_t* events, Time* now) {
+  for (;;) {
+    const Time tq = queue_.empty() ? Time::max() : queue_.top().time;
+    const Time tn = flows_->next_event();
+    if (queue_.empty() && tn == Time::max()) break;
+    if (tn <= tq) {
+      // Network first at equal times; its completions join the queue in order.
+      flow_done_.clear();
+      flows_->advance(tn, flow_done_);
+      for (const TransferDone& d : flow_done_) {
+        auto& waiters = in_flight_[d.cookie];
+        for (const Waiter& w : waiters) queue_.push(d.time, w.rank, w.task);
+        waiters.clear();
+        free_in_flight_.push_back(static_cast<std::uint32_t>(d.cookie));
+      }
+      continue;
+    }
+    const Event e = queue_.pop();
+    *now = e.time;
+    ++*events;
+    complete(e.rank, e.payload, *now);
+  }
 }
 
 SimulationResult Executor::run() {
@@ -172,11 +294,10 @@ SimulationResult Executor::run() {
   }
   std::uint64_t events = 0;
   Time now;
-  while (!queue_.empty()) {
-    const Event e = queue_.pop();
-    now = e.time;
-    ++events;
-    complete(e.rank, e.payload, now);
+  if (flows_ != nullptr) {
+    run_flows(&events, &now);
+  } else {
+    run_analytical(&events, &now);
   }
   result_.events = events;
   result_.makespan = now;
@@ -198,7 +319,7 @@ std::vector<WaitingTask> Executor::describe_deadlock(std::size_t* ranks_waiting)
     if (done_count_[r] == p.tasks.size()) continue;
     ++*ranks_waiting;
     for (std::uint32_t s = 0; s < p.streams.size(); ++s) {
-      const std::uint32_t si = stream_base_[r] + s;
+      const std::size_t si = stream_at(r, s);
       const auto tasks = p.stream(s);
       if (stream_pos_[si] >= tasks.size()) continue;
       if (out.size() >= kMaxReported) break;
@@ -220,7 +341,7 @@ std::vector<WaitingTask> Executor::describe_deadlock(std::size_t* ranks_waiting)
           const std::uint32_t ds = p.tasks[d].stream;
           const auto dtasks = p.stream(ds);
           bool finished = false;
-          for (std::uint32_t i = 0; i < stream_pos_[stream_base_[r] + ds]; ++i) finished |= dtasks[i] == d;
+          for (std::uint32_t i = 0; i < stream_pos_[stream_at(r, ds)]; ++i) finished |= dtasks[i] == d;
           if (!finished && listed++ < 3) reason += " '" + p.labels[p.tasks[d].label] + "'";
         }
       }

@@ -11,6 +11,7 @@
 
 #include "sim/cost_model.hpp"
 #include "sim/event_queue.hpp"
+#include "sim/flow_collectives.hpp"
 #include "sim/network.hpp"
 #include "sim/program.hpp"
 #include "sim/time.hpp"
@@ -66,8 +67,14 @@ struct SimulationResult {
 
 class Executor {
  public:
+  // Analytical fidelity: each transfer takes the alpha-beta time of its communicator.
   Executor(const SimulationSetup& setup, const Cluster& cluster, const ComputeCostModel& costs,
            const AnalyticalNetwork& network);
+  // Flow fidelity: collectives and send/recv become flows on the cluster graph;
+  // the flow network's events interleave with the event queue in time order
+  // (at equal times the network goes first). Every member of a communicator
+  // should be simulated: flows are created for all members.
+  Executor(const SimulationSetup& setup, const Cluster& cluster, const ComputeCostModel& costs, FlowCollectives& flows);
   SimulationResult run();
 
  private:
@@ -85,6 +92,8 @@ class Executor {
     std::uint64_t base_seq = 0;  // sequence number of pending.front()
     std::deque<PendingCollective> pending;
     std::deque<Waiter> sends[2], recvs[2];  // indexed by the sending member (0 or 1)
+    // Flow fidelity: plans made so far, by (what, bytes); what = collective kind, or 8 + sender for send/recv.
+    std::vector<std::pair<std::pair<std::uint32_t, std::uint64_t>, PlanId>> plans;
   };
 
   void try_start(std::uint32_t rank, std::uint8_t stream, Time now);
@@ -92,6 +101,11 @@ class Executor {
   void post_collective(std::uint32_t rank, std::uint32_t task, Time now);
   void post_p2p(std::uint32_t rank, std::uint32_t task, Time now);
   void start_transfer(std::uint32_t rank, std::uint32_t task, Time start, Time end);
+  void init();
+  void run_analytical(std::uint64_t* events, Time* now);
+  void run_flows(std::uint64_t* events, Time* now);
+  PlanId flow_plan(std::uint32_t comm, std::uint32_t what, std::uint64_t bytes);
+  std::uint32_t new_in_flight();
   const CommShape& shape_of(std::uint32_t comm);
   Time op_duration(std::uint32_t rank, std::uint32_t op);
   void record(std::uint32_t rank, std::uint32_t task, Time start, Time end, std::uint8_t category);
@@ -100,10 +114,22 @@ class Executor {
   const SimulationSetup* setup_;
   const Cluster* cluster_;
   const ComputeCostModel* costs_;
-  const AnalyticalNetwork* network_;
+  const AnalyticalNetwork* network_ = nullptr;
+  FlowCollectives* flows_ = nullptr;
 
-  // State lives in flat vectors indexed by offsets per rank.
-  std::vector<std::uint32_t> task_base_, stream_base_, slot_base_;
+  // State lives in flat vectors; ranks sharing a program are interleaved:
+  // element i of rank r is at base_[r] + i * stride_[r].
+  std::size_t task_at(std::uint32_t rank, std::uint32_t task) const {
+    return task_base_[rank] + static_cast<std::size_t>(task) * stride_[rank];
+  }
+  std::size_t stream_at(std::uint32_t rank, std::uint32_t stream) const {
+    return stream_base_[rank] + static_cast<std::size_t>(stream) * stride_[rank];
+  }
+  std::size_t slot_at(std::uint32_t rank, std::uint32_t slot) const {
+    return slot_base_[rank] + static_cast<std::size_t>(slot) * stride_[rank];
+  }
+  std::vector<std::size_t> task_base_, stream_base_, slot_base_;
+  std::vector<std::uint32_t> stride_;
   std::vector<std::uint32_t> remaining_deps_;
   std::vector<std::uint32_t> stream_pos_;
   std::vector<std::uint8_t> stream_busy_;
@@ -115,6 +141,10 @@ class Executor {
   std::vector<int> timeline_of_rank_;
   SimulationResult result_;
   EventQueue queue_;
+  // Flow fidelity: the waiters of each running transfer, by cookie.
+  std::vector<std::vector<Waiter>> in_flight_;
+  std::vector<std::uint32_t> free_in_flight_;
+  std::vector<TransferDone> flow_done_;
 };
 
 }  // namespace trainsim

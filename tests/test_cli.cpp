@@ -68,6 +68,18 @@ TEST_CASE("the same scenario twice gives identical results") {
   CHECK(strip(a.out) != strip(c.out));  // and a change of input changes the result
 }
 
+TEST_CASE("--fidelity flow simulates every rank and agrees with analytical where nothing contends") {
+  const CliResult a = cli({"run", "--json"});
+  const CliResult f = cli({"run", "--json", "--fidelity", "flow"});
+  REQUIRE(a.code == 0);
+  REQUIRE(f.code == 0);
+  const auto ja = nlohmann::json::parse(a.out);
+  const auto jf = nlohmann::json::parse(f.out);
+  CHECK(jf["simulated_ranks"] == 64);
+  CHECK(ja["simulated_ranks"] == 4);
+  CHECK(jf["iteration_time_s"].get<double>() == doctest::Approx(ja["iteration_time_s"].get<double>()).epsilon(0.05));
+}
+
 TEST_CASE("human summary") {
   const CliResult r = cli({"run"});
   REQUIRE(r.code == 0);

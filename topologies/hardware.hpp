@@ -48,8 +48,26 @@ struct NodeSpec {
   double nic_bandwidth_per_gpu() const { return gpus_per_node > 0 ? nic_bandwidth * nic_count / gpus_per_node : 0.0; }
 };
 
+// Scale-out network between nodes (used at flow fidelity; docs/network.md).
+enum class FabricKind : std::uint8_t {
+  RailOptimized,  // one leaf per NIC rail per group of nodes; rails meet at the spines
+  FatTree,        // one leaf per group of nodes, all NICs of those nodes on it
+};
+
 struct FabricSpec {
+  FabricKind kind = FabricKind::RailOptimized;
   double oversubscription = 1.0;  // leaf uplink oversubscription ratio (1 = non-blocking)
+  int nodes_per_leaf = 0;         // nodes under one leaf; 0 = default (a 64-port leaf, half down)
+  int spines = 0;                 // spine switches per datacenter; 0 = default (one per leaf uplink port)
+  double link_latency = 0.5e-6;   // seconds per NIC-leaf, leaf-spine and spine-gateway link
+};
+
+// Several datacenters joined by WAN links (full mesh); nodes are split evenly
+// in global node order.
+struct DatacenterSpec {
+  int count = 1;
+  double wan_bandwidth = 0;  // per WAN link per direction, bytes/s
+  double wan_latency = 0;    // seconds per WAN link
 };
 
 // A cluster is one or more groups of identical nodes (mixed fleets have several).
@@ -62,6 +80,7 @@ struct ClusterSpec {
   std::string name;
   std::vector<NodeGroup> groups;
   FabricSpec fabric;
+  DatacenterSpec datacenters;
 
   int total_gpus() const;
 };

@@ -330,6 +330,13 @@ Catalog load_builtin_catalog() {
           if (c.find_node(p.node) == nullptr) r.error("node", "unknown node preset \"" + p.node + "\"");
           p.nodes = static_cast<int>(r.integer("nodes", 1, 1, 1 << 20, true));
           p.description = r.string("description", "", true);
+          // Network keys are read by the scenario loader's cluster reader, like an inline cluster.
+          for (const char* key : {"fabric", "datacenters"}) {
+            if (const nlohmann::json* x = r.raw(key)) p.definition[key] = *x;
+          }
+          p.definition["node"] = p.node;
+          p.definition["nodes"] = p.nodes;
+          p.definition["name"] = p.name;
           c.clusters.push_back(std::move(p));
         });
       });

@@ -17,6 +17,7 @@ struct ClusterPreset {
   std::string node;
   int nodes = 1;
   std::string description;
+  nlohmann::json definition;  // the entry as an inline cluster (node, nodes, fabric, datacenters)
 };
 
 struct Catalog {

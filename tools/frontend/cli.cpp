@@ -158,6 +158,9 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   validate_cmd->add_option("--max-mape", max_mape, "Exit 1 when the overall MAPE (percent) exceeds this")
       ->check(CLI::Range(0.0, 1000.0));
   validate_cmd->add_flag("--json", validate_json, "Print the report as JSON");
+  std::string validate_fidelity = "analytical";
+  validate_cmd->add_option("--fidelity", validate_fidelity, "Network fidelity")
+      ->check(CLI::IsMember({"analytical", "flow"}));
 
   std::string regress_dir = "scenarios/regression", golden = "tests/golden/regression.json";
   bool update = false;
@@ -230,7 +233,8 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
         err << "error: no validation scenarios given and none shipped\n";
         return kBadInput;
       }
-      const ValidationReport rep = validate(texts, catalog);
+      const ValidationReport rep =
+          validate(texts, catalog, validate_fidelity == "flow" ? Fidelity::Flow : Fidelity::Analytical);
       out << (validate_json ? to_json(rep).dump(2) + "\n" : validation_table(rep));
       int code = kOk;
       for (const auto& c : rep.cases) {
@@ -277,13 +281,8 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
           << s.parallel.tp << " pp " << s.parallel.pp << " dp " << s.parallel.dp << " cp " << s.parallel.cp << "\n";
       return kOk;
     }
-    if (fidelity == "flow") {
-      err << "error: --fidelity flow: the flow-level network model is not part of this build yet; "
-             "use --fidelity analytical\n";
-      return kBadInput;
-    }
     const Scenario s = load(scenario_path, sets, catalog);
-    const JobRun job = run_job(s);
+    const JobRun job = run_job(s, fidelity == "flow" ? Fidelity::Flow : Fidelity::Analytical);
     const JobReport& rep = job.report;
     if (!trace_path.empty()) {
       const std::vector<int> recorded = recorded_ranks(job);

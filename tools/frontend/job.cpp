@@ -8,7 +8,9 @@
 #include "models/planner.hpp"
 #include "sim/cost_model.hpp"
 #include "sim/executor.hpp"
+#include "sim/flow_collectives.hpp"
 #include "sim/network.hpp"
+#include "topologies/graph.hpp"
 
 namespace trainsim {
 
@@ -32,9 +34,11 @@ static std::vector<CalibrationProfile> profiles_by_type(const Scenario& s, const
   return profiles;
 }
 
-JobReport simulate(const Scenario& s) { return run_job(s).report; }
+const char* to_string(Fidelity f) { return f == Fidelity::Flow ? "flow" : "analytical"; }
 
-JobRun run_job(const Scenario& s) {
+JobReport simulate(const Scenario& s, Fidelity fidelity) { return run_job(s, fidelity).report; }
+
+JobRun run_job(const Scenario& s, Fidelity fidelity) {
   const auto t0 = std::chrono::steady_clock::now();
   JobRun run;
   JobReport& rep = run.report;
@@ -45,11 +49,19 @@ JobRun run_job(const Scenario& s) {
   const ComputeCostModel costs(cluster, profiles);
   const AnalyticalNetwork network(cluster, profiles);
   PlanOptions opts;
-  opts.representatives = cluster.num_gpu_types() == 1;
+  // Flows contend differently for every rank: simulate them all.
+  opts.representatives = fidelity == Fidelity::Analytical && cluster.num_gpu_types() == 1;
   run.plan = plan_training(s.model, s.parallel, s.training, cluster, opts);
   const TrainingPlan& plan = run.plan;
-  Executor exec(plan.setup, cluster, costs, network);
-  run.result = exec.run();
+  if (fidelity == Fidelity::Flow) {
+    Topology topology(cluster);
+    FlowCollectives flows(cluster, topology, profiles);
+    Executor exec(plan.setup, cluster, costs, flows);
+    run.result = exec.run();
+  } else {
+    Executor exec(plan.setup, cluster, costs, network);
+    run.result = exec.run();
+  }
   const SimulationResult& res = run.result;
 
   rep.events = res.events;

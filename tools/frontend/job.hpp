@@ -48,8 +48,15 @@ struct JobRun {
   SimulationResult result;
 };
 
-JobRun run_job(const Scenario& scenario);
-JobReport simulate(const Scenario& scenario);  // run_job(...).report
+// How the network is simulated. Analytical: alpha-beta time per communicator,
+// one rank per pipeline stage simulated where that is exact. Flow: collectives
+// and send/recv as max-min fair flows on the cluster graph (fabric,
+// oversubscription, datacenters), every rank simulated (docs/network.md).
+enum class Fidelity { Analytical, Flow };
+const char* to_string(Fidelity f);
+
+JobRun run_job(const Scenario& scenario, Fidelity fidelity = Fidelity::Analytical);
+JobReport simulate(const Scenario& scenario, Fidelity fidelity = Fidelity::Analytical);  // run_job(...).report
 
 // Per-kernel time of one pipeline stage's iteration (compute tasks only), the
 // largest first: where the compute time goes and at what efficiency.

@@ -4,6 +4,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "topologies/graph.hpp"
+
 namespace trainsim {
 
 std::span<const EmbeddedFile> example_scenario_files();
@@ -138,25 +140,32 @@ NodeSpec read_scenario_node(ObjectReader& r, const char* key, const Catalog& cat
   return n;
 }
 
+ClusterSpec read_cluster_object(const nlohmann::json& v, const std::string& pointer, Diagnostics& diags,
+                                const Catalog& cat);
+
 ClusterSpec read_cluster(ObjectReader& top, const Catalog& cat) {
-  ClusterSpec c;
   const nlohmann::json* v = top.raw("cluster");
   if (v == nullptr) {
     top.error("cluster", "required cluster (a preset name or an object) is missing");
-    return c;
+    return {};
   }
   if (v->is_string()) {
     const std::string name = v->get<std::string>();
     const ClusterPreset* p = cat.find_cluster(name);
     if (p == nullptr) {
       unknown_preset(top, "cluster", "cluster preset", name, cat.cluster_names());
-      return c;
+      return {};
     }
-    c.name = p->name;
-    c.groups.push_back(NodeGroup{*cat.find_node(p->node), p->nodes});
-    return c;
+    // A preset is an inline cluster from topologies/catalog/clusters.json.
+    return read_cluster_object(p->definition, top.at("cluster"), top.diagnostics(), cat);
   }
-  ObjectReader r(*v, top.at("cluster"), top.diagnostics());
+  return read_cluster_object(*v, top.at("cluster"), top.diagnostics(), cat);
+}
+
+ClusterSpec read_cluster_object(const nlohmann::json& v, const std::string& pointer, Diagnostics& diags,
+                                const Catalog& cat) {
+  ClusterSpec c;
+  ObjectReader r(v, pointer, diags);
   if (!r.valid()) return c;
   c.name = r.string("name", "custom");
   if (r.has("groups")) {
@@ -181,10 +190,48 @@ ClusterSpec read_cluster(ObjectReader& top, const Catalog& cat) {
     const int count = static_cast<int>(r.integer("nodes", 1, 1, 1 << 20, true));
     if (ok) c.groups.push_back(NodeGroup{n, count});
   }
-  if (const nlohmann::json* f = r.raw("fabric")) {
-    ObjectReader fr(*f, r.at("fabric"), r.diagnostics());
-    c.fabric.oversubscription = fr.number("oversubscription", 1.0, 1.0, 1000.0);
+  // The scale-out network (used at flow fidelity; docs/network.md).
+  const std::size_t errors_before_network = r.diagnostics().items().size();
+  const nlohmann::json* fabric = r.raw("fabric");
+  if (fabric != nullptr) {
+    ObjectReader fr(*fabric, r.at("fabric"), r.diagnostics());
+    if (fr.valid()) {
+      const std::string kind = fr.choice("kind", to_string(c.fabric.kind), {"rail-optimized", "fat-tree"});
+      c.fabric.kind = kind == "fat-tree" ? FabricKind::FatTree : FabricKind::RailOptimized;
+      c.fabric.oversubscription = fr.number("oversubscription", 1.0, 1.0, 1000.0);
+      c.fabric.nodes_per_leaf = static_cast<int>(fr.integer("nodes_per_leaf", 0, 1, 1 << 20));
+      c.fabric.spines = static_cast<int>(fr.integer("spines", 0, 1, 1 << 16));
+      c.fabric.link_latency = fr.quantity("link_latency", Quantity::Time, c.fabric.link_latency, 0, 1);
+    }
     fr.finish();
+  }
+  const nlohmann::json* dcs = r.raw("datacenters");
+  if (dcs != nullptr) {
+    ObjectReader dr(*dcs, r.at("datacenters"), r.diagnostics());
+    if (dr.valid()) {
+      c.datacenters.count = static_cast<int>(dr.integer("count", 1, 1, 1 << 16, true));
+      c.datacenters.wan_bandwidth =
+          dr.quantity("wan_bandwidth", Quantity::Bandwidth, 0, 1e3, 1e18, c.datacenters.count > 1);
+      c.datacenters.wan_latency = dr.quantity("wan_latency", Quantity::Time, 0, 0, 10);
+    }
+    dr.finish();
+  }
+  // A described network must form a graph where every GPU reaches every other.
+  if ((fabric != nullptr || dcs != nullptr) && r.diagnostics().items().size() == errors_before_network &&
+      !c.groups.empty()) {
+    for (const TopologyProblem& p : check_topology(c)) {
+      std::string ptr = r.pointer();
+      std::size_t start = 0;
+      while (start < p.key.size()) {
+        const auto slash = p.key.find('/', start);
+        std::string key = p.key.substr(start, slash == std::string::npos ? std::string::npos : slash - start);
+        if (start == 0 && key == "groups" && !r.has("groups")) key = "node";
+        ptr = json_pointer_append(ptr, key);
+        if (slash == std::string::npos) break;
+        start = slash + 1;
+      }
+      r.diagnostics().error(ptr, p.message);
+    }
   }
   r.finish();
   return c;

@@ -49,7 +49,7 @@ std::vector<ScenarioText> builtin_validation_scenarios() {
   return out;
 }
 
-ValidationReport validate(const std::vector<ScenarioText>& scenarios, const Catalog& catalog) {
+ValidationReport validate(const std::vector<ScenarioText>& scenarios, const Catalog& catalog, Fidelity fidelity) {
   ValidationReport rep;
   std::vector<Diagnostic> problems;
   std::vector<Scenario> loaded;
@@ -70,7 +70,7 @@ ValidationReport validate(const std::vector<ScenarioText>& scenarios, const Cata
   std::map<std::string, std::pair<double, int>> groups;
   double sum = 0;
   for (const Scenario& s : loaded) {
-    const JobReport jr = simulate(s);
+    const JobReport jr = simulate(s, fidelity);
     ValidationCase c;
     c.id = s.id.empty() ? s.name : s.id;
     c.source = s.expected->source;

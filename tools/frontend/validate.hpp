@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tools/frontend/catalog.hpp"
+#include "tools/frontend/job.hpp"
 
 namespace trainsim {
 
@@ -33,7 +34,8 @@ struct ScenarioText {
 std::vector<ScenarioText> collect_scenarios(const std::vector<std::string>& paths);
 std::vector<ScenarioText> builtin_validation_scenarios();
 
-ValidationReport validate(const std::vector<ScenarioText>& scenarios, const Catalog& catalog);
+ValidationReport validate(const std::vector<ScenarioText>& scenarios, const Catalog& catalog,
+                          Fidelity fidelity = Fidelity::Analytical);
 std::string validation_table(const ValidationReport& r);
 nlohmann::json to_json(const ValidationReport& r);
 

@@ -1,0 +1,449 @@
+#include "sim/flow_collectives.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+namespace trainsim {
+
+const char* to_string(FlowAlgorithm a) {
+  switch (a) {
+    case FlowAlgorithm::Auto:
+      return "auto";
+    case FlowAlgorithm::Ring:
+      return "ring";
+    case FlowAlgorithm::Tree:
+      return "tree";
+    case FlowAlgorithm::Hierarchical:
+      return "hierarchical";
+    case FlowAlgorithm::Nvls:
+      return "nvls";
+    case FlowAlgorithm::Pairwise:
+      return "pairwise";
+    case FlowAlgorithm::PointToPoint:
+      return "p2p";
+  }
+  return "?";
+}
+
+namespace {
+
+std::vector<double> capacities(const Topology& t) {
+  std::vector<double> c;
+  c.reserve(t.num_links());
+  for (const TopologyLink& l : t.links()) c.push_back(l.capacity);
+  return c;
+}
+
+std::uint64_t channel_tag(std::uint64_t tag, int channel) { return tag * 1024 + static_cast<std::uint64_t>(channel); }
+
+double ring_factor(CollectiveKind kind, int n) {
+  const double f = static_cast<double>(n - 1) / n;
+  switch (kind) {
+    case CollectiveKind::AllReduce:
+      return 2 * f;
+    case CollectiveKind::AllGather:
+    case CollectiveKind::ReduceScatter:
+    case CollectiveKind::AllToAll:
+      return f;
+    case CollectiveKind::Broadcast:
+      return 1;
+  }
+  return 2 * f;
+}
+
+int ring_steps(CollectiveKind kind, int n) { return kind == CollectiveKind::AllReduce ? 2 * (n - 1) : n - 1; }
+
+}  // namespace
+
+FlowCollectives::FlowCollectives(const Cluster& cluster, Topology& topology,
+                                 const std::vector<CalibrationProfile>& profiles, FlowOptions options)
+    : cluster_(&cluster),
+      topology_(&topology),
+      profiles_(&profiles),
+      analytical_(cluster, profiles),
+      options_(options),
+      network_(capacities(topology)) {}
+
+FlowCollectives::Level FlowCollectives::level_of(const std::vector<int>& members) const {
+  Level lv;
+  lv.su_eff = lv.net_eff = lv.nvls_eff = std::numeric_limits<double>::max();
+  double su_bw = std::numeric_limits<double>::max();
+  bool nvls = true;
+  for (int gpu : members) {
+    const NodeSpec& node = cluster_->node_spec_of_gpu(gpu);
+    const CalibrationProfile& p = (*profiles_)[cluster_->gpu_type_of(gpu)];
+    if (node.scaleup_bandwidth * p.scaleup.busbw_efficiency.value < su_bw) {
+      su_bw = node.scaleup_bandwidth * p.scaleup.busbw_efficiency.value;
+      lv.su_curve = p.scaleup.busbw_curve.curve.empty() ? nullptr : &p.scaleup.busbw_curve.curve;
+      lv.nvls_curve = p.scaleup.nvls_busbw_curve.curve.empty() ? nullptr : &p.scaleup.nvls_busbw_curve.curve;
+    }
+    lv.su_eff = std::min(lv.su_eff, p.scaleup.busbw_efficiency.value);
+    lv.net_eff = std::min(lv.net_eff, p.network.busbw_efficiency.value);
+    if (!node.nvls || p.scaleup.nvls_busbw_efficiency.value <= 0) nvls = false;
+    lv.nvls_eff = std::min(lv.nvls_eff, p.scaleup.nvls_busbw_efficiency.value);
+    lv.su_lat = std::max(lv.su_lat, p.scaleup.latency.value);
+    lv.net_lat = std::max(lv.net_lat, p.network.latency.value);
+    lv.base = std::max(lv.base, p.scaleup.base_latency.value);
+  }
+  if (!nvls || members.empty()) lv.nvls_eff = 0;
+  if (!(lv.su_eff > 0) || members.empty()) lv.su_eff = 1;
+  if (!(lv.net_eff > 0) || members.empty()) lv.net_eff = 1;
+  return lv;
+}
+
+FlowCollectives::Layout FlowCollectives::layout_of(const std::vector<int>& members) const {
+  Layout lay;
+  std::vector<int> nodes;  // node id of each group, in order of first appearance
+  for (int gpu : members) {
+    const int node = cluster_->node_of(gpu);
+    std::size_t i = 0;
+    while (i < nodes.size() && nodes[i] != node) ++i;
+    if (i == nodes.size()) {
+      nodes.push_back(node);
+      lay.per_node.emplace_back();
+    }
+    lay.per_node[i].push_back(gpu);
+  }
+  lay.k = lay.per_node.empty() ? 0 : static_cast<int>(lay.per_node[0].size());
+  for (const auto& g : lay.per_node) {
+    if (static_cast<int>(g.size()) != lay.k) lay.k = 0;
+  }
+  return lay;
+}
+
+void FlowCollectives::add_flow(CollectivePlan& p, std::uint32_t src, std::uint32_t dst, double bytes, std::uint64_t tag,
+                               double efficiency) {
+  PlannedFlow f;
+  f.src = src;
+  f.dst = dst;
+  f.route = topology_->route(src, dst, tag);
+  f.bytes = bytes / efficiency;
+  p.flows.push_back(f);
+}
+
+void FlowCollectives::add_gpu_flow(CollectivePlan& p, int src_gpu, int dst_gpu, double bytes, std::uint64_t tag,
+                                   const Level& lv, double eff) {
+  const bool local = same_node(src_gpu, dst_gpu);
+  if (eff <= 0) eff = local ? lv.su_eff : lv.net_eff;
+  // PXN: on a rail-optimized fabric, traffic for another rail first crosses the
+  // scale-up domain to the GPU on the destination's rail, then stays on that rail.
+  const int rail = topology_->rail_of_gpu(dst_gpu);
+  if (!local && topology_->fabric_kind() == FabricKind::RailOptimized && rail >= 0 &&
+      topology_->rail_of_gpu(src_gpu) != rail && topology_->switch_vertex(cluster_->node_of(src_gpu)) != kNoVertex) {
+    const int relay = topology_->gpu_on_rail(cluster_->node_of(src_gpu), rail);
+    if (relay >= 0) {
+      PlannedFlow f;
+      f.src = topology_->gpu_vertex(src_gpu);
+      f.dst = topology_->gpu_vertex(dst_gpu);
+      f.route = topology_->route_via(f.src, topology_->gpu_vertex(relay), f.dst, tag);
+      f.bytes = bytes / eff;
+      p.flows.push_back(f);
+      return;
+    }
+  }
+  add_flow(p, topology_->gpu_vertex(src_gpu), topology_->gpu_vertex(dst_gpu), bytes, tag, eff);
+}
+
+double FlowCollectives::max_alpha(const CollectivePlan& p, std::size_t first, const Level& lv) const {
+  double a = 0;
+  for (std::size_t i = first; i < p.flows.size(); ++i) {
+    const PlannedFlow& f = p.flows[i];
+    const TopologyVertex& s = topology_->vertex(f.src);
+    const TopologyVertex& d = topology_->vertex(f.dst);
+    const bool local = s.node >= 0 && s.node == d.node;
+    a = std::max(a, (local ? lv.su_lat : lv.net_lat) + f.route.latency);
+  }
+  return a;
+}
+
+void FlowCollectives::finish_phase(CollectivePlan& p, std::size_t first, double latency) const {
+  const Time total = Time::seconds(std::max(0.0, latency));
+  for (std::size_t i = first; i < p.flows.size(); ++i) {
+    // The network adds the route's own latency after the drain.
+    const Time own = Time::seconds(p.flows[i].route.latency);
+    p.flows[i].latency = total > own ? total - own : Time{};
+  }
+  p.phase_end.push_back(static_cast<std::uint32_t>(p.flows.size()));
+  p.phase_latency.push_back(total);
+}
+
+void FlowCollectives::ring_edges(const Layout& lay, const std::vector<int>& members, bool open,
+                                 std::vector<std::array<int, 3>>& out) const {
+  out.clear();
+  const int nodes = static_cast<int>(lay.per_node.size());
+  if (nodes == 1 || lay.k <= 1) {
+    std::vector<int> order;
+    if (nodes == 1) {
+      order = members;
+    } else {
+      for (const auto& g : lay.per_node) order.insert(order.end(), g.begin(), g.end());
+    }
+    const int n = static_cast<int>(order.size());
+    for (int i = 0; i < n; ++i) {
+      if (open && i == n - 1) break;
+      out.push_back({order[i], order[(i + 1) % n], 0});
+    }
+    return;
+  }
+  const int k = lay.k;
+  for (int c = 0; c < k; ++c) {
+    for (int j = 0; j < nodes; ++j) {
+      const auto& g = lay.per_node[j];
+      for (int i = 0; i + 1 < k; ++i) out.push_back({g[(c + i) % k], g[(c + i + 1) % k], c});
+      if (open && j == nodes - 1) continue;
+      out.push_back({g[c], lay.per_node[(j + 1) % nodes][c], c});
+    }
+  }
+}
+
+FlowAlgorithm FlowCollectives::choose_all_reduce(const std::vector<int>& members, const Layout& lay, const Level& lv,
+                                                 double bytes) const {
+  // The analytical model's contention-free cost of each algorithm.
+  const CommShape s = analytical_.shape(members);
+  const int n = s.size;
+  const double f = ring_factor(CollectiveKind::AllReduce, n);
+  if (s.nodes == 1) {
+    const double ring = s.scaleup_curve != nullptr
+                            ? f * bytes / (s.scaleup_link_bw * s.scaleup_curve->at(bytes))
+                            : s.base_latency + 2 * (n - 1) * s.scaleup_latency + f * bytes / s.scaleup_bw;
+    if (s.nvls_bw > 0 && lv.nvls_eff > 0 && topology_->switch_vertex(cluster_->node_of(members[0])) != kNoVertex) {
+      const double nvls = s.nvls_curve != nullptr ? f * bytes / (s.scaleup_link_bw * s.nvls_curve->at(bytes))
+                                                  : s.base_latency + 2 * s.scaleup_latency + f * bytes / s.nvls_bw;
+      if (nvls < ring) return FlowAlgorithm::Nvls;
+    }
+    return FlowAlgorithm::Ring;
+  }
+  if (lay.k == 0) return FlowAlgorithm::Ring;
+  const double net = s.network_bw * s.max_per_node;
+  const double busbw = s.max_per_node > 1 ? std::min(s.scaleup_bw, net) : net;
+  const double ring = s.base_latency + 2 * (n - 1) * s.network_latency + f * bytes / busbw;
+  const double depth = std::ceil(std::log2(static_cast<double>(s.nodes)));
+  const double intra = s.max_per_node > 1 ? 2 * (s.max_per_node - 1) * s.scaleup_latency : 0.0;
+  const double tree =
+      s.base_latency + 2 * depth * s.network_latency + intra + f * bytes / (busbw * options_.tree_bandwidth_factor);
+  return tree < ring ? FlowAlgorithm::Tree : FlowAlgorithm::Ring;
+}
+
+CollectivePlan FlowCollectives::plan_collective(const std::vector<int>& members, CollectiveKind kind, double bytes,
+                                                std::uint64_t tag, FlowAlgorithm algorithm) {
+  CollectivePlan p;
+  const int n = static_cast<int>(members.size());
+  if (n <= 1 || !(bytes > 0)) {
+    finish_phase(p, 0, 0);
+    return p;
+  }
+  const Level lv = level_of(members);
+  const Layout lay = layout_of(members);
+  const int nodes = static_cast<int>(lay.per_node.size());
+  if (kind == CollectiveKind::AllReduce && algorithm == FlowAlgorithm::Auto) algorithm = options_.all_reduce;
+  if (kind == CollectiveKind::AllReduce && algorithm == FlowAlgorithm::Auto) {
+    algorithm = choose_all_reduce(members, lay, lv, bytes);
+  }
+  if (kind == CollectiveKind::AllToAll) algorithm = FlowAlgorithm::Pairwise;
+  if (kind != CollectiveKind::AllReduce && kind != CollectiveKind::AllToAll) algorithm = FlowAlgorithm::Ring;
+  // Unavailable choices fall back to the ring.
+  const std::uint32_t sw = nodes == 1 ? topology_->switch_vertex(cluster_->node_of(members[0])) : kNoVertex;
+  if (algorithm == FlowAlgorithm::Nvls && (nodes != 1 || lv.nvls_eff <= 0 || sw == kNoVertex)) {
+    algorithm = FlowAlgorithm::Ring;
+  }
+  if ((algorithm == FlowAlgorithm::Tree || algorithm == FlowAlgorithm::Hierarchical) && (nodes == 1 || lay.k == 0)) {
+    algorithm = FlowAlgorithm::Ring;
+  }
+  if (algorithm == FlowAlgorithm::Auto || algorithm == FlowAlgorithm::PointToPoint) algorithm = FlowAlgorithm::Ring;
+  p.algorithm = algorithm;
+  // Inside one node a measured bus-bandwidth curve stands for efficiency and latency.
+  const bool su_curve = nodes == 1 && lv.su_curve != nullptr;
+
+  switch (algorithm) {
+    case FlowAlgorithm::Ring: {
+      std::vector<std::array<int, 3>> edges;
+      ring_edges(lay, members, kind == CollectiveKind::Broadcast, edges);
+      p.channels = nodes > 1 && lay.k > 1 ? lay.k : 1;
+      const double per_edge = ring_factor(kind, n) * bytes / p.channels;
+      const double eff = su_curve ? lv.su_curve->at(bytes) : 0.0;
+      for (const auto& e : edges) add_gpu_flow(p, e[0], e[1], per_edge, channel_tag(tag, e[2]), lv, eff);
+      const double lat = su_curve ? 0.0 : lv.base + ring_steps(kind, n) * max_alpha(p, 0, lv);
+      finish_phase(p, 0, lat);
+      break;
+    }
+    case FlowAlgorithm::Nvls: {
+      const double f = ring_factor(kind, n) * bytes;
+      const double eff = lv.nvls_curve != nullptr ? lv.nvls_curve->at(bytes) : lv.nvls_eff;
+      for (int g : members) {
+        add_flow(p, topology_->gpu_vertex(g), sw, f, tag, eff);
+        add_flow(p, sw, topology_->gpu_vertex(g), f, tag, eff);
+      }
+      finish_phase(p, 0, lv.nvls_curve != nullptr ? 0.0 : lv.base + 2 * lv.su_lat);
+      break;
+    }
+    case FlowAlgorithm::Tree: {
+      const int k = lay.k, m = nodes;
+      p.channels = k;
+      const double half = bytes / (2.0 * k);
+      for (int c = 0; c < k; ++c) {
+        for (int t = 0; t < 2; ++t) {
+          auto at = [&](int pos) { return lay.per_node[t == 0 ? pos : (pos + 1) % m][c]; };
+          for (int pos = 1; pos < m; ++pos) {
+            const int child = at(pos), parent = at((pos - 1) / 2);
+            add_gpu_flow(p, child, parent, half, channel_tag(tag, 2 * c + t), lv);
+            add_gpu_flow(p, parent, child, half, channel_tag(tag, 2 * c + t), lv);
+          }
+        }
+      }
+      const double net_alpha = max_alpha(p, 0, lv);
+      const std::size_t intra_first = p.flows.size();
+      if (k > 1) {
+        const double per_edge = 2.0 * (k - 1) / k * bytes;
+        for (const auto& g : lay.per_node) {
+          for (int i = 0; i < k; ++i) add_gpu_flow(p, g[i], g[(i + 1) % k], per_edge, tag, lv);
+        }
+      }
+      const double su_alpha = k > 1 ? max_alpha(p, intra_first, lv) : 0.0;
+      const double depth = std::ceil(std::log2(static_cast<double>(m)));
+      finish_phase(p, 0, lv.base + 2 * depth * net_alpha + 2 * (k - 1) * su_alpha);
+      break;
+    }
+    case FlowAlgorithm::Hierarchical: {
+      const int k = lay.k, m = nodes;
+      p.channels = k;
+      auto intra = [&](double factor, double base) {
+        const std::size_t first = p.flows.size();
+        if (k > 1) {
+          for (const auto& g : lay.per_node) {
+            for (int i = 0; i < k; ++i) add_gpu_flow(p, g[i], g[(i + 1) % k], factor * bytes, tag, lv);
+          }
+        }
+        finish_phase(p, first, base + (k - 1) * max_alpha(p, first, lv));
+      };
+      intra(static_cast<double>(k - 1) / k, lv.base);  // reduce-scatter
+      const std::size_t first = p.flows.size();
+      const double per_edge = 2.0 * (m - 1) / m * bytes / k;
+      for (int l = 0; l < k; ++l) {
+        for (int j = 0; j < m; ++j) {
+          add_gpu_flow(p, lay.per_node[j][l], lay.per_node[(j + 1) % m][l], per_edge, channel_tag(tag, l), lv);
+        }
+      }
+      finish_phase(p, first, 2 * (m - 1) * max_alpha(p, first, lv));
+      intra(static_cast<double>(k - 1) / k, 0.0);  // all-gather
+      break;
+    }
+    case FlowAlgorithm::Pairwise: {
+      const double each = bytes / n;
+      for (int i = 0; i < n; ++i) {
+        for (int j = 0; j < n; ++j) {
+          if (i != j) add_gpu_flow(p, members[i], members[j], each, tag, lv);
+        }
+      }
+      finish_phase(p, 0, lv.base + (n - 1) * max_alpha(p, 0, lv));
+      break;
+    }
+    case FlowAlgorithm::Auto:
+    case FlowAlgorithm::PointToPoint:
+      break;
+  }
+  return p;
+}
+
+CollectivePlan FlowCollectives::plan_p2p(int src_gpu, int dst_gpu, double bytes, std::uint64_t tag) {
+  CollectivePlan p;
+  p.algorithm = FlowAlgorithm::PointToPoint;
+  const std::vector<int> pair{src_gpu, dst_gpu};
+  const Level lv = level_of(pair);
+  if (src_gpu == dst_gpu) {
+    finish_phase(p, 0, lv.base);
+    return p;
+  }
+  add_gpu_flow(p, src_gpu, dst_gpu, bytes, tag, lv);
+  finish_phase(p, 0, lv.base + max_alpha(p, 0, lv));
+  return p;
+}
+
+CollectivePlan FlowCollectives::plan_all_to_all_v(const std::vector<int>& members, std::span<const double> bytes,
+                                                  std::uint64_t tag) {
+  const std::size_t n = members.size();
+  if (bytes.size() != n * n) throw std::invalid_argument("all-to-all-v: expected n*n sizes");
+  CollectivePlan p;
+  p.algorithm = FlowAlgorithm::Pairwise;
+  const Level lv = level_of(members);
+  for (std::size_t i = 0; i < n; ++i) {
+    for (std::size_t j = 0; j < n; ++j) {
+      if (i != j && bytes[i * n + j] > 0) add_gpu_flow(p, members[i], members[j], bytes[i * n + j], tag, lv);
+    }
+  }
+  const double lat = p.flows.empty() ? 0.0 : lv.base + (static_cast<double>(n) - 1) * max_alpha(p, 0, lv);
+  finish_phase(p, 0, lat);
+  return p;
+}
+
+PlanId FlowCollectives::add_plan(CollectivePlan plan) {
+  plans_.push_back(std::move(plan));
+  return static_cast<PlanId>(plans_.size() - 1);
+}
+
+void FlowCollectives::start_phase(Time now, std::uint32_t r) {
+  const Running& run = running_[r];
+  const CollectivePlan& p = plans_[run.plan];
+  const std::uint32_t first = run.phase == 0 ? 0 : p.phase_end[run.phase - 1];
+  const std::uint32_t last = p.phase_end[run.phase];
+  specs_.clear();
+  for (std::uint32_t i = first; i < last; ++i) {
+    const PlannedFlow& f = p.flows[i];
+    specs_.push_back(FlowSpec{topology_->links_of(f.route), f.bytes, f.latency + Time::seconds(f.route.latency)});
+  }
+  network_.start(now, specs_, r, p.phase_latency[run.phase]);
+}
+
+void FlowCollectives::start(Time now, PlanId plan, std::uint64_t cookie) {
+  std::uint32_t r;
+  if (!free_running_.empty()) {
+    r = free_running_.back();
+    free_running_.pop_back();
+  } else {
+    running_.emplace_back();
+    r = static_cast<std::uint32_t>(running_.size() - 1);
+  }
+  running_[r] = Running{plan, 0, cookie, true};
+  start_phase(now, r);
+}
+
+void FlowCollectives::advance(Time now, std::vector<TransferDone>& done) {
+  for (;;) {
+    const Time t = network_.next_event();
+    if (t > now || t == Time::max()) break;
+    step_done_.clear();
+    network_.advance(t, step_done_);
+    for (const TransferDone& d : step_done_) {
+      const auto r = static_cast<std::uint32_t>(d.cookie);
+      Running& run = running_[r];
+      if (run.phase + 1 < plans_[run.plan].phases()) {
+        ++run.phase;
+        start_phase(d.time, r);
+        continue;
+      }
+      done.push_back(TransferDone{d.id, run.cookie, d.time});
+      run.active = false;
+      free_running_.push_back(r);
+    }
+  }
+}
+
+Time FlowCollectives::measure(const CollectivePlan& plan) {
+  if (network_.active_transfers() != 0) throw std::logic_error("measure() needs an idle flow network");
+  plans_.push_back(plan);
+  const auto id = static_cast<PlanId>(plans_.size() - 1);
+  std::vector<TransferDone> done;
+  // Runs on the network's own clock: start after everything so far.
+  const Time t0 = network_.now();
+  start(t0, id, 0);
+  while (done.empty()) {
+    const Time t = next_event();
+    if (t == Time::max()) break;
+    advance(t, done);
+  }
+  plans_.pop_back();
+  return done.empty() ? Time::max() : done.front().time - t0;
+}
+
+}  // namespace trainsim

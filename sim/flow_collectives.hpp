@@ -1,0 +1,158 @@
+#pragma once
+// NCCL-like collectives decomposed into flows on the cluster graph, run on the
+// flow network (docs/network.md).
+//
+// Algorithms (bandwidth-equivalent, not chunk-by-chunk: every flow of a phase
+// runs at once, carrying the bytes its edge carries over the whole algorithm,
+// and the algorithm's per-step latencies are added to the phase):
+// - Ring: member i sends to its ring successor; each edge carries factor*S
+//   (all-reduce 2(n-1)/n, all-gather and reduce-scatter (n-1)/n, broadcast 1)
+//   plus steps*(hop latency). Across nodes with k members per node there are k
+//   channels; channel c enters and leaves every node through rail c's NIC
+//   (NCCL's rail-aligned rings), its members chained over NVLink inside.
+// - Tree (all-reduce across nodes): double binary tree over nodes per channel
+//   (each tree S/2: up to the parent and back down), with a reduce-scatter /
+//   all-gather ring inside each node; latency 2*depth hops.
+// - Hierarchical (all-reduce): three phases, one after the other: intra-node
+//   ring reduce-scatter, inter-node ring all-reduce among the GPUs of equal
+//   local rank, intra-node ring all-gather.
+// - NVLS (all-reduce inside one node with NVLink SHARP): every GPU sends to
+//   and receives from its node's switch.
+// - Pairwise all-to-all (and all-to-all-v with per-pair sizes): one flow per
+//   ordered pair.
+// - Send/recv: one flow.
+// On a rail-optimized fabric a flow between nodes whose GPUs sit on different
+// rails is relayed like NCCL's PXN: over the scale-up switch to the source
+// node's GPU on the destination's rail, then through that rail's NIC.
+// Link efficiency from the calibration profile is applied by inflating the
+// bytes of each flow (bytes / efficiency of its level: scale-up or network);
+// inside one node a measured bus-bandwidth curve replaces the efficiency and
+// the latencies, as in the analytical model. Automatic choice mirrors NCCL's
+// tuner: the cheapest of the available algorithms by their contention-free
+// alpha-beta cost (tree bandwidth derated as NCCL does), i.e. tree across
+// nodes for small all-reduces, ring for large ones, NVLS inside a node.
+#include <array>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "calibration/profile.hpp"
+#include "sim/flow_network.hpp"
+#include "sim/network.hpp"
+#include "sim/program.hpp"
+#include "topologies/graph.hpp"
+
+namespace trainsim {
+
+enum class FlowAlgorithm : std::uint8_t { Auto, Ring, Tree, Hierarchical, Nvls, Pairwise, PointToPoint };
+const char* to_string(FlowAlgorithm a);
+
+// One routed flow of a plan; `latency` is added to the route's own latency.
+struct PlannedFlow {
+  std::uint32_t src = 0, dst = 0;  // topology vertices
+  Route route;
+  double bytes = 0;  // on the wire (efficiency applied)
+  Time latency;
+};
+
+struct CollectivePlan {
+  FlowAlgorithm algorithm = FlowAlgorithm::Ring;
+  int channels = 1;
+  std::vector<PlannedFlow> flows;
+  // Phases run one after the other: phase p is flows [phase_end[p-1], phase_end[p]).
+  std::vector<std::uint32_t> phase_end;
+  // Fixed cost of each phase (algorithm steps, launch): no phase ends sooner.
+  std::vector<Time> phase_latency;
+  std::size_t phases() const { return phase_end.size(); }
+};
+
+struct FlowOptions {
+  FlowAlgorithm all_reduce = FlowAlgorithm::Auto;  // force an all-reduce algorithm
+  double tree_bandwidth_factor = 0.92;             // NCCL's tree derating, used when choosing
+};
+
+using PlanId = std::uint32_t;
+
+class FlowCollectives {
+ public:
+  // profiles[t] belongs to the cluster's GPU type t. `topology` must outlive this.
+  FlowCollectives(const Cluster& cluster, Topology& topology, const std::vector<CalibrationProfile>& profiles,
+                  FlowOptions options = {});
+
+  // Plans. `tag` feeds ECMP hashing (e.g. the communicator id). `bytes` follows
+  // the NCCL buffer convention (all-gather: output size).
+  CollectivePlan plan_collective(const std::vector<int>& members, CollectiveKind kind, double bytes, std::uint64_t tag,
+                                 FlowAlgorithm algorithm = FlowAlgorithm::Auto);
+  CollectivePlan plan_p2p(int src_gpu, int dst_gpu, double bytes, std::uint64_t tag);
+  // bytes[i * n + j]: what member i sends to member j.
+  CollectivePlan plan_all_to_all_v(const std::vector<int>& members, std::span<const double> bytes, std::uint64_t tag);
+
+  // Plans kept for the run; ids are dense and stable.
+  PlanId add_plan(CollectivePlan plan);
+  const CollectivePlan& plan(PlanId id) const { return plans_[id]; }
+
+  // Runs a kept plan from `now`; `cookie` comes back when its last phase completes.
+  void start(Time now, PlanId plan, std::uint64_t cookie);
+  Time next_event() const { return network_.next_event(); }
+  // Processes everything up to `now` (call with now = next_event() to step);
+  // appends (cookie, time) of finished plans.
+  void advance(Time now, std::vector<TransferDone>& done);
+
+  // Duration of a plan run alone on an idle network (tests, benchmarks).
+  Time measure(const CollectivePlan& plan);
+
+  FlowNetwork& network() { return network_; }
+  Topology& topology() { return *topology_; }
+
+ private:
+  struct Level {  // per-member-set figures, slowest member
+    double su_eff = 1, net_eff = 1, su_lat = 0, net_lat = 0, base = 0;
+    double nvls_eff = 0;  // 0 = no NVLS
+    const EfficiencyCurve* su_curve = nullptr;
+    const EfficiencyCurve* nvls_curve = nullptr;
+  };
+  struct Layout {
+    std::vector<std::vector<int>> per_node;  // members grouped by node, nodes in order of first appearance
+    int k = 0;                               // members per node when equal on every node, else 0
+  };
+  struct Running {
+    PlanId plan = 0;
+    std::uint32_t phase = 0;
+    std::uint64_t cookie = 0;
+    bool active = false;
+  };
+
+  Level level_of(const std::vector<int>& members) const;
+  Layout layout_of(const std::vector<int>& members) const;
+  FlowAlgorithm choose_all_reduce(const std::vector<int>& members, const Layout& lay, const Level& lv,
+                                  double bytes) const;
+  // Appends a routed flow of `bytes` (before efficiency) between two vertices.
+  void add_flow(CollectivePlan& p, std::uint32_t src, std::uint32_t dst, double bytes, std::uint64_t tag,
+                double efficiency);
+  // Ring-shaped flows between GPUs; efficiency by level unless `eff` is given.
+  void add_gpu_flow(CollectivePlan& p, int src_gpu, int dst_gpu, double bytes, std::uint64_t tag, const Level& lv,
+                    double eff = 0);
+  // Largest per-step latency (hop latency of the level + route) over flows [first, end).
+  double max_alpha(const CollectivePlan& p, std::size_t first, const Level& lv) const;
+  bool same_node(int a, int b) const { return cluster_->node_of(a) == cluster_->node_of(b); }
+  // Ring edges (src, dst, channel) for a layout.
+  void ring_edges(const Layout& lay, const std::vector<int>& members, bool open,
+                  std::vector<std::array<int, 3>>& out) const;
+  // Closes the phase of flows [first, end) with a fixed cost of `latency` seconds.
+  void finish_phase(CollectivePlan& p, std::size_t first, double latency) const;
+  void start_phase(Time now, std::uint32_t running);
+
+  const Cluster* cluster_;
+  Topology* topology_;
+  const std::vector<CalibrationProfile>* profiles_;
+  AnalyticalNetwork analytical_;
+  FlowOptions options_;
+  FlowNetwork network_;
+  std::vector<CollectivePlan> plans_;
+  std::vector<Running> running_;
+  std::vector<std::uint32_t> free_running_;
+  std::vector<FlowSpec> specs_;
+  std::vector<TransferDone> step_done_;
+};
+
+}  // namespace trainsim

@@ -1,0 +1,296 @@
+#include "sim/flow_network.hpp"
+
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+#include <utility>
+
+namespace trainsim {
+
+FlowNetwork::FlowNetwork(std::vector<double> link_capacity) : capacity_(std::move(link_capacity)) {
+  const std::size_t n = capacity_.size();
+  link_flows_.resize(n);
+  link_mark_.assign(n, 0);
+  rem_cap_.assign(n, 0);
+  unfrozen_.assign(n, 0);
+}
+
+void FlowNetwork::push(std::vector<HeapEntry>& heap, HeapEntry e) {
+  heap.push_back(e);
+  std::push_heap(heap.begin(), heap.end(), later);
+}
+
+FlowNetwork::HeapEntry FlowNetwork::pop(std::vector<HeapEntry>& heap) {
+  std::pop_heap(heap.begin(), heap.end(), later);
+  const HeapEntry e = heap.back();
+  heap.pop_back();
+  return e;
+}
+
+std::uint32_t FlowNetwork::new_flow() {
+  if (!free_flows_.empty()) {
+    const std::uint32_t f = free_flows_.back();
+    free_flows_.pop_back();
+    return f;
+  }
+  flows_.emplace_back();
+  flow_mark_.push_back(0);
+  new_rate_.push_back(0);
+  return static_cast<std::uint32_t>(flows_.size() - 1);
+}
+
+TransferId FlowNetwork::start(Time now, std::span<const FlowSpec> specs, std::uint64_t cookie, Time latency) {
+  assert(now >= now_);
+  now_ = now;
+  TransferId id;
+  if (!free_transfers_.empty()) {
+    id = free_transfers_.back();
+    free_transfers_.pop_back();
+  } else {
+    transfers_.emplace_back();
+    id = static_cast<TransferId>(transfers_.size() - 1);
+  }
+  ++active_transfers_;
+  Transfer& t = transfers_[id];
+  t.flows.clear();
+  t.cookie = cookie;
+  t.left = 0;
+  t.finish = now + latency;
+  t.active = true;
+  for (const FlowSpec& s : specs) {
+    const std::uint32_t f = new_flow();
+    Flow& fl = flows_[f];
+    transfers_[id].flows.push_back(f);
+    fl.transfer = id;
+    fl.latency = s.latency;
+    fl.remaining = s.bytes;
+    fl.rate = 0;
+    fl.updated = now;
+    fl.hops.clear();
+    if (s.path.empty() || !(s.bytes > 0)) {
+      // Nothing to send through a link: arrives after its latency alone.
+      fl.active = false;
+      free_flows_.push_back(f);
+      Transfer& tr = transfers_[id];
+      tr.finish = std::max(tr.finish, now + s.latency);
+      continue;
+    }
+    fl.active = true;
+    ++active_flows_;
+    ++transfers_[id].left;
+    for (std::uint32_t l : s.path) {
+      assert(l < capacity_.size());
+      fl.hops.push_back(Hop{l, static_cast<std::uint32_t>(link_flows_[l].size())});
+      link_flows_[l].push_back(f);
+      seeds_.push_back(l);
+    }
+  }
+  Transfer& tr = transfers_[id];
+  if (tr.left == 0) {
+    push(completions_, HeapEntry{tr.finish, seq_++, id, 0});
+  } else {
+    recompute(now);
+    clean_drains();
+  }
+  return id;
+}
+
+void FlowNetwork::schedule_drain(std::uint32_t f) {
+  Flow& fl = flows_[f];
+  ++fl.version;
+  Time t = fl.updated;
+  if (fl.remaining > 0) {
+    const double ns = std::ceil(fl.remaining / fl.rate * 1e9);
+    t = ns < 9e18 ? fl.updated + Time::ns(static_cast<std::int64_t>(ns)) : Time::max();
+  }
+  fl.drain = t;
+  push(drains_, HeapEntry{t, seq_++, f, fl.version});
+}
+
+void FlowNetwork::drain(std::uint32_t f, Time now) {
+  Flow& fl = flows_[f];
+  for (const Hop& h : fl.hops) {
+    auto& lf = link_flows_[h.link];
+    const std::uint32_t moved = lf.back();
+    lf[h.pos] = moved;
+    lf.pop_back();
+    if (moved != f) {
+      for (Hop& mh : flows_[moved].hops) {
+        if (mh.link == h.link) mh.pos = h.pos;
+      }
+    }
+    seeds_.push_back(h.link);
+  }
+  fl.active = false;
+  fl.remaining = 0;
+  fl.rate = 0;
+  ++fl.version;
+  --active_flows_;
+  free_flows_.push_back(f);
+  Transfer& tr = transfers_[fl.transfer];
+  tr.finish = std::max(tr.finish, now + fl.latency);
+  if (--tr.left == 0) push(completions_, HeapEntry{tr.finish, seq_++, fl.transfer, 0});
+}
+
+void FlowNetwork::recompute(Time now) {
+  if (++epoch_ == 0) {
+    std::fill(link_mark_.begin(), link_mark_.end(), 0);
+    std::fill(flow_mark_.begin(), flow_mark_.end(), 0);
+    epoch_ = 1;
+  }
+  // The component: links reachable from the seeds through shared flows.
+  comp_links_.clear();
+  comp_flows_.clear();
+  for (std::uint32_t l : seeds_) {
+    if (link_mark_[l] != epoch_) {
+      link_mark_[l] = epoch_;
+      stack_.push_back(l);
+    }
+  }
+  seeds_.clear();
+  while (!stack_.empty()) {
+    const std::uint32_t l = stack_.back();
+    stack_.pop_back();
+    comp_links_.push_back(l);
+    for (std::uint32_t f : link_flows_[l]) {
+      if (flow_mark_[f] == epoch_) continue;
+      flow_mark_[f] = epoch_;
+      comp_flows_.push_back(f);
+      for (const Hop& h : flows_[f].hops) {
+        if (link_mark_[h.link] != epoch_) {
+          link_mark_[h.link] = epoch_;
+          stack_.push_back(h.link);
+        }
+      }
+    }
+  }
+  if (comp_flows_.empty()) return;
+  ++recomputations_;
+  rerated_flows_ += comp_flows_.size();
+
+  // Progressive filling: the link with the smallest fair share saturates
+  // first and fixes the rate of its unfrozen flows. Freezing a flow at the
+  // smallest share never lowers another link's share, so each link keeps one
+  // heap entry whose key may be stale-low: a popped entry whose link's share
+  // has grown goes back with the new key.
+  auto heap_less = [](const ShareEntry& a, const ShareEntry& b) {
+    return a.share > b.share || (a.share == b.share && a.link > b.link);
+  };
+  share_heap_.clear();
+  for (std::uint32_t l : comp_links_) {
+    rem_cap_[l] = capacity_[l];
+    unfrozen_[l] = static_cast<std::uint32_t>(link_flows_[l].size());
+    if (unfrozen_[l] > 0) share_heap_.push_back(ShareEntry{rem_cap_[l] / unfrozen_[l], l});
+  }
+  std::make_heap(share_heap_.begin(), share_heap_.end(), heap_less);
+  for (std::uint32_t f : comp_flows_) new_rate_[f] = -1;
+  while (!share_heap_.empty()) {
+    std::pop_heap(share_heap_.begin(), share_heap_.end(), heap_less);
+    const ShareEntry e = share_heap_.back();
+    share_heap_.pop_back();
+    const std::uint32_t l = e.link;
+    if (unfrozen_[l] == 0) continue;
+    const double share = rem_cap_[l] / unfrozen_[l];
+    if (share > e.share) {
+      share_heap_.push_back(ShareEntry{share, l});
+      std::push_heap(share_heap_.begin(), share_heap_.end(), heap_less);
+      continue;
+    }
+    for (std::uint32_t f : link_flows_[l]) {
+      if (new_rate_[f] >= 0) continue;
+      new_rate_[f] = share;
+      for (const Hop& h : flows_[f].hops) {
+        rem_cap_[h.link] = std::max(0.0, rem_cap_[h.link] - share);
+        --unfrozen_[h.link];
+      }
+    }
+    unfrozen_[l] = 0;
+  }
+
+  // Re-time only the flows whose rate changed.
+  for (std::uint32_t f : comp_flows_) {
+    Flow& fl = flows_[f];
+    const double r = new_rate_[f];
+    // Unchanged up to rounding (another order of the same subtractions): keep the schedule.
+    if (std::abs(r - fl.rate) <= 1e-12 * fl.rate) continue;
+    fl.remaining = std::max(0.0, fl.remaining - fl.rate * (now - fl.updated).to_seconds());
+    fl.updated = now;
+    fl.rate = r;
+    ++retimed_flows_;
+    schedule_drain(f);
+  }
+  // Stale heap entries pile up when rates change often: rebuild now and then.
+  if (drains_.size() > 4 * active_flows_ + 1024) {
+    std::vector<HeapEntry> keep;
+    keep.reserve(active_flows_);
+    for (const HeapEntry& h : drains_) {
+      if (flows_[h.id].active && flows_[h.id].version == h.version) keep.push_back(h);
+    }
+    drains_.swap(keep);
+    std::make_heap(drains_.begin(), drains_.end(), later);
+  }
+}
+
+void FlowNetwork::clean_drains() {
+  while (!drains_.empty()) {
+    const HeapEntry& top = drains_.front();
+    const Flow& fl = flows_[top.id];
+    if (fl.active && fl.version == top.version) return;
+    pop(drains_);
+  }
+}
+
+Time FlowNetwork::next_event() const {
+  // The top of drains_ is kept valid by start() and advance().
+  Time t = drains_.empty() ? Time::max() : drains_.front().time;
+  if (!completions_.empty()) t = std::min(t, completions_.front().time);
+  return t;
+}
+
+void FlowNetwork::advance(Time now, std::vector<TransferDone>& done) {
+  for (;;) {
+    clean_drains();
+    const Time td = drains_.empty() ? Time::max() : drains_.front().time;
+    const Time tc = completions_.empty() ? Time::max() : completions_.front().time;
+    const Time t = std::min(td, tc);
+    if (t > now || t == Time::max()) break;
+    now_ = t;
+    if (td <= tc) {
+      while (!drains_.empty() && drains_.front().time == td) {
+        const HeapEntry e = pop(drains_);
+        const Flow& fl = flows_[e.id];
+        if (fl.active && fl.version == e.version) drain(e.id, td);
+      }
+      recompute(td);
+    } else {
+      const HeapEntry e = pop(completions_);
+      Transfer& tr = transfers_[e.id];
+      done.push_back(TransferDone{e.id, tr.cookie, e.time});
+      tr.active = false;
+      --active_transfers_;
+      free_transfers_.push_back(e.id);
+    }
+  }
+  clean_drains();
+  now_ = std::max(now_, now);
+}
+
+double FlowNetwork::flow_rate(TransferId t, std::size_t index) const {
+  const Transfer& tr = transfers_[t];
+  if (!tr.active || index >= tr.flows.size()) return 0;
+  const Flow& fl = flows_[tr.flows[index]];
+  return fl.active && fl.transfer == t ? fl.rate : 0;
+}
+
+std::size_t FlowNetwork::memory_bytes() const {
+  std::size_t b = capacity_.capacity() * (sizeof(double) * 2 + sizeof(std::uint32_t) * 3) +
+                  flows_.capacity() * (sizeof(Flow) + sizeof(double) + sizeof(std::uint32_t)) +
+                  transfers_.capacity() * sizeof(Transfer) +
+                  (drains_.capacity() + completions_.capacity()) * sizeof(HeapEntry);
+  for (const auto& lf : link_flows_) b += lf.capacity() * sizeof(std::uint32_t) + sizeof(lf);
+  for (const Flow& f : flows_) b += f.hops.capacity() * sizeof(Hop);
+  for (const Transfer& t : transfers_) b += t.flows.capacity() * sizeof(std::uint32_t);
+  return b;
+}
+
+}  // namespace trainsim

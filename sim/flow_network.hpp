@@ -1,0 +1,133 @@
+#pragma once
+// A flow-level network: transfers made of flows on fixed paths of links,
+// sharing link capacity max-min fairly (docs/network.md).
+//
+// - Rates come from progressive filling (raise every unfrozen flow's rate
+//   together; when a link saturates, freeze its flows), which gives the unique
+//   max-min fair allocation.
+// - When flows arrive or depart, only the connected component of links and
+//   flows they touch (links joined by a common flow) is recomputed; flows whose
+//   rate did not change keep their scheduled drain time. A flow keeps its
+//   remaining bytes and the time they were last brought up to date.
+// - A flow drains its bytes at its rate, then arrives `latency` later (path
+//   propagation plus whatever fixed cost the caller adds). A transfer completes
+//   when its last flow arrives.
+// - Times are integer nanoseconds; a drain is rounded up to the next
+//   nanosecond. Everything is indexed by dense ids and processed in id or
+//   (time, sequence) order, so runs are deterministic.
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "sim/time.hpp"
+
+namespace trainsim {
+
+struct FlowSpec {
+  std::span<const std::uint32_t> path;  // link ids, in order; empty = infinitely fast
+  double bytes = 0;
+  Time latency;  // added after the last byte drains
+};
+
+using TransferId = std::uint32_t;
+
+struct TransferDone {
+  TransferId id = 0;
+  std::uint64_t cookie = 0;
+  Time time;
+};
+
+class FlowNetwork {
+ public:
+  // Capacity of each link, bytes/s (> 0).
+  explicit FlowNetwork(std::vector<double> link_capacity);
+
+  // Starts a transfer at `now` (>= the last advance). `cookie` comes back on
+  // completion. A transfer without flows completes at now + `latency`.
+  TransferId start(Time now, std::span<const FlowSpec> flows, std::uint64_t cookie, Time latency = {});
+  // Earliest time at which a flow drains or a transfer completes; Time::max() when idle.
+  Time next_event() const;
+  // Processes everything up to and including `now`; appends the transfers
+  // completed by then, in (completion time, start order).
+  void advance(Time now, std::vector<TransferDone>& done);
+
+  Time now() const { return now_; }
+  std::size_t active_flows() const { return active_flows_; }
+  std::size_t active_transfers() const { return active_transfers_; }
+  std::size_t num_links() const { return capacity_.size(); }
+  // Current rate (bytes/s) of flow `index` of a running transfer; 0 once it drained.
+  double flow_rate(TransferId t, std::size_t index) const;
+  // Counters: rate recomputations, flows whose rate they re-derived, flows whose rate changed.
+  std::uint64_t recomputations() const { return recomputations_; }
+  std::uint64_t rerated_flows() const { return rerated_flows_; }
+  std::uint64_t retimed_flows() const { return retimed_flows_; }
+  // Bytes held by the network's own state (for the memory budget).
+  std::size_t memory_bytes() const;
+
+ private:
+  struct Hop {
+    std::uint32_t link, pos;  // pos: index of this flow in link_flows_[link]
+  };
+  struct Flow {
+    std::vector<Hop> hops;
+    double remaining = 0;  // bytes at `updated`
+    double rate = 0;       // bytes/s
+    Time updated;
+    Time drain;  // scheduled drain time
+    Time latency;
+    TransferId transfer = 0;
+    std::uint32_t version = 0;
+    bool active = false;
+  };
+  struct Transfer {
+    std::vector<std::uint32_t> flows;
+    std::uint64_t cookie = 0;
+    std::uint32_t left = 0;  // flows not drained yet
+    Time finish;             // latest arrival so far
+    bool active = false;
+  };
+  struct HeapEntry {
+    Time time;
+    std::uint64_t seq;
+    std::uint32_t id, version;
+  };
+  static bool later(const HeapEntry& a, const HeapEntry& b) {
+    return a.time > b.time || (a.time == b.time && a.seq > b.seq);
+  }
+
+  std::uint32_t new_flow();
+  void schedule_drain(std::uint32_t f);
+  void drain(std::uint32_t f, Time now);
+  void recompute(Time now);  // over the component of the links in seeds_
+  void clean_drains();
+  void push(std::vector<HeapEntry>& heap, HeapEntry e);
+  HeapEntry pop(std::vector<HeapEntry>& heap);
+
+  std::vector<double> capacity_;
+  std::vector<std::vector<std::uint32_t>> link_flows_;
+  std::vector<Flow> flows_;
+  std::vector<std::uint32_t> free_flows_;
+  std::vector<Transfer> transfers_;
+  std::vector<TransferId> free_transfers_;
+  std::vector<HeapEntry> drains_, completions_;
+  std::uint64_t seq_ = 0;
+  Time now_;
+  std::size_t active_flows_ = 0, active_transfers_ = 0;
+
+  // Scratch for recompute(): seeds, visit marks, the component, progressive filling.
+  std::vector<std::uint32_t> seeds_;
+  std::vector<std::uint32_t> link_mark_, flow_mark_;
+  std::uint32_t epoch_ = 0;
+  std::vector<std::uint32_t> comp_links_, comp_flows_, stack_;
+  std::vector<double> rem_cap_;
+  std::vector<std::uint32_t> unfrozen_;
+  std::vector<double> new_rate_;
+  struct ShareEntry {
+    double share;
+    std::uint32_t link;
+  };
+  std::vector<ShareEntry> share_heap_;
+  std::uint64_t recomputations_ = 0, rerated_flows_ = 0, retimed_flows_ = 0;
+};
+
+}  // namespace trainsim

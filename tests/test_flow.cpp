@@ -1,0 +1,501 @@
+// Flow-level network: the cluster graph, max-min fair sharing, collectives as
+// flows, and flow fidelity end to end. Expected values are derived in comments.
+#include <doctest/doctest.h>
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "sim/executor.hpp"
+#include "sim/flow_collectives.hpp"
+#include "sim/flow_network.hpp"
+#include "sim/metrics.hpp"
+#include "sim_fixtures.hpp"
+#include "tools/frontend/job.hpp"
+#include "tools/frontend/scenario.hpp"
+#include "topologies/graph.hpp"
+
+using namespace trainsim;
+using namespace trainsim::testing;
+
+namespace {
+
+// Runs `network` until idle; returns completion time (s) by cookie.
+std::vector<double> run_all(FlowNetwork& net, std::size_t transfers) {
+  std::vector<double> at(transfers, -1);
+  std::vector<TransferDone> done;
+  while (net.next_event() != Time::max()) net.advance(net.next_event(), done);
+  for (const TransferDone& d : done) at[d.cookie] = d.time.to_seconds();
+  return at;
+}
+
+std::vector<double> run_all(FlowCollectives& fc, std::size_t plans) {
+  std::vector<double> at(plans, -1);
+  std::vector<TransferDone> done;
+  while (fc.next_event() != Time::max()) fc.advance(fc.next_event(), done);
+  for (const TransferDone& d : done) at[d.cookie] = d.time.to_seconds();
+  return at;
+}
+
+std::vector<int> iota(int from, int n, int stride = 1) {
+  std::vector<int> v;
+  for (int i = 0; i < n; ++i) v.push_back(from + i * stride);
+  return v;
+}
+
+const Catalog& catalog() {
+  static const Catalog c = load_builtin_catalog();
+  return c;
+}
+
+// A small GPT on DGX H100 nodes; `cluster` is the scenario's cluster object.
+Scenario small_scenario(const std::string& cluster, int tp, int dp, int pp, bool dp_overlap = true) {
+  const std::string text = R"({
+    "name": "flow-test",
+    "model": {"name": "gpt-small", "layers": 8, "hidden": 2048, "heads": 16, "ffn_hidden": 8192, "vocab": 32000},
+    "cluster": )" + cluster +
+                           R"(,
+    "parallel": {"tp": )" + std::to_string(tp) +
+                           R"(, "dp": )" + std::to_string(dp) + R"(, "pp": )" + std::to_string(pp) +
+                           R"(, "micro_batch": 1, "global_batch": )" + std::to_string(4 * dp * pp) +
+                           R"(, "dp_overlap": )" + (dp_overlap ? "true" : "false") + R"(},
+    "training": {"seq_len": 2048}
+  })";
+  return load_scenario_text(text, "flow-test.json", "", {}, catalog());
+}
+
+}  // namespace
+
+TEST_CASE("graph: GPUs sharing a NIC talk over NVLink, never through the NIC") {
+  ClusterSpec spec = toy_cluster(2, 8);
+  spec.groups[0].node.nic_count = 4;  // two GPUs per NIC, as on BLOOM's Jean Zay nodes
+  const Cluster cluster(spec);
+  Topology t(cluster);
+  for (std::uint64_t tag = 0; tag < 16; ++tag) {
+    for (int dst = 1; dst < 8; ++dst) {
+      CAPTURE(dst);
+      const Route r = t.route(0, static_cast<std::uint32_t>(dst), tag);
+      CHECK(r.length == 2);
+      for (std::uint32_t l : t.links_of(r)) CHECK(t.link(l).kind == LinkKind::ScaleUp);
+    }
+  }
+}
+
+TEST_CASE("graph: GPUs, scale-up switches, NICs per rail, leaves per rail, spines") {
+  ClusterSpec spec = toy_cluster(4, 2);  // 4 nodes x 2 GPUs, one 10 GB/s NIC per GPU
+  spec.fabric.nodes_per_leaf = 2;
+  spec.fabric.spines = 2;
+  const Cluster cluster(spec);
+  Topology t(cluster);
+  // 8 GPUs + 4 switches + 8 NICs + (2 groups x 2 rails) leaves + 2 spines.
+  CHECK(t.num_vertices() == 8 + 4 + 8 + 4 + 2);
+  // Links (both directions): 8 scale-up, 8 GPU-NIC, 8 access, 4 leaves x 2 spines uplinks.
+  CHECK(t.num_links() == 2 * (8 + 8 + 8 + 8));
+  // Same rail, same leaf: GPU -> NIC -> leaf -> NIC -> GPU.
+  const Route same = t.route(0, 2, 0);
+  CHECK(same.length == 4);
+  // Same node: through the scale-up switch.
+  const Route local = t.route(0, 1, 0);
+  CHECK(local.length == 2);
+  CHECK(t.link(t.links_of(local)[0]).kind == LinkKind::ScaleUp);
+  // Other rail, other group: up through a spine (never relayed by another GPU).
+  const Route far = t.route(0, 7, 0);
+  CHECK(far.length == 6);
+  for (std::uint32_t l : t.links_of(far)) {
+    const std::uint32_t to = t.link(l).to;
+    if (to != 7) CHECK(t.vertex(to).kind != VertexKind::Gpu);
+  }
+  // Uplink capacity: leaf down 2 NICs x 10 GB/s = 20 GB/s, non-blocking, over 2 spines.
+  for (std::uint32_t l : t.links_of(far)) {
+    if (t.link(l).kind == LinkKind::Uplink) CHECK(t.link(l).capacity == doctest::Approx(10e9));
+  }
+}
+
+TEST_CASE("graph: ECMP is deterministic per (src, dst, tag) and spreads tags over spines") {
+  ClusterSpec spec = toy_cluster(4, 1);
+  spec.fabric.nodes_per_leaf = 1;
+  spec.fabric.spines = 4;
+  const Cluster cluster(spec);
+  Topology a(cluster), b(cluster);
+  std::set<std::uint32_t> spines;
+  for (std::uint64_t tag = 0; tag < 64; ++tag) {
+    const Route ra = a.route(0, 3, tag), rb = b.route(0, 3, tag);
+    const auto la = a.links_of(ra), lb = b.links_of(rb);
+    REQUIRE(la.size() == lb.size());
+    for (std::size_t i = 0; i < la.size(); ++i) CHECK(la[i] == lb[i]);
+    for (std::uint32_t l : la) {
+      if (a.vertex(a.link(l).to).kind == VertexKind::Spine) spines.insert(a.link(l).to);
+    }
+    CHECK(a.route(0, 3, tag).offset == ra.offset);  // cached
+  }
+  CHECK(spines.size() == 4);
+}
+
+TEST_CASE("graph: fat-tree puts all NICs of a node group on one leaf") {
+  ClusterSpec spec = toy_cluster(4, 2);
+  spec.fabric.kind = FabricKind::FatTree;
+  spec.fabric.nodes_per_leaf = 2;
+  const Cluster cluster(spec);
+  Topology t(cluster);
+  // Cross-rail inside a leaf group: GPU 0 (rail 0) -> GPU 3 (node 1, rail 1) stays on the leaf.
+  CHECK(t.route(0, 3, 0).length == 4);
+  CHECK(t.route(0, 7, 0).length == 6);  // other group: via a spine
+}
+
+TEST_CASE("graph: inconsistent or disconnected descriptions are errors naming the element") {
+  ClusterSpec spec = toy_cluster(4, 2);
+  spec.datacenters.count = 3;
+  spec.datacenters.wan_bandwidth = 50e9;
+  auto problems = check_topology(spec);
+  REQUIRE(problems.size() == 1);
+  CHECK(problems[0].key == "datacenters/count");
+  CHECK(problems[0].message.find("cannot split the cluster's 4 nodes") != std::string::npos);
+
+  spec.datacenters.count = 2;  // no WAN bandwidth
+  spec.datacenters.wan_bandwidth = 0;
+  problems = check_topology(spec);
+  REQUIRE(problems.size() == 1);
+  CHECK(problems[0].key == "datacenters/wan_bandwidth");
+  CHECK(problems[0].message.find("datacenter 1") != std::string::npos);
+  CHECK_THROWS_AS(Topology(Cluster(spec)), TopologyError);
+
+  ClusterSpec no_nic = toy_cluster(2, 2);
+  no_nic.groups[0].node.nic_count = 0;
+  no_nic.groups[0].node.name = "nicless";
+  problems = check_topology(no_nic);
+  REQUIRE_FALSE(problems.empty());
+  CHECK(problems[0].message.find("nicless") != std::string::npos);
+
+  // Through the scenario reader: pointer and message.
+  try {
+    small_scenario(R"({"node": "dgx-h100", "nodes": 2, "datacenters": {"count": 3, "wan_bandwidth": "400Gbps"}})", 8, 2,
+                   1);
+    FAIL("expected an input error");
+  } catch (const InputError& e) {
+    REQUIRE(!e.diagnostics().empty());
+    CHECK(e.diagnostics()[0].pointer == "/cluster/datacenters/count");
+  }
+  try {
+    small_scenario(R"({"node": "dgx-h100", "nodes": 2, "fabric": {"kind": "torus"}})", 8, 2, 1);
+    FAIL("expected an input error");
+  } catch (const InputError& e) {
+    REQUIRE(!e.diagnostics().empty());
+    CHECK(e.diagnostics()[0].pointer == "/cluster/fabric/kind");
+  }
+  try {
+    small_scenario(R"({"node": "dgx-h100", "nodes": 2, "datacenters": {"count": 2}})", 8, 2, 1);
+    FAIL("expected an input error");
+  } catch (const InputError& e) {
+    REQUIRE(!e.diagnostics().empty());
+    CHECK(e.diagnostics()[0].pointer == "/cluster/datacenters/wan_bandwidth");
+  }
+}
+
+TEST_CASE("flow network: one flow takes latency + bytes / bandwidth") {
+  FlowNetwork net({10e9});
+  const std::uint32_t path[] = {0};
+  const FlowSpec f{path, 1e9, Time::ns(2000)};
+  net.start(Time{}, {&f, 1}, 0);
+  // 1 GB / 10 GB/s = 100 ms, then 2 us of latency.
+  CHECK(run_all(net, 1)[0] == doctest::Approx(0.1 + 2e-6).epsilon(1e-9));
+}
+
+TEST_CASE("flow network: n flows on one link share it equally; rates follow arrivals and departures") {
+  for (int n : {1, 2, 4, 16}) {
+    CAPTURE(n);
+    FlowNetwork net({10e9});
+    const std::uint32_t path[] = {0};
+    std::vector<FlowSpec> flows(n, FlowSpec{path, 1e9, Time{}});
+    const TransferId t = net.start(Time{}, flows, 0);
+    CHECK(net.flow_rate(t, 0) == doctest::Approx(10e9 / n));
+    // n GB through 10 GB/s.
+    CHECK(run_all(net, 1)[0] == doctest::Approx(0.1 * n).epsilon(1e-9));
+  }
+  // A alone for 50 ms (0.5 GB sent); B (0.25 GB) joins: 5 GB/s each, B done at
+  // 100 ms; A has 0.25 GB left and finishes alone at 125 ms.
+  FlowNetwork net({10e9});
+  const std::uint32_t path[] = {0};
+  const FlowSpec a{path, 1e9, Time{}}, b{path, 0.25e9, Time{}};
+  std::vector<TransferDone> done;
+  net.start(Time{}, {&a, 1}, 0);
+  net.advance(Time::seconds(0.05), done);
+  const TransferId tb = net.start(Time::seconds(0.05), {&b, 1}, 1);
+  CHECK(net.flow_rate(tb, 0) == doctest::Approx(5e9));
+  const auto at = run_all(net, 2);
+  CHECK(at[1] == doctest::Approx(0.100).epsilon(1e-9));
+  CHECK(at[0] == doctest::Approx(0.125).epsilon(1e-9));
+}
+
+TEST_CASE("flow network: parking lot gets the max-min fair rates") {
+  // Links 0, 1 at 10 GB/s, link 2 at 4 GB/s. The long flow crosses all three;
+  // one short flow on each link. Link 2 saturates first: long and short2 get
+  // 2 GB/s each; then links 0 and 1 give their short flows the remaining 8 GB/s.
+  FlowNetwork net({10e9, 10e9, 4e9, 1e9});
+  const std::uint32_t all[] = {0, 1, 2}, l0[] = {0}, l1[] = {1}, l2[] = {2}, l3[] = {3};
+  const std::vector<FlowSpec> flows{{all, 1e9, {}}, {l0, 1e9, {}}, {l1, 1e9, {}}, {l2, 1e9, {}}};
+  const TransferId t = net.start(Time{}, flows, 0);
+  CHECK(net.flow_rate(t, 0) == doctest::Approx(2e9));
+  CHECK(net.flow_rate(t, 1) == doctest::Approx(8e9));
+  CHECK(net.flow_rate(t, 2) == doctest::Approx(8e9));
+  CHECK(net.flow_rate(t, 3) == doctest::Approx(2e9));
+  // A flow on an unrelated link is its own component: only it is rated.
+  const std::uint64_t before = net.rerated_flows();
+  const FlowSpec lone{l3, 1e9, {}};
+  net.start(Time{}, {&lone, 1}, 1);
+  CHECK(net.rerated_flows() == before + 1);
+  // Long flow: 2 GB/s until the short flows on links 0/1 finish (125 ms), still
+  // 2 GB/s (link 2 is shared with short2 until 0.5 s), so 1 GB at 0.5 s; short2 too.
+  const auto at = run_all(net, 2);
+  CHECK(at[0] == doctest::Approx(0.5).epsilon(1e-6));
+  CHECK(at[1] == doctest::Approx(1.0).epsilon(1e-6));
+}
+
+TEST_CASE("ring all-reduce on flows = 2(n-1)/n * S/B + 2(n-1) * alpha") {
+  // Inside one node: 8 GPUs, 100 GB/s scale-up links, alpha = 2 us per step.
+  {
+    const Cluster cluster(toy_cluster(1, 8));
+    const std::vector<CalibrationProfile> profiles{ideal_profile(2e-6, 0)};
+    Topology topo(cluster);
+    FlowCollectives fc(cluster, topo, profiles);
+    const CollectivePlan p = fc.plan_collective(iota(0, 8), CollectiveKind::AllReduce, 1e9, 0, FlowAlgorithm::Ring);
+    CHECK(p.flows.size() == 8);
+    // 2*7/8 * 1e9 B / 100e9 B/s = 17.5 ms; 14 steps * 2 us = 28 us.
+    CHECK(fc.measure(p).to_seconds() == doctest::Approx(17.5e-3 + 28e-6).epsilon(0.01));
+  }
+  // Across 4 nodes, one GPU per node (a data-parallel group): 10 GB/s NICs;
+  // alpha = 2 us hop latency + 2 x 1 us of links (NIC-leaf, leaf-NIC) = 4 us.
+  {
+    ClusterSpec spec = toy_cluster(4, 8);
+    spec.fabric.link_latency = 1e-6;
+    const Cluster cluster(spec);
+    const std::vector<CalibrationProfile> profiles{ideal_profile(2e-6, 0)};
+    Topology topo(cluster);
+    FlowCollectives fc(cluster, topo, profiles);
+    const CollectivePlan p = fc.plan_collective(iota(0, 4, 8), CollectiveKind::AllReduce, 1e9, 0, FlowAlgorithm::Ring);
+    // 2*3/4 * 1e9 / 10e9 = 150 ms; 6 steps * 4 us = 24 us.
+    CHECK(fc.measure(p).to_seconds() == doctest::Approx(0.150 + 24e-6).epsilon(0.01));
+    const AnalyticalNetwork an(cluster, profiles);
+    CHECK(
+        fc.measure(p).to_seconds() ==
+        doctest::Approx(an.collective_seconds(an.shape(iota(0, 4, 8)), CollectiveKind::AllReduce, 1e9)).epsilon(0.01));
+  }
+}
+
+TEST_CASE("multi-node algorithms: rail-aligned ring channels, double binary tree, hierarchical, NVLS") {
+  ClusterSpec spec4 = toy_cluster(4, 8);
+  spec4.fabric.link_latency = 0;
+  const Cluster cluster(spec4);
+  const std::vector<CalibrationProfile> profiles{ideal_profile(0, 0)};
+  Topology topo(cluster);
+  FlowCollectives fc(cluster, topo, profiles);
+  const AnalyticalNetwork an(cluster, profiles);
+  const std::vector<int> all = iota(0, 32);
+  // Ring, 8 channels: each NIC carries one channel's 2*31/32 * 1 GB / 8 at 10 GB/s
+  // = 24.2 ms = the analytical busbw min(100, 8 x 10) GB/s.
+  const CollectivePlan ring = fc.plan_collective(all, CollectiveKind::AllReduce, 1e9, 0, FlowAlgorithm::Ring);
+  CHECK(ring.channels == 8);
+  const double analytical = an.collective_seconds(an.shape(all), CollectiveKind::AllReduce, 1e9);
+  CHECK(fc.measure(ring).to_seconds() == doctest::Approx(2.0 * 31 / 32 / 80).epsilon(1e-3));
+  CHECK(fc.measure(ring).to_seconds() == doctest::Approx(analytical).epsilon(1e-3));
+  // Double binary tree over 4 nodes, per channel 62.5 MB per tree edge and
+  // direction; the busiest NIC (internal in one tree, root in the other)
+  // carries 4 of them each way: 250 MB / 10 GB/s = 25 ms.
+  const CollectivePlan tree = fc.plan_collective(all, CollectiveKind::AllReduce, 1e9, 0, FlowAlgorithm::Tree);
+  CHECK(tree.algorithm == FlowAlgorithm::Tree);
+  CHECK(fc.measure(tree).to_seconds() == doctest::Approx(0.025).epsilon(1e-3));
+  // Hierarchical: reduce-scatter in the node (7/8 GB / 100 GB/s = 8.75 ms), ring
+  // all-reduce per rail over 4 nodes (2*3/4 * 1/8 GB / 10 GB/s = 18.75 ms),
+  // all-gather in the node (8.75 ms), one after the other.
+  const CollectivePlan hier = fc.plan_collective(all, CollectiveKind::AllReduce, 1e9, 0, FlowAlgorithm::Hierarchical);
+  CHECK(hier.phases() == 3);
+  CHECK(fc.measure(hier).to_seconds() == doctest::Approx(0.00875 + 0.01875 + 0.00875).epsilon(1e-3));
+  // All-gather across nodes: ring factor 31/32 at 80 GB/s bus bandwidth.
+  const CollectivePlan ag = fc.plan_collective(all, CollectiveKind::AllGather, 1e9, 0);
+  CHECK(fc.measure(ag).to_seconds() == doctest::Approx(31.0 / 32 / 80).epsilon(1e-3));
+
+  // NVLS inside an NVSwitch node: 2*7/8 * 1 GB / (100 GB/s * 1.5) + base + 2 hops.
+  ClusterSpec spec = toy_cluster(1, 8);
+  spec.groups[0].node.nvls = true;
+  const Cluster one(spec);
+  std::vector<CalibrationProfile> nv{ideal_profile(1e-6, 3e-6)};
+  nv[0].scaleup.nvls_busbw_efficiency.value = 1.5;
+  Topology t1(one);
+  FlowCollectives f1(one, t1, nv);
+  const CollectivePlan nvls = f1.plan_collective(iota(0, 8), CollectiveKind::AllReduce, 1e9, 0);
+  CHECK(nvls.algorithm == FlowAlgorithm::Nvls);
+  CHECK(f1.measure(nvls).to_seconds() == doctest::Approx(1.75 / 150 + 5e-6).epsilon(1e-3));
+}
+
+TEST_CASE("automatic all-reduce choice: tree across nodes for small messages, ring for large") {
+  const Cluster cluster(toy_cluster(4, 8));
+  const std::vector<CalibrationProfile> profiles{ideal_profile(5e-6, 0)};
+  Topology topo(cluster);
+  FlowCollectives fc(cluster, topo, profiles);
+  // Ring latency 62 steps x 5 us = 310 us; tree 2*2 + 2*7 steps = 90 us; the
+  // tree's derated bandwidth costs 8.7% of 24.2 ms per GB: the crossover is ~0.1 GB.
+  CHECK(fc.plan_collective(iota(0, 32), CollectiveKind::AllReduce, 1e6, 0).algorithm == FlowAlgorithm::Tree);
+  CHECK(fc.plan_collective(iota(0, 32), CollectiveKind::AllReduce, 1e9, 0).algorithm == FlowAlgorithm::Ring);
+  CHECK(fc.plan_collective(iota(0, 8), CollectiveKind::AllReduce, 1e9, 0).algorithm == FlowAlgorithm::Ring);
+}
+
+TEST_CASE("all-to-all: pairwise flows; all-to-all-v with per-pair sizes") {
+  ClusterSpec spec = toy_cluster(2, 8);
+  spec.fabric.link_latency = 0;
+  const Cluster cluster(spec);
+  const std::vector<CalibrationProfile> profiles{ideal_profile(0, 0)};
+  Topology topo(cluster);
+  FlowCollectives fc(cluster, topo, profiles);
+  const AnalyticalNetwork an(cluster, profiles);
+  const std::vector<int> all = iota(0, 16);
+  const CollectivePlan p = fc.plan_collective(all, CollectiveKind::AllToAll, 1e9, 0);
+  CHECK(p.flows.size() == 16 * 15);
+  // Each GPU sends 8/16 of its 1 GB off the node. Cross-rail pieces are relayed
+  // over NVLink to the GPU on the destination's rail (PXN), so each rail's NIC
+  // carries 8 x 1/16 GB: 50 ms at 10 GB/s, as in the analytical model.
+  CHECK(fc.measure(p).to_seconds() == doctest::Approx(0.05).epsilon(1e-3));
+  CHECK(fc.measure(p).to_seconds() ==
+        doctest::Approx(an.collective_seconds(an.shape(all), CollectiveKind::AllToAll, 1e9)).epsilon(1e-3));
+  // Uneven: GPU 0 sends 2 GB to GPU 8 (other node, same rail) and 1 GB to GPU 1
+  // (NVLink); the NIC path dominates: 2 GB / 10 GB/s = 200 ms.
+  const std::vector<int> m{0, 1, 8};
+  const std::vector<double> sizes{0, 1e9, 2e9, 0, 0, 0, 0, 0, 0};
+  const CollectivePlan v = fc.plan_all_to_all_v(m, sizes, 0);
+  CHECK(v.flows.size() == 2);
+  CHECK(fc.measure(v).to_seconds() == doctest::Approx(0.2).epsilon(1e-6));
+}
+
+TEST_CASE("two rings sharing a 4:1 oversubscribed uplink take the max-min time") {
+  // 4 nodes x 2 GPUs, rail-optimized, 2 nodes per leaf, one spine, 4:1: the
+  // leaf of rail 0 in group 0 has 2 x 10 GB/s down and 5 GB/s up.
+  ClusterSpec spec = toy_cluster(4, 2);
+  spec.fabric.nodes_per_leaf = 2;
+  spec.fabric.spines = 1;
+  spec.fabric.oversubscription = 4;
+  spec.fabric.link_latency = 0;
+  const Cluster cluster(spec);
+  const std::vector<CalibrationProfile> profiles{ideal_profile(0, 0)};
+  Topology topo(cluster);
+  FlowCollectives fc(cluster, topo, profiles);
+  // Ring A: GPU 0 (node 0) <-> GPU 4 (node 2); ring B: GPU 2 (node 1) <-> GPU 6
+  // (node 3); all on rail 0, crossing the same uplink in each direction.
+  const PlanId a = fc.add_plan(fc.plan_collective({0, 4}, CollectiveKind::AllReduce, 1e9, 1));
+  const PlanId b = fc.add_plan(fc.plan_collective({2, 6}, CollectiveKind::AllReduce, 1e9, 2));
+  // Alone: each edge carries 2*1/2 * 1 GB through the 5 GB/s uplink: 200 ms.
+  CHECK(fc.measure(fc.plan(a)).to_seconds() == doctest::Approx(0.2).epsilon(1e-6));
+  // Together: max-min gives each flow 2.5 GB/s on the uplink: 400 ms.
+  fc.start(Time{}, a, 0);
+  fc.start(Time{}, b, 1);
+  const auto at = run_all(fc, 2);
+  CHECK(at[0] == doctest::Approx(0.4).epsilon(1e-6));
+  CHECK(at[1] == doctest::Approx(0.4).epsilon(1e-6));
+  // The analytical model sees neither the oversubscription nor the other ring: 100 ms.
+  const AnalyticalNetwork an(cluster, profiles);
+  CHECK(an.collective_seconds(an.shape({0, 4}), CollectiveKind::AllReduce, 1e9) == doctest::Approx(0.1));
+}
+
+TEST_CASE("WAN latency dominates small messages between datacenters") {
+  ClusterSpec spec = toy_cluster(2, 2);
+  spec.datacenters.count = 2;
+  spec.datacenters.wan_bandwidth = 12.5e9;  // 100 Gbps
+  spec.datacenters.wan_latency = 10e-3;
+  spec.fabric.link_latency = 1e-6;
+  const Cluster cluster(spec);
+  const std::vector<CalibrationProfile> profiles{ideal_profile(2e-6, 0)};
+  Topology topo(cluster);
+  CHECK(topo.num_datacenters() == 2);
+  FlowCollectives fc(cluster, topo, profiles);
+  // GPU 0 (datacenter 0) -> GPU 2 (datacenter 1): NIC, leaf, spine, gateway,
+  // WAN, gateway, spine, leaf, NIC: 6 links of 1 us + 10 ms of WAN + 2 us hop.
+  const CollectivePlan small = fc.plan_p2p(0, 2, 1e3, 0);
+  bool wan = false;
+  for (std::uint32_t l : topo.links_of(small.flows[0].route)) wan |= topo.link(l).kind == LinkKind::Wan;
+  CHECK(wan);
+  const double t_small = fc.measure(small).to_seconds();
+  CHECK(t_small == doctest::Approx(10e-3 + 8e-6 + 1e3 / 10e9).epsilon(1e-6));
+  CHECK(1e3 / 10e9 < 0.001 * t_small);  // the bytes are negligible
+  // Within a datacenter the same message takes microseconds.
+  ClusterSpec one = spec;
+  one.datacenters = DatacenterSpec{};
+  const Cluster c1(one);
+  Topology t1(c1);
+  FlowCollectives f1(c1, t1, profiles);
+  CHECK(f1.measure(f1.plan_p2p(0, 2, 1e3, 0)).to_seconds() < 10e-6);
+  // Large messages: the 10 GB/s NIC, not the 12.5 GB/s WAN, is the bottleneck.
+  CHECK(fc.measure(fc.plan_p2p(0, 2, 10e9, 0)).to_seconds() == doctest::Approx(1.0 + 10e-3).epsilon(1e-4));
+}
+
+TEST_CASE("executor at flow fidelity: a collective starts when the last member arrives") {
+  const Cluster cluster(toy_cluster(1, 2));
+  const std::vector<CalibrationProfile> profiles{ideal_profile()};
+  const ComputeCostModel costs(cluster, profiles);
+  Topology topo(cluster);
+  FlowCollectives fc(cluster, topo, profiles);
+  SimulationSetup setup;
+  setup.comms.push_back(Communicator{"pair", {0, 1}, 2});
+  for (double flops : {1e12, 3e12}) {  // 10 ms and 30 ms of compute before the all-reduce
+    ProgramBuilder b("p");
+    const auto c = b.add_stream("compute");
+    const auto comm = b.add_stream("comm");
+    const auto slot = b.add_comm_slot("pair");
+    ComputeOp op;
+    op.name = "gemm";
+    op.kind = OpKind::Gemm;
+    op.flops = flops;
+    op.m = op.n = op.k = 4096;
+    const TaskId t0 = b.compute(c, b.add_op(op), b.add_label("work"), 0, {});
+    const TaskId deps[] = {t0};
+    b.collective(comm, slot, CollectiveKind::AllReduce, CommClass::DP, 1000000000, b.add_label("ar"), 0, deps);
+    setup.programs.push_back(std::move(b).finish());
+  }
+  setup.ranks.push_back(RankProgram{"fast", 0, 0, {0}, true});
+  setup.ranks.push_back(RankProgram{"slow", 1, 1, {0}, true});
+  Executor ex(setup, cluster, costs, fc);
+  const SimulationResult r = ex.run();
+  REQUIRE(r.completed);
+  // 2*1/2 * 1 GB over 100 GB/s = 10 ms after the slow rank's 30 ms.
+  CHECK(r.makespan.to_seconds() == doctest::Approx(0.040));
+  const TimeBreakdown fast = breakdown(r.timelines[0].intervals, r.makespan);
+  CHECK(fast.idle_s == doctest::Approx(0.020));
+  CHECK(fast.exposed_comm_s[static_cast<int>(CommClass::DP)] == doctest::Approx(0.010));
+}
+
+TEST_CASE("run_job: flow and analytical fidelity agree within 5% without contention") {
+  // TP 8 inside each node (NVLS / ring on NVLink), DP 2 across two nodes: each
+  // rail carries one data-parallel ring, nothing shares a link.
+  const Scenario s = small_scenario(R"({"node": "dgx-h100", "nodes": 2})", 8, 2, 1);
+  const JobReport an = run_job(s, Fidelity::Analytical).report;
+  const JobReport fl = run_job(s, Fidelity::Flow).report;
+  REQUIRE(an.feasible);
+  REQUIRE(fl.feasible);
+  CHECK(fl.simulated_ranks == 16);
+  CHECK(fl.iteration_time_s == doctest::Approx(an.iteration_time_s).epsilon(0.05));
+  // Pipeline parallel across nodes too (point-to-point on one rail each).
+  const Scenario p = small_scenario(R"({"node": "dgx-h100", "nodes": 4})", 8, 2, 2);
+  CHECK(run_job(p, Fidelity::Flow).report.iteration_time_s ==
+        doctest::Approx(run_job(p, Fidelity::Analytical).report.iteration_time_s).epsilon(0.05));
+}
+
+TEST_CASE("run_job: flow fidelity shows contention the analytical model cannot") {
+  // One node per leaf, one spine, 8:1 oversubscribed: the data-parallel rings of
+  // all 8 rails leave their leaves through uplinks of 1/8 the NIC bandwidth.
+  const std::string fabric = R"({"node": "dgx-h100", "nodes": 2,
+      "fabric": {"kind": "rail-optimized", "nodes_per_leaf": 1, "spines": 1, "oversubscription": 8}})";
+  const Scenario s = small_scenario(fabric, 8, 2, 1, false);
+  const JobReport an = run_job(s, Fidelity::Analytical).report;
+  const JobReport fl = run_job(s, Fidelity::Flow).report;
+  const double dp_an = an.breakdown.exposed_comm_s[static_cast<int>(CommClass::DP)];
+  const double dp_fl = fl.breakdown.exposed_comm_s[static_cast<int>(CommClass::DP)];
+  CHECK(dp_fl > 4 * dp_an);
+  CHECK(fl.iteration_time_s > an.iteration_time_s);
+  // The analytical result ignores the fabric entirely.
+  const JobReport plain = run_job(small_scenario(R"({"node": "dgx-h100", "nodes": 2})", 8, 2, 1, false)).report;
+  CHECK(plain.iteration_time_s == an.iteration_time_s);
+}
+
+TEST_CASE("flow fidelity is deterministic") {
+  const Scenario s = small_scenario(R"({"node": "dgx-h100", "nodes": 4, "fabric": {"spines": 3}})", 8, 2, 2);
+  const JobReport a = run_job(s, Fidelity::Flow).report;
+  const JobReport b = run_job(s, Fidelity::Flow).report;
+  CHECK(a.iteration_time_s == b.iteration_time_s);
+  CHECK(a.events == b.events);
+}

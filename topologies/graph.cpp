@@ -1,0 +1,487 @@
+#include "topologies/graph.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <unordered_map>
+#include <utility>
+
+#include <boost/graph/adjacency_list.hpp>
+#include <boost/graph/connected_components.hpp>
+
+namespace trainsim {
+
+const char* to_string(FabricKind k) {
+  switch (k) {
+    case FabricKind::RailOptimized:
+      return "rail-optimized";
+    case FabricKind::FatTree:
+      return "fat-tree";
+  }
+  return "?";
+}
+
+const char* to_string(VertexKind k) {
+  switch (k) {
+    case VertexKind::Gpu:
+      return "gpu";
+    case VertexKind::ScaleupSwitch:
+      return "scale-up switch";
+    case VertexKind::Nic:
+      return "nic";
+    case VertexKind::Leaf:
+      return "leaf";
+    case VertexKind::Spine:
+      return "spine";
+    case VertexKind::Gateway:
+      return "gateway";
+  }
+  return "?";
+}
+
+const char* to_string(LinkKind k) {
+  switch (k) {
+    case LinkKind::ScaleUp:
+      return "scale-up";
+    case LinkKind::GpuNic:
+      return "gpu-nic";
+    case LinkKind::Access:
+      return "access";
+    case LinkKind::Uplink:
+      return "uplink";
+    case LinkKind::DcEdge:
+      return "dc-edge";
+    case LinkKind::Wan:
+      return "wan";
+  }
+  return "?";
+}
+
+namespace {
+
+constexpr std::uint16_t kUnreachable = 0xFFFF;
+constexpr int kLeafPorts = 32;  // down ports of the default leaf (a 64-port switch, half up)
+
+std::uint64_t mix(std::uint64_t x) {
+  // splitmix64 finalizer
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+int num_nodes(const ClusterSpec& spec) {
+  int n = 0;
+  for (const auto& g : spec.groups) n += g.count;
+  return n;
+}
+
+int max_nics(const ClusterSpec& spec) {
+  int n = 0;
+  for (const auto& g : spec.groups) n = std::max(n, g.node.nic_count);
+  return n;
+}
+
+int nodes_per_leaf(const ClusterSpec& spec) {
+  if (spec.fabric.nodes_per_leaf > 0) return spec.fabric.nodes_per_leaf;
+  if (spec.fabric.kind == FabricKind::RailOptimized) return kLeafPorts;
+  return std::max(1, kLeafPorts / std::max(1, max_nics(spec)));
+}
+
+// Problems visible without building the graph.
+std::vector<TopologyProblem> spec_problems(const ClusterSpec& spec) {
+  std::vector<TopologyProblem> out;
+  const int nodes = num_nodes(spec);
+  const DatacenterSpec& dc = spec.datacenters;
+  if (dc.count < 1) {
+    out.push_back({"datacenters/count", "expected at least 1 datacenter, found " + std::to_string(dc.count)});
+  } else if (nodes % dc.count != 0) {
+    out.push_back({"datacenters/count", std::to_string(dc.count) + " datacenters cannot split the cluster's " +
+                                            std::to_string(nodes) + " nodes evenly"});
+  }
+  if (dc.count > 1 && !(dc.wan_bandwidth > 0)) {
+    out.push_back({"datacenters/wan_bandwidth", "datacenter 1 cannot reach datacenter 0: " + std::to_string(dc.count) +
+                                                    " datacenters need WAN links with a bandwidth > 0"});
+  }
+  if (dc.wan_latency < 0) out.push_back({"datacenters/wan_latency", "expected a latency >= 0"});
+  const FabricSpec& f = spec.fabric;
+  if (!(f.oversubscription >= 1.0)) {
+    out.push_back({"fabric/oversubscription", "expected an oversubscription ratio >= 1"});
+  }
+  if (f.nodes_per_leaf < 0) out.push_back({"fabric/nodes_per_leaf", "expected a positive node count"});
+  if (f.spines < 0) out.push_back({"fabric/spines", "expected a positive spine count"});
+  if (f.link_latency < 0) out.push_back({"fabric/link_latency", "expected a latency >= 0"});
+  for (std::size_t g = 0; g < spec.groups.size(); ++g) {
+    const NodeSpec& n = spec.groups[g].node;
+    const std::string where = "node \"" + n.name + "\" (group " + std::to_string(g) + ")";
+    if (n.gpus_per_node < 1) out.push_back({"groups", where + " has no GPUs"});
+    if (n.gpus_per_node > 1 && n.scaleup != ScaleupKind::None && !(n.scaleup_bandwidth > 0)) {
+      out.push_back({"groups", where + ": scale-up links need a bandwidth > 0"});
+    }
+    if (n.nic_count > 0 && !(n.nic_bandwidth > 0)) {
+      out.push_back({"groups", where + ": NICs need a bandwidth > 0"});
+    }
+    if (nodes > 1 && n.nic_count < 1) {
+      out.push_back({"groups", where + " has no NICs: its GPUs cannot reach other nodes"});
+    }
+    if (nodes == 1 && n.nic_count < 1 && n.gpus_per_node > 1 && n.scaleup == ScaleupKind::None) {
+      out.push_back({"groups", where + " has neither scale-up links nor NICs: its GPUs cannot reach each other"});
+    }
+  }
+  return out;
+}
+
+using BoostGraph = boost::adjacency_list<boost::vecS, boost::vecS, boost::bidirectionalS, boost::no_property,
+                                         boost::property<boost::edge_index_t, std::uint32_t>>;
+using BoostUndirected = boost::adjacency_list<boost::vecS, boost::vecS, boost::undirectedS>;
+
+}  // namespace
+
+struct Topology::Cache {
+  struct Key {
+    std::uint32_t src, dst;
+    std::uint64_t tag;
+    std::uint32_t via;  // kNoVertex for a direct route
+    bool operator==(const Key&) const = default;
+  };
+  struct KeyHash {
+    std::size_t operator()(const Key& k) const {
+      return static_cast<std::size_t>(mix((static_cast<std::uint64_t>(k.src) << 32 | k.dst) ^ mix(k.tag) ^
+                                          (static_cast<std::uint64_t>(k.via) << 7)));
+    }
+  };
+  std::unordered_map<Key, Route, KeyHash> routes;
+  std::vector<std::vector<std::uint16_t>> dist;  // per destination vertex; empty = not computed
+  std::size_t dist_bytes = 0;
+  std::vector<std::uint32_t> candidates;
+  std::deque<std::uint32_t> queue;
+};
+
+std::vector<TopologyProblem> check_topology(const ClusterSpec& spec) {
+  std::vector<TopologyProblem> out = spec_problems(spec);
+  if (!out.empty() || spec.groups.empty()) return out;
+  try {
+    const Topology t{Cluster(spec)};
+  } catch (const TopologyError& e) {
+    out.push_back({"", e.what()});
+  }
+  return out;
+}
+
+Topology::~Topology() = default;
+Topology::Topology(Topology&&) noexcept = default;
+Topology& Topology::operator=(Topology&&) noexcept = default;
+
+Topology::Topology(const Cluster& cluster) : cache_(std::make_unique<Cache>()) {
+  const ClusterSpec& spec = cluster.spec();
+  if (const auto problems = spec_problems(spec); !problems.empty()) {
+    throw TopologyError("cluster" + (problems[0].key.empty() ? "" : "/" + problems[0].key) + ": " +
+                        problems[0].message);
+  }
+  const int nodes = cluster.num_nodes();
+  const int gpus = cluster.num_gpus();
+  const FabricSpec& fab = spec.fabric;
+  const DatacenterSpec& dcs = spec.datacenters;
+  num_dcs_ = dcs.count;
+  fabric_kind_ = fab.kind;
+  rail_of_gpu_.assign(gpus, -1);
+  first_gpu_of_node_.assign(nodes + 1, gpus);
+  const int nodes_per_dc = nodes / num_dcs_;
+
+  auto add_vertex = [&](TopologyVertex v) {
+    vertices_.push_back(v);
+    return static_cast<std::uint32_t>(vertices_.size() - 1);
+  };
+  auto connect = [&](std::uint32_t a, std::uint32_t b, double capacity, double latency, LinkKind kind) {
+    links_.push_back(TopologyLink{a, b, capacity, latency, kind});
+    links_.push_back(TopologyLink{b, a, capacity, latency, kind});
+  };
+
+  dc_of_node_.resize(nodes);
+  for (int n = 0; n < nodes; ++n) dc_of_node_[n] = n / nodes_per_dc;
+  for (int g = 0; g < gpus; ++g) {
+    const int node = cluster.node_of(g);
+    add_vertex(TopologyVertex{VertexKind::Gpu, node, g, 0, dc_of_node_[node]});
+  }
+
+  // Scale-up domain and NICs of every node.
+  switch_of_node_.assign(nodes, kNoVertex);
+  std::vector<std::vector<std::uint32_t>> nics_of_node(nodes);
+  int first_gpu = 0;
+  for (int n = 0; n < nodes; ++n) {
+    const NodeSpec& ns = cluster.node_spec(n);
+    const int per = ns.gpus_per_node;
+    first_gpu_of_node_[n] = first_gpu;
+    if (per > 1 && ns.scaleup != ScaleupKind::None) {
+      switch_of_node_[n] = add_vertex(TopologyVertex{VertexKind::ScaleupSwitch, n, 0, 0, dc_of_node_[n]});
+      for (int l = 0; l < per; ++l) {
+        connect(static_cast<std::uint32_t>(first_gpu + l), switch_of_node_[n], ns.scaleup_bandwidth, 0.0,
+                LinkKind::ScaleUp);
+      }
+    }
+    const int nics = ns.nic_count;
+    for (int i = 0; i < nics; ++i) {
+      nics_of_node[n].push_back(add_vertex(TopologyVertex{VertexKind::Nic, n, i, 0, dc_of_node_[n]}));
+    }
+    // GPU l uses NIC l*nics/per; with more NICs than GPUs, NIC i serves GPU i*per/nics.
+    for (int l = 0; l < per; ++l) {
+      for (int i = 0; i < nics; ++i) {
+        if (l * nics / per == i || i * per / nics == l) {
+          if (rail_of_gpu_[first_gpu + l] < 0) rail_of_gpu_[first_gpu + l] = i;
+          connect(static_cast<std::uint32_t>(first_gpu + l), nics_of_node[n][i], ns.nic_bandwidth, 0.0,
+                  LinkKind::GpuNic);
+        }
+      }
+    }
+    first_gpu += per;
+  }
+
+  // Leaves and spines of each datacenter, then the WAN.
+  const int npl = nodes_per_leaf(spec);
+  const int rails = fab.kind == FabricKind::RailOptimized ? std::max(1, max_nics(spec)) : 1;
+  std::vector<std::uint32_t> gateways;
+  for (int d = 0; d < num_dcs_; ++d) {
+    const int first = d * nodes_per_dc;
+    const int groups = (nodes_per_dc + npl - 1) / npl;
+    std::vector<std::uint32_t> leaves;
+    std::vector<double> down;  // access capacity under each leaf
+    for (int g = 0; g < groups; ++g) {
+      const int lo = first + g * npl, hi = std::min(first + nodes_per_dc, lo + npl);
+      for (int r = 0; r < rails; ++r) {
+        const int rail = fab.kind == FabricKind::RailOptimized ? r : -1;
+        double cap = 0;
+        for (int n = lo; n < hi; ++n) {
+          const NodeSpec& ns = cluster.node_spec(n);
+          if (rail < 0) cap += ns.nic_bandwidth * ns.nic_count;
+          if (rail >= 0 && rail < ns.nic_count) cap += ns.nic_bandwidth;
+        }
+        if (!(cap > 0)) continue;  // no node of this group has a NIC on this rail
+        const std::uint32_t leaf = add_vertex(TopologyVertex{VertexKind::Leaf, -1, rail, g, d});
+        for (int n = lo; n < hi; ++n) {
+          const NodeSpec& ns = cluster.node_spec(n);
+          for (int i = 0; i < ns.nic_count; ++i) {
+            if (rail >= 0 && i != rail) continue;
+            connect(nics_of_node[n][i], leaf, ns.nic_bandwidth, fab.link_latency, LinkKind::Access);
+          }
+        }
+        leaves.push_back(leaf);
+        down.push_back(cap);
+      }
+    }
+    std::vector<std::uint32_t> spines;
+    if (leaves.size() > 1 || num_dcs_ > 1) {
+      const int ports = std::min(npl, nodes_per_dc) * (fab.kind == FabricKind::RailOptimized ? 1 : max_nics(spec));
+      const int count =
+          fab.spines > 0 ? fab.spines : std::max(1, static_cast<int>(std::ceil(ports / fab.oversubscription - 1e-9)));
+      for (int s = 0; s < count; ++s) spines.push_back(add_vertex(TopologyVertex{VertexKind::Spine, -1, s, 0, d}));
+      for (std::size_t l = 0; l < leaves.size(); ++l) {
+        for (std::uint32_t s : spines) {
+          connect(leaves[l], s, down[l] / fab.oversubscription / count, fab.link_latency, LinkKind::Uplink);
+        }
+      }
+    }
+    if (num_dcs_ > 1) {
+      const std::uint32_t gw = add_vertex(TopologyVertex{VertexKind::Gateway, -1, d, 0, d});
+      gateways.push_back(gw);
+      for (std::uint32_t s : spines) {
+        connect(s, gw, dcs.wan_bandwidth * (num_dcs_ - 1), fab.link_latency, LinkKind::DcEdge);
+      }
+    }
+  }
+  if (dcs.wan_bandwidth > 0) {
+    for (int a = 0; a < num_dcs_; ++a) {
+      for (int b = a + 1; b < num_dcs_; ++b) {
+        connect(gateways[a], gateways[b], dcs.wan_bandwidth, dcs.wan_latency, LinkKind::Wan);
+      }
+    }
+  }
+
+  // The Boost graph: adjacency (in insertion order, so routing is deterministic)
+  // and the connectivity check.
+  const std::size_t nv = vertices_.size();
+  BoostGraph bg(nv);
+  for (std::uint32_t l = 0; l < links_.size(); ++l) {
+    if (!(links_[l].capacity > 0)) {
+      throw TopologyError("link " + link_name(l) + " has no capacity");
+    }
+    boost::add_edge(links_[l].from, links_[l].to, l, bg);
+  }
+  out_offsets_.assign(nv + 1, 0);
+  in_offsets_.assign(nv + 1, 0);
+  const auto edge_index = boost::get(boost::edge_index, bg);
+  for (std::uint32_t v = 0; v < nv; ++v) {
+    for (auto [e, end] = boost::out_edges(v, bg); e != end; ++e) out_links_.push_back(edge_index[*e]);
+    out_offsets_[v + 1] = static_cast<std::uint32_t>(out_links_.size());
+    for (auto [e, end] = boost::in_edges(v, bg); e != end; ++e) in_links_.push_back(edge_index[*e]);
+    in_offsets_[v + 1] = static_cast<std::uint32_t>(in_links_.size());
+  }
+
+  // GPUs relay nothing: two GPUs can talk when they attach to a common
+  // component of the switch graph (GPUs removed). Every GPU of a multi-node
+  // cluster must attach to the network component of GPU 0; every switch must
+  // belong to some GPU's component.
+  BoostUndirected ug(nv);
+  for (const TopologyLink& l : links_) {
+    if (vertices_[l.from].kind != VertexKind::Gpu && vertices_[l.to].kind != VertexKind::Gpu && l.from < l.to) {
+      boost::add_edge(l.from, l.to, ug);
+    }
+  }
+  std::vector<int> comp(nv);
+  boost::connected_components(ug, comp.data());
+  auto network_component = [&](int gpu) {
+    for (std::uint32_t i = out_offsets_[gpu]; i < out_offsets_[gpu + 1]; ++i) {
+      const TopologyLink& l = links_[out_links_[i]];
+      if (l.kind == LinkKind::GpuNic) return comp[l.to];
+    }
+    return -1;
+  };
+  std::vector<char> used(nv, 0);
+  if (gpus > 0) {
+    const int main = network_component(0);
+    for (int g = 0; g < gpus; ++g) {
+      const int c = network_component(g);
+      if (nodes > 1 && c != main) {
+        const int dc = vertices_[g].datacenter;
+        if (main >= 0 && c >= 0 && dc != vertices_[0].datacenter) {
+          throw TopologyError("datacenter " + std::to_string(dc) + " is not connected to datacenter " +
+                              std::to_string(vertices_[0].datacenter) + ": " + vertex_name(g) + " cannot reach " +
+                              vertex_name(0));
+        }
+        throw TopologyError(vertex_name(g) + " cannot reach " + vertex_name(0) + " through the network");
+      }
+      for (std::uint32_t i = out_offsets_[g]; i < out_offsets_[g + 1]; ++i) used[comp[links_[out_links_[i]].to]] = 1;
+    }
+  }
+  for (std::uint32_t v = 0; v < nv; ++v) {
+    if (vertices_[v].kind != VertexKind::Gpu && !used[comp[v]]) {
+      throw TopologyError(vertex_name(v) + " is not connected to any GPU");
+    }
+  }
+  cache_->dist.resize(nv);
+}
+
+std::string Topology::vertex_name(std::uint32_t v) const {
+  const TopologyVertex& x = vertices_[v];
+  const std::string dc = num_dcs_ > 1 ? " of datacenter " + std::to_string(x.datacenter) : "";
+  switch (x.kind) {
+    case VertexKind::Gpu:
+      return "gpu " + std::to_string(x.index) + " (node " + std::to_string(x.node) + ")";
+    case VertexKind::ScaleupSwitch:
+      return "scale-up switch of node " + std::to_string(x.node);
+    case VertexKind::Nic:
+      return "nic " + std::to_string(x.index) + " of node " + std::to_string(x.node);
+    case VertexKind::Leaf:
+      return "leaf " + (x.index >= 0 ? "rail " + std::to_string(x.index) + " " : std::string()) + "group " +
+             std::to_string(x.group) + dc;
+    case VertexKind::Spine:
+      return "spine " + std::to_string(x.index) + dc;
+    case VertexKind::Gateway:
+      return "gateway of datacenter " + std::to_string(x.datacenter);
+  }
+  return "?";
+}
+
+std::string Topology::link_name(std::uint32_t l) const {
+  return std::string(to_string(links_[l].kind)) + " link " + vertex_name(links_[l].from) + " -> " +
+         vertex_name(links_[l].to);
+}
+
+// A NIC is a GPU's way out of the node, not a switch between two GPUs sharing
+// it: GPU -> NIC -> GPU would take PCIe where NCCL takes NVLink.
+bool Topology::nic_between_gpus(std::uint32_t from, std::uint32_t nic, std::uint32_t dst,
+                                const std::vector<std::uint16_t>& dist) const {
+  return vertices_[nic].kind == VertexKind::Nic && vertices_[from].kind == VertexKind::Gpu &&
+         vertices_[dst].kind == VertexKind::Gpu && dist[nic] == 1;
+}
+
+const std::vector<std::uint16_t>& Topology::distances_to(std::uint32_t dst) {
+  std::vector<std::uint16_t>& dist = cache_->dist[dst];
+  if (!dist.empty()) return dist;
+  dist.assign(vertices_.size(), kUnreachable);
+  auto& q = cache_->queue;
+  q.clear();
+  dist[dst] = 0;
+  q.push_back(dst);
+  while (!q.empty()) {
+    const std::uint32_t x = q.front();
+    q.pop_front();
+    if (x != dst && vertices_[x].kind == VertexKind::Gpu) continue;  // GPUs relay nothing
+    for (std::uint32_t i = in_offsets_[x]; i < in_offsets_[x + 1]; ++i) {
+      const std::uint32_t u = links_[in_links_[i]].from;
+      if (nic_between_gpus(u, x, dst, dist)) continue;
+      if (dist[u] == kUnreachable) {
+        dist[u] = static_cast<std::uint16_t>(dist[x] + 1);
+        q.push_back(u);
+      }
+    }
+  }
+  cache_->dist_bytes += dist.size() * sizeof(std::uint16_t);
+  return dist;
+}
+
+Route Topology::route(std::uint32_t src, std::uint32_t dst, std::uint64_t tag) {
+  const Cache::Key key{src, dst, tag, kNoVertex};
+  if (auto it = cache_->routes.find(key); it != cache_->routes.end()) return it->second;
+  const std::vector<std::uint16_t>& dist = distances_to(dst);
+  if (dist[src] == kUnreachable) {
+    throw TopologyError("no route from " + vertex_name(src) + " to " + vertex_name(dst));
+  }
+  Route r;
+  r.offset = static_cast<std::uint32_t>(route_pool_.size());
+  std::uint32_t v = src;
+  std::uint64_t hop = 0;
+  auto& cand = cache_->candidates;
+  while (v != dst) {
+    cand.clear();
+    for (std::uint32_t i = out_offsets_[v]; i < out_offsets_[v + 1]; ++i) {
+      const std::uint32_t l = out_links_[i];
+      const std::uint32_t u = links_[l].to;
+      if (dist[u] + 1 == dist[v] && (u == dst || vertices_[u].kind != VertexKind::Gpu) &&
+          !nic_between_gpus(v, u, dst, dist)) {
+        cand.push_back(l);
+      }
+    }
+    const std::uint32_t pick =
+        cand.size() == 1 ? cand[0]
+                         : cand[mix(mix((static_cast<std::uint64_t>(src) << 32) | dst) ^ mix(tag) ^ hop) % cand.size()];
+    route_pool_.push_back(pick);
+    r.latency += links_[pick].latency;
+    v = links_[pick].to;
+    ++hop;
+  }
+  r.length = static_cast<std::uint32_t>(route_pool_.size() - r.offset);
+  cache_->routes.emplace(key, r);
+  return r;
+}
+
+Route Topology::route_via(std::uint32_t src, std::uint32_t via, std::uint32_t dst, std::uint64_t tag) {
+  if (via == src || via == dst) return route(src, dst, tag);
+  const Cache::Key key{src, dst, tag, via};
+  if (auto it = cache_->routes.find(key); it != cache_->routes.end()) return it->second;
+  const Route a = route(src, via, tag);
+  const Route b = route(via, dst, tag);
+  Route r;
+  r.offset = static_cast<std::uint32_t>(route_pool_.size());
+  r.length = a.length + b.length;
+  r.latency = a.latency + b.latency;
+  for (std::uint32_t i = 0; i < a.length; ++i) route_pool_.push_back(route_pool_[a.offset + i]);
+  for (std::uint32_t i = 0; i < b.length; ++i) route_pool_.push_back(route_pool_[b.offset + i]);
+  cache_->routes.emplace(key, r);
+  return r;
+}
+
+int Topology::gpu_on_rail(int node, int rail) const {
+  for (int g = first_gpu_of_node_[node]; g < first_gpu_of_node_[node + 1]; ++g) {
+    if (rail_of_gpu_[g] == rail) return g;
+  }
+  return -1;
+}
+
+std::size_t Topology::cached_routes() const { return cache_->routes.size(); }
+
+std::size_t Topology::cache_bytes() const {
+  return cache_->dist_bytes + route_pool_.capacity() * sizeof(std::uint32_t) +
+         cache_->routes.size() * (sizeof(Cache::Key) + sizeof(Route) + 2 * sizeof(void*));
+}
+
+}  // namespace trainsim

@@ -1,0 +1,144 @@
+#pragma once
+// The cluster as a graph of devices joined by directed links, for the
+// flow-level network (docs/network.md). Vertices: every GPU, one scale-up
+// switch per node, the node's NICs (one per rail), leaf switches
+// (rail-optimized: one per rail per group of nodes; fat-tree: one per group of
+// nodes), spine switches per datacenter, and one WAN gateway per datacenter
+// when there are several. Every physical link is two directed links, one per
+// direction, each with its own capacity (bytes/s) and latency (s).
+//
+// Routing: shortest path by hop count that never transits another GPU; among
+// equal-cost next hops a deterministic hash of (source, destination, flow tag)
+// picks one (ECMP). Routes are cached per (source, destination, tag).
+//
+// Boost.Graph builds and checks the graph inside graph.cpp; this header is
+// free of Boost.
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "topologies/hardware.hpp"
+
+namespace trainsim {
+
+const char* to_string(FabricKind k);
+
+enum class VertexKind : std::uint8_t { Gpu, ScaleupSwitch, Nic, Leaf, Spine, Gateway };
+enum class LinkKind : std::uint8_t {
+  ScaleUp,  // GPU <-> its node's scale-up switch (NVLink / NVSwitch)
+  GpuNic,   // GPU <-> NIC (PCIe)
+  Access,   // NIC <-> leaf
+  Uplink,   // leaf <-> spine
+  DcEdge,   // spine <-> datacenter gateway
+  Wan,      // gateway <-> gateway
+};
+const char* to_string(VertexKind k);
+const char* to_string(LinkKind k);
+
+struct TopologyVertex {
+  VertexKind kind = VertexKind::Gpu;
+  int node = -1;  // Gpu, ScaleupSwitch, Nic: the node
+  int index = 0;  // Gpu: global GPU id; Nic, Leaf: rail (-1 for fat-tree leaves); Spine: spine index
+  int group = 0;  // Leaf: group of nodes within its datacenter
+  int datacenter = 0;
+};
+
+struct TopologyLink {
+  std::uint32_t from = 0, to = 0;  // vertex ids
+  double capacity = 0;             // bytes/s
+  double latency = 0;              // seconds
+  LinkKind kind = LinkKind::ScaleUp;
+};
+
+// A problem with the cluster's network description; `message` names the element.
+class TopologyError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// A problem found by check_topology: `key` is the offending cluster key
+// relative to the cluster object ("fabric/nodes_per_leaf", "datacenters/count",
+// "" for the cluster as a whole).
+struct TopologyProblem {
+  std::string key;
+  std::string message;
+};
+
+// Every problem of the spec's fabric and datacenters, including a graph that
+// would leave some GPU unable to reach another. Empty = Topology(spec) succeeds.
+std::vector<TopologyProblem> check_topology(const ClusterSpec& spec);
+
+// A cached route: `length` link ids at `offset` in the topology's route pool.
+struct Route {
+  std::uint32_t offset = 0, length = 0;
+  double latency = 0;  // sum of the links' latencies, seconds
+};
+
+inline constexpr std::uint32_t kNoVertex = ~std::uint32_t{0};
+
+class Topology {
+ public:
+  // Throws TopologyError naming the element when the description is
+  // inconsistent or the graph is disconnected.
+  explicit Topology(const Cluster& cluster);
+  ~Topology();
+  Topology(Topology&&) noexcept;
+  Topology& operator=(Topology&&) noexcept;
+  Topology(const Topology&) = delete;
+  Topology& operator=(const Topology&) = delete;
+
+  std::size_t num_vertices() const { return vertices_.size(); }
+  std::size_t num_links() const { return links_.size(); }
+  const TopologyVertex& vertex(std::uint32_t v) const { return vertices_[v]; }
+  const TopologyLink& link(std::uint32_t l) const { return links_[l]; }
+  std::span<const TopologyLink> links() const { return links_; }
+  std::string vertex_name(std::uint32_t v) const;
+  std::string link_name(std::uint32_t l) const;
+
+  // GPU vertices are numbered like global GPU ids.
+  std::uint32_t gpu_vertex(int gpu) const { return static_cast<std::uint32_t>(gpu); }
+  // The node's scale-up switch; kNoVertex when the node has no scale-up domain.
+  std::uint32_t switch_vertex(int node) const { return switch_of_node_[node]; }
+  int node_of_gpu(int gpu) const { return vertices_[gpu].node; }
+  int datacenter_of_node(int node) const { return dc_of_node_[node]; }
+  int num_datacenters() const { return num_dcs_; }
+
+  // Route from src to dst (vertex ids, src != dst) for a flow with `tag`.
+  Route route(std::uint32_t src, std::uint32_t dst, std::uint64_t tag);
+  // Route src -> via -> dst (a GPU relaying over its scale-up links, like
+  // NCCL's PXN), cached like route().
+  Route route_via(std::uint32_t src, std::uint32_t via, std::uint32_t dst, std::uint64_t tag);
+  FabricKind fabric_kind() const { return fabric_kind_; }
+  // The rail (NIC index in its node) a GPU sends through; -1 without NICs.
+  int rail_of_gpu(int gpu) const { return rail_of_gpu_[gpu]; }
+  // The first GPU of `node` whose NIC is on `rail`; -1 if none.
+  int gpu_on_rail(int node, int rail) const;
+  std::span<const std::uint32_t> links_of(const Route& r) const { return {route_pool_.data() + r.offset, r.length}; }
+  std::size_t cached_routes() const;
+  // Bytes held by routing caches (distance tables and routes).
+  std::size_t cache_bytes() const;
+
+ private:
+  struct Cache;
+  bool nic_between_gpus(std::uint32_t from, std::uint32_t nic, std::uint32_t dst,
+                        const std::vector<std::uint16_t>& dist) const;
+  const std::vector<std::uint16_t>& distances_to(std::uint32_t dst);
+
+  std::vector<TopologyVertex> vertices_;
+  std::vector<TopologyLink> links_;
+  std::vector<std::uint32_t> out_offsets_, out_links_;  // CSR of outgoing links per vertex
+  std::vector<std::uint32_t> in_offsets_, in_links_;    // CSR of incoming links per vertex
+  std::vector<std::uint32_t> switch_of_node_;
+  std::vector<int> dc_of_node_;
+  int num_dcs_ = 1;
+  FabricKind fabric_kind_ = FabricKind::RailOptimized;
+  std::vector<int> rail_of_gpu_;
+  std::vector<int> first_gpu_of_node_;
+  std::vector<std::uint32_t> route_pool_;
+  std::unique_ptr<Cache> cache_;
+};
+
+}  // namespace trainsim

@@ -53,6 +53,11 @@ class StageProgramBuilder {
   ProgramTemplate build(double* hardware_flops, double* model_flops) {
     const int m = par_.micro_batches();
     const auto order = pipeline_order(par_.schedule, stage_, par_.pp, m, par_.vpp);
+    const std::size_t per_unit =
+        layers_per_chunk_ *
+            (steps_.layer.forward.size() + steps_.layer.backward.size() + steps_.layer.recompute.size()) / 2 +
+        8;
+    b_.reserve(order.size() * per_unit, 2 * order.size() * per_unit);
     // The last backward unit of each chunk carries the gradient reduction.
     std::vector<int> last_backward(par_.vpp, -1);
     for (int i = 0; i < static_cast<int>(order.size()); ++i) {

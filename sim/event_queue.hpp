@@ -1,5 +1,5 @@
 #pragma once
-// A flat 4-ary heap of small POD events ordered by (time, insertion sequence):
+// A flat binary heap of small POD events ordered by (time, insertion sequence):
 // ties resolve in insertion order, so every run replays identically.
 #include <cstdint>
 #include <vector>

@@ -104,6 +104,12 @@ TaskId ProgramBuilder::recv(std::uint8_t stream, std::uint32_t slot, CommClass c
   return add(Task{TaskKind::Recv, stream, CollectiveKind::AllReduce, cls, slot, label, microbatch, bytes}, deps);
 }
 
+void ProgramBuilder::reserve(std::size_t tasks, std::size_t deps) {
+  program_.tasks.reserve(tasks);
+  program_.dep_offsets.reserve(tasks + 1);
+  program_.deps.reserve(deps);
+}
+
 ProgramTemplate ProgramBuilder::finish() && {
   ProgramTemplate& p = program_;
   const std::size_t n = p.tasks.size();

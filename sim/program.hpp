@@ -77,6 +77,8 @@ class ProgramBuilder {
   TaskId recv(std::uint8_t stream, std::uint32_t slot, CommClass cls, std::uint64_t bytes, std::uint32_t label,
               int microbatch, std::span<const TaskId> deps);
   std::size_t size() const { return program_.tasks.size(); }
+  // Capacity hint: avoids regrowing the task and dependency arrays of big programs.
+  void reserve(std::size_t tasks, std::size_t deps);
 
   ProgramTemplate finish() &&;
 

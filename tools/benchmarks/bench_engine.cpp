@@ -3,8 +3,8 @@
 #include <benchmark/benchmark.h>
 
 #include <random>
-#include <vector>
 #include <span>
+#include <vector>
 
 #include "sim/event_queue.hpp"
 #include "tools/frontend/job.hpp"

@@ -38,23 +38,6 @@ std::vector<double> capacities(const Topology& t) {
 
 std::uint64_t channel_tag(std::uint64_t tag, int channel) { return tag * 1024 + static_cast<std::uint64_t>(channel); }
 
-double ring_factor(CollectiveKind kind, int n) {
-  const double f = static_cast<double>(n - 1) / n;
-  switch (kind) {
-    case CollectiveKind::AllReduce:
-      return 2 * f;
-    case CollectiveKind::AllGather:
-    case CollectiveKind::ReduceScatter:
-    case CollectiveKind::AllToAll:
-      return f;
-    case CollectiveKind::Broadcast:
-      return 1;
-  }
-  return 2 * f;
-}
-
-int ring_steps(CollectiveKind kind, int n) { return kind == CollectiveKind::AllReduce ? 2 * (n - 1) : n - 1; }
-
 }  // namespace
 
 FlowCollectives::FlowCollectives(const Cluster& cluster, Topology& topology,

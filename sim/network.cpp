@@ -41,10 +41,6 @@ CommShape AnalyticalNetwork::shape(const std::vector<int>& members) const {
   return s;
 }
 
-namespace {
-
-// Traffic factor of each collective per unit of buffer size on the busiest
-// link of a ring (nccl-tests "bus bandwidth" convention).
 double ring_factor(CollectiveKind kind, int n) {
   const double f = static_cast<double>(n - 1) / n;
   switch (kind) {
@@ -60,10 +56,7 @@ double ring_factor(CollectiveKind kind, int n) {
   return 2 * f;
 }
 
-// Algorithm steps (each paying one hop latency) of a ring collective.
 int ring_steps(CollectiveKind kind, int n) { return kind == CollectiveKind::AllReduce ? 2 * (n - 1) : n - 1; }
-
-}  // namespace
 
 double AnalyticalNetwork::collective_seconds(const CommShape& s, CollectiveKind kind, double bytes) const {
   if (s.size <= 1 || bytes <= 0) return 0.0;

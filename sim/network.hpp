@@ -36,6 +36,11 @@ struct CommShape {
   const EfficiencyCurve* nvls_curve = nullptr;     // measured NVLS busbw curve, if any
 };
 
+// Traffic of a ring collective on its busiest link per byte of buffer
+// (nccl-tests "bus bandwidth" factor), and its steps (each paying one hop latency).
+double ring_factor(CollectiveKind kind, int n);
+int ring_steps(CollectiveKind kind, int n);
+
 class AnalyticalNetwork {
  public:
   // profiles[t] is the calibration profile of the cluster's GPU type t.

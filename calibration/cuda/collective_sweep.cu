@@ -32,15 +32,7 @@
 #include <string>
 #include <vector>
 
-#define CUDA_CHECK(call)                                                                                  \
-  do {                                                                                                    \
-    const cudaError_t e_ = (call);                                                                        \
-    if (e_ != cudaSuccess) {                                                                              \
-      std::fprintf(stderr, "%s:%d: CUDA error %s (%s) in %s\n", __FILE__, __LINE__, cudaGetErrorName(e_), \
-                   cudaGetErrorString(e_), #call);                                                        \
-      std::exit(1);                                                                                       \
-    }                                                                                                     \
-  } while (0)
+#include "raw_json.hpp"
 
 #define NCCL_CHECK(call)                                                                                  \
   do {                                                                                                    \
@@ -54,65 +46,13 @@
 
 namespace {
 
-std::string json_escape(const std::string& s) {
-  std::string out;
-  for (const char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(static_cast<unsigned char>(c)));
-          out += buf;
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out;
-}
-
-std::string q(const std::string& s) { return "\"" + json_escape(s) + "\""; }
-
-std::string num(double x) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.9g", x);
-  return buf;
-}
-
-std::string integer(double x) {  // exact for byte counts up to 2^53
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.0f", x);
-  return buf;
-}
-
-std::string utc_now() {
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[64];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-
-std::string host_name() {
-  char buf[256] = {};
-  if (gethostname(buf, sizeof buf - 1) != 0) return "unknown";
-  return buf;
-}
-
-std::string version_string(int v) { return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10); }
+using rawjson::host_name;
+using rawjson::integer;
+using rawjson::json_escape;
+using rawjson::num;
+using rawjson::q;
+using rawjson::utc_now;
+using rawjson::version_string;
 
 __global__ void init_kernel(float* p, std::size_t n, std::uint32_t seed) {
   for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;

@@ -74,6 +74,10 @@ struct CalibrationProfile {
   ValueEntry memory_reserved;  // bytes of HBM not available to tensors (CUDA context, NCCL, workspaces)
   LinkCalibration scaleup;
   LinkCalibration network;
+  // Share of the GPU's compute throughput left to kernels while a collective or
+  // send/recv kernel runs beside them (NCCL's CTAs occupy SMs): (SMs - channels) / SMs.
+  // Optional; 1 = no contention.
+  ValueEntry compute_share_during_comm{1.0, {}};
 };
 
 // Profiles compiled into the binary (calibration/profiles/*.json).

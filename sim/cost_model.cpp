@@ -8,7 +8,7 @@ namespace trainsim {
 ComputeCostModel::ComputeCostModel(const Cluster& cluster, std::vector<CalibrationProfile> profiles)
     : cluster_(&cluster), profiles_(std::move(profiles)) {}
 
-double ComputeCostModel::seconds(const ComputeOp& op, int gpu_type) const {
+double ComputeCostModel::seconds(const ComputeOp& op, int gpu_type, double compute_share) const {
   const GpuSpec& gpu = cluster_->gpu_type(gpu_type);
   const CalibrationProfile& p = profiles_[gpu_type];
   const double mem_bw = gpu.memory_bandwidth * p.memory_bound.curve.at(op.bytes);
@@ -24,21 +24,21 @@ double ComputeCostModel::seconds(const ComputeOp& op, int gpu_type) const {
       break;
     }
     case OpKind::Attention:
-      compute_time = op.flops / (gpu.peak(op.dtype) * p.attention.curve.at(op.flops / std::max(op.kernels, 1)));
-      break;
     case OpKind::AttentionBackward: {
-      const EfficiencyCurve& c = p.attention_backward.curve.empty() ? p.attention.curve : p.attention_backward.curve;
-      compute_time = op.flops / (gpu.peak(op.dtype) * c.at(op.flops / std::max(op.kernels, 1)));
+      const bool bwd = op.kind == OpKind::AttentionBackward && !p.attention_backward.curve.empty();
+      const EfficiencyCurve& c = bwd ? p.attention_backward.curve : p.attention.curve;
+      const double speed = op.triton_attention ? p.triton_attention_speed.value : 1.0;
+      compute_time = op.flops / (gpu.peak(op.dtype) * c.at(op.flops / std::max(op.kernels, 1)) * speed);
       break;
     }
     case OpKind::MemoryBound:
       break;
   }
-  return std::max(compute_time, mem_time) + op.kernels * p.launch_overhead.value;
+  return std::max(compute_time / compute_share, mem_time) + op.kernels * p.launch_overhead.value;
 }
 
-Time ComputeCostModel::duration(const ComputeOp& op, int gpu_type) const {
-  return Time::seconds(seconds(op, gpu_type));
+Time ComputeCostModel::duration(const ComputeOp& op, int gpu_type, double compute_share) const {
+  return Time::seconds(seconds(op, gpu_type, compute_share));
 }
 
 }  // namespace trainsim

@@ -16,8 +16,10 @@ class ComputeCostModel {
   // profiles[t] is the profile of the cluster's GPU type t.
   ComputeCostModel(const Cluster& cluster, std::vector<CalibrationProfile> profiles);
 
-  Time duration(const ComputeOp& op, int gpu_type) const;
-  double seconds(const ComputeOp& op, int gpu_type) const;
+  // compute_share < 1: the op runs beside a communication kernel that holds part of
+  // the SMs, so its math (not its HBM traffic) is that much slower.
+  Time duration(const ComputeOp& op, int gpu_type, double compute_share = 1.0) const;
+  double seconds(const ComputeOp& op, int gpu_type, double compute_share = 1.0) const;
   const CalibrationProfile& profile(int gpu_type) const { return profiles_[gpu_type]; }
 
  private:

@@ -1,6 +1,8 @@
 #include "sim/executor.hpp"
 
+#include <algorithm>
 #include <cassert>
+#include <cmath>
 #include <stdexcept>
 #include <string>
 
@@ -69,6 +71,17 @@ void Executor::init() {
   done_count_.assign(nr, 0);
   comms_.resize(setup.comms.size());
   op_cost_cache_.resize(setup.programs.size() * static_cast<std::size_t>(cluster.num_gpu_types()));
+  for (int t = 0; t < cluster.num_gpu_types(); ++t) {
+    const double share = costs_->profile(t).compute_share_during_comm.value;
+    contention_ |= share > 0 && share < 1.0;
+  }
+  if (contention_) {
+    comm_active_.assign(nr, 0);
+    run_frac_.assign(streams, 0.0);
+    run_since_.assign(streams, Time{});
+    run_end_.assign(streams, Time{});
+    run_slow_.assign(streams, 0);
+  }
   result_.finish.assign(nr, Time{});
 }
 
@@ -81,16 +94,76 @@ const CommShape& Executor::shape_of(std::uint32_t comm) {
   return c.shape;
 }
 
-Time Executor::op_duration(std::uint32_t rank, std::uint32_t op) {
+Time Executor::op_duration(std::uint32_t rank, std::uint32_t op, bool contended) {
   const RankProgram& rp = setup_->ranks[rank];
   const int type = cluster_->gpu_type_of(rp.gpu);
   auto& cache = op_cost_cache_[rp.program * static_cast<std::size_t>(cluster_->num_gpu_types()) + type];
   if (cache.empty()) {
     const ProgramTemplate& p = setup_->programs[rp.program];
-    cache.reserve(p.ops.size());
-    for (const ComputeOp& o : p.ops) cache.push_back(costs_->duration(o, type));
+    const double share = costs_->profile(type).compute_share_during_comm.value;
+    cache.reserve(2 * p.ops.size());
+    for (const ComputeOp& o : p.ops) {
+      cache.push_back(costs_->duration(o, type));
+      cache.push_back(costs_->duration(o, type, share));
+    }
   }
-  return cache[op];
+  return cache[2 * static_cast<std::size_t>(op) + (contended ? 1 : 0)];
+}
+
+void Executor::start_compute(std::uint32_t rank, std::uint32_t task, std::uint32_t op, Time now) {
+  if (!contention_) {
+    queue_.push(now + op_duration(rank, op, false), rank, task);
+    return;
+  }
+  const std::size_t si = stream_at(rank, setup_->programs[setup_->ranks[rank].program].tasks[task].stream);
+  const bool slow = comm_active_[rank] > 0;
+  run_frac_[si] = 0;
+  run_since_[si] = now;
+  run_slow_[si] = slow ? 1 : 0;
+  run_end_[si] = now + op_duration(rank, op, slow);
+  queue_.push(run_end_[si], rank, task);
+}
+
+void Executor::comm_started(std::uint32_t rank, Time now) {
+  if (contention_ && comm_active_[rank]++ == 0) retime_compute(rank, now);
+}
+
+void Executor::comm_finished(std::uint32_t rank, Time now) {
+  if (contention_ && --comm_active_[rank] == 0) retime_compute(rank, now);
+}
+
+// The rank's compute rate changed at `now`: book the progress made at the old
+// rate and move each running kernel's completion to where the new rate puts it.
+void Executor::retime_compute(std::uint32_t rank, Time now) {
+  const ProgramTemplate& p = setup_->programs[setup_->ranks[rank].program];
+  const bool slow = comm_active_[rank] > 0;
+  for (std::uint32_t s = 0; s < p.streams.size(); ++s) {
+    const std::size_t si = stream_at(rank, s);
+    if (!stream_busy_[si] || run_slow_[si] == (slow ? 1 : 0)) continue;
+    const Task& t = p.tasks[p.stream(s)[stream_pos_[si]]];
+    if (t.kind != TaskKind::Compute) continue;
+    const double old_d = static_cast<double>(op_duration(rank, t.ref, run_slow_[si] != 0).count_ns());
+    const double new_d = static_cast<double>(op_duration(rank, t.ref, slow).count_ns());
+    if (old_d > 0)
+      run_frac_[si] = std::min(1.0, run_frac_[si] + static_cast<double>((now - run_since_[si]).count_ns()) / old_d);
+    run_since_[si] = now;
+    run_slow_[si] = slow ? 1 : 0;
+    const Time end = now + Time::ns(static_cast<std::int64_t>(std::llround((1.0 - run_frac_[si]) * new_d)));
+    if (end != run_end_[si]) {
+      run_end_[si] = end;
+      queue_.push(end, rank, p.stream(s)[stream_pos_[si]]);
+    }
+  }
+}
+
+// A compute completion superseded by a later retime.
+bool Executor::stale(const Event& e) const {
+  if (!contention_) return false;
+  const ProgramTemplate& p = setup_->programs[setup_->ranks[e.rank].program];
+  const Task& t = p.tasks[e.payload];
+  if (t.kind != TaskKind::Compute) return false;
+  const std::size_t si = stream_at(e.rank, t.stream);
+  return !stream_busy_[si] || p.stream(t.stream)[stream_pos_[si]] != e.payload || run_end_[si] != e.time;
 }
 
 void Executor::record(std::uint32_t rank, std::uint32_t task, Time start, Time end, std::uint8_t category) {
@@ -113,7 +186,7 @@ void Executor::try_start(std::uint32_t rank, std::uint8_t stream, Time now) {
   const Task& t = p.tasks[task];
   switch (t.kind) {
     case TaskKind::Compute:
-      queue_.push(now + op_duration(rank, t.ref), rank, task);
+      start_compute(rank, task, t.ref, now);
       break;
     case TaskKind::Collective:
       post_collective(rank, task, now);
@@ -128,6 +201,7 @@ void Executor::try_start(std::uint32_t rank, std::uint8_t stream, Time now) {
 void Executor::start_transfer(std::uint32_t rank, std::uint32_t task, Time start, Time end) {
   const Task& t = setup_->programs[setup_->ranks[rank].program].tasks[task];
   stream_start_[stream_at(rank, t.stream)] = start;
+  comm_started(rank, start);
   queue_.push(end, rank, task);
 }
 
@@ -149,6 +223,7 @@ void Executor::post_collective(std::uint32_t rank, std::uint32_t task, Time now)
       record(w.rank, w.task, w.posted, now, kWaitCategory);
       const Task& wt = setup_->programs[setup_->ranks[w.rank].program].tasks[w.task];
       stream_start_[stream_at(w.rank, wt.stream)] = now;
+      comm_started(w.rank, now);
       in_flight_[slot].push_back(w);
     }
     flows_->start(now, plan, slot);
@@ -197,6 +272,7 @@ void Executor::post_p2p(std::uint32_t rank, std::uint32_t task, Time now) {
     for (const Waiter& w : {s, r}) {
       const Task& wt = setup_->programs[setup_->ranks[w.rank].program].tasks[w.task];
       stream_start_[stream_at(w.rank, wt.stream)] = now;
+      comm_started(w.rank, now);
       in_flight_[slot].push_back(w);
     }
     flows_->start(now, plan, slot);
@@ -215,6 +291,7 @@ void Executor::complete(std::uint32_t rank, std::uint32_t task, Time now) {
       t.kind == TaskKind::Compute ? kComputeCategory : static_cast<std::uint8_t>(1 + static_cast<int>(t.comm_class));
   record(rank, task, stream_start_[si], now, category);
   stream_busy_[si] = 0;
+  if (t.kind != TaskKind::Compute) comm_finished(rank, now);
   ++stream_pos_[si];
   if (++done_count_[rank] == p.tasks.size()) result_.finish[rank] = now;
   for (std::uint32_t s : p.succs_of(task)) {
@@ -255,6 +332,7 @@ std::uint32_t Executor::new_in_flight() {
 void Executor::run_analytical(std::uint64_t* events, Time* now) {
   while (!queue_.empty()) {
     const Event e = queue_.pop();
+    if (stale(e)) continue;
     *now = e.time;
     ++*events;
     complete(e.rank, e.payload, *now);
@@ -279,6 +357,7 @@ void Executor::run_flows(std::uint64_t* events, Time* now) {
       continue;
     }
     const Event e = queue_.pop();
+    if (stale(e)) continue;
     *now = e.time;
     ++*events;
     complete(e.rank, e.payload, *now);

@@ -3,7 +3,9 @@
 // head of its stream and its dependencies are done; a collective starts when
 // every simulated member has posted it (rendezvous), a send/recv pair when
 // both sides have. If the queue drains while tasks remain, the result names
-// the waiting ranks and tasks (a deadlock) instead of hanging.
+// the waiting ranks and tasks (a deadlock) instead of hanging. While a transfer
+// runs on a GPU, its compute kernels run at the profile's reduced compute share
+// (communication kernels hold SMs); a running kernel's end moves when that changes.
 #include <cstdint>
 #include <deque>
 #include <string>
@@ -107,7 +109,12 @@ class Executor {
   PlanId flow_plan(std::uint32_t comm, std::uint32_t what, std::uint64_t bytes);
   std::uint32_t new_in_flight();
   const CommShape& shape_of(std::uint32_t comm);
-  Time op_duration(std::uint32_t rank, std::uint32_t op);
+  Time op_duration(std::uint32_t rank, std::uint32_t op, bool contended);
+  void start_compute(std::uint32_t rank, std::uint32_t task, std::uint32_t op, Time now);
+  void comm_started(std::uint32_t rank, Time now);
+  void comm_finished(std::uint32_t rank, Time now);
+  void retime_compute(std::uint32_t rank, Time now);
+  bool stale(const Event& e) const;
   void record(std::uint32_t rank, std::uint32_t task, Time start, Time end, std::uint8_t category);
   std::vector<WaitingTask> describe_deadlock(std::size_t* ranks_waiting) const;
 
@@ -137,7 +144,15 @@ class Executor {
   std::vector<std::uint32_t> slot_seq_;
   std::vector<std::uint32_t> done_count_;
   std::vector<CommState> comms_;
-  std::vector<std::vector<Time>> op_cost_cache_;  // [program * types + type][op]
+  std::vector<std::vector<Time>> op_cost_cache_;  // [program * types + type][2 * op + contended]
+  // Compute/communication contention: transfers running per rank, and per stream
+  // the running compute kernel's progress (fraction done at `run_since_`), rate and
+  // the one valid completion time (earlier events for it are stale).
+  bool contention_ = false;
+  std::vector<std::uint32_t> comm_active_;
+  std::vector<double> run_frac_;
+  std::vector<Time> run_since_, run_end_;
+  std::vector<std::uint8_t> run_slow_;
   std::vector<int> timeline_of_rank_;
   SimulationResult result_;
   EventQueue queue_;

@@ -60,6 +60,51 @@ TEST_CASE("a collective starts when the last member arrives") {
   CHECK(fast.bubble_s == doctest::Approx(0.0));
 }
 
+TEST_CASE("compute beside a running collective is slowed by the profile's compute share") {
+  // Two ranks each run a 10 ms GEMM while a 0.4 GB all-reduce (4 ms over 100 GB/s)
+  // starts on their comm stream at a given time (after a GEMM on a side stream).
+  // At half the compute throughput during the transfer, the GEMM loses half of the
+  // overlapped span: from 0 to 4 ms, 2 ms (ends at 12 ms); from 9 ms, its last 1 ms
+  // of work takes 2 ms (ends at 11 ms).
+  struct Case {
+    double share;     // compute share during communication
+    double ar_flops;  // compute before the all-reduce is posted (its start time)
+    double gemm_end;  // expected GEMM completion, seconds
+  };
+  for (const Case c : {Case{1.0, 0, 0.010}, Case{0.5, 0, 0.012}, Case{0.5, 0.9e12, 0.011}}) {
+    CAPTURE(c.share);
+    CAPTURE(c.ar_flops);
+    Cluster cluster{toy_cluster(1, 2)};
+    CalibrationProfile prof = ideal_profile();
+    prof.compute_share_during_comm.value = c.share;
+    std::vector<CalibrationProfile> profiles{prof};
+    ComputeCostModel costs{cluster, profiles};
+    AnalyticalNetwork net{cluster, profiles};
+    SimulationSetup setup;
+    setup.comms.push_back(Communicator{"pair", {0, 1}, 2});
+    ProgramBuilder b("p");
+    const auto main = b.add_stream("compute");
+    const auto side = b.add_stream("side");
+    const auto comm = b.add_stream("comm");
+    const auto slot = b.add_comm_slot("pair");
+    std::vector<TaskId> deps;
+    if (c.ar_flops > 0) deps.push_back(b.compute(side, b.add_op(gemm(c.ar_flops)), b.add_label("pre"), 0, {}));
+    b.compute(main, b.add_op(gemm(1e12)), b.add_label("work"), 0, {});
+    b.collective(comm, slot, CollectiveKind::AllReduce, CommClass::DP, 400000000, b.add_label("ar"), 0, deps);
+    setup.programs.push_back(std::move(b).finish());
+    setup.ranks.push_back(RankProgram{"r0", 0, 0, {0}, true});
+    setup.ranks.push_back(RankProgram{"r1", 0, 1, {0}, true});
+    Executor ex(setup, cluster, costs, net);
+    const SimulationResult r = ex.run();
+    REQUIRE(r.completed);
+    double work_end = 0;
+    for (const Interval& iv : r.timelines[0].intervals) {
+      if (iv.stream == main) work_end = iv.end.to_seconds();
+    }
+    CHECK(work_end == doctest::Approx(c.gemm_end));
+  }
+}
+
 TEST_CASE("a wrong hand-made schedule is reported as a deadlock naming ranks and tasks") {
   Fixture f;
   SimulationSetup setup;

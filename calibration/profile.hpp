@@ -68,16 +68,19 @@ struct CalibrationProfile {
   CurveEntry attention;
   // The same for the fused attention backward kernel (optional: else `attention`).
   CurveEntry attention_backward;
+  // Throughput of the Triton FlashAttention kernel relative to the curves above
+  // (optional; needed by scenarios with attention "flash-triton").
+  ValueEntry triton_attention_speed;
   // Memory-bound kernels: achieved / spec HBM bandwidth vs bytes moved.
   CurveEntry memory_bound;
   ValueEntry launch_overhead;  // seconds per kernel
-  ValueEntry memory_reserved;  // bytes of HBM not available to tensors (CUDA context, NCCL, workspaces)
-  LinkCalibration scaleup;
-  LinkCalibration network;
   // Share of the GPU's compute throughput left to kernels while a collective or
   // send/recv kernel runs beside them (NCCL's CTAs occupy SMs): (SMs - channels) / SMs.
   // Optional; 1 = no contention.
   ValueEntry compute_share_during_comm{1.0, {}};
+  ValueEntry memory_reserved;  // bytes of HBM not available to tensors (CUDA context, NCCL, workspaces)
+  LinkCalibration scaleup;
+  LinkCalibration network;
 };
 
 // Profiles compiled into the binary (calibration/profiles/*.json).

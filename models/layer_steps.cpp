@@ -49,10 +49,11 @@ class StepList {
     return add_compute(std::move(op), 0, std::move(waits));
   }
   int attention(const std::string& name, Dtype dtype, double exec_flops, double model_flops, double bytes,
-                std::vector<int> waits = {}, bool backward = false) {
+                std::vector<int> waits, bool backward, bool triton) {
     ComputeOp op;
     op.name = name;
     op.kind = backward ? OpKind::AttentionBackward : OpKind::Attention;
+    op.triton_attention = triton;
     op.dtype = dtype;
     op.flops = exec_flops;
     op.bytes = bytes;
@@ -127,9 +128,11 @@ Dims dims_of(const TransformerSpec& m, const ParallelSpec& p, const TrainingSpec
 // Attention core forward (flash: one fused kernel; unfused: QK^T, softmax, dropout, AV).
 void attention_core_forward(StepList& L, const Dims& D, AttentionKind kind, std::vector<int> waits) {
   const double model = 4 * D.b * D.s_local * D.s_full * D.a_t * D.d;  // QK^T and AV, full (non-causal) count
-  if (kind == AttentionKind::Flash) {
+  if (kind != AttentionKind::Unfused) {
     const double bytes = (D.tokens * (2 * D.a_t * D.d) + D.b * D.s_full * 2 * D.g_t * D.d) * kActBytes;
-    L.attention("attn.core", D.attn_dtype, model / 2, model, bytes, std::move(waits));  // causal: half the tiles run
+    // causal: half the tiles run
+    L.attention("attn.core", D.attn_dtype, model / 2, model, bytes, std::move(waits), false,
+                kind == AttentionKind::FlashTriton);
     return;
   }
   const double heads = D.b * D.a_t;
@@ -208,10 +211,11 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     L.gemm("attn.proj.wgrad", D.gemm_dtype, D.h, D.a_t * D.d, D.tokens, after(g2));
     L.set_pass(Pass::BackwardInput);
     const double model_core = 4 * D.b * D.s_local * D.s_full * D.a_t * D.d;
-    if (tr.attention == AttentionKind::Flash) {
+    if (tr.attention != AttentionKind::Unfused) {
       // FlashAttention backward: recomputes QK^T and runs four GEMMs (2.5x the forward work).
       const double bytes = (D.tokens * (4 * D.a_t * D.d) + D.b * D.s_full * 4 * D.g_t * D.d) * kActBytes;
-      L.attention("attn.core.bwd", D.attn_dtype, 2.5 * model_core / 2, 2 * model_core, bytes, {}, true);
+      L.attention("attn.core.bwd", D.attn_dtype, 2.5 * model_core / 2, 2 * model_core, bytes, {}, true,
+                  tr.attention == AttentionKind::FlashTriton);
     } else {
       const double heads = D.b * D.a_t;
       const double scores = heads * D.s_local * D.s_full;

@@ -65,7 +65,10 @@ struct ParallelSpec {
   int micro_batches() const { return global_batch / (micro_batch * dp); }
 };
 
-enum class AttentionKind : std::uint8_t { Flash, Unfused };
+// Flash: FlashAttention-2 (or cuDNN fused attention); FlashTriton: the Triton
+// FlashAttention kernel (flash_attn_triton, used e.g. by llm-foundry in 2023), the
+// same algorithm at lower throughput; Unfused: QK^T, softmax, dropout, AV kernels.
+enum class AttentionKind : std::uint8_t { Flash, FlashTriton, Unfused };
 
 struct TrainingSpec {
   int seq_len = 2048;

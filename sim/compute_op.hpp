@@ -18,6 +18,7 @@ struct ComputeOp {
   double bytes = 0;                  // HBM bytes read + written
   std::int64_t m = 0, n = 0, k = 0;  // GEMM shape (per GEMM) for shape-dependent efficiency
   int kernels = 1;                   // kernel launches the op stands for
+  bool triton_attention = false;     // attention: the Triton FlashAttention kernel, not FlashAttention-2
 };
 
 }  // namespace trainsim

@@ -198,11 +198,12 @@ CalibrationProfile read_profile(ObjectReader& r) {
   p.gemm_min_dim = read_curve(r, "gemm_min_dim", true);
   p.attention = read_curve(r, "attention", true);
   p.attention_backward = read_curve(r, "attention_backward", false);
+  p.triton_attention_speed = read_value(r, "triton_attention_speed", std::nullopt, 0.05, 1, false);
   p.memory_bound = read_curve(r, "memory_bound", true);
   p.launch_overhead = read_value(r, "launch_overhead", Quantity::Time, 0, 1e-3, true);
-  p.memory_reserved = read_value(r, "memory_reserved", Quantity::Bytes, 0, 1e12, true);
   p.compute_share_during_comm = read_value(r, "compute_share_during_comm", std::nullopt, 0.05, 1, false);
   if (r.raw("compute_share_during_comm") == nullptr) p.compute_share_during_comm = ValueEntry{1.0, {}};  // none
+  p.memory_reserved = read_value(r, "memory_reserved", Quantity::Bytes, 0, 1e12, true);
   p.scaleup = read_link(r, "scaleup");
   p.network = read_link(r, "network");
   return p;

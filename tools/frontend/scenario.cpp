@@ -303,8 +303,10 @@ TrainingSpec read_training(ObjectReader& top, const TransformerSpec& model) {
     if (prec == to_string(static_cast<Dtype>(d))) t.precision = static_cast<Dtype>(d);
   }
   t.optimizer = r.choice("optimizer", "adam", {"adam", "sgd"});
-  t.attention =
-      r.choice("attention", "flash", {"flash", "unfused"}) == "flash" ? AttentionKind::Flash : AttentionKind::Unfused;
+  const std::string attn = r.choice("attention", "flash", {"flash", "flash-triton", "unfused"});
+  t.attention = attn == "flash"          ? AttentionKind::Flash
+                : attn == "flash-triton" ? AttentionKind::FlashTriton
+                                         : AttentionKind::Unfused;
   t.grad_reduce_bytes = r.choice("grad_reduce", "fp32", {"fp32", "bf16", "fp16"}) == "fp32" ? 4 : 2;
   t.dropout = r.boolean("dropout", true);
   r.finish();
@@ -384,6 +386,14 @@ std::vector<CalibrationProfile> read_calibration(ObjectReader& top, const Catalo
 
 void check_consistency(Scenario& s, Diagnostics& d) {
   const ParallelSpec& p = s.parallel;
+  if (s.training.attention == AttentionKind::FlashTriton) {
+    for (const auto& prof : s.profiles) {
+      if (prof.triton_attention_speed.value <= 0) {
+        d.error("/training/attention", "\"flash-triton\" needs triton_attention_speed in the calibration profile of " +
+                                           prof.gpu + ", which has none");
+      }
+    }
+  }
   const TransformerSpec& m = s.model;
   const int gpus = s.cluster.total_gpus();
   auto str = [](auto x) { return std::to_string(x); };

@@ -199,8 +199,11 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     const int in2 = D.sp ? L.comm("tp.ag.mlp.input", CollectiveKind::AllGather, CommClass::TP, act) : -1;
     L.gemm("mlp.up.dgrad", D.gemm_dtype, D.tokens, D.h, D.f_t * D.up_mult);
     const int rs2 = D.tp_comm ? L.comm("tp.mlp.in.grad", tp_in_kind, CommClass::TP, act) : -1;
+    // Without async TP all-reduce the weight-gradient GEMM waits for the input gradient's
+    // all-reduce (same total as running it after the GEMM, as the 2021 code did).
+    const int wg2 = p.tp_grad_overlap || D.sp ? in2 : rs2;
     L.set_pass(Pass::BackwardWeight);
-    L.gemm("mlp.up.wgrad", D.gemm_dtype, D.h, D.f_t * D.up_mult, D.tokens, maybe(in2));
+    L.gemm("mlp.up.wgrad", D.gemm_dtype, D.h, D.f_t * D.up_mult, D.tokens, maybe(wg2));
     L.set_pass(Pass::BackwardInput);
     L.memory("norm2.bwd", act_norm * 4, maybe(rs2));
     // Attention block, in reverse.
@@ -231,8 +234,9 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     const int in1 = D.sp ? L.comm("tp.ag.attn.input", CollectiveKind::AllGather, CommClass::TP, act) : -1;
     L.gemm("attn.qkv.dgrad", D.gemm_dtype, D.tokens, D.h, (D.a_t + 2 * D.g_t) * D.d, maybe(rkv));
     const int rs1 = D.tp_comm ? L.comm("tp.attn.in.grad", tp_in_kind, CommClass::TP, act) : -1;
+    const int wg1 = p.tp_grad_overlap || D.sp ? in1 : rs1;
     L.set_pass(Pass::BackwardWeight);
-    L.gemm("attn.qkv.wgrad", D.gemm_dtype, D.h, (D.a_t + 2 * D.g_t) * D.d, D.tokens, maybe(in1));
+    L.gemm("attn.qkv.wgrad", D.gemm_dtype, D.h, (D.a_t + 2 * D.g_t) * D.d, D.tokens, maybe(wg1));
     L.set_pass(Pass::BackwardInput);
     L.memory("norm1.bwd", act_norm * 4, maybe(rs1));
   }

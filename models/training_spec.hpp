@@ -52,7 +52,10 @@ struct ParallelSpec {
   Recompute recompute = Recompute::None;
   bool dp_overlap = true;        // overlap gradient reduction with the last backward
   bool tp_comm_overlap = false;  // overlap TP collectives with the adjacent GEMMs (userbuffers)
-  bool pp_overlap = true;        // pipeline send/recv beside compute (false: blocking, as Megatron-LM 2021 / DeepSpeed)
+  // Backward: the input-gradient TP all-reduce runs beside the weight-gradient GEMM
+  // (Megatron-LM's async TP all-reduce, late 2021 on); false: after it, blocking (2021 code).
+  bool tp_grad_overlap = true;
+  bool pp_overlap = true;  // pipeline send/recv beside compute (false: blocking, as Megatron-LM 2021 / DeepSpeed)
   bool pp_scatter_gather =
       true;                    // each TP rank sends 1/tp of an activation (Megatron-LM); false: all of it (DeepSpeed)
   double dp_bucket_bytes = 0;  // gradient bucket size (0 = Megatron default: max(40M, 1M*dp) params)

@@ -265,6 +265,7 @@ ParallelSpec read_parallel(ObjectReader& top) {
   p.recompute = rc == "full" ? Recompute::Full : rc == "selective" ? Recompute::Selective : Recompute::None;
   p.dp_overlap = r.boolean("dp_overlap", true);
   p.tp_comm_overlap = r.boolean("tp_comm_overlap", false);
+  p.tp_grad_overlap = r.boolean("tp_grad_overlap", true);
   p.pp_overlap = r.boolean("pp_overlap", true);
   p.pp_scatter_gather = r.boolean("pp_scatter_gather", true);
   p.dp_bucket_bytes = r.quantity("dp_bucket", Quantity::Bytes, 0, 1e3, 1e13);
@@ -385,6 +386,14 @@ std::vector<CalibrationProfile> read_calibration(ObjectReader& top, const Catalo
 }
 
 void check_consistency(Scenario& s, Diagnostics& d) {
+  if (s.training.attention == AttentionKind::FlashTriton) {
+    for (const auto& prof : s.profiles) {
+      if (prof.triton_attention_speed.value <= 0) {
+        d.error("/training/attention", "\"flash-triton\" needs triton_attention_speed in the calibration profile of " +
+                                           prof.gpu + ", which has none");
+      }
+    }
+  }
   const ParallelSpec& p = s.parallel;
   if (s.training.attention == AttentionKind::FlashTriton) {
     for (const auto& prof : s.profiles) {

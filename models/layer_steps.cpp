@@ -97,7 +97,7 @@ struct Dims {
   bool sp, tp_comm, cp_comm, swiglu;
   Dtype gemm_dtype;
   bool dropout;
-  Dtype attn_dtype;  // attention and memory-bound work: FP8 recipes keep these in BF16
+  Dtype attn_dtype;  // attention, LM head and memory-bound work: FP8 recipes keep these in BF16
 };
 
 Dims dims_of(const TransformerSpec& m, const ParallelSpec& p, const TrainingSpec& tr) {
@@ -257,21 +257,23 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     B.memory("embed.grad", D.tokens * D.h * (kActBytes + 4 + 4));  // scatter-add into fp32 grads
   }
   // ---------------- final norm, LM head and loss (last stage) ----------------
+  // The output layer sits outside the FP8 region of FP8 recipes (Megatron-core enters
+  // Transformer Engine's fp8_autocast per transformer block), so it runs in 16-bit.
   {
     const double v_t = static_cast<double>(m.vocab) / p.tp;
     StepList L(&out.head_forward, Pass::Forward);
     L.memory("final.norm", act_norm * 2);
     const int ag = D.sp ? L.comm("tp.ag.head", CollectiveKind::AllGather, CommClass::TP, act) : -1;
-    L.gemm("head.logits", D.gemm_dtype, D.tokens, v_t, D.h, maybe(ag));
+    L.gemm("head.logits", D.attn_dtype, D.tokens, v_t, D.h, maybe(ag));
     L.memory("loss.xent", D.tokens * v_t * (kActBytes + 4 + 4));
     StepList B(&out.head_backward, Pass::BackwardInput);
     B.memory("loss.xent.bwd", D.tokens * v_t * (4 + kActBytes));
-    B.gemm("head.dgrad", D.gemm_dtype, D.tokens, D.h, v_t);
+    B.gemm("head.dgrad", D.attn_dtype, D.tokens, D.h, v_t);
     const int rs = D.tp_comm ? B.comm("tp.head.grad", D.sp ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce,
                                       CommClass::TP, act)
                              : -1;
     B.set_pass(Pass::BackwardWeight);
-    B.gemm("head.wgrad", D.gemm_dtype, D.h, v_t, D.tokens);
+    B.gemm("head.wgrad", D.attn_dtype, D.h, v_t, D.tokens);
     B.set_pass(Pass::BackwardInput);
     B.memory("final.norm.bwd", act_norm * 4, maybe(rs));
   }

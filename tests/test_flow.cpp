@@ -111,6 +111,25 @@ TEST_CASE("graph: GPUs, scale-up switches, NICs per rail, leaves per rail, spine
   }
 }
 
+TEST_CASE("graph: a partly filled leaf keeps uplinks sized for all its ports") {
+  // 3 nodes x 2 GPUs, 2 nodes per leaf: the second leaf of each rail holds one
+  // node. Its uplinks are the switch's, sized for 2 ports (20 GB/s over 2 spines),
+  // so a flow from it across the spines still gets its NIC's 10 GB/s.
+  ClusterSpec spec = toy_cluster(3, 2);
+  spec.fabric.nodes_per_leaf = 2;
+  spec.fabric.spines = 2;
+  const Cluster cluster(spec);
+  Topology t(cluster);
+  const Route far = t.route(4, 0, 0);  // node 2 (second leaf) -> node 0, rail 0
+  int uplinks = 0;
+  for (std::uint32_t l : t.links_of(far)) {
+    if (t.link(l).kind != LinkKind::Uplink) continue;
+    ++uplinks;
+    CHECK(t.link(l).capacity == doctest::Approx(10e9));
+  }
+  CHECK(uplinks == 2);
+}
+
 TEST_CASE("graph: ECMP is deterministic per (src, dst, tag) and spreads tags over spines") {
   ClusterSpec spec = toy_cluster(4, 1);
   spec.fabric.nodes_per_leaf = 1;

@@ -244,18 +244,24 @@ Topology::Topology(const Cluster& cluster) : cache_(std::make_unique<Cache>()) {
     const int first = d * nodes_per_dc;
     const int groups = (nodes_per_dc + npl - 1) / npl;
     std::vector<std::uint32_t> leaves;
-    std::vector<double> down;  // access capacity under each leaf
+    std::vector<double> down;  // access capacity under each leaf when all its down ports are in use
     for (int g = 0; g < groups; ++g) {
       const int lo = first + g * npl, hi = std::min(first + nodes_per_dc, lo + npl);
       for (int r = 0; r < rails; ++r) {
         const int rail = fab.kind == FabricKind::RailOptimized ? r : -1;
         double cap = 0;
+        int ports_used = 0;
         for (int n = lo; n < hi; ++n) {
           const NodeSpec& ns = cluster.node_spec(n);
-          if (rail < 0) cap += ns.nic_bandwidth * ns.nic_count;
-          if (rail >= 0 && rail < ns.nic_count) cap += ns.nic_bandwidth;
+          const int nics = rail < 0 ? ns.nic_count : (rail < ns.nic_count ? 1 : 0);
+          cap += ns.nic_bandwidth * nics;
+          ports_used += nics;
         }
         if (!(cap > 0)) continue;  // no node of this group has a NIC on this rail
+        // A leaf's uplinks are sized for all its down ports, not for the nodes that
+        // happen to sit under it (the last leaf of a cluster may be partly filled).
+        const int ports = npl * (rail < 0 ? max_nics(spec) : 1);
+        cap *= static_cast<double>(ports) / ports_used;
         const std::uint32_t leaf = add_vertex(TopologyVertex{VertexKind::Leaf, -1, rail, g, d});
         for (int n = lo; n < hi; ++n) {
           const NodeSpec& ns = cluster.node_spec(n);

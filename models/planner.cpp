@@ -293,9 +293,19 @@ class StageProgramBuilder {
     deps.push_back(last_compute_);
     const double shard = (par_.zero >= 1 ? dp_group_ : 1);
     const double params = local_params() / shard;
-    // Optimizer: gradient-norm pass (fp32 grads) then the update (Adam: read master,
-    // grad, m, v = 16 B; write master, m, v, 16-bit weight = 14 B per parameter).
-    const double update_bytes = train_.optimizer == "sgd" ? 22.0 : 30.0;
+    // Optimizer: gradient-norm pass (fp32 grads), then the update's passes over the
+    // local parameters as mixed-precision optimizers run them (Megatron-LM's
+    // Float16Optimizer and distributed optimizer, FSDP): 16-bit reduced gradients
+    // copied into fp32 main gradients (read 2 B, write 4 B); with fp16 loss scaling,
+    // unscale and inf check (read 4, write 4); the update (Adam: read grad, master,
+    // m, v, write master, m, v = 28 B; SGD with momentum 20 B); the fp32 master
+    // copied to the 16-bit weights (read 4, write 2) unless FSDP all-gathers the
+    // fp32 shard itself.
+    const bool mixed = train_.precision != Dtype::FP32 && train_.precision != Dtype::TF32;
+    double update_bytes = train_.optimizer == "sgd" ? 20.0 : 28.0;
+    if (mixed && train_.grad_reduce_bytes == 2) update_bytes += 6;
+    if (train_.precision == Dtype::FP16) update_bytes += 8;
+    if (mixed && par_.zero < 3) update_bytes += 6;
     ComputeOp norm{"optimizer.grad_norm", OpKind::MemoryBound, Dtype::FP32, 0, params * 4, 0, 0, 0, 1};
     ComputeOp step{"optimizer.step", OpKind::MemoryBound, Dtype::FP32, 0, params * update_bytes, 0, 0, 0, 1};
     const TaskId n = b_.compute(s_.compute, b_.add_op(norm), label("optimizer.grad_norm"), -1, dedupe(deps));

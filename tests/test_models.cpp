@@ -198,3 +198,38 @@ TEST_CASE("interleaving shrinks the pipeline bubble") {
   CHECK(one == doctest::Approx(gpipe).epsilon(0.02));  // same bubble, different memory
   CHECK(inter < one * 0.95);
 }
+
+TEST_CASE("optimizer step bytes per parameter follow the mixed-precision passes") {
+  const Catalog cat = load_builtin_catalog();
+  const TransformerSpec& m = *cat.find_model("gpt3-1.3b");
+  // Bytes of optimizer.step per parameter (grad_norm reads 4 B per parameter).
+  auto per_param = [&](Dtype precision, int grad_bytes, int zero, const std::string& optimizer) {
+    ParallelSpec par;
+    par.dp = 2;
+    par.zero = zero;
+    par.global_batch = 2;
+    TrainingSpec train;
+    train.precision = precision;
+    train.grad_reduce_bytes = grad_bytes;
+    train.optimizer = optimizer;
+    const Cluster cluster(toy_cluster(1, 2));
+    const TrainingPlan plan = plan_training(m, par, train, cluster, PlanOptions{});
+    double step = 0, norm = 0;
+    for (const ComputeOp& op : plan.setup.programs.at(0).ops) {
+      if (op.name == "optimizer.step") step = op.bytes;
+      if (op.name == "optimizer.grad_norm") norm = op.bytes;
+    }
+    REQUIRE(norm > 0);
+    return step / (norm / 4);
+  };
+  // Megatron-LM fp16: grad copy 6 + unscale 8 + Adam 28 + weight copy 6.
+  CHECK(per_param(Dtype::FP16, 2, 0, "adam") == doctest::Approx(48));
+  // bf16 with fp32 gradient accumulation: Adam 28 + weight copy 6.
+  CHECK(per_param(Dtype::BF16, 4, 1, "adam") == doctest::Approx(34));
+  // Distributed optimizer with bf16 reduction: + the gradient copy.
+  CHECK(per_param(Dtype::BF16, 2, 1, "adam") == doctest::Approx(40));
+  // FSDP keeps fp32 shards: no weight copy.
+  CHECK(per_param(Dtype::BF16, 4, 3, "adam") == doctest::Approx(28));
+  // fp32 training: the update alone; SGD with momentum 20.
+  CHECK(per_param(Dtype::FP32, 4, 0, "sgd") == doctest::Approx(20));
+}

@@ -1,5 +1,6 @@
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -121,4 +122,18 @@ TEST_CASE("every example scenario loads and runs feasibly") {
     CHECK(s.cluster.total_gpus() > 0);
   }
   CHECK(example_scenario_files().size() >= 1);
+}
+
+TEST_CASE("validate: --max-mape and --max-error gate the exit code") {
+  const std::string mpt = std::string(TRAINSIM_SOURCE_DIR) + "/scenarios/validation/mpt_7b_a100_8gpu_seq2048.json";
+  const CliResult ok = cli({"validate", mpt.c_str(), "--json"});
+  REQUIRE(ok.code == 0);
+  const double err_pct = std::abs(nlohmann::json::parse(ok.out)["max_error_pct"].get<double>());
+  REQUIRE(err_pct > 0.1);
+  const std::string below = std::to_string(err_pct * 0.9), above = std::to_string(err_pct * 1.1);
+  CHECK(cli({"validate", mpt.c_str(), "--max-error", above.c_str()}).code == 0);
+  const CliResult bad = cli({"validate", mpt.c_str(), "--max-error", below.c_str()});
+  CHECK(bad.code == 1);
+  CHECK(bad.err.find("exceeds --max-error") != std::string::npos);
+  CHECK(cli({"validate", mpt.c_str(), "--max-mape", below.c_str()}).code == 1);
 }

@@ -150,12 +150,14 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   check->add_option("--set", sets, "Override a scenario key")->allow_extra_args(false);
 
   std::vector<std::string> validate_paths;
-  double max_mape = -1;
+  double max_mape = -1, max_error = -1;
   bool validate_json = false;
   auto* validate_cmd = app.add_subcommand("validate", "Compare predictions with published measurements (MAPE)");
   validate_cmd->add_option("paths", validate_paths,
                            "Validation scenario files or directories (default: the shipped set)");
   validate_cmd->add_option("--max-mape", max_mape, "Exit 1 when the overall MAPE (percent) exceeds this")
+      ->check(CLI::Range(0.0, 1000.0));
+  validate_cmd->add_option("--max-error", max_error, "Exit 1 when any case's |error| (percent) exceeds this")
       ->check(CLI::Range(0.0, 1000.0));
   validate_cmd->add_flag("--json", validate_json, "Print the report as JSON");
   std::string validate_fidelity = "analytical";
@@ -245,6 +247,11 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
       }
       if (max_mape >= 0 && rep.mape_pct > max_mape) {
         err << "validation failed: MAPE " << fmt("%.2f", rep.mape_pct) << "% exceeds --max-mape " << max_mape << "%\n";
+        code = kInfeasible;
+      }
+      if (max_error >= 0 && rep.max_error_pct > max_error) {
+        err << "validation failed: largest |error| " << fmt("%.2f", rep.max_error_pct) << "% exceeds --max-error "
+            << max_error << "%\n";
         code = kInfeasible;
       }
       return code;

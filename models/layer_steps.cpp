@@ -273,7 +273,7 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
                                       CommClass::TP, act)
                              : -1;
     B.set_pass(Pass::BackwardWeight);
-    B.gemm("head.wgrad", D.attn_dtype, D.h, v_t, D.tokens);
+    B.gemm("head.wgrad", D.attn_dtype, D.h, v_t, D.tokens, maybe(p.tp_grad_overlap || D.sp ? -1 : rs));
     B.set_pass(Pass::BackwardInput);
     B.memory("final.norm.bwd", act_norm * 4, maybe(rs));
   }

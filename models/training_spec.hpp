@@ -54,6 +54,7 @@ struct ParallelSpec {
   bool tp_comm_overlap = false;  // overlap TP collectives with the adjacent GEMMs (userbuffers)
   // Backward: the input-gradient TP all-reduce runs beside the weight-gradient GEMM
   // (Megatron-LM's async TP all-reduce, late 2021 on); false: after it, blocking (2021 code).
+  // Sequence parallelism always overlaps (its reduce-scatter came with the async code).
   bool tp_grad_overlap = true;
   bool pp_overlap = true;  // pipeline send/recv beside compute (false: blocking, as Megatron-LM 2021 / DeepSpeed)
   bool pp_scatter_gather =

@@ -1,6 +1,7 @@
 #include "sim/cost_model.hpp"
 
 #include <algorithm>
+#include <cassert>
 #include <utility>
 
 namespace trainsim {
@@ -28,6 +29,7 @@ double ComputeCostModel::seconds(const ComputeOp& op, int gpu_type, double compu
       const bool bwd = op.kind == OpKind::AttentionBackward && !p.attention_backward.curve.empty();
       const EfficiencyCurve& c = bwd ? p.attention_backward.curve : p.attention.curve;
       const double speed = op.triton_attention ? p.triton_attention_speed.value : 1.0;
+      assert(speed > 0);  // scenario loading rejects flash-triton without the profile figure
       compute_time = op.flops / (gpu.peak(op.dtype) * c.at(op.flops / std::max(op.kernels, 1)) * speed);
       break;
     }

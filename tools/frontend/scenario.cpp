@@ -395,14 +395,6 @@ void check_consistency(Scenario& s, Diagnostics& d) {
     }
   }
   const ParallelSpec& p = s.parallel;
-  if (s.training.attention == AttentionKind::FlashTriton) {
-    for (const auto& prof : s.profiles) {
-      if (prof.triton_attention_speed.value <= 0) {
-        d.error("/training/attention", "\"flash-triton\" needs triton_attention_speed in the calibration profile of " +
-                                           prof.gpu + ", which has none");
-      }
-    }
-  }
   const TransformerSpec& m = s.model;
   const int gpus = s.cluster.total_gpus();
   auto str = [](auto x) { return std::to_string(x); };

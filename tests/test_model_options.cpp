@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,23 @@ double kernel_seconds(const std::vector<std::string>& sets, const std::string& n
   return 0;
 }
 
+// `scenario` with a calibration entry pointing at a copy of the shipped A100 80GB
+// profile changed by `edit`, written to `file` in the temp directory.
+std::string with_edited_a100_profile(std::string scenario, const std::string& file,
+                                     const std::function<void(nlohmann::json&)>& edit) {
+  std::string text;
+  for (const auto& f : calibration_profile_files()) {
+    if (f.path.find("a100-sxm4-80gb.json") != std::string_view::npos) text = std::string(f.text);
+  }
+  REQUIRE_FALSE(text.empty());
+  nlohmann::json profile = nlohmann::json::parse(text);
+  edit(profile);
+  const auto path = std::filesystem::temp_directory_path() / file;
+  std::ofstream(path) << profile.dump(2);
+  scenario.insert(scenario.rfind('}'), ", \"calibration\": {\"profiles\": [\"" + path.string() + "\"]}\n");
+  return scenario;
+}
+
 }  // namespace
 
 TEST_CASE("the Triton FlashAttention kernel runs at the profile's relative speed") {
@@ -71,19 +89,9 @@ TEST_CASE("the Triton FlashAttention kernel runs at the profile's relative speed
 }
 
 TEST_CASE("flash-triton without a Triton figure in the profile is an input error") {
-  const CalibrationProfile* shipped = catalog().find_profile_for_gpu("A100-SXM4-80GB");
-  REQUIRE(shipped != nullptr);
-  std::string text;
-  for (const auto& f : calibration_profile_files()) {
-    if (f.path.find("a100-sxm4-80gb.json") != std::string_view::npos) text = std::string(f.text);
-  }
-  REQUIRE_FALSE(text.empty());
-  nlohmann::json profile = nlohmann::json::parse(text);
-  profile.erase("triton_attention_speed");
-  const auto path = std::filesystem::temp_directory_path() / "trainsim-no-triton-a100.json";
-  std::ofstream(path) << profile.dump(2);
-  std::string scenario = kBase;
-  scenario.insert(scenario.rfind('}'), ", \"calibration\": {\"profiles\": [\"" + path.string() + "\"]}\n");
+  const std::string file = "trainsim-no-triton-a100.json";
+  const std::string scenario =
+      with_edited_a100_profile(kBase, file, [](nlohmann::json& p) { p.erase("triton_attention_speed"); });
   std::string error;
   try {
     load_scenario_text(scenario, "options.json", "", {"training.attention=flash-triton"}, catalog());
@@ -96,7 +104,7 @@ TEST_CASE("flash-triton without a Triton figure in the profile is an input error
   CHECK(error.find("triton_attention_speed", first + 1) == std::string::npos);  // reported once
   // FlashAttention-2 needs no such figure.
   CHECK_NOTHROW(load_scenario_text(scenario, "options.json", "", {}, catalog()));
-  std::filesystem::remove(path);
+  std::filesystem::remove(std::filesystem::temp_directory_path() / file);
 }
 
 TEST_CASE("a blocking backward TP all-reduce (2021 Megatron-LM) costs time only with TP") {
@@ -116,20 +124,13 @@ TEST_CASE("communication beside compute slows it: FSDP with contention is slower
   "training": {"seq_len": 2048, "precision": "bf16"}
 })";
   const JobReport contended = run({}, fsdp);
-  std::string text;
-  for (const auto& f : calibration_profile_files()) {
-    if (f.path.find("a100-sxm4-80gb.json") != std::string_view::npos) text = std::string(f.text);
-  }
-  nlohmann::json profile = nlohmann::json::parse(text);
-  profile["compute_share_during_comm"]["value"] = 1.0;
-  const auto path = std::filesystem::temp_directory_path() / "trainsim-no-contention-a100.json";
-  std::ofstream(path) << profile.dump(2);
-  std::string scenario = fsdp;
-  scenario.insert(scenario.rfind('}'), ", \"calibration\": {\"profiles\": [\"" + path.string() + "\"]}\n");
+  const std::string file = "trainsim-no-contention-a100.json";
+  const std::string scenario =
+      with_edited_a100_profile(fsdp, file, [](nlohmann::json& p) { p["compute_share_during_comm"]["value"] = 1.0; });
   const JobReport free = run({}, scenario);
   CHECK(contended.iteration_time_s > free.iteration_time_s);
   // Only the overlapped part slows down: never more than the whole compute at the reduced share.
   const double share = catalog().find_profile_for_gpu("A100-SXM4-80GB")->compute_share_during_comm.value;
   CHECK(contended.iteration_time_s < free.iteration_time_s / share);
-  std::filesystem::remove(path);
+  std::filesystem::remove(std::filesystem::temp_directory_path() / file);
 }

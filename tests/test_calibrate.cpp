@@ -284,6 +284,11 @@ TEST_CASE("a fitted profile, loaded like a scenario's calibration.profiles entry
     CHECK(rep.find("memory_bound @ 100 MB") != std::string::npos);
     CHECK(rep.find("NVLS all-reduce busbw @ 8 GiB") != std::string::npos);
     CHECK(rep.find("launch_overhead (us)") != std::string::npos);
+    // Fields not measured keep the shipped values: same contention share, ratio 1.
+    const auto share = rep.find("compute_share_during_comm");
+    REQUIRE(share != std::string::npos);
+    CHECK(rep.substr(share, rep.find('\n', share) - share).find(" 1.000 ") != std::string::npos);
+    CHECK(rep.find("triton_attention_speed") != std::string::npos);
     const std::string vs = calibration_report(fast_profile, base_profile, catalog());
     // bf16 at 137 GFLOP: 1.25 x the base fit.
     const auto pos = vs.find("gemm bf16 @ 137 GFLOP");

@@ -22,9 +22,17 @@ ComputeOp gemm(double flops) {
   return op;
 }
 
+// Two GPUs with an ideal profile; `compute_share` is its compute share during communication.
+CalibrationProfile ideal_profile_sharing(double compute_share) {
+  CalibrationProfile p = ideal_profile();
+  p.compute_share_during_comm.value = compute_share;
+  return p;
+}
+
 struct Fixture {
+  explicit Fixture(double compute_share = 1.0) : profiles{ideal_profile_sharing(compute_share)} {}
   Cluster cluster{toy_cluster(1, 2)};
-  std::vector<CalibrationProfile> profiles{ideal_profile()};
+  std::vector<CalibrationProfile> profiles;
   ComputeCostModel costs{cluster, profiles};
   AnalyticalNetwork net{cluster, profiles};
 };
@@ -74,12 +82,7 @@ TEST_CASE("compute beside a running collective is slowed by the profile's comput
   for (const Case c : {Case{1.0, 0, 0.010}, Case{0.5, 0, 0.012}, Case{0.5, 0.9e12, 0.011}}) {
     CAPTURE(c.share);
     CAPTURE(c.ar_flops);
-    Cluster cluster{toy_cluster(1, 2)};
-    CalibrationProfile prof = ideal_profile();
-    prof.compute_share_during_comm.value = c.share;
-    std::vector<CalibrationProfile> profiles{prof};
-    ComputeCostModel costs{cluster, profiles};
-    AnalyticalNetwork net{cluster, profiles};
+    Fixture f(c.share);
     SimulationSetup setup;
     setup.comms.push_back(Communicator{"pair", {0, 1}, 2});
     ProgramBuilder b("p");
@@ -94,7 +97,7 @@ TEST_CASE("compute beside a running collective is slowed by the profile's comput
     setup.programs.push_back(std::move(b).finish());
     setup.ranks.push_back(RankProgram{"r0", 0, 0, {0}, true});
     setup.ranks.push_back(RankProgram{"r1", 0, 1, {0}, true});
-    Executor ex(setup, cluster, costs, net);
+    Executor ex(setup, f.cluster, f.costs, f.net);
     const SimulationResult r = ex.run();
     REQUIRE(r.completed);
     double work_end = 0;

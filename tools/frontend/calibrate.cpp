@@ -828,6 +828,11 @@ std::string compare_profiles(const CalibrationProfile& a, const CalibrationProfi
       b.launch_overhead.provenance.kind);
   row("  memory_reserved (GiB)", a.memory_reserved.value / 1073741824.0, b.memory_reserved.value / 1073741824.0,
       b.memory_reserved.provenance.kind);
+  row("  compute_share_during_comm", a.compute_share_during_comm.value, b.compute_share_during_comm.value,
+      b.compute_share_during_comm.provenance.kind);
+  auto optional_value = [](const ValueEntry& e) { return e.value > 0 ? std::optional(e.value) : std::nullopt; };
+  row("  triton_attention_speed", optional_value(a.triton_attention_speed), optional_value(b.triton_attention_speed),
+      b.triton_attention_speed.provenance.kind);
   out << "Scale-up collectives (bus bandwidth / per-direction link bandwidth)\n";
   auto ring = [](const LinkCalibration& l, double bytes) -> std::optional<double> {
     return l.busbw_curve.curve.empty() ? l.busbw_efficiency.value : l.busbw_curve.curve.at(bytes);

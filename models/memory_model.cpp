@@ -30,14 +30,39 @@ double layer_activation_bytes(const TransformerSpec& m, const ParallelSpec& p, c
   return sbh * ((sp ? replicated / t : replicated) + (sharded + scores) / t);
 }
 
+double layer_weight_input_bytes(const TransformerSpec& m, const ParallelSpec& p, const TrainingSpec& tr) {
+  if (p.recompute == Recompute::Full) return 0;
+  const double t = p.tp;
+  const double sbh = static_cast<double>(p.micro_batch) * tr.seq_len / p.cp * m.hidden;
+  const bool sp = p.sequence_parallel && p.tp > 1;
+  const double lin = tr.precision == Dtype::FP8 ? 1 : 2;
+  // QKV and MLP-up inputs (replicated unless SP), attention-projection and
+  // MLP-down inputs (sharded), as counted in layer_activation_bytes.
+  const double replicated = 2 * lin;
+  const double sharded = lin + lin * static_cast<double>(m.ffn_hidden) / m.hidden;
+  return sbh * ((sp ? replicated / t : replicated) + sharded / t);
+}
+
 MemoryBreakdown stage_memory(const TransformerSpec& m, const ParallelSpec& p, const TrainingSpec& tr, int stage) {
+  return stage_memory(m, p, tr, schedule_of(p), stage);
+}
+
+MemoryBreakdown stage_memory(const TransformerSpec& m, const ParallelSpec& p, const TrainingSpec& tr,
+                             const PipelineSchedule& sched, int stage) {
   MemoryBreakdown mem;
-  const int chunks = p.vpp;
-  const int layers_per_chunk = p.chunk_layers(stage, m.layers);
-  const bool first = stage == 0, last = stage == p.pp - 1;
-  double params = static_cast<double>(layers_per_chunk) * chunks * m.params_per_layer() / p.tp;
+  const int chunks = sched.chunks_on(stage);
+  const int last_v = sched.chunks() - 1;
+  bool first = false, last = false;
+  double layers = 0;
+  for (int c = 0; c < chunks; ++c) {
+    const int v = sched.virtual_stage(stage, c);
+    first |= v == 0;
+    last |= v == last_v;
+    layers += p.layers_of_virtual_stage(v, m.layers);
+  }
+  double params = layers * m.params_per_layer() / p.tp;
   if (first) params += m.embedding_params() / p.tp;
-  if (last && (!m.tied_embeddings || p.pp > 1)) params += static_cast<double>(m.vocab) * m.hidden / p.tp;
+  if (last && (!m.tied_embeddings || !first)) params += static_cast<double>(m.vocab) * m.hidden / p.tp;
   const double dp_group = static_cast<double>(p.dp) * p.cp;
   const double shard_opt = p.zero >= 1 ? dp_group : 1.0;
   const double shard_grad = p.zero >= 2 ? dp_group : 1.0;
@@ -48,16 +73,23 @@ MemoryBreakdown stage_memory(const TransformerSpec& m, const ParallelSpec& p, co
   mem.optimizer = params * opt_bytes / shard_opt;
   if (p.zero >= 3 && dp_group > 1) mem.buffers += 2 * 2 * m.params_per_layer() / p.tp;  // gathered layer + prefetch
 
-  const int inflight = max_inflight_chunks(p.schedule, stage, p.pp, p.micro_batches(), p.vpp);
-  mem.activations = layer_activation_bytes(m, p, tr) * layers_per_chunk * inflight;
+  // Activations in flight: each forward unit adds its chunk's activations, its
+  // backward frees them (B frees all but the weight-gradient inputs, W those).
+  const double per_layer = layer_activation_bytes(m, p, tr);
+  const double per_layer_w = layer_weight_input_bytes(m, p, tr);
   const double tokens = static_cast<double>(p.micro_batch) * tr.seq_len / p.cp;
+  const double embedding_out = tokens * m.hidden * 3 / (p.sequence_parallel ? p.tp : 1);
+  mem.activations = peak_activation_bytes(sched, stage, [&](int c) {
+    const int v = sched.virtual_stage(stage, c);
+    const double n = p.layers_of_virtual_stage(v, m.layers);
+    return ChunkActivation{per_layer * n + (v == 0 ? embedding_out : 0.0), per_layer_w * n};
+  });
   if (p.recompute == Recompute::Full) {
     // One layer's full activations are live while it is recomputed.
     ParallelSpec none = p;
     none.recompute = Recompute::None;
     mem.activations += layer_activation_bytes(m, none, tr);
   }
-  if (first) mem.activations += tokens * m.hidden * 3 * inflight / (p.sequence_parallel ? p.tp : 1);
   if (last) mem.buffers += tokens * static_cast<double>(m.vocab) / p.tp * (2 + 4);  // logits + fp32 loss input
   return mem;
 }

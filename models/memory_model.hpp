@@ -1,8 +1,10 @@
 #pragma once
 // Peak memory of one pipeline rank: weights, gradients and optimizer states
-// (mixed precision, ZeRO 0-3), activations of the micro-batches the schedule
-// keeps in flight (Korthikanti et al. 2022, generalised to GQA and gated MLPs;
-// SP, CP and recomputation), and the loss/logit buffers of the last stage.
+// (mixed precision, ZeRO 0-3), activations of the micro-batches in flight,
+// found by walking the rank's schedule units (Korthikanti et al. 2022,
+// generalised to GQA and gated MLPs; SP, CP and recomputation), and the
+// loss/logit buffers of the rank holding the LM head.
+#include "models/schedule.hpp"
 #include "models/training_spec.hpp"
 
 namespace trainsim {
@@ -15,6 +17,13 @@ struct MemoryBreakdown {
 // Activation bytes one layer keeps for backward, for one micro-batch on one rank.
 double layer_activation_bytes(const TransformerSpec& model, const ParallelSpec& par, const TrainingSpec& train);
 
+// Of those, the inputs of the weight-gradient GEMMs: what a W unit still needs
+// after its B unit (0 under full recomputation, which recomputes them).
+double layer_weight_input_bytes(const TransformerSpec& model, const ParallelSpec& par, const TrainingSpec& train);
+
+MemoryBreakdown stage_memory(const TransformerSpec& model, const ParallelSpec& par, const TrainingSpec& train,
+                             const PipelineSchedule& schedule, int stage);
+// The same under the parallel spec's own schedule (schedule_of(par)).
 MemoryBreakdown stage_memory(const TransformerSpec& model, const ParallelSpec& par, const TrainingSpec& train,
                              int stage);
 

@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <map>
+#include <stdexcept>
 #include <string>
 #include <tuple>
 #include <unordered_map>
 
 #include "models/layer_steps.hpp"
 #include "models/schedule.hpp"
+#include "sim/check.hpp"
 
 namespace trainsim {
 
@@ -22,18 +24,39 @@ constexpr double kActBytes = 2;
 // Megatron-LM DDP default bucket: max(40M, 1M * dp) parameters.
 double default_bucket_elements(int dp_group) { return std::max(40e6, 1e6 * dp_group); }
 
-enum Slot : std::uint32_t { kSlotTp, kSlotCp, kSlotDp, kSlotNext, kSlotPrev, kNumSlots };
+// What a communicator slot of a stage program stands for; the planner resolves
+// it per rank into members through the placement.
+enum class SlotRole : std::uint8_t { TP, CP, DP, PipelineForward, PipelineBackward };
+struct SlotUse {
+  SlotRole role = SlotRole::TP;
+  int from = -1, to = -1;  // pipeline: sending and receiving stage (one of them is this stage)
+};
 
 struct Streams {
   std::uint8_t compute, tp, cp, dp, send_next, send_prev, recv_prev, recv_next;
 };
 
-// Builds the program of one pipeline rank.
+// Which parts of a layer's backward a unit emits: all (B and W in issue order),
+// the input-gradient part (B) or the weight-gradient part (W).
+enum class PassFilter : std::uint8_t { All, InputOnly, WeightOnly };
+
+bool emitted(const Step& s, PassFilter f) {
+  if (f == PassFilter::All) return true;
+  return (s.pass == Pass::BackwardWeight) == (f == PassFilter::WeightOnly);
+}
+
+// Builds the program of one pipeline rank from its schedule units.
 class StageProgramBuilder {
  public:
   StageProgramBuilder(const TransformerSpec& model, const ParallelSpec& par, const TrainingSpec& train,
-                      const ModelSteps& steps, int stage)
-      : model_(model), par_(par), train_(train), steps_(steps), stage_(stage), b_("stage " + std::to_string(stage)) {
+                      const ModelSteps& steps, const PipelineSchedule& schedule, int stage)
+      : model_(model),
+        par_(par),
+        train_(train),
+        steps_(steps),
+        sched_(schedule),
+        stage_(stage),
+        b_("stage " + std::to_string(stage)) {
     s_.compute = b_.add_stream("compute");
     s_.tp = b_.add_stream("tp");
     s_.cp = b_.add_stream("cp");
@@ -42,38 +65,57 @@ class StageProgramBuilder {
     s_.send_prev = b_.add_stream("pp.send.prev");
     s_.recv_prev = b_.add_stream("pp.recv.prev");
     s_.recv_next = b_.add_stream("pp.recv.next");
-    for (const char* name : {"tp", "cp", "dp", "pp.next", "pp.prev"}) b_.add_comm_slot(name);
-    layers_per_chunk_ = par.chunk_layers(stage, model.layers);
+    slot_tp_ = add_slot("tp", SlotUse{SlotRole::TP});
+    slot_cp_ = add_slot("cp", SlotUse{SlotRole::CP});
+    slot_dp_ = add_slot("dp", SlotUse{SlotRole::DP});
+    chunks_ = sched_.chunks_on(stage);
+    V_ = sched_.chunks();
+    for (int c = 0; c < chunks_; ++c) {
+      const int v = sched_.virtual_stage(stage, c);
+      vstage_.push_back(v);
+      layers_.push_back(par.layers_of_virtual_stage(v, model.layers));
+      first_layer_.push_back(par.first_layer_of_virtual_stage(v, model.layers));
+    }
     dp_group_ = par.dp * par.cp;
     const double bucket_elems =
         par.dp_bucket_bytes > 0 ? par.dp_bucket_bytes / train.grad_reduce_bytes : default_bucket_elements(dp_group_);
     bucket_bytes_ = bucket_elems * train.grad_reduce_bytes;
+    const std::size_t m = static_cast<std::size_t>(sched_.microbatches);
+    fwd_out_.assign(m * V_, kNone);
+    bwd_out_.assign(m * V_, kNone);
   }
 
   ProgramTemplate build(double* hardware_flops, double* model_flops) {
-    const int m = par_.micro_batches();
-    const auto order = pipeline_order(par_.schedule, stage_, par_.pp, m, par_.vpp);
+    const auto& order = sched_.units[stage_];
+    int max_layers = 0;
+    for (int l : layers_) max_layers = std::max(max_layers, l);
     const std::size_t per_unit =
-        layers_per_chunk_ *
-            (steps_.layer.forward.size() + steps_.layer.backward.size() + steps_.layer.recompute.size()) / 2 +
+        max_layers * (steps_.layer.forward.size() + steps_.layer.backward.size() + steps_.layer.recompute.size()) / 2 +
         8;
     b_.reserve(order.size() * per_unit, 2 * order.size() * per_unit);
-    // The last backward unit of each chunk carries the gradient reduction.
-    std::vector<int> last_backward(par_.vpp, -1);
+    // The last unit of each chunk that finishes its weight gradients carries the gradient reduction.
+    std::vector<int> last_weights(chunks_, -1), first_forward(chunks_, -1);
     for (int i = 0; i < static_cast<int>(order.size()); ++i) {
-      if (!order[i].forward) last_backward[order[i].chunk] = i;
-    }
-    std::vector<int> first_forward(par_.vpp, -1);
-    for (int i = static_cast<int>(order.size()) - 1; i >= 0; --i) {
-      if (order[i].forward) first_forward[order[i].chunk] = i;
+      const ScheduleUnit& u = order[i];
+      if (u.kind == UnitKind::Backward || u.kind == UnitKind::BackwardWeight) last_weights[u.chunk] = i;
+      if (u.kind == UnitKind::Forward && first_forward[u.chunk] < 0) first_forward[u.chunk] = i;
     }
     if (zero_sharded_optimizer() && par_.dp_overlap) prefetch_params_ = true;
     for (int i = 0; i < static_cast<int>(order.size()); ++i) {
-      const WorkUnit& u = order[i];
-      if (u.forward) {
-        forward_unit(u, i == first_forward[u.chunk]);
-      } else {
-        backward_unit(u, i == last_backward[u.chunk]);
+      const ScheduleUnit& u = order[i];
+      switch (u.kind) {
+        case UnitKind::Forward:
+          forward_unit(u, i == first_forward[u.chunk]);
+          break;
+        case UnitKind::Backward:
+          backward_unit(u, PassFilter::All, i == last_weights[u.chunk]);
+          break;
+        case UnitKind::BackwardInput:
+          backward_unit(u, PassFilter::InputOnly, false);
+          break;
+        case UnitKind::BackwardWeight:
+          weight_unit(u, i == last_weights[u.chunk]);
+          break;
       }
     }
     finish_iteration();
@@ -82,13 +124,59 @@ class StageProgramBuilder {
     return std::move(b_).finish();
   }
 
+  const std::vector<SlotUse>& slots() const { return slots_; }
+
+  // Distributed optimizer with overlap: the parameter all-gather of the
+  // previous step overlaps this step's first forward (steady state), bucket by bucket.
+  void plan_param_prefetch() {
+    if (!(zero_sharded_optimizer() && par_.dp_overlap)) return;
+    param_bucket_of_layer_.assign(model_.layers, kNone);
+    double elems = 0;
+    std::vector<int> layers;
+    auto flush = [&]() {
+      if (layers.empty()) return;
+      const TaskId t = b_.collective(s_.dp, slot_dp_, CollectiveKind::AllGather, CommClass::DP,
+                                     static_cast<std::uint64_t>(elems * kActBytes), label("dp.ag.params"), -1, {});
+      for (int l : layers) param_bucket_of_layer_[l] = t;
+      layers.clear();
+      elems = 0;
+    };
+    for (int c = 0; c < chunks_; ++c) {
+      if (first_vstage(c)) elems += steps_.embedding_grad_elements;
+      for (int l = 0; l < layers_[c]; ++l) {
+        elems += steps_.layer_grad_elements;
+        layers.push_back(first_layer_[c] + l);
+        if (elems * kActBytes >= bucket_bytes_ / train_.grad_reduce_bytes * kActBytes) flush();
+      }
+      if (last_vstage(c)) elems += steps_.head_grad_elements;
+      flush();
+    }
+  }
+
  private:
+  static constexpr TaskId kNone = ~TaskId{0};
+
   bool zero_sharded_optimizer() const { return par_.zero >= 1 && par_.zero <= 2 && dp_group_ > 1; }
   bool zero3() const { return par_.zero == 3 && dp_group_ > 1; }
-  int vstage(int chunk) const { return chunk * par_.pp + stage_; }
-  bool first_vstage(int chunk) const { return vstage(chunk) == 0; }
-  bool last_vstage(int chunk) const { return vstage(chunk) == par_.pp * par_.vpp - 1; }
-  int first_layer(int chunk) const { return par_.first_layer(stage_, chunk, model_.layers); }
+  bool first_vstage(int chunk) const { return vstage_[chunk] == 0; }
+  bool last_vstage(int chunk) const { return vstage_[chunk] == V_ - 1; }
+  std::size_t unit_key(int mb, int v) const { return static_cast<std::size_t>(mb) * V_ + v; }
+
+  std::uint32_t add_slot(const std::string& name, SlotUse use) {
+    slots_.push_back(use);
+    return b_.add_comm_slot(name);
+  }
+  // The slot of the pipeline link carrying `role` traffic from stage `from` to `to`.
+  std::uint32_t pipeline_slot(SlotRole role, int from, int to) {
+    const auto key = std::make_tuple(static_cast<int>(role), from, to);
+    auto it = pipeline_slots_.find(key);
+    if (it != pipeline_slots_.end()) return it->second;
+    const std::string name = std::string(role == SlotRole::PipelineForward ? "pp.fwd " : "pp.bwd ") +
+                             std::to_string(from) + "->" + std::to_string(to);
+    const std::uint32_t slot = add_slot(name, SlotUse{role, from, to});
+    pipeline_slots_.emplace(key, slot);
+    return slot;
+  }
 
   std::uint32_t label(const std::string& text) {
     auto it = labels_.find(text);
@@ -105,12 +193,19 @@ class StageProgramBuilder {
     return id;
   }
   std::uint8_t comm_stream(CommClass c) const { return c == CommClass::CP ? s_.cp : s_.tp; }
-  std::uint32_t comm_slot(CommClass c) const { return c == CommClass::CP ? kSlotCp : kSlotTp; }
+  std::uint32_t comm_slot(CommClass c) const { return c == CommClass::CP ? slot_cp_ : slot_tp_; }
 
-  // Emits a step list; `entry` are extra deps of the first step. Returns the last compute task.
+  // Emits the steps of a list that pass `filter`; `entry` are extra deps of the
+  // first emitted step. `ids` holds the task of each step (kNone if not
+  // emitted); a W pass starts from the ids its B pass left. Returns the last
+  // compute task.
   TaskId emit(const std::vector<Step>& steps, const std::string& prefix, int mb, std::vector<TaskId> entry,
-              bool recomputed, TaskId* first_compute = nullptr) {
-    std::vector<TaskId> ids(steps.size());
+              bool recomputed, TaskId* first_compute = nullptr, PassFilter filter = PassFilter::All,
+              std::vector<TaskId>* ids_io = nullptr) {
+    std::vector<TaskId> local;
+    std::vector<TaskId>& ids = ids_io != nullptr ? *ids_io : local;
+    if (filter != PassFilter::WeightOnly) ids.assign(steps.size(), kNone);
+    TRAINSIM_CHECK(ids.size() == steps.size(), "a W pass needs the task ids of its B pass");
     // Label ids of this step list under this prefix, looked up once per list.
     auto [cached, fresh] =
         step_labels_.try_emplace(prefix + '\x1f' + std::to_string(reinterpret_cast<std::uintptr_t>(&steps)));
@@ -123,6 +218,7 @@ class StageProgramBuilder {
     bool first = true;
     for (std::size_t j = 0; j < steps.size(); ++j) {
       const Step& s = steps[j];
+      if (!emitted(s, filter)) continue;
       std::vector<TaskId> deps;
       if (first) deps = entry;
       for (int w : s.waits) deps.push_back(ids[w]);
@@ -176,15 +272,24 @@ class StageProgramBuilder {
     if (!par_.pp_overlap) blocking_sends_.push_back(t);
   }
 
-  void forward_unit(const WorkUnit& u, bool first_of_chunk) {
+  void forward_unit(const ScheduleUnit& u, bool first_of_chunk) {
+    const int v = vstage_[u.chunk];
     std::vector<TaskId> entry = unit_entry();
-    if (!first_vstage(u.chunk)) entry.push_back(post_recv(s_.recv_prev, kSlotPrev, "F recv activations", u.microbatch));
+    if (v > 0) {
+      const int from = sched_.chunk_stage[v - 1];
+      if (from == stage_) {
+        entry.push_back(fwd_out_[unit_key(u.microbatch, v - 1)]);
+      } else {
+        entry.push_back(post_recv(s_.recv_prev, pipeline_slot(SlotRole::PipelineForward, from, stage_),
+                                  "F recv activations", u.microbatch));
+      }
+    }
     TaskId last = kNone;
-    if (first_vstage(u.chunk)) last = emit(steps_.embedding_forward, "F ", u.microbatch, entry, false);
+    if (v == 0) last = emit(steps_.embedding_forward, "F ", u.microbatch, entry, false);
     if (last != kNone) entry = {last};
     TaskId prev_layer_first = kNone;
-    for (int l = 0; l < layers_per_chunk_; ++l) {
-      const int layer = first_layer(u.chunk) + l;
+    for (int l = 0; l < layers_[u.chunk]; ++l) {
+      const int layer = first_layer_[u.chunk] + l;
       std::vector<TaskId> deps = entry;
       if (zero3()) deps.push_back(param_gather(layer, prev_layer_first, u.microbatch));
       if (prefetch_params_ && first_of_chunk) deps.push_back(param_bucket_of_layer_[layer]);
@@ -193,22 +298,49 @@ class StageProgramBuilder {
       prev_layer_first = first;
       entry = {last};
     }
-    if (last_vstage(u.chunk)) last = emit(steps_.head_forward, "F ", u.microbatch, entry, false);
-    if (!last_vstage(u.chunk)) post_send(s_.send_next, kSlotNext, "F send activations", u.microbatch, last);
+    if (v == V_ - 1) last = emit(steps_.head_forward, "F ", u.microbatch, entry, false);
+    if (last == kNone && !entry.empty()) last = entry.back();
+    if (v < V_ - 1) {
+      const int to = sched_.chunk_stage[v + 1];
+      if (to == stage_) {
+        fwd_out_[unit_key(u.microbatch, v)] = last;
+      } else {
+        post_send(s_.send_next, pipeline_slot(SlotRole::PipelineForward, stage_, to), "F send activations",
+                  u.microbatch, last);
+      }
+    }
   }
 
-  void backward_unit(const WorkUnit& u, bool reduce_grads) {
+  // The backward of a chunk's micro-batch: whole (B and W in issue order), or
+  // its input-gradient part only (B; the W unit follows later).
+  void backward_unit(const ScheduleUnit& u, PassFilter filter, bool reduce_grads) {
+    const int v = vstage_[u.chunk];
+    const bool whole = filter == PassFilter::All;
+    std::vector<std::vector<TaskId>>* saved = nullptr;
+    if (!whole) {
+      saved = &b_ids_[unit_key(u.microbatch, v)];
+      saved->assign(static_cast<std::size_t>(layers_[u.chunk]) + 1, {});  // layers, then the head
+    }
     std::vector<TaskId> entry = unit_entry();
-    if (!last_vstage(u.chunk)) entry.push_back(post_recv(s_.recv_next, kSlotNext, "B recv gradients", u.microbatch));
+    if (v < V_ - 1) {
+      const int from = sched_.chunk_stage[v + 1];
+      if (from == stage_) {
+        entry.push_back(bwd_out_[unit_key(u.microbatch, v + 1)]);
+      } else {
+        entry.push_back(post_recv(s_.recv_next, pipeline_slot(SlotRole::PipelineBackward, from, stage_),
+                                  "B recv gradients", u.microbatch));
+      }
+    }
     TaskId last = kNone;
-    if (last_vstage(u.chunk)) {
-      last = emit(steps_.head_backward, "B ", u.microbatch, entry, false);
+    if (v == V_ - 1) {
+      last = emit(steps_.head_backward, "B ", u.microbatch, entry, false, nullptr, filter,
+                  whole ? nullptr : &saved->back());
       entry = {last};
       if (reduce_grads) add_grads(steps_.head_grad_elements, last, u.microbatch);
     }
     TaskId prev_layer_first = kNone;
-    for (int l = layers_per_chunk_ - 1; l >= 0; --l) {
-      const int layer = first_layer(u.chunk) + l;
+    for (int l = layers_[u.chunk] - 1; l >= 0; --l) {
+      const int layer = first_layer_[u.chunk] + l;
       std::vector<TaskId> deps = entry;
       if (zero3()) deps.push_back(param_gather(layer, prev_layer_first, u.microbatch));
       TaskId first = kNone;
@@ -216,33 +348,76 @@ class StageProgramBuilder {
         last = emit(steps_.layer.recompute, layer_prefix('R', layer), u.microbatch, dedupe(deps), true, &first);
         deps = {last};
       }
-      last = emit(steps_.layer.backward, layer_prefix('B', layer), u.microbatch, dedupe(deps), false, &first);
+      last = emit(steps_.layer.backward, layer_prefix('B', layer), u.microbatch, dedupe(deps), false, &first, filter,
+                  whole ? nullptr : &(*saved)[l]);
       prev_layer_first = first;
       entry = {last};
-      if (zero3()) {
-        const TaskId d[] = {last};
-        b_.collective(s_.dp, kSlotDp, CollectiveKind::ReduceScatter, CommClass::DP,
-                      static_cast<std::uint64_t>(steps_.layer_grad_elements * train_.grad_reduce_bytes),
-                      label("B L" + std::to_string(layer) + " dp.rs.grads"), u.microbatch, d);
-        dp_tasks_.push_back(b_.size() - 1);
-      } else if (reduce_grads) {
-        add_grads(steps_.layer_grad_elements, last, u.microbatch);
+      if (whole) layer_grads_done(layer, last, u.microbatch, reduce_grads);
+    }
+    if (v == 0 && whole) {
+      last = emit(steps_.embedding_backward, "B ", u.microbatch, entry, false);
+      if (reduce_grads && !zero3()) add_grads(steps_.embedding_grad_elements, last, u.microbatch);
+    }
+    if (whole && reduce_grads && !zero3()) flush_bucket(last, u.microbatch);
+    last_compute_ = last;
+    if (v > 0) {
+      const int to = sched_.chunk_stage[v - 1];
+      if (to == stage_) {
+        bwd_out_[unit_key(u.microbatch, v)] = last;
+      } else {
+        post_send(s_.send_prev, pipeline_slot(SlotRole::PipelineBackward, stage_, to), "B send gradients", u.microbatch,
+                  last);
       }
     }
-    if (first_vstage(u.chunk)) {
-      last = emit(steps_.embedding_backward, "B ", u.microbatch, entry, false);
+  }
+
+  // The weight-gradient part (W) of a chunk's micro-batch, after its B unit.
+  void weight_unit(const ScheduleUnit& u, bool reduce_grads) {
+    const int v = vstage_[u.chunk];
+    auto it = b_ids_.find(unit_key(u.microbatch, v));
+    TRAINSIM_CHECK(it != b_ids_.end(), "W unit " + to_string(u) + " before its B unit");
+    std::vector<std::vector<TaskId>> ids = std::move(it->second);
+    b_ids_.erase(it);
+    std::vector<TaskId> entry = unit_entry();
+    TaskId last = kNone;
+    if (v == V_ - 1) {
+      last = emit(steps_.head_backward, "W ", u.microbatch, entry, false, nullptr, PassFilter::WeightOnly, &ids.back());
+      if (last != kNone) entry = {last};
+      if (reduce_grads) add_grads(steps_.head_grad_elements, last, u.microbatch);
+    }
+    for (int l = layers_[u.chunk] - 1; l >= 0; --l) {
+      const int layer = first_layer_[u.chunk] + l;
+      last = emit(steps_.layer.backward, layer_prefix('W', layer), u.microbatch, entry, false, nullptr,
+                  PassFilter::WeightOnly, &ids[l]);
+      entry = {last};
+      layer_grads_done(layer, last, u.microbatch, reduce_grads);
+    }
+    if (v == 0) {
+      last = emit(steps_.embedding_backward, "W ", u.microbatch, entry, false);
       if (reduce_grads && !zero3()) add_grads(steps_.embedding_grad_elements, last, u.microbatch);
     }
     if (reduce_grads && !zero3()) flush_bucket(last, u.microbatch);
     last_compute_ = last;
-    if (!first_vstage(u.chunk)) post_send(s_.send_prev, kSlotPrev, "B send gradients", u.microbatch, last);
+  }
+
+  // A layer's weight gradients of this micro-batch are done at `last`.
+  void layer_grads_done(int layer, TaskId last, int mb, bool reduce_grads) {
+    if (zero3()) {
+      const TaskId d[] = {last};
+      b_.collective(s_.dp, slot_dp_, CollectiveKind::ReduceScatter, CommClass::DP,
+                    static_cast<std::uint64_t>(steps_.layer_grad_elements * train_.grad_reduce_bytes),
+                    label("B L" + std::to_string(layer) + " dp.rs.grads"), mb, d);
+      dp_tasks_.push_back(b_.size() - 1);
+    } else if (reduce_grads) {
+      add_grads(steps_.layer_grad_elements, last, mb);
+    }
   }
 
   // ZeRO-3: gather a layer's parameters, prefetched one layer ahead.
   TaskId param_gather(int layer, TaskId after, int mb) {
     std::vector<TaskId> deps;
     if (after != kNone) deps.push_back(after);
-    return b_.collective(s_.dp, kSlotDp, CollectiveKind::AllGather, CommClass::DP,
+    return b_.collective(s_.dp, slot_dp_, CollectiveKind::AllGather, CommClass::DP,
                          static_cast<std::uint64_t>(steps_.layer_grad_elements * kActBytes),
                          label("L" + std::to_string(layer) + " dp.ag.params"), mb, deps);
   }
@@ -269,15 +444,15 @@ class StageProgramBuilder {
 
   void emit_grad_reduce(double elements, const std::vector<TaskId>& deps, int mb) {
     const auto kind = zero_sharded_optimizer() ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce;
-    b_.collective(s_.dp, kSlotDp, kind, CommClass::DP, static_cast<std::uint64_t>(elements * train_.grad_reduce_bytes),
+    b_.collective(s_.dp, slot_dp_, kind, CommClass::DP, static_cast<std::uint64_t>(elements * train_.grad_reduce_bytes),
                   label(zero_sharded_optimizer() ? "dp.rs.grads" : "dp.ar.grads"), mb, deps);
     dp_tasks_.push_back(b_.size() - 1);
   }
 
   double local_params() const {
     double p = 0;
-    for (int c = 0; c < par_.vpp; ++c) {
-      p += layers_per_chunk_ * steps_.layer_grad_elements;
+    for (int c = 0; c < chunks_; ++c) {
+      p += layers_[c] * steps_.layer_grad_elements;
       if (first_vstage(c)) p += steps_.embedding_grad_elements;
       if (last_vstage(c)) p += steps_.head_grad_elements;
     }
@@ -285,7 +460,7 @@ class StageProgramBuilder {
   }
 
   void finish_iteration() {
-    const int mb = par_.micro_batches() - 1;
+    const int mb = sched_.microbatches - 1;
     if (!par_.dp_overlap) {
       for (double e : pending_buckets_) emit_grad_reduce(e, {last_compute_}, mb);
     }
@@ -313,40 +488,11 @@ class StageProgramBuilder {
     const TaskId st = b_.compute(s_.compute, b_.add_op(step), label("optimizer.step"), -1, d);
     if (zero_sharded_optimizer() && !prefetch_params_) {
       const TaskId sd[] = {st};
-      b_.collective(s_.dp, kSlotDp, CollectiveKind::AllGather, CommClass::DP,
+      b_.collective(s_.dp, slot_dp_, CollectiveKind::AllGather, CommClass::DP,
                     static_cast<std::uint64_t>(local_params() * kActBytes), label("dp.ag.params"), -1, sd);
     }
   }
 
- public:
-  // Distributed optimizer with overlap: the parameter all-gather of the
-  // previous step overlaps this step's first forward (steady state), bucket by bucket.
-  void plan_param_prefetch() {
-    if (!(zero_sharded_optimizer() && par_.dp_overlap)) return;
-    param_bucket_of_layer_.assign(model_.layers, kNone);
-    double elems = 0;
-    std::vector<int> layers;
-    auto flush = [&]() {
-      if (layers.empty()) return;
-      const TaskId t = b_.collective(s_.dp, kSlotDp, CollectiveKind::AllGather, CommClass::DP,
-                                     static_cast<std::uint64_t>(elems * kActBytes), label("dp.ag.params"), -1, {});
-      for (int l : layers) param_bucket_of_layer_[l] = t;
-      layers.clear();
-      elems = 0;
-    };
-    for (int c = 0; c < par_.vpp; ++c) {
-      if (first_vstage(c)) elems += steps_.embedding_grad_elements;
-      for (int l = 0; l < layers_per_chunk_; ++l) {
-        elems += steps_.layer_grad_elements;
-        layers.push_back(first_layer(c) + l);
-        if (elems * kActBytes >= bucket_bytes_ / train_.grad_reduce_bytes * kActBytes) flush();
-      }
-      if (last_vstage(c)) elems += steps_.head_grad_elements;
-      flush();
-    }
-  }
-
- private:
   std::uint64_t activation_message_bytes() const {
     // Megatron-LM's scatter/gather optimisation: each TP rank sends 1/tp of the
     // activation (with SP it only holds that much); without it every TP rank sends it whole.
@@ -355,15 +501,23 @@ class StageProgramBuilder {
     return static_cast<std::uint64_t>(tokens * model_.hidden * kActBytes / (split ? par_.tp : 1));
   }
 
-  static constexpr TaskId kNone = ~TaskId{0};
   const TransformerSpec& model_;
   const ParallelSpec& par_;
   const TrainingSpec& train_;
   const ModelSteps& steps_;
+  const PipelineSchedule& sched_;
   int stage_;
   ProgramBuilder b_;
   Streams s_{};
-  int layers_per_chunk_ = 0;
+  std::vector<SlotUse> slots_;
+  std::uint32_t slot_tp_ = 0, slot_cp_ = 0, slot_dp_ = 0;
+  std::map<std::tuple<int, int, int>, std::uint32_t> pipeline_slots_;
+  int chunks_ = 1, V_ = 1;
+  std::vector<int> vstage_, layers_, first_layer_;  // per local chunk
+  // Per (micro-batch, virtual stage): the task that ends a unit whose consumer is on this same rank.
+  std::vector<TaskId> fwd_out_, bwd_out_;
+  // B units whose W has not run yet: task ids of each layer's (and the head's) backward steps.
+  std::unordered_map<std::size_t, std::vector<std::vector<TaskId>>> b_ids_;
   int dp_group_ = 1;
   double bucket_bytes_ = 0;
   double bucket_elems_ = 0;
@@ -379,107 +533,232 @@ class StageProgramBuilder {
   double hw_flops_ = 0, model_flops_ = 0;
 };
 
+// Communicators by role and members, created on first use.
+class CommunicatorRegistry {
+ public:
+  explicit CommunicatorRegistry(std::vector<Communicator>* out) : out_(out) {}
+  std::uint32_t get(const std::string& role, std::vector<int> members, const std::string& name) {
+    auto key = std::make_pair(role, std::move(members));
+    auto it = ids_.find(key);
+    if (it != ids_.end()) return it->second;
+    out_->push_back(Communicator{name, key.second, 0});
+    const auto id = static_cast<std::uint32_t>(out_->size() - 1);
+    ids_.emplace(std::move(key), id);
+    return id;
+  }
+
+ private:
+  std::vector<Communicator>* out_;
+  std::map<std::pair<std::string, std::vector<int>>, std::uint32_t> ids_;
+};
+
+// How the analytical model times a communicator: a few probe sizes per kind.
+// Two communicators with equal signatures are interchangeable for a rank.
+std::vector<double> timing_signature(const AnalyticalNetwork& net, const Cluster& cluster,
+                                     const std::vector<int>& members, bool p2p) {
+  std::vector<double> sig;
+  for (int g : members) sig.push_back(cluster.gpu_type_of(g));
+  if (members.size() < 2) return sig;
+  const CommShape shape = net.shape(members);
+  for (double bytes : {65536.0, 16777216.0, 1073741824.0}) {
+    if (p2p) {
+      sig.push_back(net.p2p_seconds(shape, bytes));
+      continue;
+    }
+    for (CollectiveKind k : {CollectiveKind::AllReduce, CollectiveKind::AllGather, CollectiveKind::ReduceScatter,
+                             CollectiveKind::AllToAll}) {
+      sig.push_back(net.collective_seconds(shape, k, bytes));
+    }
+  }
+  return sig;
+}
+
 }  // namespace
 
-TrainingPlan plan_training(const TransformerSpec& model, const ParallelSpec& par, const TrainingSpec& train,
-                           const Cluster& cluster, const PlanOptions& options) {
-  TrainingPlan plan;
-  const ModelSteps steps = build_model_steps(model, par, train);
+TransformerWorkload::TransformerWorkload(TransformerSpec model, ParallelSpec par, TrainingSpec train)
+    : model_(std::move(model)), par_(std::move(par)), train_(std::move(train)) {}
+
+WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement& placement,
+                                       const PlanOptions& options) const {
+  const TransformerSpec& model = model_;
+  const ParallelSpec& par = par_;
+  const Cluster& cluster = platform.cluster();
+  WorkloadPlan plan;
+  const PipelineSchedule sched = schedule_of(par);
+  {
+    const std::vector<std::string> problems = check_schedule(sched);
+    TRAINSIM_CHECK(problems.empty(), "invalid pipeline schedule: " + (problems.empty() ? "" : problems.front()));
+    TRAINSIM_CHECK(sched.stages == par.pp,
+                   "the schedule has " + std::to_string(sched.stages) + " ranks for pp " + std::to_string(par.pp));
+  }
+  plan.flop_convention = "Megatron-LM (Narayanan et al. 2021, eq. 3)";
+  plan.throughput_unit = "tokens";
+  plan.samples_per_iteration = par.global_batch;
+  plan.units_per_iteration = static_cast<double>(par.global_batch) * train_.seq_len;
+  plan.peak_dtype = train_.precision;
+
+  const ModelSteps steps = build_model_steps(model, par, train_);
   const int ranks_per_stage = par.tp * par.dp * par.cp;
+  std::vector<std::vector<SlotUse>> slots_of_stage;
   for (int s = 0; s < par.pp; ++s) {
-    StageProgramBuilder builder(model, par, train, steps, s);
+    StageProgramBuilder builder(model, par, train_, steps, sched, s);
     builder.plan_param_prefetch();
     double hw = 0, mf = 0;
     plan.setup.programs.push_back(builder.build(&hw, &mf));
+    slots_of_stage.push_back(builder.slots());
     plan.hardware_flops += hw * ranks_per_stage;
     plan.model_flops += mf * ranks_per_stage;
+    StagePlan sp;
+    for (int c = 0; c < sched.chunks_on(s); ++c)
+      sp.layers += par.layers_of_virtual_stage(sched.virtual_stage(s, c), model.layers);
+    sp.memory = stage_memory(model, par, train_, sched, s);
+    plan.stages.push_back(sp);
   }
 
-  // Communicators, created on first use and keyed by their role and coordinates.
-  std::map<std::tuple<int, int, int, int, int>, std::uint32_t> comm_ids;
-  auto comm = [&](int role, int a, int b, int c, int d, auto&& members_fn, const std::string& name) {
-    const auto key = std::make_tuple(role, a, b, c, d);
-    auto it = comm_ids.find(key);
-    if (it != comm_ids.end()) return it->second;
-    Communicator cm;
-    cm.name = name;
-    cm.members = members_fn();
-    cm.simulated_members = options.representatives && role != 3 ? 1 : static_cast<int>(cm.members.size());
-    plan.setup.comms.push_back(std::move(cm));
-    const auto id = static_cast<std::uint32_t>(plan.setup.comms.size() - 1);
-    comm_ids.emplace(key, id);
-    return id;
+  auto gpu = [&](int s, int d, int c, int t) { return placement.gpu(RankCoord{t, c, 0, d, s}); };
+  // Members of a slot's communicator for the rank at (s, d, c, t).
+  auto members_of = [&](const SlotUse& use, int s, int d, int c, int t) {
+    std::vector<int> m;
+    switch (use.role) {
+      case SlotRole::TP:
+        for (int x = 0; x < par.tp; ++x) m.push_back(gpu(s, d, c, x));
+        break;
+      case SlotRole::CP:
+        for (int x = 0; x < par.cp; ++x) m.push_back(gpu(s, d, x, t));
+        break;
+      case SlotRole::DP:
+        for (int x = 0; x < par.dp; ++x) {
+          for (int y = 0; y < par.cp; ++y) m.push_back(gpu(s, x, y, t));
+        }
+        break;
+      case SlotRole::PipelineForward:
+      case SlotRole::PipelineBackward:
+        m = {gpu(use.from, d, c, t), gpu(use.to, d, c, t)};
+        break;
+    }
+    return m;
   };
-  const bool ring = par.vpp > 1;
-  auto next_stage = [&](int s) { return s + 1 < par.pp ? s + 1 : (ring ? 0 : -1); };
-  auto prev_stage = [&](int s) { return s > 0 ? s - 1 : (ring ? par.pp - 1 : -1); };
 
-  const int dps = options.representatives ? 1 : par.dp;
-  const int cps = options.representatives ? 1 : par.cp;
-  const int tps = options.representatives ? 1 : par.tp;
+  // Equivalence classes. A data-parallel replica is "compact" when, on every
+  // stage, its ranks share a GPU type and their TP, CP and pipeline
+  // communicators time alike (and each stage's DP communicators do): one rank
+  // then stands for the replica. Replicas with equal signatures stand for each
+  // other. If any replica is not compact, every rank of the simulated replicas runs.
+  std::vector<char> replica_simulated(par.dp, 1);
+  bool compact = false;
+  if (options.representatives) {
+    const AnalyticalNetwork& net = platform.analytical_network();
+    std::map<std::pair<int, std::vector<int>>, std::vector<double>> sig_cache;
+    auto sig = [&](const SlotUse& use, int s, int d, int c, int t) -> const std::vector<double>& {
+      std::vector<int> m = members_of(use, s, d, c, t);
+      auto key = std::make_pair(static_cast<int>(use.role), std::move(m));
+      auto it = sig_cache.find(key);
+      if (it == sig_cache.end()) {
+        const bool p2p = use.role == SlotRole::PipelineForward || use.role == SlotRole::PipelineBackward;
+        it = sig_cache.emplace(key, timing_signature(net, cluster, key.second, p2p)).first;
+      }
+      return it->second;
+    };
+    compact = true;
+    std::vector<std::vector<double>> replica_sig(par.dp);
+    for (int s = 0; s < par.pp && compact; ++s) {
+      const auto& slots = slots_of_stage[s];
+      for (const SlotUse& use : slots) {
+        if (use.role != SlotRole::DP) continue;
+        for (int t = 1; t < par.tp && compact; ++t) compact = sig(use, s, 0, 0, t) == sig(use, s, 0, 0, 0);
+      }
+      for (int d = 0; d < par.dp && compact; ++d) {
+        const int type0 = cluster.gpu_type_of(gpu(s, d, 0, 0));
+        replica_sig[d].push_back(type0);
+        for (const SlotUse& use : slots) {
+          if (use.role == SlotRole::DP) continue;
+          const std::vector<double>& ref = sig(use, s, d, 0, 0);
+          replica_sig[d].insert(replica_sig[d].end(), ref.begin(), ref.end());
+          for (int c = 0; c < par.cp && compact; ++c) {
+            for (int t = 0; t < par.tp && compact; ++t) {
+              compact = cluster.gpu_type_of(gpu(s, d, c, t)) == type0 && sig(use, s, d, c, t) == ref;
+            }
+          }
+        }
+      }
+    }
+    std::map<std::vector<double>, int> first_of_sig;
+    for (int d = 0; d < par.dp; ++d) {
+      const bool fresh = first_of_sig.emplace(replica_sig[d], d).second;
+      replica_simulated[d] = fresh ? 1 : 0;
+    }
+    // Without compact replicas, replicas still stand for each other when their signatures match.
+  }
+  const int cps = compact ? 1 : par.cp;
+  const int tps = compact ? 1 : par.tp;
+
+  CommunicatorRegistry registry(&plan.setup.comms);
+  std::vector<char> gpu_simulated(cluster.num_gpus(), 0);
   plan.recorded_rank_of_stage.assign(par.pp, -1);
   for (int s = 0; s < par.pp; ++s) {
-    for (int d = 0; d < dps; ++d) {
+    const std::string where = "[stage " + std::to_string(s) + "]";
+    for (int d = 0; d < par.dp; ++d) {
+      if (!replica_simulated[d]) continue;
       for (int c = 0; c < cps; ++c) {
         for (int t = 0; t < tps; ++t) {
           RankProgram rp;
           rp.program = static_cast<std::uint32_t>(s);
-          rp.gpu = rank_gpu(par, s, d, c, t);
+          rp.gpu = gpu(s, d, c, t);
           rp.name = "stage " + std::to_string(s) + " (dp " + std::to_string(d) + ", cp " + std::to_string(c) + ", tp " +
                     std::to_string(t) + ", gpu " + std::to_string(rp.gpu) + ")";
-          rp.record = d == 0 && c == 0 && t == 0;
-          rp.comm_of_slot.resize(kNumSlots);
-          const std::string where = "[stage " + std::to_string(s) + "]";
-          rp.comm_of_slot[kSlotTp] = comm(
-              0, s, d, c, 0,
-              [&] {
-                std::vector<int> m;
-                for (int x = 0; x < par.tp; ++x) m.push_back(rank_gpu(par, s, d, c, x));
-                return m;
-              },
-              "tp group " + where);
-          rp.comm_of_slot[kSlotCp] = comm(
-              1, s, d, t, 0,
-              [&] {
-                std::vector<int> m;
-                for (int x = 0; x < par.cp; ++x) m.push_back(rank_gpu(par, s, d, x, t));
-                return m;
-              },
-              "cp group " + where);
-          rp.comm_of_slot[kSlotDp] = comm(
-              2, s, t, 0, 0,
-              [&] {
-                std::vector<int> m;
-                for (int x = 0; x < par.dp; ++x) {
-                  for (int y = 0; y < par.cp; ++y) m.push_back(rank_gpu(par, s, x, y, t));
-                }
-                return m;
-              },
-              "dp group " + where);
-          auto link = [&](int from) -> std::uint32_t {
-            const int to = next_stage(from);
-            if (to < 0)
-              return comm(
-                  4, -1, 0, 0, 0, [] { return std::vector<int>{}; }, "no pipeline link");
-            return comm(
-                3, from, d, c, t,
-                [&] {
-                  return std::vector<int>{rank_gpu(par, from, d, c, t), rank_gpu(par, to, d, c, t)};
-                },
-                "pipeline link stage " + std::to_string(from) + "->" + std::to_string(to));
-          };
-          rp.comm_of_slot[kSlotNext] = link(s);
-          const int ps = prev_stage(s);
-          rp.comm_of_slot[kSlotPrev] = link(ps >= 0 ? ps : par.pp - 1);  // pp-1 has no next: the unused link
+          rp.record = plan.recorded_rank_of_stage[s] < 0;
+          for (const SlotUse& use : slots_of_stage[s]) {
+            std::string role, name;
+            switch (use.role) {
+              case SlotRole::TP:
+                role = "tp", name = "tp group " + where;
+                break;
+              case SlotRole::CP:
+                role = "cp", name = "cp group " + where;
+                break;
+              case SlotRole::DP:
+                role = "dp", name = "dp group " + where;
+                break;
+              case SlotRole::PipelineForward:
+                role = "pp.fwd";
+                name = "pipeline link stage " + std::to_string(use.from) + "->" + std::to_string(use.to);
+                break;
+              case SlotRole::PipelineBackward:
+                role = "pp.bwd";
+                name =
+                    "pipeline link stage " + std::to_string(use.from) + "->" + std::to_string(use.to) + " (gradients)";
+                break;
+            }
+            rp.comm_of_slot.push_back(registry.get(role, members_of(use, s, d, c, t), name));
+          }
           if (rp.record) plan.recorded_rank_of_stage[s] = static_cast<int>(plan.setup.ranks.size());
+          gpu_simulated[rp.gpu] = 1;
           plan.stage_of_rank.push_back(s);
           plan.setup.ranks.push_back(std::move(rp));
         }
       }
     }
   }
-  (void)cluster;
+  for (Communicator& cm : plan.setup.comms) {
+    for (int g : cm.members) cm.simulated_members += gpu_simulated[g];
+  }
   return plan;
+}
+
+TrainingPlan plan_training(const TransformerSpec& model, const ParallelSpec& par, const TrainingSpec& train,
+                           const Cluster& cluster, const PlanOptions& options,
+                           const std::vector<CalibrationProfile>& profiles) {
+  std::vector<CalibrationProfile> by_type = profiles;
+  if (by_type.empty()) {
+    for (int t = 0; t < cluster.num_gpu_types(); ++t) {
+      CalibrationProfile p;
+      p.gpu = cluster.gpu_type(t).name;
+      p.scaleup.busbw_efficiency.value = p.network.busbw_efficiency.value = 1.0;
+      by_type.push_back(std::move(p));
+    }
+  }
+  const Platform platform(cluster.spec(), by_type);
+  return TransformerWorkload(model, par, train).plan(platform, Placement::of(par), options);
 }
 
 }  // namespace trainsim

@@ -1,33 +1,40 @@
 #pragma once
-// The parallel planner: turns a transformer, a parallel strategy and a cluster
-// into per-stage program templates, communicators and rank bindings for the
-// executor. TP (+SP), CP, PP (GPipe / 1F1B / interleaved 1F1B), DP with ZeRO
-// 0-3 and bucketed, overlapped gradient reduction.
+// The dense transformer workload: turns a transformer, a parallel strategy and
+// a platform into per-stage program templates (emitted from the pipeline
+// schedule's units), communicators from a named registry and rank bindings
+// through the placement. TP (+SP), CP, PP (any schedule of F / B / W units,
+// models/schedule.hpp), DP with ZeRO 0-3 and bucketed, overlapped gradient
+// reduction.
+#include <string>
 #include <vector>
 
 #include "models/training_spec.hpp"
-#include "sim/executor.hpp"
+#include "models/workload.hpp"
 
 namespace trainsim {
 
-struct PlanOptions {
-  // Simulate one rank per pipeline stage: valid when every TP/CP/DP peer of a
-  // rank runs the same program on the same GPU type (one GPU type in the cluster).
-  bool representatives = true;
+class TransformerWorkload final : public Workload {
+ public:
+  TransformerWorkload(TransformerSpec model, ParallelSpec par, TrainingSpec train);
+  std::string name() const override { return model_.name; }
+  WorkloadPlan plan(const Platform& platform, const Placement& placement, const PlanOptions& options) const override;
+
+ private:
+  TransformerSpec model_;
+  ParallelSpec par_;
+  TrainingSpec train_;
 };
 
-struct TrainingPlan {
-  SimulationSetup setup;
-  std::vector<int> stage_of_rank;           // pipeline stage of each simulated rank
-  std::vector<int> recorded_rank_of_stage;  // the simulated rank whose timeline stands for each stage
-  double model_flops = 0;                   // per iteration, whole job, Megatron-LM convention
-  double hardware_flops = 0;                // the same plus recomputation
-};
+using TrainingPlan = WorkloadPlan;
 
-// Global GPU id of a rank; Megatron-LM order: tp fastest, then cp, dp, pp.
+// Global GPU id of a rank in Megatron-LM order (tp fastest, then cp, dp, pp).
 int rank_gpu(const ParallelSpec& par, int stage, int dp, int cp, int tp);
 
+// The transformer's plan with the parallel spec's own placement and a
+// cluster's facts (GPU types and communicator timings from `profiles`, one
+// per GPU type; ideal links and kernels when empty).
 TrainingPlan plan_training(const TransformerSpec& model, const ParallelSpec& par, const TrainingSpec& train,
-                           const Cluster& cluster, const PlanOptions& options);
+                           const Cluster& cluster, const PlanOptions& options,
+                           const std::vector<CalibrationProfile>& profiles = {});
 
 }  // namespace trainsim

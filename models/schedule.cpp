@@ -1,6 +1,8 @@
 #include "models/schedule.hpp"
 
 #include <algorithm>
+#include <map>
+#include <tuple>
 
 namespace trainsim {
 
@@ -8,17 +10,18 @@ namespace {
 
 // Megatron-LM's interleaved ordering: micro-batches go in groups of pp through
 // chunk 0, then the same group through chunk 1, ...; backward walks chunks in reverse.
-WorkUnit interleaved_unit(int k, bool forward, int pp, int vpp) {
+ScheduleUnit interleaved_unit(int k, bool forward, int pp, int vpp) {
   const int group = k / (pp * vpp);
   const int within = k % (pp * vpp);
   int chunk = within / pp;
   if (!forward) chunk = vpp - 1 - chunk;
-  return WorkUnit{forward, group * pp + within % pp, chunk};
+  return ScheduleUnit{forward ? UnitKind::Forward : UnitKind::Backward, group * pp + within % pp, chunk};
 }
 
 int warmup_units(ScheduleKind kind, int stage, int pp, int m, int vpp) {
   switch (kind) {
     case ScheduleKind::GPipe:
+    case ScheduleKind::Custom:
       return m;
     case ScheduleKind::OneFOneB:
       return std::min(pp - stage - 1, m);
@@ -28,14 +31,14 @@ int warmup_units(ScheduleKind kind, int stage, int pp, int m, int vpp) {
   return m;
 }
 
-}  // namespace
-
-std::vector<WorkUnit> pipeline_order(ScheduleKind kind, int stage, int pp, int m, int vpp) {
-  std::vector<WorkUnit> order;
-  const int units = kind == ScheduleKind::Interleaved1F1B ? m * vpp : m;
+std::vector<ScheduleUnit> builtin_order(ScheduleKind kind, int stage, int pp, int m, int vpp) {
+  std::vector<ScheduleUnit> order;
+  const bool interleaved = kind == ScheduleKind::Interleaved1F1B;
+  const int units = interleaved ? m * vpp : m;
   order.reserve(2 * static_cast<std::size_t>(units));
   auto unit = [&](int k, bool forward) {
-    return kind == ScheduleKind::Interleaved1F1B ? interleaved_unit(k, forward, pp, vpp) : WorkUnit{forward, k, 0};
+    return interleaved ? interleaved_unit(k, forward, pp, vpp)
+                       : ScheduleUnit{forward ? UnitKind::Forward : UnitKind::Backward, k, 0};
   };
   const int warmup = warmup_units(kind, stage, pp, m, vpp);
   int f = 0, b = 0;
@@ -48,9 +51,212 @@ std::vector<WorkUnit> pipeline_order(ScheduleKind kind, int stage, int pp, int m
   return order;
 }
 
-int max_inflight_chunks(ScheduleKind kind, int stage, int pp, int m, int vpp) {
-  const int units = kind == ScheduleKind::Interleaved1F1B ? m * vpp : m;
-  return std::min(warmup_units(kind, stage, pp, m, vpp) + 1, units);
+const char* kind_letter(UnitKind k) {
+  switch (k) {
+    case UnitKind::Forward:
+      return "F";
+    case UnitKind::Backward:
+      return "BW";
+    case UnitKind::BackwardInput:
+      return "B";
+    case UnitKind::BackwardWeight:
+      return "W";
+  }
+  return "?";
+}
+
+}  // namespace
+
+std::string to_string(const ScheduleUnit& u) {
+  std::string s = kind_letter(u.kind) + std::to_string(u.microbatch);
+  if (u.chunk > 0) s += "." + std::to_string(u.chunk);
+  return s;
+}
+
+PipelineSchedule builtin_schedule(ScheduleKind kind, int pp, int m, int vpp) {
+  PipelineSchedule s;
+  s.name = to_string(kind);
+  s.stages = pp;
+  s.microbatches = m;
+  const int chunks = kind == ScheduleKind::Interleaved1F1B ? vpp : 1;
+  for (int v = 0; v < pp * chunks; ++v) s.chunk_stage.push_back(v % pp);
+  for (int st = 0; st < pp; ++st) s.units.push_back(builtin_order(kind, st, pp, m, chunks));
+  return s;
+}
+
+PipelineSchedule schedule_of(const ParallelSpec& par) {
+  if (par.schedule == ScheduleKind::Custom) return par.custom_schedule;
+  return builtin_schedule(par.schedule, par.pp, par.micro_batches(), par.vpp);
+}
+
+std::vector<std::string> check_schedule(const PipelineSchedule& s) {
+  std::vector<std::string> problems;
+  const int V = s.chunks();
+  if (s.stages < 1 || static_cast<int>(s.units.size()) != s.stages) {
+    problems.push_back("expected a unit list for each of the " + std::to_string(s.stages) + " pipeline ranks, got " +
+                       std::to_string(s.units.size()));
+    return problems;
+  }
+  for (int v = 0; v < V; ++v) {
+    if (s.chunk_stage[v] < 0 || s.chunk_stage[v] >= s.stages) {
+      problems.push_back("chunk " + std::to_string(v) + " is mapped to pipeline rank " +
+                         std::to_string(s.chunk_stage[v]) + ", expected 0.." + std::to_string(s.stages - 1));
+    }
+  }
+  if (!problems.empty()) return problems;
+  for (int st = 0; st < s.stages; ++st) {
+    if (s.chunks_on(st) == 0) problems.push_back("pipeline rank " + std::to_string(st) + " holds no chunk");
+  }
+  if (!problems.empty()) return problems;
+
+  // Shape and per-rank order: each (micro-batch, chunk) once forward, once
+  // backward (whole, or B then W), F before its backward.
+  enum : int { kF, kB, kW, kKinds };
+  const int m = s.microbatches;
+  for (int st = 0; st < s.stages; ++st) {
+    const int chunks = s.chunks_on(st);
+    std::vector<int> seen(static_cast<std::size_t>(m) * chunks * kKinds, -1);
+    const std::string rank = "pipeline rank " + std::to_string(st);
+    auto at = [&](int mb, int c, int k) -> int& {
+      return seen[(static_cast<std::size_t>(mb) * chunks + c) * kKinds + k];
+    };
+    const auto& units = s.units[st];
+    for (int i = 0; i < static_cast<int>(units.size()); ++i) {
+      const ScheduleUnit& u = units[i];
+      const std::string where = rank + ", unit " + std::to_string(i) + " (" + to_string(u) + ")";
+      if (u.microbatch < 0 || u.microbatch >= m || u.chunk < 0 || u.chunk >= chunks) {
+        problems.push_back(where + ": expected micro-batch 0.." + std::to_string(m - 1) + " and chunk 0.." +
+                           std::to_string(chunks - 1));
+        continue;
+      }
+      auto mark = [&](int k) {
+        if (at(u.microbatch, u.chunk, k) >= 0) problems.push_back(where + ": appears twice");
+        at(u.microbatch, u.chunk, k) = i;
+      };
+      switch (u.kind) {
+        case UnitKind::Forward:
+          mark(kF);
+          break;
+        case UnitKind::Backward:
+          mark(kB);
+          mark(kW);
+          break;
+        case UnitKind::BackwardInput:
+          mark(kB);
+          break;
+        case UnitKind::BackwardWeight:
+          mark(kW);
+          if (at(u.microbatch, u.chunk, kB) < 0) problems.push_back(where + ": W before the B it belongs to");
+          break;
+      }
+      if (u.kind != UnitKind::Forward && at(u.microbatch, u.chunk, kF) < 0)
+        problems.push_back(where + ": backward before the forward of the same micro-batch and chunk");
+    }
+    for (int mb = 0; mb < m; ++mb) {
+      for (int c = 0; c < chunks; ++c) {
+        const ScheduleUnit f{UnitKind::Forward, mb, c};
+        if (at(mb, c, kF) < 0) problems.push_back(rank + ": " + to_string(f) + " is missing");
+        if (at(mb, c, kB) < 0)
+          problems.push_back(rank + ": the backward (B or BW) of micro-batch " + std::to_string(mb) + ", chunk " +
+                             std::to_string(c) + " is missing");
+        if (at(mb, c, kW) < 0 && at(mb, c, kB) >= 0)
+          problems.push_back(rank + ": W" + std::to_string(mb) + (c > 0 ? "." + std::to_string(c) : "") +
+                             " is missing");
+      }
+    }
+  }
+  if (!problems.empty()) return problems;
+
+  // Messages on each link (sender rank, receiver rank, direction) must be
+  // received in the order they are sent: a link is a FIFO.
+  std::map<std::tuple<int, int, int>, std::vector<std::pair<int, int>>> sent, received;
+  for (int st = 0; st < s.stages; ++st) {
+    for (const ScheduleUnit& u : s.units[st]) {
+      if (u.kind == UnitKind::BackwardWeight) continue;
+      const int v = s.virtual_stage(st, u.chunk);
+      const bool fwd = u.kind == UnitKind::Forward;
+      const int from_v = fwd ? v - 1 : v + 1;  // whose output this unit consumes
+      const int to_v = fwd ? v + 1 : v - 1;    // who consumes this unit's output
+      if (from_v >= 0 && from_v < V && s.chunk_stage[from_v] != st)
+        received[{s.chunk_stage[from_v], st, fwd ? 0 : 1}].emplace_back(u.microbatch, from_v);
+      if (to_v >= 0 && to_v < V && s.chunk_stage[to_v] != st)
+        sent[{st, s.chunk_stage[to_v], fwd ? 0 : 1}].emplace_back(u.microbatch, v);
+    }
+  }
+  for (const auto& [link, order] : sent) {
+    const auto& recv = received[link];
+    for (std::size_t i = 0; i < order.size() && i < recv.size(); ++i) {
+      if (order[i] == recv[i]) continue;
+      const auto [from, to, dir] = link;
+      problems.push_back("pipeline rank " + std::to_string(to) + " receives " +
+                         (dir == 0 ? "activations" : "gradients") + " from rank " + std::to_string(from) +
+                         " in another order than they are sent: message " + std::to_string(i) +
+                         " is sent for micro-batch " + std::to_string(order[i].first) + " of chunk " +
+                         std::to_string(order[i].second) + " but expected for micro-batch " +
+                         std::to_string(recv[i].first) + " of chunk " + std::to_string(recv[i].second));
+      break;
+    }
+  }
+  if (!problems.empty()) return problems;
+
+  // Abstract execution: each rank runs its units in order once their inputs
+  // exist (F needs the previous chunk's F; B the next chunk's B; W its B).
+  std::vector<std::vector<char>> fdone(V, std::vector<char>(m, 0)), bdone(V, std::vector<char>(m, 0));
+  std::vector<std::size_t> pos(s.stages, 0);
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int st = 0; st < s.stages; ++st) {
+      while (pos[st] < s.units[st].size()) {
+        const ScheduleUnit& u = s.units[st][pos[st]];
+        const int v = s.virtual_stage(st, u.chunk);
+        bool ready = true;
+        if (u.kind == UnitKind::Forward) {
+          ready = v == 0 || fdone[v - 1][u.microbatch];
+          if (ready) fdone[v][u.microbatch] = 1;
+        } else if (u.kind != UnitKind::BackwardWeight) {
+          ready = v == V - 1 || bdone[v + 1][u.microbatch];
+          if (ready) bdone[v][u.microbatch] = 1;
+        }
+        if (!ready) break;
+        ++pos[st];
+        progress = true;
+      }
+    }
+  }
+  for (int st = 0; st < s.stages; ++st) {
+    if (pos[st] < s.units[st].size()) {
+      problems.push_back("deadlock: pipeline rank " + std::to_string(st) + " waits forever at unit " +
+                         std::to_string(pos[st]) + " (" + to_string(s.units[st][pos[st]]) +
+                         "): its input is produced after a unit that waits for it");
+    }
+  }
+  return problems;
+}
+
+double peak_activation_bytes(const PipelineSchedule& s, int stage,
+                             const std::function<ChunkActivation(int chunk)>& bytes_of_chunk) {
+  std::vector<ChunkActivation> per_chunk;
+  for (int c = 0; c < s.chunks_on(stage); ++c) per_chunk.push_back(bytes_of_chunk(c));
+  double live = 0, peak = 0;
+  for (const ScheduleUnit& u : s.units[stage]) {
+    const ChunkActivation& a = per_chunk[u.chunk];
+    switch (u.kind) {
+      case UnitKind::Forward:
+        live += a.total;
+        peak = std::max(peak, live);
+        break;
+      case UnitKind::Backward:
+        live -= a.total;
+        break;
+      case UnitKind::BackwardInput:
+        live -= a.total - a.for_weights;
+        break;
+      case UnitKind::BackwardWeight:
+        live -= a.for_weights;
+        break;
+    }
+  }
+  return peak;
 }
 
 }  // namespace trainsim

@@ -1,25 +1,48 @@
 #pragma once
-// Pipeline schedules as the order in which one pipeline rank runs its work
-// units: forward or backward of (micro-batch, virtual chunk).
+// Pipeline schedules as units: per pipeline rank an ordered list of
+// {forward, backward-input, backward-weight} x {micro-batch, chunk}, plus the
+// map from the model's chunks (virtual stages, in layer order) to pipeline
+// ranks. Built-in schedules (GPipe, 1F1B, interleaved 1F1B) and schedules read
+// from JSON are the same value; the planner emits programs from the units and
+// the memory model walks them for the activations in flight.
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "models/training_spec.hpp"
 
 namespace trainsim {
 
-struct WorkUnit {
-  bool forward = true;
-  int microbatch = 0;
-  int chunk = 0;  // virtual stage index on this rank (0 unless interleaved)
+// Checks a schedule: shape (every unit once, chunks mapped to ranks), order on
+// each rank (F before its backward, B before its W), that each pipeline link
+// delivers messages in the order the receiver expects them, and that the ranks
+// cannot block each other forever (executed abstractly, data dependencies
+// only). Returns one message per problem, each naming the rank and unit.
+std::vector<std::string> check_schedule(const PipelineSchedule& schedule);
+
+// The built-in schedule of `kind` for `pp` ranks, `m` micro-batches and `vpp`
+// chunks per rank. Interleaved 1F1B follows Megatron-LM's ordering and needs
+// m % pp == 0 (checked at scenario loading); backward units are whole (B and
+// W together, in the layer's issue order).
+PipelineSchedule builtin_schedule(ScheduleKind kind, int pp, int m, int vpp);
+
+// The schedule a parallel spec asks for: its custom one, else the built-in.
+PipelineSchedule schedule_of(const ParallelSpec& par);
+
+// Activation bytes a chunk's micro-batch keeps between its forward and its
+// backward: `total` from the forward on; `for_weights` of it (the inputs of the
+// weight-gradient GEMMs) stay until the W unit when B and W are split.
+struct ChunkActivation {
+  double total = 0;
+  double for_weights = 0;
 };
 
-// Order of work on pipeline rank `stage` of `pp` with `m` micro-batches and
-// `vpp` chunks per rank. Interleaved 1F1B follows Megatron-LM's ordering and
-// needs m % pp == 0 (checked at scenario loading).
-std::vector<WorkUnit> pipeline_order(ScheduleKind kind, int stage, int pp, int m, int vpp);
+// Peak activation bytes on pipeline rank `stage`, walking its units in order.
+double peak_activation_bytes(const PipelineSchedule& schedule, int stage,
+                             const std::function<ChunkActivation(int chunk)>& bytes_of_chunk);
 
-// Micro-batches whose activations a rank holds at once under the schedule
-// (in units of one chunk's activations).
-int max_inflight_chunks(ScheduleKind kind, int stage, int pp, int m, int vpp);
+// Text form of a unit, as custom schedules write it: "F3", "B3", "W3", "BW3";
+// chunk c > 0 as "F3.1".
+std::string to_string(const ScheduleUnit& u);
 
 }  // namespace trainsim

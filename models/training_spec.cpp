@@ -20,6 +20,23 @@ double TransformerSpec::total_params() const {
   return layers * params_per_layer() + embedding_params() + head + hidden;
 }
 
+int ParallelSpec::virtual_stages() const {
+  return schedule == ScheduleKind::Custom ? custom_schedule.chunks() : pp * vpp;
+}
+
+int ParallelSpec::layers_of_virtual_stage(int v, int model_layers) const {
+  const int n = virtual_stages();
+  if (static_cast<int>(stage_layers.size()) == n) return stage_layers[v];
+  return model_layers / n;
+}
+
+int ParallelSpec::first_layer_of_virtual_stage(int v, int model_layers) const {
+  if (static_cast<int>(stage_layers.size()) != virtual_stages()) return v * (model_layers / virtual_stages());
+  int first = 0;
+  for (int i = 0; i < v; ++i) first += stage_layers[i];
+  return first;
+}
+
 int ParallelSpec::chunk_layers(int stage, int model_layers) const {
   return stage_layers.empty() ? model_layers / (pp * vpp) : stage_layers[stage];
 }
@@ -39,8 +56,23 @@ const char* to_string(ScheduleKind s) {
       return "1f1b";
     case ScheduleKind::Interleaved1F1B:
       return "interleaved-1f1b";
+    case ScheduleKind::Custom:
+      return "custom";
   }
   return "?";
+}
+
+int PipelineSchedule::chunks_on(int stage) const {
+  int n = 0;
+  for (int s : chunk_stage) n += s == stage ? 1 : 0;
+  return n;
+}
+
+int PipelineSchedule::virtual_stage(int stage, int chunk) const {
+  for (int v = 0; v < chunks(); ++v) {
+    if (chunk_stage[v] == stage && chunk-- == 0) return v;
+  }
+  return -1;
 }
 
 const char* to_string(Recompute r) {

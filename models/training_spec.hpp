@@ -32,7 +32,34 @@ struct TransformerSpec {
   double total_params() const;
 };
 
-enum class ScheduleKind : std::uint8_t { GPipe, OneFOneB, Interleaved1F1B };
+enum class ScheduleKind : std::uint8_t { GPipe, OneFOneB, Interleaved1F1B, Custom };
+
+// One unit of pipeline work on a rank: the forward, the whole backward (B and W
+// in the layer's issue order), the backward-input or the backward-weight part
+// of micro-batch `microbatch` through the rank's chunk `chunk` (its chunk-th
+// virtual stage in layer order).
+enum class UnitKind : std::uint8_t { Forward, Backward, BackwardInput, BackwardWeight };
+struct ScheduleUnit {
+  UnitKind kind = UnitKind::Forward;
+  int microbatch = 0;
+  int chunk = 0;
+  bool operator==(const ScheduleUnit&) const = default;
+};
+
+// A pipeline schedule (models/schedule.hpp): `chunk_stage[v]` is the pipeline
+// rank of the model's v-th chunk (layer order); `units[s]` is rank s's order.
+struct PipelineSchedule {
+  std::string name;
+  int stages = 1;
+  int microbatches = 1;
+  std::vector<int> chunk_stage;
+  std::vector<std::vector<ScheduleUnit>> units;
+
+  int chunks() const { return static_cast<int>(chunk_stage.size()); }
+  // Chunks on rank `stage`, and the model chunk (virtual stage) of its `chunk`-th one.
+  int chunks_on(int stage) const;
+  int virtual_stage(int stage, int chunk) const;
+};
 enum class Recompute : std::uint8_t { None, Selective, Full };
 const char* to_string(ScheduleKind s);
 const char* to_string(Recompute r);
@@ -60,9 +87,21 @@ struct ParallelSpec {
   bool pp_scatter_gather =
       true;                    // each TP rank sends 1/tp of an activation (Megatron-LM); false: all of it (DeepSpeed)
   double dp_bucket_bytes = 0;  // gradient bucket size (0 = Megatron default: max(40M, 1M*dp) params)
-  std::vector<int> stage_layers;  // transformer layers per pipeline stage (empty = even split; vpp must be 1)
+  std::vector<int> stage_layers;     // transformer layers per pipeline stage (empty = even split; vpp must be 1)
+  PipelineSchedule custom_schedule;  // schedule == Custom: units per stage (models/schedule.hpp)
+  // Rank coordinates -> GPU (models/placement.hpp): an order of the dimensions,
+  // innermost first (Megatron-LM: tp, cp, ep, dp, pp), or an explicit GPU per
+  // rank in that order (empty = by the order).
+  std::string placement_order = "tp-cp-ep-dp-pp";
+  std::vector<int> placement_gpus;
 
   int gpus() const { return tp * pp * dp * cp; }
+  // Model chunks in layer order (pp * vpp, or the custom schedule's), the
+  // layers of chunk v (stage_layers when it has one entry per chunk, else an
+  // even split) and its first layer.
+  int virtual_stages() const;
+  int layers_of_virtual_stage(int v, int model_layers) const;
+  int first_layer_of_virtual_stage(int v, int model_layers) const;
   // Layers of one virtual chunk on pipeline rank `stage`, and the first of them.
   int chunk_layers(int stage, int model_layers) const;
   int first_layer(int stage, int chunk, int model_layers) const;

@@ -9,14 +9,28 @@
 namespace trainsim {
 
 Executor::Executor(const SimulationSetup& setup, const Cluster& cluster, const ComputeCostModel& costs,
-                   const AnalyticalNetwork& network)
+                   NetworkModel& network)
     : setup_(&setup), cluster_(&cluster), costs_(&costs), network_(&network) {
   init();
 }
 
 Executor::Executor(const SimulationSetup& setup, const Cluster& cluster, const ComputeCostModel& costs,
+                   const AnalyticalNetwork& network)
+    : setup_(&setup),
+      cluster_(&cluster),
+      costs_(&costs),
+      owned_network_(std::make_unique<AnalyticalNetworkModel>(network)),
+      network_(owned_network_.get()) {
+  init();
+}
+
+Executor::Executor(const SimulationSetup& setup, const Cluster& cluster, const ComputeCostModel& costs,
                    FlowCollectives& flows)
-    : setup_(&setup), cluster_(&cluster), costs_(&costs), flows_(&flows) {
+    : setup_(&setup),
+      cluster_(&cluster),
+      costs_(&costs),
+      owned_network_(std::make_unique<FlowNetworkModel>(flows)),
+      network_(owned_network_.get()) {
   init();
 }
 
@@ -83,15 +97,7 @@ void Executor::init() {
     run_slow_.assign(streams, 0);
   }
   result_.finish.assign(nr, Time{});
-}
-
-const CommShape& Executor::shape_of(std::uint32_t comm) {
-  CommState& c = comms_[comm];
-  if (!c.shaped) {
-    c.shape = network_->shape(setup_->comms[comm].members);
-    c.shaped = true;
-  }
-  return c.shape;
+  network_->bind(setup.comms);
 }
 
 Time Executor::op_duration(std::uint32_t rank, std::uint32_t op, bool contended) {
@@ -198,11 +204,36 @@ void Executor::try_start(std::uint32_t rank, std::uint8_t stream, Time now) {
   }
 }
 
-void Executor::start_transfer(std::uint32_t rank, std::uint32_t task, Time start, Time end) {
-  const Task& t = setup_->programs[setup_->ranks[rank].program].tasks[task];
-  stream_start_[stream_at(rank, t.stream)] = start;
-  comm_started(rank, start);
-  queue_.push(end, rank, task);
+// Everyone is here: the transfer starts now on the network; its waiters hold
+// their streams (and the rank's SMs) until the network reports it done.
+void Executor::start_transfer(const TransferRequest& request, std::span<const Waiter> waiters, Time now) {
+  const std::uint32_t slot = new_in_flight();
+  for (const Waiter& w : waiters) {
+    const Task& wt = setup_->programs[setup_->ranks[w.rank].program].tasks[w.task];
+    stream_start_[stream_at(w.rank, wt.stream)] = now;
+    comm_started(w.rank, now);
+    in_flight_[slot].push_back(w);
+  }
+  network_->start(now, request, slot);
+  network_next_ = network_->next_event();
+}
+
+// Both posts name the same transfer; otherwise the mismatch is recorded and the run stops.
+bool Executor::same_transfer(const Waiter& a, const Waiter& b, std::uint32_t comm) {
+  const Task& ta = setup_->programs[setup_->ranks[a.rank].program].tasks[a.task];
+  const Task& tb = setup_->programs[setup_->ranks[b.rank].program].tasks[b.task];
+  const bool collective = ta.kind == TaskKind::Collective;
+  if (ta.bytes == tb.bytes && (!collective || ta.collective == tb.collective)) return true;
+  auto describe = [&](const Waiter& w, const Task& t) {
+    const ProgramTemplate& p = setup_->programs[setup_->ranks[w.rank].program];
+    return WaitingTask{setup_->ranks[w.rank].name, p.streams[t.stream], p.labels[t.label],
+                       std::string("posted ") + (collective ? to_string(t.collective) : to_string(t.kind)) + " of " +
+                           std::to_string(t.bytes) + " bytes on " + setup_->comms[comm].name};
+  };
+  mismatches_.push_back(describe(a, ta));
+  mismatches_.push_back(describe(b, tb));
+  stop_ = true;
+  return false;
 }
 
 void Executor::post_collective(std::uint32_t rank, std::uint32_t task, Time now) {
@@ -213,35 +244,12 @@ void Executor::post_collective(std::uint32_t rank, std::uint32_t task, Time now)
   const std::uint64_t seq = slot_seq_[slot_at(rank, t.ref)]++;
   while (c.base_seq + c.pending.size() <= seq) c.pending.emplace_back();
   PendingCollective& pc = c.pending[seq - c.base_seq];
-  pc.waiters.push_back(Waiter{rank, task, now});
+  const Waiter me{rank, task, now};
+  if (!pc.waiters.empty() && !same_transfer(pc.waiters.front(), me, comm)) return;
+  pc.waiters.push_back(me);
   if (static_cast<int>(pc.waiters.size()) < setup_->comms[comm].simulated_members) return;
-  if (flows_ != nullptr) {
-    // Everyone is here: the flows start now; completion comes from the flow network.
-    const PlanId plan = flow_plan(comm, static_cast<std::uint32_t>(t.collective), t.bytes);
-    const std::uint32_t slot = new_in_flight();
-    for (const Waiter& w : pc.waiters) {
-      record(w.rank, w.task, w.posted, now, kWaitCategory);
-      const Task& wt = setup_->programs[setup_->ranks[w.rank].program].tasks[w.task];
-      stream_start_[stream_at(w.rank, wt.stream)] = now;
-      comm_started(w.rank, now);
-      in_flight_[slot].push_back(w);
-    }
-    flows_->start(now, plan, slot);
-    pc.done = true;
-    pc.waiters.clear();
-    while (!c.pending.empty() && c.pending.front().done) {
-      c.pending.pop_front();
-      ++c.base_seq;
-    }
-    return;
-  }
-  // Everyone is here: the transfer starts now.
-  const Time dur =
-      Time::seconds(network_->collective_seconds(shape_of(comm), t.collective, static_cast<double>(t.bytes)));
-  for (const Waiter& w : pc.waiters) {
-    record(w.rank, w.task, w.posted, now, kWaitCategory);
-    start_transfer(w.rank, w.task, now, now + dur);
-  }
+  for (const Waiter& w : pc.waiters) record(w.rank, w.task, w.posted, now, kWaitCategory);
+  start_transfer(TransferRequest{comm, false, t.collective, 0, t.bytes}, pc.waiters, now);
   pc.done = true;
   pc.waiters.clear();
   while (!c.pending.empty() && c.pending.front().done) {
@@ -262,25 +270,11 @@ void Executor::post_p2p(std::uint32_t rank, std::uint32_t task, Time now) {
   auto& sends = c.sends[sender];
   auto& recvs = c.recvs[sender];
   if (sends.empty() || recvs.empty()) return;
-  const Waiter s = sends.front();
-  const Waiter r = recvs.front();
+  const Waiter pair[] = {sends.front(), recvs.front()};
   sends.pop_front();
   recvs.pop_front();
-  if (flows_ != nullptr) {
-    const PlanId plan = flow_plan(comm, 8 + static_cast<std::uint32_t>(sender), t.bytes);
-    const std::uint32_t slot = new_in_flight();
-    for (const Waiter& w : {s, r}) {
-      const Task& wt = setup_->programs[setup_->ranks[w.rank].program].tasks[w.task];
-      stream_start_[stream_at(w.rank, wt.stream)] = now;
-      comm_started(w.rank, now);
-      in_flight_[slot].push_back(w);
-    }
-    flows_->start(now, plan, slot);
-    return;
-  }
-  const Time dur = Time::seconds(network_->p2p_seconds(shape_of(comm), static_cast<double>(t.bytes)));
-  start_transfer(s.rank, s.task, now, now + dur);
-  start_transfer(r.rank, r.task, now, now + dur);
+  if (!same_transfer(pair[0], pair[1], comm)) return;
+  start_transfer(TransferRequest{comm, true, CollectiveKind::AllReduce, sender, t.bytes}, pair, now);
 }
 
 void Executor::complete(std::uint32_t rank, std::uint32_t task, Time now) {
@@ -300,25 +294,6 @@ void Executor::complete(std::uint32_t rank, std::uint32_t task, Time now) {
   try_start(rank, t.stream, now);
 }
 
-PlanId Executor::flow_plan(std::uint32_t comm, std::uint32_t what, std::uint64_t bytes) {
-  CommState& c = comms_[comm];
-  const auto key = std::make_pair(what, bytes);
-  for (const auto& [k, id] : c.plans) {
-    if (k == key) return id;
-  }
-  const Communicator& cm = setup_->comms[comm];
-  CollectivePlan plan;
-  if (what >= 8) {
-    const int sender = static_cast<int>(what - 8);
-    plan = flows_->plan_p2p(cm.members[sender], cm.members[1 - sender], static_cast<double>(bytes), comm);
-  } else {
-    plan = flows_->plan_collective(cm.members, static_cast<CollectiveKind>(what), static_cast<double>(bytes), comm);
-  }
-  const PlanId id = flows_->add_plan(std::move(plan));
-  c.plans.emplace_back(key, id);
-  return id;
-}
-
 std::uint32_t Executor::new_in_flight() {
   if (!free_in_flight_.empty()) {
     const std::uint32_t slot = free_in_flight_.back();
@@ -327,41 +302,6 @@ std::uint32_t Executor::new_in_flight() {
   }
   in_flight_.emplace_back();
   return static_cast<std::uint32_t>(in_flight_.size() - 1);
-}
-
-void Executor::run_analytical(std::uint64_t* events, Time* now) {
-  while (!queue_.empty()) {
-    const Event e = queue_.pop();
-    if (stale(e)) continue;
-    *now = e.time;
-    ++*events;
-    complete(e.rank, e.payload, *now);
-  }
-}
-
-void Executor::run_flows(std::uint64_t* events, Time* now) {
-  for (;;) {
-    const Time tq = queue_.empty() ? Time::max() : queue_.top().time;
-    const Time tn = flows_->next_event();
-    if (queue_.empty() && tn == Time::max()) break;
-    if (tn <= tq) {
-      // Network first at equal times; its completions join the queue in order.
-      flow_done_.clear();
-      flows_->advance(tn, flow_done_);
-      for (const TransferDone& d : flow_done_) {
-        auto& waiters = in_flight_[d.cookie];
-        for (const Waiter& w : waiters) queue_.push(d.time, w.rank, w.task);
-        waiters.clear();
-        free_in_flight_.push_back(static_cast<std::uint32_t>(d.cookie));
-      }
-      continue;
-    }
-    const Event e = queue_.pop();
-    if (stale(e)) continue;
-    *now = e.time;
-    ++*events;
-    complete(e.rank, e.payload, *now);
-  }
 }
 
 SimulationResult Executor::run() {
@@ -373,18 +313,42 @@ SimulationResult Executor::run() {
   }
   std::uint64_t events = 0;
   Time now;
-  if (flows_ != nullptr) {
-    run_flows(&events, &now);
-  } else {
-    run_analytical(&events, &now);
+  network_next_ = network_->next_event();
+  while (!stop_) {
+    const Time tq = queue_.empty() ? Time::max() : queue_.top().time;
+    if (network_next_ <= tq) {
+      if (network_next_ == Time::max()) break;
+      // Network first at equal times; its completions join the queue in order.
+      network_done_.clear();
+      network_->advance(network_next_, network_done_);
+      network_next_ = network_->next_event();
+      for (const TransferDone& d : network_done_) {
+        auto& waiters = in_flight_[d.cookie];
+        for (const Waiter& w : waiters) queue_.push(d.time, w.rank, w.task);
+        waiters.clear();
+        free_in_flight_.push_back(static_cast<std::uint32_t>(d.cookie));
+      }
+      continue;
+    }
+    const Event e = queue_.pop();
+    if (stale(e)) continue;
+    now = e.time;
+    ++events;
+    complete(e.rank, e.payload, now);
   }
   result_.events = events;
   result_.makespan = now;
-  result_.completed = true;
+  result_.completed = !stop_;
   for (std::uint32_t r = 0; r < nr; ++r) {
     if (done_count_[r] != setup_->programs[setup_->ranks[r].program].tasks.size()) result_.completed = false;
   }
-  if (!result_.completed) result_.deadlock = describe_deadlock(&result_.deadlocked_ranks);
+  if (stop_) {
+    result_.mismatch = true;
+    result_.deadlock = std::move(mismatches_);
+    result_.deadlocked_ranks = result_.deadlock.size();
+  } else if (!result_.completed) {
+    result_.deadlock = describe_deadlock(&result_.deadlocked_ranks);
+  }
   return std::move(result_);
 }
 

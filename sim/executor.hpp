@@ -6,8 +6,14 @@
 // the waiting ranks and tasks (a deadlock) instead of hanging. While a transfer
 // runs on a GPU, its compute kernels run at the profile's reduced compute share
 // (communication kernels hold SMs); a running kernel's end moves when that changes.
+// Transfers go to a NetworkModel (analytical or flow, sim/network_model.hpp);
+// one loop steps the model's events and the queue's in time order. Members of
+// a collective must post the same kind and byte count (a send the same bytes as
+// its receive); a mismatch stops the run and names the ranks and tasks.
 #include <cstdint>
 #include <deque>
+#include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -15,6 +21,7 @@
 #include "sim/event_queue.hpp"
 #include "sim/flow_collectives.hpp"
 #include "sim/network.hpp"
+#include "sim/network_model.hpp"
 #include "sim/program.hpp"
 #include "sim/time.hpp"
 
@@ -65,17 +72,20 @@ struct SimulationResult {
   std::vector<RankTimeline> timelines;
   std::vector<WaitingTask> deadlock;  // non-empty iff !completed
   std::size_t deadlocked_ranks = 0;
+  // The run stopped because members of a communicator posted different
+  // transfers (kind or bytes); `deadlock` then lists the two posts.
+  bool mismatch = false;
 };
 
 class Executor {
  public:
-  // Analytical fidelity: each transfer takes the alpha-beta time of its communicator.
+  // The network model's events interleave with the event queue in time order
+  // (at equal times the network goes first). A model that needs every member
+  // (flow) must be given a setup that simulates every member.
+  Executor(const SimulationSetup& setup, const Cluster& cluster, const ComputeCostModel& costs, NetworkModel& network);
+  // Shorthands: an AnalyticalNetworkModel / FlowNetworkModel owned by the executor.
   Executor(const SimulationSetup& setup, const Cluster& cluster, const ComputeCostModel& costs,
            const AnalyticalNetwork& network);
-  // Flow fidelity: collectives and send/recv become flows on the cluster graph;
-  // the flow network's events interleave with the event queue in time order
-  // (at equal times the network goes first). Every member of a communicator
-  // should be simulated: flows are created for all members.
   Executor(const SimulationSetup& setup, const Cluster& cluster, const ComputeCostModel& costs, FlowCollectives& flows);
   SimulationResult run();
 
@@ -89,26 +99,19 @@ class Executor {
     bool done = false;
   };
   struct CommState {
-    bool shaped = false;
-    CommShape shape;
     std::uint64_t base_seq = 0;  // sequence number of pending.front()
     std::deque<PendingCollective> pending;
     std::deque<Waiter> sends[2], recvs[2];  // indexed by the sending member (0 or 1)
-    // Flow fidelity: plans made so far, by (what, bytes); what = collective kind, or 8 + sender for send/recv.
-    std::vector<std::pair<std::pair<std::uint32_t, std::uint64_t>, PlanId>> plans;
   };
 
   void try_start(std::uint32_t rank, std::uint8_t stream, Time now);
   void complete(std::uint32_t rank, std::uint32_t task, Time now);
   void post_collective(std::uint32_t rank, std::uint32_t task, Time now);
   void post_p2p(std::uint32_t rank, std::uint32_t task, Time now);
-  void start_transfer(std::uint32_t rank, std::uint32_t task, Time start, Time end);
+  void start_transfer(const TransferRequest& request, std::span<const Waiter> waiters, Time now);
+  bool same_transfer(const Waiter& a, const Waiter& b, std::uint32_t comm);
   void init();
-  void run_analytical(std::uint64_t* events, Time* now);
-  void run_flows(std::uint64_t* events, Time* now);
-  PlanId flow_plan(std::uint32_t comm, std::uint32_t what, std::uint64_t bytes);
   std::uint32_t new_in_flight();
-  const CommShape& shape_of(std::uint32_t comm);
   Time op_duration(std::uint32_t rank, std::uint32_t op, bool contended);
   void start_compute(std::uint32_t rank, std::uint32_t task, std::uint32_t op, Time now);
   void comm_started(std::uint32_t rank, Time now);
@@ -121,8 +124,10 @@ class Executor {
   const SimulationSetup* setup_;
   const Cluster* cluster_;
   const ComputeCostModel* costs_;
-  const AnalyticalNetwork* network_ = nullptr;
-  FlowCollectives* flows_ = nullptr;
+  std::unique_ptr<NetworkModel> owned_network_;
+  NetworkModel* network_ = nullptr;
+  Time network_next_ = Time::max();  // network_->next_event(), refreshed after each start / advance
+  bool stop_ = false;                // a mismatch ends the run
 
   // State lives in flat vectors; ranks sharing a program are interleaved:
   // element i of rank r is at base_[r] + i * stride_[r].
@@ -156,10 +161,11 @@ class Executor {
   std::vector<int> timeline_of_rank_;
   SimulationResult result_;
   EventQueue queue_;
-  // Flow fidelity: the waiters of each running transfer, by cookie.
+  // The waiters of each running transfer, by cookie.
   std::vector<std::vector<Waiter>> in_flight_;
   std::vector<std::uint32_t> free_in_flight_;
-  std::vector<TransferDone> flow_done_;
+  std::vector<TransferDone> network_done_;
+  std::vector<WaitingTask> mismatches_;
 };
 
 }  // namespace trainsim

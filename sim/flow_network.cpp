@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cassert>
 #include <cmath>
+#include <stdexcept>
+#include <string>
 #include <utility>
 
 namespace trainsim {
@@ -240,10 +242,23 @@ void FlowNetwork::clean_drains() {
   }
 }
 
+namespace {
+bool later_change(const auto& a, const auto& b) { return a.time > b.time || (a.time == b.time && a.seq > b.seq); }
+}  // namespace
+
+void FlowNetwork::schedule_capacity(Time at, std::uint32_t link, double capacity) {
+  if (link >= capacity_.size()) throw std::invalid_argument("link " + std::to_string(link) + " does not exist");
+  if (!(capacity >= 0)) throw std::invalid_argument("link capacity must be >= 0 bytes/s");
+  if (at < now_) throw std::invalid_argument("a link capacity change cannot be scheduled in the past");
+  changes_.push_back(CapacityChange{at, seq_++, link, capacity});
+  std::push_heap(changes_.begin(), changes_.end(), later_change<CapacityChange, CapacityChange>);
+}
+
 Time FlowNetwork::next_event() const {
   // The top of drains_ is kept valid by start() and advance().
   Time t = drains_.empty() ? Time::max() : drains_.front().time;
   if (!completions_.empty()) t = std::min(t, completions_.front().time);
+  if (!changes_.empty()) t = std::min(t, changes_.front().time);
   return t;
 }
 
@@ -252,9 +267,22 @@ void FlowNetwork::advance(Time now, std::vector<TransferDone>& done) {
     clean_drains();
     const Time td = drains_.empty() ? Time::max() : drains_.front().time;
     const Time tc = completions_.empty() ? Time::max() : completions_.front().time;
-    const Time t = std::min(td, tc);
+    const Time tk = changes_.empty() ? Time::max() : changes_.front().time;
+    const Time t = std::min({td, tc, tk});
     if (t > now || t == Time::max()) break;
     now_ = t;
+    if (tk == t) {
+      // Capacity changes first at equal times; flows on the link are re-rated.
+      while (!changes_.empty() && changes_.front().time == tk) {
+        std::pop_heap(changes_.begin(), changes_.end(), later_change<CapacityChange, CapacityChange>);
+        const CapacityChange c = changes_.back();
+        changes_.pop_back();
+        capacity_[c.link] = c.capacity;
+        seeds_.push_back(c.link);
+      }
+      recompute(tk);
+      continue;
+    }
     if (td <= tc) {
       while (!drains_.empty() && drains_.front().time == td) {
         const HeapEntry e = pop(drains_);

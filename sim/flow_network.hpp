@@ -45,7 +45,13 @@ class FlowNetwork {
   // Starts a transfer at `now` (>= the last advance). `cookie` comes back on
   // completion. A transfer without flows completes at now + `latency`.
   TransferId start(Time now, std::span<const FlowSpec> flows, std::uint64_t cookie, Time latency = {});
-  // Earliest time at which a flow drains or a transfer completes; Time::max() when idle.
+  // From `at` (>= the last advance) link `link` carries `capacity` bytes/s
+  // (>= 0; 0 stalls its flows until a later change restores it). Rates of the
+  // flows sharing a component with the link are recomputed then.
+  void schedule_capacity(Time at, std::uint32_t link, double capacity);
+  double link_capacity(std::uint32_t link) const { return capacity_[link]; }
+  // Earliest time at which a flow drains, a transfer completes or a link
+  // changes capacity; Time::max() when idle.
   Time next_event() const;
   // Processes everything up to and including `now`; appends the transfers
   // completed by then, in (completion time, start order).
@@ -110,6 +116,13 @@ class FlowNetwork {
   std::vector<Transfer> transfers_;
   std::vector<TransferId> free_transfers_;
   std::vector<HeapEntry> drains_, completions_;
+  struct CapacityChange {
+    Time time;
+    std::uint64_t seq;
+    std::uint32_t link;
+    double capacity;
+  };
+  std::vector<CapacityChange> changes_;  // heap, earliest first
   std::uint64_t seq_ = 0;
   Time now_;
   std::size_t active_flows_ = 0, active_transfers_ = 0;

@@ -6,11 +6,8 @@
 #include <map>
 
 #include "models/planner.hpp"
-#include "sim/cost_model.hpp"
 #include "sim/executor.hpp"
-#include "sim/flow_collectives.hpp"
-#include "sim/network.hpp"
-#include "topologies/graph.hpp"
+#include "sim/platform.hpp"
 
 namespace trainsim {
 
@@ -24,17 +21,9 @@ std::string fmt(const char* f, double x) {
 }
 }  // namespace
 
-static std::vector<CalibrationProfile> profiles_by_type(const Scenario& s, const Cluster& cluster) {
-  std::vector<CalibrationProfile> profiles(cluster.num_gpu_types());
-  for (int t = 0; t < cluster.num_gpu_types(); ++t) {
-    for (const auto& p : s.profiles) {
-      if (p.gpu == cluster.gpu_type(t).name) profiles[t] = p;
-    }
-  }
-  return profiles;
+std::unique_ptr<Workload> workload_of(const Scenario& s) {
+  return std::make_unique<TransformerWorkload>(s.model, s.parallel, s.training);
 }
-
-const char* to_string(Fidelity f) { return f == Fidelity::Flow ? "flow" : "analytical"; }
 
 JobReport simulate(const Scenario& s, Fidelity fidelity) { return run_job(s, fidelity).report; }
 
@@ -43,23 +32,17 @@ JobRun run_job(const Scenario& s, Fidelity fidelity) {
   JobRun run;
   JobReport& rep = run.report;
   rep.scenario = s.name;
-  const Cluster cluster(s.cluster);
+  rep.fidelity = to_string(fidelity);
+  Platform platform(s.cluster, s.profiles);
+  const Cluster& cluster = platform.cluster();
   rep.gpus = cluster.num_gpus();
-  const std::vector<CalibrationProfile> profiles = profiles_by_type(s, cluster);
-  const ComputeCostModel costs(cluster, profiles);
-  const AnalyticalNetwork network(cluster, profiles);
+  const std::unique_ptr<NetworkModel> network = platform.network_model(fidelity);
   PlanOptions opts;
-  // Flows contend differently for every rank: simulate them all.
-  opts.representatives = fidelity == Fidelity::Analytical && cluster.num_gpu_types() == 1;
-  run.plan = plan_training(s.model, s.parallel, s.training, cluster, opts);
-  const TrainingPlan& plan = run.plan;
-  if (fidelity == Fidelity::Flow) {
-    Topology topology(cluster);
-    FlowCollectives flows(cluster, topology, profiles);
-    Executor exec(plan.setup, cluster, costs, flows);
-    run.result = exec.run();
-  } else {
-    Executor exec(plan.setup, cluster, costs, network);
+  opts.representatives = !network->needs_every_member();
+  run.plan = workload_of(s)->plan(platform, Placement::of(s.parallel), opts);
+  const WorkloadPlan& plan = run.plan;
+  {
+    Executor exec(plan.setup, cluster, platform.costs(), *network);
     run.result = exec.run();
   }
   const SimulationResult& res = run.result;
@@ -67,39 +50,42 @@ JobRun run_job(const Scenario& s, Fidelity fidelity) {
   rep.events = res.events;
   rep.simulated_ranks = static_cast<int>(plan.setup.ranks.size());
   rep.iteration_time_s = res.makespan.to_seconds();
-  const double samples = s.parallel.global_batch;
+  rep.throughput_unit = plan.throughput_unit;
   if (rep.iteration_time_s > 0) {
-    rep.samples_per_s = samples / rep.iteration_time_s;
-    rep.tokens_per_s = samples * s.training.seq_len / rep.iteration_time_s;
+    rep.samples_per_s = plan.samples_per_iteration / rep.iteration_time_s;
+    rep.units_per_s = plan.units_per_iteration / rep.iteration_time_s;
+    if (plan.throughput_unit == "tokens") rep.tokens_per_s = rep.units_per_s;
     rep.tflops_per_gpu = plan.model_flops / rep.iteration_time_s / rep.gpus / 1e12;
     double peak = 0;
-    for (int g = 0; g < cluster.num_gpus(); ++g)
-      peak += cluster.gpu_type(cluster.gpu_type_of(g)).peak(s.training.precision);
+    for (int g = 0; g < cluster.num_gpus(); ++g) peak += cluster.gpu_type(cluster.gpu_type_of(g)).peak(plan.peak_dtype);
     rep.mfu = plan.model_flops / rep.iteration_time_s / peak;
     rep.hfu = plan.hardware_flops / rep.iteration_time_s / peak;
   }
   if (!res.completed) {
     rep.feasible = false;
-    std::string msg = "deadlock: " + std::to_string(res.deadlocked_ranks) + " rank(s) can never finish";
-    rep.problems.push_back(msg);
+    if (res.mismatch) {
+      rep.problems.push_back("collective mismatch: members of one communicator posted different transfers");
+    } else {
+      rep.problems.push_back("deadlock: " + std::to_string(res.deadlocked_ranks) + " rank(s) can never finish");
+    }
     for (const WaitingTask& w : res.deadlock) {
       rep.problems.push_back("  " + w.rank + ", stream " + w.stream + ", task '" + w.task + "': " + w.reason);
     }
   }
 
   double best_compute = -1;
-  for (int st = 0; st < s.parallel.pp; ++st) {
+  for (int st = 0; st < static_cast<int>(plan.stages.size()); ++st) {
     StageReport sr;
     sr.stage = st;
-    sr.layers = s.parallel.chunk_layers(st, s.model.layers) * s.parallel.vpp;
+    sr.layers = plan.stages[st].layers;
     const int rank = plan.recorded_rank_of_stage[st];
     for (const auto& tl : res.timelines) {
       if (static_cast<int>(tl.rank) == rank) sr.time = breakdown(tl.intervals, res.makespan);
     }
-    sr.memory = stage_memory(s.model, s.parallel, s.training, st);
+    sr.memory = plan.stages[st].memory;
     const int gpu = plan.setup.ranks[rank].gpu;
     const int type = cluster.gpu_type_of(gpu);
-    sr.memory_capacity = cluster.gpu_type(type).memory_bytes - profiles[type].memory_reserved.value;
+    sr.memory_capacity = cluster.gpu_type(type).memory_bytes - platform.profile(type).memory_reserved.value;
     rep.peak_memory_gib = std::max(rep.peak_memory_gib, sr.memory.total() / kGiB);
     if (sr.memory.total() > sr.memory_capacity) {
       rep.feasible = false;
@@ -122,9 +108,10 @@ JobRun run_job(const Scenario& s, Fidelity fidelity) {
 }
 
 std::string kernel_table(const Scenario& s, int stage) {
-  const Cluster cluster(s.cluster);
-  const ComputeCostModel costs(cluster, profiles_by_type(s, cluster));
-  const TrainingPlan plan = plan_training(s.model, s.parallel, s.training, cluster, PlanOptions{});
+  const Platform platform(s.cluster, s.profiles);
+  const Cluster& cluster = platform.cluster();
+  const ComputeCostModel& costs = platform.costs();
+  const WorkloadPlan plan = workload_of(s)->plan(platform, Placement::of(s.parallel), PlanOptions{});
   const ProgramTemplate& prog = plan.setup.programs.at(static_cast<std::size_t>(stage));
   const int type = cluster.gpu_type_of(plan.setup.ranks[plan.recorded_rank_of_stage[stage]].gpu);
   const GpuSpec& gpu = cluster.gpu_type(type);

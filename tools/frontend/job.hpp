@@ -1,13 +1,18 @@
 #pragma once
-// Runs one scenario through planner, executor and memory model, and turns the
-// outcome into the result contract of DESIGN.md §5 (summary text and JSON).
+// Runs one scenario: its workload plans the rank programs on the platform
+// through the placement, the executor runs them over the chosen network model,
+// and the outcome becomes the result contract of DESIGN.md §5 (summary text
+// and JSON). Nothing here knows what kind of model is trained.
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include <memory>
+
 #include "models/memory_model.hpp"
 #include "models/planner.hpp"
+#include "models/workload.hpp"
 #include "sim/metrics.hpp"
 #include "tools/frontend/scenario.hpp"
 
@@ -26,6 +31,8 @@ struct JobReport {
   int gpus = 0;
   double iteration_time_s = 0;
   double tokens_per_s = 0;
+  std::string throughput_unit = "tokens";  // what units_per_s counts (the workload's unit)
+  double units_per_s = 0;
   double samples_per_s = 0;
   double tflops_per_gpu = 0;
   double mfu = 0;
@@ -35,6 +42,8 @@ struct JobReport {
   std::vector<StageReport> per_stage;
   bool feasible = true;
   std::vector<std::string> problems;  // why infeasible: OOM ranks, deadlock
+  std::vector<std::string> warnings;  // what the chosen fidelity approximates (docs/network.md)
+  std::string fidelity = "analytical";
   std::uint64_t events = 0;
   double wall_time_s = 0;
   int simulated_ranks = 0;
@@ -48,12 +57,8 @@ struct JobRun {
   SimulationResult result;
 };
 
-// How the network is simulated. Analytical: alpha-beta time per communicator,
-// one rank per pipeline stage simulated where that is exact. Flow: collectives
-// and send/recv as max-min fair flows on the cluster graph (fabric,
-// oversubscription, datacenters), every rank simulated (docs/network.md).
-enum class Fidelity { Analytical, Flow };
-const char* to_string(Fidelity f);
+// The workload a scenario trains (the dense transformer today).
+std::unique_ptr<Workload> workload_of(const Scenario& scenario);
 
 JobRun run_job(const Scenario& scenario, Fidelity fidelity = Fidelity::Analytical);
 JobReport simulate(const Scenario& scenario, Fidelity fidelity = Fidelity::Analytical);  // run_job(...).report

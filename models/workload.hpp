@@ -1,0 +1,51 @@
+#pragma once
+// The workload seam: what a job trains, as the simulator sees it. A workload
+// plans the per-rank programs of one training iteration for a platform and a
+// placement, and says how its work is counted (FLOPs and their convention,
+// the throughput unit) and what each pipeline stage holds in memory. Jobs,
+// reports and sweeps only see this interface, so a new kind of model (MoE,
+// GNN, an imported trace) is a new Workload, not a new branch in the front end.
+#include <string>
+#include <vector>
+
+#include "models/memory_model.hpp"
+#include "models/placement.hpp"
+#include "sim/executor.hpp"
+#include "sim/platform.hpp"
+
+namespace trainsim {
+
+struct PlanOptions {
+  // Simulate one rank per equivalence class (same program, GPU type and
+  // communicator timings; models/planner.cpp) instead of every rank. Network
+  // models that need every member (flow) turn this off.
+  bool representatives = true;
+};
+
+struct StagePlan {
+  int layers = 0;          // layers (work items) the stage runs per micro-batch, summed over its chunks
+  MemoryBreakdown memory;  // peak per rank of the stage
+};
+
+struct WorkloadPlan {
+  SimulationSetup setup;
+  std::vector<int> stage_of_rank;           // pipeline stage of each simulated rank
+  std::vector<int> recorded_rank_of_stage;  // the simulated rank whose timeline stands for each stage
+  std::vector<StagePlan> stages;
+  double model_flops = 0;     // per iteration, whole job, by `flop_convention`
+  double hardware_flops = 0;  // the same plus recomputation
+  std::string flop_convention;
+  std::string throughput_unit = "tokens";  // what units_per_iteration counts: tokens, samples, graphs
+  double units_per_iteration = 0;
+  double samples_per_iteration = 0;
+  Dtype peak_dtype = Dtype::BF16;  // whose peak FLOP/s MFU divides by
+};
+
+class Workload {
+ public:
+  virtual ~Workload() = default;
+  virtual std::string name() const = 0;
+  virtual WorkloadPlan plan(const Platform& platform, const Placement& placement, const PlanOptions& options) const = 0;
+};
+
+}  // namespace trainsim

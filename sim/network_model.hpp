@@ -1,0 +1,105 @@
+#pragma once
+// One interface for the network fidelities. The executor hands a model the
+// transfers whose members have all posted (a collective of a communicator, or
+// a send/recv pair) and steps the model's own events in time order with its
+// event queue; the model says when each transfer finishes. The analytical
+// model times a transfer alone (alpha-beta of its communicator), the flow
+// model shares link capacity between concurrent flows; both read the same
+// cluster and calibration facts.
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "sim/flow_collectives.hpp"
+#include "sim/flow_network.hpp"
+#include "sim/network.hpp"
+#include "sim/program.hpp"
+#include "sim/time.hpp"
+
+namespace trainsim {
+
+// A transfer on communicator `comm` of the bound set: a collective, or a
+// point-to-point message from member `sender` (0 or 1) to the other member.
+struct TransferRequest {
+  std::uint32_t comm = 0;
+  bool p2p = false;
+  CollectiveKind kind = CollectiveKind::AllReduce;
+  int sender = 0;
+  std::uint64_t bytes = 0;  // collective: NCCL buffer convention; p2p: payload
+};
+
+class NetworkModel {
+ public:
+  virtual ~NetworkModel() = default;
+  // The communicators transfers will name (kept by reference until the run ends).
+  virtual void bind(const std::vector<Communicator>& comms) = 0;
+  // Starts a transfer at `now` (never earlier than the last advance);
+  // `cookie` comes back with its completion.
+  virtual void start(Time now, const TransferRequest& transfer, std::uint64_t cookie) = 0;
+  // Earliest pending completion or internal event; Time::max() when idle.
+  virtual Time next_event() const = 0;
+  // Processes everything up to and including `now` and appends the transfers
+  // completed by then, in (time, start order).
+  virtual void advance(Time now, std::vector<TransferDone>& done) = 0;
+  // From time `at`, link `link` of the platform's topology carries `capacity`
+  // bytes/s (degradation, failure when 0, recovery). A model that cannot
+  // represent links throws std::invalid_argument saying so.
+  virtual void set_link_capacity(Time at, std::uint32_t link, double capacity) = 0;
+  // True when every member of a communicator must be simulated (flows are
+  // created per member); false when one representative per class suffices.
+  virtual bool needs_every_member() const = 0;
+  virtual const char* name() const = 0;
+};
+
+// Alpha-beta time per transfer on an otherwise idle network (sim/network.hpp),
+// completions kept in a small heap of its own.
+class AnalyticalNetworkModel final : public NetworkModel {
+ public:
+  explicit AnalyticalNetworkModel(const AnalyticalNetwork& network) : network_(&network) {}
+  void bind(const std::vector<Communicator>& comms) override;
+  void start(Time now, const TransferRequest& transfer, std::uint64_t cookie) override;
+  Time next_event() const override { return heap_.empty() ? Time::max() : heap_.front().time; }
+  void advance(Time now, std::vector<TransferDone>& done) override;
+  void set_link_capacity(Time at, std::uint32_t link, double capacity) override;
+  bool needs_every_member() const override { return false; }
+  const char* name() const override { return "analytical"; }
+
+ private:
+  struct Entry {
+    Time time;
+    std::uint64_t seq;
+    std::uint64_t cookie;
+  };
+  static bool later(const Entry& a, const Entry& b) { return a.time > b.time || (a.time == b.time && a.seq > b.seq); }
+  const AnalyticalNetwork* network_;
+  const std::vector<Communicator>* comms_ = nullptr;
+  std::vector<CommShape> shapes_;
+  std::vector<std::uint8_t> shaped_;
+  std::vector<Entry> heap_;
+  std::uint64_t seq_ = 0;
+};
+
+// Collectives and messages as max-min fair flows on the cluster graph
+// (sim/flow_collectives.hpp); plans are made once per (communicator, kind, bytes).
+class FlowNetworkModel final : public NetworkModel {
+ public:
+  explicit FlowNetworkModel(FlowCollectives& flows) : flows_(&flows) {}
+  // Owns its FlowCollectives over `topology` (which must outlive the model).
+  FlowNetworkModel(const Cluster& cluster, Topology& topology, const std::vector<CalibrationProfile>& profiles);
+  void bind(const std::vector<Communicator>& comms) override;
+  void start(Time now, const TransferRequest& transfer, std::uint64_t cookie) override;
+  Time next_event() const override { return flows_->next_event(); }
+  void advance(Time now, std::vector<TransferDone>& done) override { flows_->advance(now, done); }
+  void set_link_capacity(Time at, std::uint32_t link, double capacity) override;
+  bool needs_every_member() const override { return true; }
+  const char* name() const override { return "flow"; }
+
+ private:
+  std::unique_ptr<FlowCollectives> owned_;
+  FlowCollectives* flows_;
+  const std::vector<Communicator>* comms_ = nullptr;
+  // Plans made so far per communicator, by (what, bytes); what = collective kind, or 8 + sender for p2p.
+  std::vector<std::vector<std::pair<std::pair<std::uint32_t, std::uint64_t>, PlanId>>> plans_;
+};
+
+}  // namespace trainsim

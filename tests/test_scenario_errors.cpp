@@ -197,3 +197,15 @@ TEST_CASE("a calibration profile with a unitless quantity names the profile file
         std::string::npos);
   std::filesystem::remove(path);
 }
+
+TEST_CASE("schema_version: absent or 1 is accepted, anything else is an error naming it") {
+  CHECK(errors_of(replace(good(), "{", "{\"schema_version\": 1,")) == "");
+  const std::string two = errors_of(replace(good(), "{", "{\"schema_version\": 2,"));
+  CHECK(two.find("bad.json: /schema_version: unsupported scenario schema version 2; this trainsim reads version 1") !=
+        std::string::npos);
+  const std::string text = errors_of(replace(good(), "{", "{\"schema_version\": \"1\","));
+  CHECK(text.find("bad.json: /schema_version: expected the integer scenario schema version 1, found the string") !=
+        std::string::npos);
+  CHECK(errors_of(good(), {"schema_version=0"}).find("/schema_version: unsupported scenario schema version 0") !=
+        std::string::npos);
+}

@@ -314,6 +314,20 @@ TrainingSpec read_training(ObjectReader& top, const TransformerSpec& model) {
   return t;
 }
 
+// The optional top-level "schema_version": absent means the current version.
+void read_schema_version(ObjectReader& top) {
+  const nlohmann::json* v = top.raw("schema_version");
+  if (v == nullptr) return;
+  const std::string supported = std::to_string(kScenarioSchemaVersion);
+  if (!v->is_number_integer()) {
+    top.error("schema_version",
+              "expected the integer scenario schema version " + supported + ", found " + describe_json_type(*v));
+  } else if (v->get<std::int64_t>() != kScenarioSchemaVersion) {
+    top.error("schema_version",
+              "unsupported scenario schema version " + v->dump() + "; this trainsim reads version " + supported);
+  }
+}
+
 std::optional<Expected> read_expected(ObjectReader& top) {
   const nlohmann::json* v = top.raw("expected");
   if (v == nullptr) return std::nullopt;
@@ -463,6 +477,7 @@ Scenario load_scenario_text(const std::string& text, const std::string& file, co
   s.file = file;
   ObjectReader top(*doc, "", diags);
   if (!top.valid()) diags.throw_if_errors();
+  read_schema_version(top);
   s.name = top.string("name", std::filesystem::path(file).stem().string());
   s.description = top.string("description", "");
   s.id = top.string("id", "");

@@ -140,6 +140,25 @@ TEST_CASE("validate: --max-mape and --max-error gate the exit code") {
   CHECK(cli({"validate", mpt.c_str(), "--max-mape", below.c_str()}).code == 1);
 }
 
+TEST_CASE("exit codes per error class: bad quantities, schema version and topology exit 2 naming file and pointer") {
+  const CliResult bare = cli({"run", "--set", "cluster.fabric.link_latency=1"});
+  CHECK(bare.code == 2);
+  CHECK(bare.err.find("llama3-70b-64xh100.json: /cluster/fabric/link_latency: expected a duration with a unit") !=
+        std::string::npos);
+  const CliResult schema_run = cli({"run", "--set", "schema_version=7"});
+  CHECK(schema_run.code == 2);
+  CHECK(schema_run.err.find("llama3-70b-64xh100.json: /schema_version: unsupported scenario schema version 7") !=
+        std::string::npos);
+  for (const char* fidelity : {"analytical", "flow"}) {
+    CAPTURE(fidelity);
+    const CliResult topo = cli({"run", "--fidelity", fidelity, "--set", "cluster.datacenters.count=16", "--set",
+                                "cluster.datacenters.wan_bandwidth=100Gbps"});
+    CHECK(topo.code == 2);
+    CHECK(topo.err.find("llama3-70b-64xh100.json: /cluster/datacenters/count: 16 datacenters cannot split") !=
+          std::string::npos);
+  }
+}
+
 TEST_CASE("an internal error prints \"error: internal: <message>\" and exits 3") {
   SUBCASE("a failed check names the file and line") {
     std::ostringstream err;

@@ -209,3 +209,28 @@ TEST_CASE("schema_version: absent or 1 is accepted, anything else is an error na
   CHECK(errors_of(good(), {"schema_version=0"}).find("/schema_version: unsupported scenario schema version 0") !=
         std::string::npos);
 }
+
+TEST_CASE("a cluster the router cannot connect is a load-time input error, whatever the fidelity") {
+  auto with_cluster = [](const std::string& cluster) {
+    return replace(good(), R"("cluster": {"node": "dgx-a100", "nodes": 2})", "\"cluster\": " + cluster);
+  };
+  SUBCASE("more datacenters than nodes") {
+    const std::string e = errors_of(
+        with_cluster(R"({"node": "dgx-a100", "nodes": 2, "datacenters": {"count": 4, "wan_bandwidth": "100Gbps"}})"));
+    CHECK(e.find("bad.json: /cluster/datacenters/count: 4 datacenters cannot split the cluster's 2 nodes evenly") !=
+          std::string::npos);
+  }
+  SUBCASE("several datacenters with a WAN of zero bandwidth") {
+    const std::string e =
+        errors_of(with_cluster(R"({"node": "dgx-a100", "nodes": 2, "datacenters": {"count": 2, "wan_bandwidth": 0}})"));
+    CHECK(e.find("bad.json: /cluster/datacenters/wan_bandwidth: expected a bandwidth") != std::string::npos);
+  }
+  SUBCASE("at --fidelity flow the CLI exits 2 before simulating") {
+    std::ostringstream out, err;
+    const char* argv[] = {"trainsim", "run",   "--fidelity",
+                          "flow",     "--set", "cluster.datacenters={\"count\": 3, \"wan_bandwidth\": \"100Gbps\"}"};
+    CHECK(run_cli(6, argv, out, err) == 2);
+    CHECK(err.str().find("llama3-70b-64xh100.json: /cluster/datacenters/count: 3 datacenters cannot split the "
+                         "cluster's 8 nodes evenly") != std::string::npos);
+  }
+}

@@ -167,6 +167,7 @@ ClusterSpec read_cluster_object(const nlohmann::json& v, const std::string& poin
   ClusterSpec c;
   ObjectReader r(v, pointer, diags);
   if (!r.valid()) return c;
+  const std::size_t errors_before = r.diagnostics().items().size();
   c.name = r.string("name", "custom");
   if (r.has("groups")) {
     const nlohmann::json* g = r.raw("groups");
@@ -191,7 +192,6 @@ ClusterSpec read_cluster_object(const nlohmann::json& v, const std::string& poin
     if (ok) c.groups.push_back(NodeGroup{n, count});
   }
   // The scale-out network (used at flow fidelity; docs/network.md).
-  const std::size_t errors_before_network = r.diagnostics().items().size();
   const nlohmann::json* fabric = r.raw("fabric");
   if (fabric != nullptr) {
     ObjectReader fr(*fabric, r.at("fabric"), r.diagnostics());
@@ -216,9 +216,10 @@ ClusterSpec read_cluster_object(const nlohmann::json& v, const std::string& poin
     }
     dr.finish();
   }
-  // A described network must form a graph where every GPU reaches every other.
-  if ((fabric != nullptr || dcs != nullptr) && r.diagnostics().items().size() == errors_before_network &&
-      !c.groups.empty()) {
+  // Every cluster, described network or defaults, must form a graph where every
+  // GPU reaches every other, whatever the fidelity: a load-time error, never a
+  // failure in the middle of a flow simulation.
+  if (r.diagnostics().items().size() == errors_before && !c.groups.empty()) {
     for (const TopologyProblem& p : check_topology(c)) {
       std::string ptr = r.pointer();
       std::size_t start = 0;

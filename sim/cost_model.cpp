@@ -1,8 +1,9 @@
 #include "sim/cost_model.hpp"
 
 #include <algorithm>
-#include <cassert>
 #include <utility>
+
+#include "sim/check.hpp"
 
 namespace trainsim {
 
@@ -29,7 +30,8 @@ double ComputeCostModel::seconds(const ComputeOp& op, int gpu_type, double compu
       const bool bwd = op.kind == OpKind::AttentionBackward && !p.attention_backward.curve.empty();
       const EfficiencyCurve& c = bwd ? p.attention_backward.curve : p.attention.curve;
       const double speed = op.triton_attention ? p.triton_attention_speed.value : 1.0;
-      assert(speed > 0);  // scenario loading rejects flash-triton without the profile figure
+      // Scenario loading rejects flash-triton without the profile figure.
+      TRAINSIM_CHECK(speed > 0, "Triton attention without triton_attention_speed in the profile of " + p.gpu);
       compute_time = op.flops / (gpu.peak(op.dtype) * c.at(op.flops / std::max(op.kernels, 1)) * speed);
       break;
     }

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <stdexcept>
+#include <string>
+
+#include "sim/check.hpp"
 
 namespace trainsim {
 
@@ -346,7 +348,8 @@ CollectivePlan FlowCollectives::plan_p2p(int src_gpu, int dst_gpu, double bytes,
 CollectivePlan FlowCollectives::plan_all_to_all_v(const std::vector<int>& members, std::span<const double> bytes,
                                                   std::uint64_t tag) {
   const std::size_t n = members.size();
-  if (bytes.size() != n * n) throw std::invalid_argument("all-to-all-v: expected n*n sizes");
+  TRAINSIM_CHECK(bytes.size() == n * n, "all-to-all-v over " + std::to_string(n) + " members got " +
+                                            std::to_string(bytes.size()) + " sizes, expected n*n");
   CollectivePlan p;
   p.algorithm = FlowAlgorithm::Pairwise;
   const Level lv = level_of(members);
@@ -413,7 +416,7 @@ void FlowCollectives::advance(Time now, std::vector<TransferDone>& done) {
 }
 
 Time FlowCollectives::measure(const CollectivePlan& plan) {
-  if (network_.active_transfers() != 0) throw std::logic_error("measure() needs an idle flow network");
+  TRAINSIM_CHECK(network_.active_transfers() == 0, "measure() needs an idle flow network");
   plans_.push_back(plan);
   const auto id = static_cast<PlanId>(plans_.size() - 1);
   std::vector<TransferDone> done;

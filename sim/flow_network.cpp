@@ -1,11 +1,12 @@
 #include "sim/flow_network.hpp"
 
 #include <algorithm>
-#include <cassert>
 #include <cmath>
 #include <stdexcept>
 #include <string>
 #include <utility>
+
+#include "sim/check.hpp"
 
 namespace trainsim {
 
@@ -42,7 +43,7 @@ std::uint32_t FlowNetwork::new_flow() {
 }
 
 TransferId FlowNetwork::start(Time now, std::span<const FlowSpec> specs, std::uint64_t cookie, Time latency) {
-  assert(now >= now_);
+  TRAINSIM_CHECK(now >= now_, "a transfer starts before the flow network's current time");
   now_ = now;
   TransferId id;
   if (!free_transfers_.empty()) {
@@ -81,7 +82,8 @@ TransferId FlowNetwork::start(Time now, std::span<const FlowSpec> specs, std::ui
     ++active_flows_;
     ++transfers_[id].left;
     for (std::uint32_t l : s.path) {
-      assert(l < capacity_.size());
+      TRAINSIM_CHECK(l < capacity_.size(),
+                     "a flow's path names link " + std::to_string(l) + " of " + std::to_string(capacity_.size()));
       fl.hops.push_back(Hop{l, static_cast<std::uint32_t>(link_flows_[l].size())});
       link_flows_[l].push_back(f);
       seeds_.push_back(l);

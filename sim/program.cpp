@@ -1,7 +1,9 @@
 #include "sim/program.hpp"
 
-#include <cassert>
+#include <string>
 #include <utility>
+
+#include "sim/check.hpp"
 
 namespace trainsim {
 
@@ -75,7 +77,9 @@ std::uint32_t ProgramBuilder::add_label(const std::string& label) {
 
 TaskId ProgramBuilder::add(Task task, std::span<const TaskId> deps) {
   const auto id = static_cast<TaskId>(program_.tasks.size());
-  for ([[maybe_unused]] TaskId d : deps) assert(d < id && "dependencies must name earlier tasks");
+  for (TaskId d : deps) {
+    TRAINSIM_CHECK(d < id, "task " + std::to_string(id) + " depends on later task " + std::to_string(d));
+  }
   program_.tasks.push_back(task);
   if (program_.dep_offsets.empty()) program_.dep_offsets.push_back(0);
   program_.deps.insert(program_.deps.end(), deps.begin(), deps.end());

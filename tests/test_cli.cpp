@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "sim/check.hpp"
+#include "sim/flow_network.hpp"
 #include "tools/frontend/cli.hpp"
 #include "tools/frontend/scenario.hpp"
 
@@ -136,4 +138,75 @@ TEST_CASE("validate: --max-mape and --max-error gate the exit code") {
   CHECK(bad.code == 1);
   CHECK(bad.err.find("exceeds --max-error") != std::string::npos);
   CHECK(cli({"validate", mpt.c_str(), "--max-mape", below.c_str()}).code == 1);
+}
+
+TEST_CASE("exit codes per error class: bad quantities, schema version and topology exit 2 naming file and pointer") {
+  const CliResult bare = cli({"run", "--set", "cluster.fabric.link_latency=1"});
+  CHECK(bare.code == 2);
+  CHECK(bare.err.find("llama3-70b-64xh100.json: /cluster/fabric/link_latency: expected a duration with a unit") !=
+        std::string::npos);
+  const CliResult schema_run = cli({"run", "--set", "schema_version=7"});
+  CHECK(schema_run.code == 2);
+  CHECK(schema_run.err.find("llama3-70b-64xh100.json: /schema_version: unsupported scenario schema version 7") !=
+        std::string::npos);
+  for (const char* fidelity : {"analytical", "flow"}) {
+    CAPTURE(fidelity);
+    const CliResult topo = cli({"run", "--fidelity", fidelity, "--set", "cluster.datacenters.count=16", "--set",
+                                "cluster.datacenters.wan_bandwidth=100Gbps"});
+    CHECK(topo.code == 2);
+    CHECK(topo.err.find("llama3-70b-64xh100.json: /cluster/datacenters/count: 16 datacenters cannot split") !=
+          std::string::npos);
+  }
+}
+
+TEST_CASE("an internal error prints \"error: internal: <message>\" and exits 3") {
+  SUBCASE("a failed check names the file and line") {
+    std::ostringstream err;
+    const int line = __LINE__ + 3;  // the line of the check below
+    const int code = run_guarded(
+        []() -> int {
+          TRAINSIM_CHECK(1 + 1 == 3, "arithmetic is broken");
+          return 0;
+        },
+        err);
+    CHECK(code == kExitInternal);
+    CHECK(code == 3);
+    CHECK(err.str().rfind("error: internal: tests/test_cli.cpp:" + std::to_string(line) + ": arithmetic is broken",
+                          0) == 0);
+    CHECK(err.str().find("check failed: 1 + 1 == 3") != std::string::npos);
+  }
+  SUBCASE("a broken invariant inside the simulator") {
+    std::ostringstream err;
+    const int code = run_guarded(
+        [] {
+          FlowNetwork net({10e9});
+          const std::uint32_t path[] = {0};
+          const FlowSpec f{path, 1e9, Time{}};
+          net.start(Time::ns(1000), {&f, 1}, 0);
+          net.start(Time::ns(10), {&f, 1}, 1);  // time runs backwards: a caller's bug
+          return 0;
+        },
+        err);
+    CHECK(code == 3);
+    CHECK(err.str().find("error: internal: sim/flow_network.cpp:") == 0);
+  }
+  SUBCASE("any other exception escaping a command is internal too") {
+    std::ostringstream err;
+    CHECK(run_guarded([]() -> int { throw std::runtime_error("boom"); }, err) == 3);
+    CHECK(err.str().rfind("error: internal: boom\n", 0) == 0);
+    std::ostringstream err2;
+    CHECK(run_guarded([]() -> int { throw 42; }, err2) == 3);
+    CHECK(err2.str().find("error: internal:") == 0);
+  }
+  SUBCASE("input errors keep exit 2 and other results pass through") {
+    std::ostringstream err;
+    CHECK(run_guarded([]() -> int { throw InputError({Diagnostic{"x.json", "/a", "bad"}}); }, err) == 2);
+    CHECK(err.str() == "error: x.json: /a: bad\n");
+    CHECK(run_guarded([] { return 1; }, err) == 1);
+  }
+  SUBCASE("the help lists exit code 3") {
+    const CliResult help = cli({"--help"});
+    CHECK(help.code == 0);
+    CHECK(help.out.find("3 internal error") != std::string::npos);
+  }
 }

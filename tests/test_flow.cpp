@@ -401,12 +401,14 @@ TEST_CASE("two rings sharing a 4:1 oversubscribed uplink take the max-min time")
   const PlanId b = fc.add_plan(fc.plan_collective({2, 6}, CollectiveKind::AllReduce, 1e9, 2));
   // Alone: each edge carries 2*1/2 * 1 GB through the 5 GB/s uplink: 200 ms.
   CHECK(fc.measure(fc.plan(a)).to_seconds() == doctest::Approx(0.2).epsilon(1e-6));
-  // Together: max-min gives each flow 2.5 GB/s on the uplink: 400 ms.
-  fc.start(Time{}, a, 0);
-  fc.start(Time{}, b, 1);
+  // Together: max-min gives each flow 2.5 GB/s on the uplink: 400 ms (from the
+  // network's clock, which measure() moved on; it never runs backwards).
+  const Time t0 = fc.network().now();
+  fc.start(t0, a, 0);
+  fc.start(t0, b, 1);
   const auto at = run_all(fc, 2);
-  CHECK(at[0] == doctest::Approx(0.4).epsilon(1e-6));
-  CHECK(at[1] == doctest::Approx(0.4).epsilon(1e-6));
+  CHECK(at[0] - t0.to_seconds() == doctest::Approx(0.4).epsilon(1e-6));
+  CHECK(at[1] - t0.to_seconds() == doctest::Approx(0.4).epsilon(1e-6));
   // The analytical model sees neither the oversubscription nor the other ring: 100 ms.
   const AnalyticalNetwork an(cluster, profiles);
   CHECK(an.collective_seconds(an.shape({0, 4}), CollectiveKind::AllReduce, 1e9) == doctest::Approx(0.1));

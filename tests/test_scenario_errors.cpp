@@ -1,5 +1,9 @@
 #include <doctest/doctest.h>
 
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -136,4 +140,97 @@ TEST_CASE("bad input exits with code 2 and names file and pointer") {
   CHECK(run_cli(4, argv, out, err) == 2);
   CHECK(err.str().find("/parallel/tp: expected an integer in [1,") != std::string::npos);
   CHECK(err.str().find("llama3-70b-64xh100.json") != std::string::npos);
+}
+
+TEST_CASE("a quantity without a unit is an error unless it is 0") {
+  auto with_cluster = [](const std::string& cluster) {
+    return replace(good(), R"("cluster": {"node": "dgx-a100", "nodes": 2})", "\"cluster\": " + cluster);
+  };
+  SUBCASE("a latency of 1 is not one second") {
+    const std::string e = errors_of(with_cluster(R"({"node": "dgx-a100", "nodes": 2, "fabric": {"link_latency": 1}})"));
+    CHECK(e.find("bad.json: /cluster/fabric/link_latency: expected a duration with a unit such as \"0.5us\", "
+                 "found the number 1; a bare number is only allowed for 0") != std::string::npos);
+  }
+  SUBCASE("a WAN bandwidth of 400 is not 400 bytes/s") {
+    const std::string e = errors_of(with_cluster(
+        R"({"node": "dgx-a100", "nodes": 2, "datacenters": {"count": 2, "wan_bandwidth": 400, "wan_latency": "5ms"}})"));
+    CHECK(e.find("bad.json: /cluster/datacenters/wan_bandwidth: expected a bandwidth with a unit such as "
+                 "\"400Gbps\", found the number 400") != std::string::npos);
+  }
+  SUBCASE("a unitless string is refused too") {
+    const std::string e =
+        errors_of(with_cluster(R"({"node": "dgx-a100", "nodes": 2, "fabric": {"link_latency": "2"}})"));
+    CHECK(e.find("bad.json: /cluster/fabric/link_latency: expected a time") != std::string::npos);
+    CHECK(e.find("\"2\" has no unit; a bare number is only allowed for 0") != std::string::npos);
+  }
+  SUBCASE("inline node definitions") {
+    const std::string e = errors_of(with_cluster(
+        R"({"node": {"preset": "dgx-a100", "nics": {"count": 8, "bandwidth": 25000000000}}, "nodes": 2})"));
+    CHECK(e.find("bad.json: /cluster/node/nics/bandwidth: expected a bandwidth with a unit") != std::string::npos);
+  }
+  SUBCASE("parallel sizes") {
+    const std::string e =
+        errors_of(replace(good(), "\"micro_batch\": 1", "\"dp_bucket\": 40000000, \"micro_batch\": 1"));
+    CHECK(e.find("bad.json: /parallel/dp_bucket: expected a size with a unit such as \"80GiB\"") != std::string::npos);
+  }
+  SUBCASE("0 needs no unit, and units still work") {
+    CHECK(errors_of(with_cluster(R"({"node": "dgx-a100", "nodes": 2, "fabric": {"link_latency": 0}})")) == "");
+    CHECK(errors_of(with_cluster(R"({"node": "dgx-a100", "nodes": 2, "fabric": {"link_latency": "0.7us"}})")) == "");
+  }
+}
+
+TEST_CASE("a calibration profile with a unitless quantity names the profile file and its pointer") {
+  std::string text;
+  for (const auto& f : calibration_profile_files()) {
+    if (f.path.find("a100-sxm4-80gb.json") != std::string_view::npos) text = std::string(f.text);
+  }
+  REQUIRE_FALSE(text.empty());
+  nlohmann::json profile = nlohmann::json::parse(text);
+  profile["launch_overhead"]["value"] = 3e-6;  // seconds, but without the unit
+  const auto path = std::filesystem::temp_directory_path() / "trainsim_test_bare_launch_overhead.json";
+  std::ofstream(path) << profile.dump(2);
+  std::string scenario = good();
+  scenario.insert(scenario.rfind('}'), ", \"calibration\": {\"profiles\": [\"" + path.string() + "\"]}\n");
+  const std::string e = errors_of(scenario);
+  CHECK(e.find("bad.json: /calibration/profiles/0: error: " + path.string() +
+               ": /launch_overhead/value: expected a duration with a unit such as \"0.5us\", found the number") !=
+        std::string::npos);
+  std::filesystem::remove(path);
+}
+
+TEST_CASE("schema_version: absent or 1 is accepted, anything else is an error naming it") {
+  CHECK(errors_of(replace(good(), "{", "{\"schema_version\": 1,")) == "");
+  const std::string two = errors_of(replace(good(), "{", "{\"schema_version\": 2,"));
+  CHECK(two.find("bad.json: /schema_version: unsupported scenario schema version 2; this trainsim reads version 1") !=
+        std::string::npos);
+  const std::string text = errors_of(replace(good(), "{", "{\"schema_version\": \"1\","));
+  CHECK(text.find("bad.json: /schema_version: expected the integer scenario schema version 1, found the string") !=
+        std::string::npos);
+  CHECK(errors_of(good(), {"schema_version=0"}).find("/schema_version: unsupported scenario schema version 0") !=
+        std::string::npos);
+}
+
+TEST_CASE("a cluster the router cannot connect is a load-time input error, whatever the fidelity") {
+  auto with_cluster = [](const std::string& cluster) {
+    return replace(good(), R"("cluster": {"node": "dgx-a100", "nodes": 2})", "\"cluster\": " + cluster);
+  };
+  SUBCASE("more datacenters than nodes") {
+    const std::string e = errors_of(
+        with_cluster(R"({"node": "dgx-a100", "nodes": 2, "datacenters": {"count": 4, "wan_bandwidth": "100Gbps"}})"));
+    CHECK(e.find("bad.json: /cluster/datacenters/count: 4 datacenters cannot split the cluster's 2 nodes evenly") !=
+          std::string::npos);
+  }
+  SUBCASE("several datacenters with a WAN of zero bandwidth") {
+    const std::string e =
+        errors_of(with_cluster(R"({"node": "dgx-a100", "nodes": 2, "datacenters": {"count": 2, "wan_bandwidth": 0}})"));
+    CHECK(e.find("bad.json: /cluster/datacenters/wan_bandwidth: expected a bandwidth") != std::string::npos);
+  }
+  SUBCASE("at --fidelity flow the CLI exits 2 before simulating") {
+    std::ostringstream out, err;
+    const char* argv[] = {"trainsim", "run",   "--fidelity",
+                          "flow",     "--set", "cluster.datacenters={\"count\": 3, \"wan_bandwidth\": \"100Gbps\"}"};
+    CHECK(run_cli(6, argv, out, err) == 2);
+    CHECK(err.str().find("llama3-70b-64xh100.json: /cluster/datacenters/count: 3 datacenters cannot split the "
+                         "cluster's 8 nodes evenly") != std::string::npos);
+  }
 }

@@ -6,8 +6,7 @@
 #include <unordered_map>
 #include <utility>
 
-#include <boost/graph/adjacency_list.hpp>
-#include <boost/graph/connected_components.hpp>
+#include <boost/pending/disjoint_sets.hpp>
 
 namespace trainsim {
 
@@ -130,10 +129,6 @@ std::vector<TopologyProblem> spec_problems(const ClusterSpec& spec) {
   }
   return out;
 }
-
-using BoostGraph = boost::adjacency_list<boost::vecS, boost::vecS, boost::bidirectionalS, boost::no_property,
-                                         boost::property<boost::edge_index_t, std::uint32_t>>;
-using BoostUndirected = boost::adjacency_list<boost::vecS, boost::vecS, boost::undirectedS>;
 
 }  // namespace
 
@@ -302,42 +297,52 @@ Topology::Topology(const Cluster& cluster) : cache_(std::make_unique<Cache>()) {
     }
   }
 
-  // The Boost graph: adjacency (in insertion order, so routing is deterministic)
-  // and the connectivity check.
+  // Adjacency in insertion order (so routing is deterministic): the outgoing
+  // and incoming links of every vertex as CSR arrays, by a stable counting sort.
   const std::size_t nv = vertices_.size();
-  BoostGraph bg(nv);
+  out_offsets_.assign(nv + 1, 0);
+  in_offsets_.assign(nv + 1, 0);
   for (std::uint32_t l = 0; l < links_.size(); ++l) {
     if (!(links_[l].capacity > 0)) {
       throw TopologyError("link " + link_name(l) + " has no capacity");
     }
-    boost::add_edge(links_[l].from, links_[l].to, l, bg);
+    ++out_offsets_[links_[l].from + 1];
+    ++in_offsets_[links_[l].to + 1];
   }
-  out_offsets_.assign(nv + 1, 0);
-  in_offsets_.assign(nv + 1, 0);
-  const auto edge_index = boost::get(boost::edge_index, bg);
-  for (std::uint32_t v = 0; v < nv; ++v) {
-    for (auto [e, end] = boost::out_edges(v, bg); e != end; ++e) out_links_.push_back(edge_index[*e]);
-    out_offsets_[v + 1] = static_cast<std::uint32_t>(out_links_.size());
-    for (auto [e, end] = boost::in_edges(v, bg); e != end; ++e) in_links_.push_back(edge_index[*e]);
-    in_offsets_[v + 1] = static_cast<std::uint32_t>(in_links_.size());
+  for (std::size_t v = 0; v < nv; ++v) {
+    out_offsets_[v + 1] += out_offsets_[v];
+    in_offsets_[v + 1] += in_offsets_[v];
+  }
+  out_links_.resize(links_.size());
+  in_links_.resize(links_.size());
+  {
+    std::vector<std::uint32_t> out_next(out_offsets_.begin(), out_offsets_.end() - 1);
+    std::vector<std::uint32_t> in_next(in_offsets_.begin(), in_offsets_.end() - 1);
+    for (std::uint32_t l = 0; l < links_.size(); ++l) {
+      out_links_[out_next[links_[l].from]++] = l;
+      in_links_[in_next[links_[l].to]++] = l;
+    }
   }
 
   // GPUs relay nothing: two GPUs can talk when they attach to a common
   // component of the switch graph (GPUs removed). Every GPU of a multi-node
   // cluster must attach to the network component of GPU 0; every switch must
-  // belong to some GPU's component.
-  BoostUndirected ug(nv);
+  // belong to some GPU's component. Components by Boost.Graph's disjoint sets
+  // (union-find: no per-vertex allocation, so the check stays cheap at 16k GPUs).
+  std::vector<std::uint32_t> rank(nv, 0), parent(nv);
+  boost::disjoint_sets<std::uint32_t*, std::uint32_t*> sets(rank.data(), parent.data());
+  for (std::uint32_t v = 0; v < nv; ++v) sets.make_set(v);
   for (const TopologyLink& l : links_) {
     if (vertices_[l.from].kind != VertexKind::Gpu && vertices_[l.to].kind != VertexKind::Gpu && l.from < l.to) {
-      boost::add_edge(l.from, l.to, ug);
+      sets.union_set(l.from, l.to);
     }
   }
-  std::vector<int> comp(nv);
-  boost::connected_components(ug, comp.data());
+  std::vector<std::uint32_t> comp(nv);
+  for (std::uint32_t v = 0; v < nv; ++v) comp[v] = sets.find_set(v);
   auto network_component = [&](int gpu) {
     for (std::uint32_t i = out_offsets_[gpu]; i < out_offsets_[gpu + 1]; ++i) {
       const TopologyLink& l = links_[out_links_[i]];
-      if (l.kind == LinkKind::GpuNic) return comp[l.to];
+      if (l.kind == LinkKind::GpuNic) return static_cast<int>(comp[l.to]);
     }
     return -1;
   };

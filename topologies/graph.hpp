@@ -11,8 +11,8 @@
 // equal-cost next hops a deterministic hash of (source, destination, flow tag)
 // picks one (ECMP). Routes are cached per (source, destination, tag).
 //
-// Boost.Graph builds and checks the graph inside graph.cpp; this header is
-// free of Boost.
+// graph.cpp keeps the adjacency as CSR arrays and checks connectivity with
+// Boost.Graph's disjoint sets; this header is free of Boost.
 #include <cstdint>
 #include <memory>
 #include <span>

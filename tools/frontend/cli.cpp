@@ -25,7 +25,7 @@ namespace trainsim {
 
 namespace {
 
-constexpr int kOk = 0, kInfeasible = 1, kBadInput = 2;
+constexpr int kOk = kExitOk, kInfeasible = kExitInfeasible, kBadInput = kExitBadInput;
 
 std::string fmt(const char* f, double x) {
   char buf[64];
@@ -119,10 +119,11 @@ int run_sweep_command(const CLI::App* sweep_cmd, const CLI::App* merge_cmd, cons
   return kOk;
 }
 
-}  // namespace
-
-int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
+int run_commands(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
   CLI::App app{"trainsim: simulate distributed training of LLMs on GPU clusters"};
+  app.footer(
+      "Exit codes: 0 ok, 1 the simulated job is infeasible (out of memory, deadlock), 2 bad input,\n"
+      "3 internal error (a bug in trainsim; please report it with the scenario).");
   app.require_subcommand(1);
   app.set_version_flag("--version", "trainsim 0.1.0");
 
@@ -342,6 +343,28 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
     for (const auto& d : e.diagnostics()) err << d.format() << "\n";
     return kBadInput;
   }
+}
+
+}  // namespace
+
+int run_guarded(const std::function<int()>& body, std::ostream& err) {
+  try {
+    return body();
+  } catch (const InputError& e) {
+    for (const auto& d : e.diagnostics()) err << d.format() << "\n";
+    return kBadInput;
+  } catch (const std::exception& e) {
+    err << "error: internal: " << e.what() << "\n"
+        << "this is a bug in trainsim; please report it with the scenario and the command line\n";
+    return kExitInternal;
+  } catch (...) {
+    err << "error: internal: an exception of unknown type\n";
+    return kExitInternal;
+  }
+}
+
+int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
+  return run_guarded([&] { return run_commands(argc, argv, out, err); }, err);
 }
 
 }  // namespace trainsim

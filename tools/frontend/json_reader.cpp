@@ -231,7 +231,13 @@ double ObjectReader::quantity(const char* key, Quantity kind, double fallback, d
   }
   double x;
   if (v->is_number()) {
+    // A unit is part of the value: 1 must not quietly mean one second or one byte/s.
     x = v->get<double>();
+    if (x != 0) {
+      error(key, "expected " + expected_with_unit(kind) + ", found " + describe_json_type(*v) +
+                     "; a bare number is only allowed for 0");
+      return fallback;
+    }
   } else if (v->is_string()) {
     const ParsedQuantity q = parse_quantity(v->get<std::string>(), kind);
     if (!q.value) {

@@ -82,6 +82,7 @@ class ObjectReader {
   std::string string(const char* key, const std::string& fallback, bool required = false);
   std::string choice(const char* key, const std::string& fallback, const std::vector<std::string>& choices,
                      bool required = false);
+  // A string with a unit ("400Gbps") or the number 0; a bare non-zero number is an error.
   double quantity(const char* key, Quantity kind, double fallback, double lo, double hi, bool required = false);
 
   void error(const char* key, const std::string& message) { diags_->error(at(key), message); }

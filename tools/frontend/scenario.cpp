@@ -167,6 +167,7 @@ ClusterSpec read_cluster_object(const nlohmann::json& v, const std::string& poin
   ClusterSpec c;
   ObjectReader r(v, pointer, diags);
   if (!r.valid()) return c;
+  const std::size_t errors_before = r.diagnostics().items().size();
   c.name = r.string("name", "custom");
   if (r.has("groups")) {
     const nlohmann::json* g = r.raw("groups");
@@ -191,7 +192,6 @@ ClusterSpec read_cluster_object(const nlohmann::json& v, const std::string& poin
     if (ok) c.groups.push_back(NodeGroup{n, count});
   }
   // The scale-out network (used at flow fidelity; docs/network.md).
-  const std::size_t errors_before_network = r.diagnostics().items().size();
   const nlohmann::json* fabric = r.raw("fabric");
   if (fabric != nullptr) {
     ObjectReader fr(*fabric, r.at("fabric"), r.diagnostics());
@@ -216,9 +216,10 @@ ClusterSpec read_cluster_object(const nlohmann::json& v, const std::string& poin
     }
     dr.finish();
   }
-  // A described network must form a graph where every GPU reaches every other.
-  if ((fabric != nullptr || dcs != nullptr) && r.diagnostics().items().size() == errors_before_network &&
-      !c.groups.empty()) {
+  // Every cluster, described network or defaults, must form a graph where every
+  // GPU reaches every other, whatever the fidelity: a load-time error, never a
+  // failure in the middle of a flow simulation.
+  if (r.diagnostics().items().size() == errors_before && !c.groups.empty()) {
     for (const TopologyProblem& p : check_topology(c)) {
       std::string ptr = r.pointer();
       std::size_t start = 0;
@@ -312,6 +313,20 @@ TrainingSpec read_training(ObjectReader& top, const TransformerSpec& model) {
   t.dropout = r.boolean("dropout", true);
   r.finish();
   return t;
+}
+
+// The optional top-level "schema_version": absent means the current version.
+void read_schema_version(ObjectReader& top) {
+  const nlohmann::json* v = top.raw("schema_version");
+  if (v == nullptr) return;
+  const std::string supported = std::to_string(kScenarioSchemaVersion);
+  if (!v->is_number_integer()) {
+    top.error("schema_version",
+              "expected the integer scenario schema version " + supported + ", found " + describe_json_type(*v));
+  } else if (v->get<std::int64_t>() != kScenarioSchemaVersion) {
+    top.error("schema_version",
+              "unsupported scenario schema version " + v->dump() + "; this trainsim reads version " + supported);
+  }
 }
 
 std::optional<Expected> read_expected(ObjectReader& top) {
@@ -463,6 +478,7 @@ Scenario load_scenario_text(const std::string& text, const std::string& file, co
   s.file = file;
   ObjectReader top(*doc, "", diags);
   if (!top.valid()) diags.throw_if_errors();
+  read_schema_version(top);
   s.name = top.string("name", std::filesystem::path(file).stem().string());
   s.description = top.string("description", "");
   s.id = top.string("id", "");

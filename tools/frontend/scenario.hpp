@@ -12,6 +12,10 @@
 
 namespace trainsim {
 
+// The scenario format this build reads; a scenario may state it as the
+// top-level "schema_version" (absent = this version).
+inline constexpr int kScenarioSchemaVersion = 1;
+
 struct Expected {
   std::string metric;  // a result field, e.g. "iteration_time_s"
   double value = 0;

@@ -21,6 +21,20 @@ const char* to_string(Quantity q) {
   return "?";
 }
 
+std::string expected_with_unit(Quantity q) {
+  switch (q) {
+    case Quantity::Bytes:
+      return "a size with a unit such as \"80GiB\"";
+    case Quantity::Bandwidth:
+      return "a bandwidth with a unit such as \"400Gbps\"";
+    case Quantity::Time:
+      return "a duration with a unit such as \"0.5us\"";
+    case Quantity::Flops:
+      return "a compute rate with a unit such as \"989TFLOPS\"";
+  }
+  return "?";
+}
+
 namespace {
 
 struct UnitEntry {
@@ -85,7 +99,11 @@ ParsedQuantity parse_quantity(std::string_view text, Quantity kind) {
   std::string_view unit = text.substr(i);
   while (!unit.empty() && unit.front() == ' ') unit.remove_prefix(1);
   if (unit.empty()) {
-    out.value = number;
+    if (number == 0) {
+      out.value = 0.0;
+    } else {
+      out.error = "\"" + std::string(text) + "\" has no unit; a bare number is only allowed for 0";
+    }
     return out;
   }
   for (const UnitEntry& u : kUnits) {

@@ -377,6 +377,10 @@ TEST_CASE("sweep: verified at flow fidelity, the search ranks DP across the WAN 
   const std::string last = table.substr(last_line, table.find('\n', last_line + 1) - last_line);
   CHECK(last.find("pp=1") != std::string::npos);
   CHECK(last.substr(last.size() - 5) == "    1");  // was first at analytical fidelity
+  // Another metric gets its own column at the verify fidelity.
+  const std::string by_hfu = verified_table(json, "hfu");
+  CHECK(by_hfu.find("ranked by hfu at flow fidelity") != std::string::npos);
+  CHECK(by_hfu.find("hfu      analytical hfu  was\n") != std::string::npos);
   // The output says which fidelity each figure comes from.
   CHECK(json[0]["fidelity"] == "analytical");
   CHECK(json[0]["verify.fidelity"] == "flow");

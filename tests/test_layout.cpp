@@ -63,7 +63,7 @@ TEST_CASE("layout rules: a valid layout has no problem; each broken rule names i
   SUBCASE("interleaved needs the micro-batch count to be a multiple of pp, and pp >= 2") {
     p.vpp = 2;
     p.schedule = ScheduleKind::Interleaved1F1B;
-    p.global_batch = 12;  // 3 micro-batches of 4 sequences... over pp = 2
+    p.global_batch = 12;  // 12 / (micro_batch 1 * dp 4) = 3 micro-batches over pp = 2
     p.micro_batch = 1;
     CHECK(problems_text(p) ==
           "/parallel/global_batch: interleaved-1f1b needs the micro-batch count (3) to be a multiple of pp = 2\n");

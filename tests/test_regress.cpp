@@ -55,5 +55,30 @@ TEST_CASE("--update rewrites the golden file, after which it passes") {
   CHECK(regress(path, &text, /*update=*/true) == 0);
   CHECK(text.find("+") != std::string::npos);  // the old-vs-new table was printed
   CHECK(regress(path, &text) == 0);
+  // Entries checked at flow fidelity stay so.
+  std::ifstream in(path);
+  const nlohmann::json g = nlohmann::json::parse(in);
+  CHECK(g["cases"]["gpt3-1.3b-two-dc-pp-wan-h100"]["fidelity"] == "flow");
+  CHECK_FALSE(g["cases"]["llama3-8b-fsdp-a100"].contains("fidelity"));
+  std::filesystem::remove(path);
+}
+
+TEST_CASE("each golden entry is checked at the fidelity it names") {
+  std::string text;
+  CHECK(regress(kGolden, &text) == 0);
+  CHECK(text.find("gpt3-1.3b-two-dc-pp-wan-h100       flow       iteration_time_s") != std::string::npos);
+  CHECK(text.find("llama3-8b-fsdp-a100                analytical iteration_time_s") != std::string::npos);
+  // Without "fidelity" the entry is checked at analytical fidelity.
+  std::ifstream in(kGolden);
+  nlohmann::json g = nlohmann::json::parse(in);
+  g["cases"]["gpt3-1.3b-two-dc-pp-wan-h100"].erase("fidelity");
+  const auto path = std::filesystem::temp_directory_path() / "trainsim-golden-analytical.json";
+  std::ofstream(path) << g.dump(2);
+  regress(path.string(), &text);
+  CHECK(text.find("gpt3-1.3b-two-dc-pp-wan-h100       analytical iteration_time_s") != std::string::npos);
+  g["cases"]["gpt3-1.3b-two-dc-pp-wan-h100"]["fidelity"] = "flw";
+  std::ofstream(path) << g.dump(2);
+  CHECK(regress(path.string(), &text) == 2);
+  CHECK(text.find("/cases/gpt3-1.3b-two-dc-pp-wan-h100/fidelity: expected one of") != std::string::npos);
   std::filesystem::remove(path);
 }

@@ -2,10 +2,13 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "tools/frontend/cli.hpp"
 #include "tools/frontend/sweep.hpp"
 
 using namespace trainsim;
@@ -138,6 +141,27 @@ TEST_CASE("sweep: strict validation names the file and the JSON pointer") {
     const std::string e = errors_of(R"({"base": "nowhere.json", "axes": {"parallel.tp": [1]}})");
     CHECK(e.find("sweep.json: /base: cannot read the base scenario") != std::string::npos);
   }
+  SUBCASE("fidelity and verify") {
+    CHECK(errors_of(base + R"(, "search": "auto", "fidelity": "flw"})")
+              .find("sweep.json: /fidelity: expected one of \"analytical\", \"flow\", found \"flw\"") !=
+          std::string::npos);
+    CHECK(errors_of(base + R"(, "search": "auto", "verify": {"fidelity": "flow", "top": 0}})")
+              .find("sweep.json: /verify/top: expected an integer in [1,") != std::string::npos);
+    CHECK(errors_of(base + R"(, "search": "auto", "verify": {"fidelity": "analytical", "top": 2}})")
+              .find("sweep.json: /verify/fidelity: expected one of \"flow\"") != std::string::npos);
+    CHECK(errors_of(base + R"(, "search": "auto", "verify": {"fidelity": "flow"}})")
+              .find("sweep.json: /verify/top: required integer is missing") != std::string::npos);
+    CHECK(errors_of(base + R"(, "search": "auto", "verify": {"top": 2, "topp": 3}})")
+              .find("sweep.json: /verify/topp: unknown key \"topp\" (did you mean \"top\"?)") != std::string::npos);
+    CHECK(errors_of(base + R"(, "search": "auto", "fidelity": "flow", "verify": {"top": 2}})")
+              .find("sweep.json: /verify/fidelity: the sweep already runs at flow fidelity") != std::string::npos);
+    SweepSpec spec = load(base + R"(, "search": "auto", "verify": {"top": 2}})");
+    CHECK(spec.fidelity == Fidelity::Analytical);
+    REQUIRE(spec.verify);
+    CHECK(spec.verify->fidelity == Fidelity::Flow);
+    CHECK(spec.verify->top == 2);
+    CHECK_THROWS_AS(set_sweep_fidelity(spec, Fidelity::Flow), InputError);  // the CLI's --fidelity flow
+  }
   SUBCASE("malformed JSON") { CHECK(errors_of("{\"base\": ").find("malformed JSON at line 1") != std::string::npos); }
 }
 
@@ -202,10 +226,11 @@ TEST_CASE("sweep: results do not depend on the thread count, and shards merge ba
     CHECK(sweep_format_for_path("r.jsonl") == SweepFormat::Jsonl);
     CHECK_THROWS_AS(sweep_format_for_path("r.txt"), InputError);
     const std::string csv = format_sweep_rows(sweep_rows_json(rows1, plan), SweepFormat::Csv);
-    CHECK(csv.rfind("index,sweep,points,status,parallel.tp,parallel.micro_batch,parallel.schedule,parallel.dp,gpus,"
-                    "iteration_time_s,tokens_per_s,samples_per_s,tflops_per_gpu,mfu,hfu,peak_memory_gib,"
-                    "breakdown.compute_s,",
-                    0) == 0);
+    CHECK(csv.rfind(
+              "index,sweep,points,status,fidelity,parallel.tp,parallel.micro_batch,parallel.schedule,parallel.dp,gpus,"
+              "iteration_time_s,tokens_per_s,samples_per_s,tflops_per_gpu,mfu,hfu,peak_memory_gib,"
+              "breakdown.compute_s,",
+              0) == 0);
     CHECK(csv.find("breakdown.exposed_comm_s.tp") != std::string::npos);
     CHECK(csv.find(",feasible,events,simulated_ranks,error\n") != std::string::npos);
   }
@@ -270,9 +295,172 @@ TEST_CASE("sweep: auto-search prunes invalid, redundant, out-of-memory and domin
   CHECK(table.find("recompute=") != std::string::npos);
 }
 
+TEST_CASE("sweep: every point runs at the sweep's fidelity, and shards of different fidelities do not merge") {
+  const std::string text = std::string(R"({"base": )") + kBase + R"(, "axes": {"parallel.tp": [2, 4]}})";
+  SweepSpec spec = load(text);
+  const SweepPlan analytical = expand_sweep(spec, catalog());
+  const auto rows_a = run_sweep(analytical.points, 1, spec, catalog());
+  set_sweep_fidelity(spec, Fidelity::Flow);
+  const SweepPlan flow = expand_sweep(spec, catalog());
+  CHECK(flow.id != analytical.id);
+  const auto rows_f = run_sweep(flow.points, 1, spec, catalog());
+  REQUIRE(rows_f.size() == 2);
+  for (std::size_t i = 0; i < 2; ++i) {
+    CHECK(rows_a[i].fidelity == Fidelity::Analytical);
+    CHECK(rows_f[i].fidelity == Fidelity::Flow);
+    CHECK(rows_a[i].report.simulated_ranks == 2);   // one rank per pipeline stage
+    CHECK(rows_f[i].report.simulated_ranks == 16);  // every rank
+    CHECK(sweep_row_json(rows_f[i], flow)["fidelity"] == "flow");
+  }
+  CHECK(top_k_table(rows_f, 2, "tokens_per_s").find("(higher is better), flow fidelity") != std::string::npos);
+  const std::string out_a = jsonl(rows_a, analytical), out_f = jsonl(rows_f, flow);
+  CHECK_THROWS_AS(merge_sweep_texts({{"a.jsonl", out_a}, {"f.jsonl", out_f}}), InputError);
+}
+
+// Two datacenters of two DGX H100 nodes joined by a 3.2 Tb/s, 10 ms WAN. With
+// pp = 1 every data-parallel group spans the WAN; with pp = 2 (Megatron order puts
+// the pipeline stage outermost) stage 0 is in one datacenter, stage 1 in the other,
+// and DP stays inside each. Today's analytical network does not model the WAN and
+// ranks DP across it first (no pipeline bubble); verification at flow fidelity
+// must put it last.
+const char* kTwoDcSweep = R"({
+  "base": {
+    "model": "gpt3-1.3b",
+    "cluster": {"node": "dgx-h100", "nodes": 4, "fabric": {"kind": "rail-optimized", "nodes_per_leaf": 2},
+                "datacenters": {"count": 2, "wan_bandwidth": "3.2Tbps", "wan_latency": "10ms"}},
+    "parallel": {"global_batch": 32, "sequence_parallel": true},
+    "training": {"seq_len": 2048}
+  },
+  "search": "auto",
+  "search_space": {"tp": [4, 8], "pp": [1, 2], "cp": [1], "vpp": [1], "micro_batch": [1],
+                   "recompute": ["none"], "zero": [1]},
+  "verify": {"fidelity": "flow", "top": 4}
+})";
+
+TEST_CASE("sweep: verified at flow fidelity, the search ranks DP across the WAN below PP across it") {
+  const auto t0 = std::chrono::steady_clock::now();
+  const SweepSpec spec = load(kTwoDcSweep);
+  const SweepPlan plan = expand_sweep(spec, catalog());
+  REQUIRE(plan.points.size() == 4);  // tp 4 | 8 x pp 1 | 2
+  auto rows = run_sweep(plan.points, 2, spec, catalog());
+  verify_sweep(rows, 2, spec, catalog());
+  auto tp_of = [](const SweepRow& r) { return r.overrides[0].second.get<int>(); };
+  auto pp_of = [](const SweepRow& r) { return r.overrides[1].second.get<int>(); };
+  for (const SweepRow& r : rows) {
+    CAPTURE(r.index);
+    REQUIRE(r.status == SweepStatus::Ok);
+    REQUIRE(r.verified);
+    CHECK(r.verified->status == SweepStatus::Ok);
+    CHECK(r.verified->fidelity == Fidelity::Flow);
+    CHECK(r.verified->report.simulated_ranks == 32);
+  }
+  const auto dp = static_cast<std::size_t>(CommClass::DP);
+  for (const SweepRow& dp_wan : rows) {
+    for (const SweepRow& pp_wan : rows) {
+      if (pp_of(dp_wan) != 1 || pp_of(pp_wan) != 2 || tp_of(dp_wan) != tp_of(pp_wan)) continue;
+      CAPTURE(tp_of(dp_wan));
+      CHECK(dp_wan.verified->report.tokens_per_s < pp_wan.verified->report.tokens_per_s);
+      // The exposed DP time says why: the gradient all-reduce crosses the WAN.
+      CHECK(dp_wan.verified->report.breakdown.exposed_comm_s[dp] >
+            2 * pp_wan.verified->report.breakdown.exposed_comm_s[dp]);
+    }
+  }
+  // The verified table: PP across the WAN first, every DP-across-WAN layout below every PP-across-WAN one.
+  const auto json = sweep_rows_json(rows, plan);
+  const std::string table = verified_table(json, "tokens_per_s");
+  MESSAGE(top_k_table(json, 4, "tokens_per_s") << table);
+  CHECK(table.rfind("verified: the best 4 of the analytical ranking simulated again at flow fidelity", 0) == 0);
+  std::vector<int> pp_by_verified_rank;
+  for (std::size_t pos = table.find(" pp="); pos != std::string::npos; pos = table.find(" pp=", pos + 1)) {
+    pp_by_verified_rank.push_back(table[pos + 4] - '0');
+  }
+  CHECK(pp_by_verified_rank == std::vector<int>{2, 2, 1, 1});
+  // Another metric gets its own column at the verify fidelity.
+  const std::string by_hfu = verified_table(json, "hfu");
+  CHECK(by_hfu.find("ranked by hfu at flow fidelity") != std::string::npos);
+  CHECK(by_hfu.find("hfu      analytical hfu  was\n") != std::string::npos);
+  // The output says which fidelity each figure comes from.
+  CHECK(json[0]["fidelity"] == "analytical");
+  CHECK(json[0]["verify.fidelity"] == "flow");
+  CHECK(json[0]["verify.tokens_per_s"].is_number());
+  CHECK(top_k_table(json, 4, "tokens_per_s").find(", analytical fidelity\n") != std::string::npos);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CHECK(s < 10);  // about 0.1 s on the development machine
+}
+
+TEST_CASE("sweep: verify keeps only the best K, in first-pass order of rank") {
+  std::string text = kTwoDcSweep;
+  text.replace(text.find("\"top\": 4"), 8, "\"top\": 2");
+  const SweepSpec spec = load(text);
+  const SweepPlan plan = expand_sweep(spec, catalog());
+  auto rows = run_sweep(plan.points, 1, spec, catalog());
+  verify_sweep(rows, 1, spec, catalog());
+  std::vector<const SweepRow*> verified;
+  for (const auto& r : rows) {
+    if (r.verified) verified.push_back(&r);
+  }
+  REQUIRE(verified.size() == 2);
+  for (const auto& r : rows) {
+    if (r.verified) continue;
+    for (const SweepRow* v : verified) CHECK(v->report.tokens_per_s >= r.report.tokens_per_s);  // first-pass figures
+  }
+  CHECK(verified[0]->verified->first_rank + verified[1]->verified->first_rank == 3);  // ranks 1 and 2
+  const auto json = sweep_rows_json(rows, plan);
+  for (const auto& j : json) CHECK(j.contains("verify.status"));  // every row has the columns, null when not verified
+}
+
+TEST_CASE("sweep CLI: --fidelity, verify tables, output columns and report labels") {
+  const auto dir = std::filesystem::temp_directory_path() / "trainsim-sweep-cli";
+  std::filesystem::create_directories(dir);
+  const std::string sweep = (dir / "two-dc.json").string(), csv = (dir / "out.csv").string();
+  const std::string html = (dir / "report.html").string();
+  std::ofstream(sweep) << kTwoDcSweep;
+  auto cli = [](std::vector<const char*> args, std::string* out) {
+    args.insert(args.begin(), "trainsim");
+    std::ostringstream o, e;
+    const int code = run_cli(static_cast<int>(args.size()), args.data(), o, e);
+    *out = o.str() + e.str();
+    return code;
+  };
+  std::string out;
+  REQUIRE(cli({"sweep", sweep.c_str(), "-j", "2", "--out", csv.c_str(), "--report", html.c_str()}, &out) == 0);
+  CHECK(out.find("top 4 by tokens_per_s (higher is better), analytical fidelity") != std::string::npos);
+  CHECK(out.find("verified: the best 4 of the analytical ranking simulated again at flow fidelity") !=
+        std::string::npos);
+  std::ifstream csv_in(csv);
+  std::string header;
+  std::getline(csv_in, header);
+  CHECK(header.rfind("index,sweep,points,status,fidelity,", 0) == 0);
+  CHECK(header.find(",error,verify.fidelity,verify.status,verify.first_rank,verify.gpus,") != std::string::npos);
+  std::ifstream html_in(html);
+  const std::string page((std::istreambuf_iterator<char>(html_in)), std::istreambuf_iterator<char>());
+  CHECK(page.find("(analytical fidelity; the best 4 again at flow fidelity, labelled [flow])") != std::string::npos);
+  CHECK(page.find("[flow] tp=") != std::string::npos);
+  // verify needs the whole sweep and another fidelity than the points': input errors.
+  CHECK(cli({"sweep", sweep.c_str(), "--shard", "1/2"}, &out) == 2);
+  CHECK(out.find("/verify: verification re-ranks the best points of the whole sweep") != std::string::npos);
+  CHECK(cli({"sweep", sweep.c_str(), "--fidelity", "flow"}, &out) == 2);
+  CHECK(out.find("/verify/fidelity: --fidelity flow") != std::string::npos);
+  CHECK(cli({"sweep", sweep.c_str(), "--fidelity", "flw"}, &out) == 2);
+  // Without verify, --fidelity flow runs every point at flow fidelity.
+  std::string plain = kTwoDcSweep;
+  plain.erase(plain.find(",\n  \"verify\""), std::string::npos);
+  std::ofstream(sweep) << plain << "}";
+  CHECK(cli({"sweep", sweep.c_str(), "--fidelity", "flow", "--out", csv.c_str()}, &out) == 0);
+  CHECK(out.find("top 4 by tokens_per_s (higher is better), flow fidelity") != std::string::npos);
+  CHECK(out.find("verified:") == std::string::npos);
+  std::ifstream flow_in(csv);
+  std::string line;
+  std::getline(flow_in, line);
+  CHECK(line.find("verify.") == std::string::npos);
+  std::getline(flow_in, line);
+  CHECK(line.find(",ok,flow,") != std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
 #ifdef TRAINSIM_SOURCE_DIR
 TEST_CASE("sweep: the shipped sweep files load") {
-  for (const char* name : {"llama3-70b-1024xh100-auto.json", "llama3-70b-axes.json"}) {
+  for (const char* name : {"llama3-70b-1024xh100-auto.json", "llama3-70b-axes.json", "llama3-8b-two-dc-verify.json"}) {
     CAPTURE(name);
     const SweepSpec spec = load_sweep_file(std::string(TRAINSIM_SOURCE_DIR) + "/scenarios/sweeps/" + name, catalog());
     const SweepPlan plan = expand_sweep(spec, catalog());

@@ -70,15 +70,16 @@ void print_catalog(const Catalog& c, const std::string& what, std::ostream& out)
 }
 
 int run_sweep_command(const CLI::App* sweep_cmd, const CLI::App* merge_cmd, const std::string& path, int threads,
-                      const std::string& shard_text, const std::string& out_path, const std::string& report_path,
-                      const std::vector<std::string>& merge_inputs, const std::string& merge_out,
-                      const Catalog& catalog, std::ostream& out, std::ostream& err) {
+                      const std::string& fidelity, const std::string& shard_text, const std::string& out_path,
+                      const std::string& report_path, const std::vector<std::string>& merge_inputs,
+                      const std::string& merge_out, const Catalog& catalog, std::ostream& out, std::ostream& err) {
   if (merge_cmd->parsed()) {
     const SweepMerge m = merge_sweep_files(merge_inputs);
     write_sweep_rows(merge_out, m.rows);
     out << "merged " << m.rows.size() << " of " << m.points << " points into " << merge_out << "\n";
     if (m.missing > 0) err << "warning: " << m.missing << " points are in no shard output\n";
     out << top_k_table(m.rows, 10, "tokens_per_s");
+    out << verified_table(m.rows, "tokens_per_s");
     return kOk;
   }
   if (path.empty()) {
@@ -86,15 +87,28 @@ int run_sweep_command(const CLI::App* sweep_cmd, const CLI::App* merge_cmd, cons
     return kBadInput;
   }
   (void)sweep_cmd;
-  const SweepSpec spec = load_sweep_file(path, catalog);
+  SweepSpec spec = load_sweep_file(path, catalog);
+  if (!fidelity.empty()) set_sweep_fidelity(spec, fidelity == "flow" ? Fidelity::Flow : Fidelity::Analytical);
+  if (spec.verify && !shard_text.empty()) {
+    err << "error: " << path << ": /verify: verification re-ranks the best points of the whole sweep; "
+        << "it does not combine with --shard (remove \"verify\" for sharded runs)\n";
+    return kBadInput;
+  }
   const SweepPlan plan = expand_sweep(spec, catalog);
   err << sweep_summary(spec, plan);
   std::vector<SweepPoint> points = plan.points;
   if (!shard_text.empty()) points = shard_points(points, parse_shard(shard_text));
   const bool tty = isatty(2) != 0;
   SweepProgressPrinter bar(err, tty);
-  const std::vector<SweepRow> rows = run_sweep(points, threads, spec, catalog, std::ref(bar));
+  std::vector<SweepRow> rows = run_sweep(points, threads, spec, catalog, std::ref(bar));
   bar.finish();
+  if (spec.verify) {
+    err << "verify: simulating the best " << spec.verify->top << " points again at " << to_string(spec.verify->fidelity)
+        << " fidelity\n";
+    SweepProgressPrinter verify_bar(err, tty);
+    verify_sweep(rows, threads, spec, catalog, std::ref(verify_bar));
+    verify_bar.finish();
+  }
   const auto json_rows = sweep_rows_json(rows, plan);
   if (!out_path.empty()) write_sweep_rows(out_path, json_rows);
   if (!report_path.empty()) {
@@ -107,15 +121,27 @@ int run_sweep_command(const CLI::App* sweep_cmd, const CLI::App* merge_cmd, cons
                  (v.is_string() ? v.get<std::string>() : v.dump());
       pts.push_back(ReportPoint{label, r.report.tokens_per_s, r.report.peak_memory_gib, r.report.gpus,
                                 r.status == SweepStatus::Ok});
+      // A verified point appears a second time with its figures at the verify fidelity.
+      if (r.verified && (r.verified->status == SweepStatus::Ok || r.verified->status == SweepStatus::Infeasible)) {
+        pts.push_back(ReportPoint{"[" + std::string(to_string(r.verified->fidelity)) + "] " + label,
+                                  r.verified->report.tokens_per_s, r.verified->report.peak_memory_gib,
+                                  r.verified->report.gpus, r.verified->status == SweepStatus::Ok});
+      }
     }
     std::ofstream f(report_path);
     if (!f) {
       err << "error: --report " << report_path << ": cannot write the file\n";
       return kBadInput;
     }
-    f << sweep_html_report(spec.name.empty() ? path : spec.name, pts);
+    std::string title = (spec.name.empty() ? path : spec.name) + " (" + to_string(spec.fidelity) + " fidelity";
+    if (spec.verify) {
+      title += "; the best " + std::to_string(spec.verify->top) + " again at " + to_string(spec.verify->fidelity) +
+               " fidelity, labelled [" + to_string(spec.verify->fidelity) + "]";
+    }
+    f << sweep_html_report(title + ")", pts);
   }
-  out << top_k_table(rows, static_cast<std::size_t>(spec.top_k), spec.metric);
+  out << top_k_table(json_rows, static_cast<std::size_t>(spec.top_k), spec.metric);
+  out << verified_table(json_rows, spec.metric);
   return kOk;
 }
 
@@ -178,6 +204,11 @@ int run_commands(int argc, const char* const* argv, std::ostream& out, std::ostr
   auto* sweep_cmd = app.add_subcommand("sweep", "Run a configuration sweep or auto-search (docs/sweeps.md)");
   sweep_cmd->add_option("sweep", sweep_path, "Sweep JSON file");
   sweep_cmd->add_option("-j,--threads", threads, "Worker threads")->check(CLI::Range(1, 1024));
+  std::string sweep_fidelity;
+  sweep_cmd
+      ->add_option("--fidelity", sweep_fidelity,
+                   "Network fidelity of every point (default: the sweep file's, else analytical)")
+      ->check(CLI::IsMember({"analytical", "flow"}));
   sweep_cmd->add_option("--shard", shard_text, "Run only shard K of N (K/N, 1-based)");
   sweep_cmd->add_option("--out", sweep_out, "Write every point's result (.csv or .jsonl)");
   sweep_cmd->add_option("--report", sweep_report, "Write a self-contained HTML report of the sweep");
@@ -258,8 +289,8 @@ int run_commands(int argc, const char* const* argv, std::ostream& out, std::ostr
       return code;
     }
     if (sweep_cmd->parsed())
-      return run_sweep_command(sweep_cmd, merge_cmd, sweep_path, threads, shard_text, sweep_out, sweep_report,
-                               merge_inputs, merge_out, catalog, out, err);
+      return run_sweep_command(sweep_cmd, merge_cmd, sweep_path, threads, sweep_fidelity, shard_text, sweep_out,
+                               sweep_report, merge_inputs, merge_out, catalog, out, err);
     if (fit_cmd->parsed()) {
       write_profile_file(fit_profile_files(raw_paths, fit_gpu, catalog), fit_out);
       out << "wrote " << fit_out << "\n";

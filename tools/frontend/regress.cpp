@@ -29,6 +29,7 @@ namespace {
 struct Golden {
   double tolerance_pct = 0.5;
   std::map<std::string, std::map<std::string, double>> values;
+  std::map<std::string, Fidelity> fidelity;  // entries that name one
 };
 
 Golden read_golden(const std::string& path) {
@@ -49,6 +50,11 @@ Golden read_golden(const std::string& path) {
       for (const auto& [name, v] : cases->items()) {
         ObjectReader mr(v, json_pointer_append(cr.pointer(), name), d);
         if (!mr.valid()) continue;
+        if (mr.has("fidelity")) {
+          g.fidelity[name] = mr.choice("fidelity", "analytical", {"analytical", "flow"}) == "flow"
+                                 ? Fidelity::Flow
+                                 : Fidelity::Analytical;
+        }
         for (const auto& m : regression_metrics()) g.values[name][m] = mr.number(m.c_str(), 0, 0, 1e18, true);
         mr.finish();
       }
@@ -73,12 +79,15 @@ RegressionReport regress(const std::vector<ScenarioText>& scenarios, const std::
   std::map<std::string, bool> seen;
   for (const auto& st : scenarios) {
     const Scenario s = load_scenario_text(st.text, st.file, st.base_dir, {}, catalog);
-    const JobReport jr = simulate(s);
+    const auto fid = g.fidelity.find(s.name);
+    const Fidelity fidelity = fid != g.fidelity.end() ? fid->second : Fidelity::Analytical;
+    const JobReport jr = simulate(s, fidelity);
     seen[s.name] = true;
     const auto it = g.values.find(s.name);
     for (const auto& m : regression_metrics()) {
       RegressionRow row;
       row.name = s.name;
+      row.fidelity = fidelity;
       row.metric = m;
       row.current = metric_of(jr, m);
       if (it == g.values.end()) {
@@ -99,7 +108,11 @@ RegressionReport regress(const std::vector<ScenarioText>& scenarios, const std::
 
 void write_golden(const RegressionReport& report, const std::string& golden_path) {
   nlohmann::ordered_json cases = nlohmann::ordered_json::object();
-  for (const auto& r : report.rows) cases[r.name][r.metric] = r.current;
+  for (const auto& r : report.rows) {
+    if (r.fidelity != Fidelity::Analytical && !cases.contains(r.name))
+      cases[r.name]["fidelity"] = to_string(r.fidelity);
+    cases[r.name][r.metric] = r.current;
+  }
   nlohmann::ordered_json doc;
   doc["tolerance_pct"] = report.tolerance_pct;
   doc["note"] =
@@ -113,15 +126,17 @@ void write_golden(const RegressionReport& report, const std::string& golden_path
 std::string regression_table(const RegressionReport& r) {
   std::string out;
   char line[512];
-  std::snprintf(line, sizeof line, "%-34s %-18s %14s %14s %9s\n", "scenario", "metric", "golden", "current", "change");
+  std::snprintf(line, sizeof line, "%-34s %-10s %-18s %14s %14s %9s\n", "scenario", "fidelity", "metric", "golden",
+                "current", "change");
   out += line;
   for (const auto& row : r.rows) {
     if (row.missing) {
-      std::snprintf(line, sizeof line, "%-34s %-18s %14s %14.6g %9s\n", row.name.c_str(), row.metric.c_str(), "-",
-                    row.current, "new");
+      std::snprintf(line, sizeof line, "%-34s %-10s %-18s %14s %14.6g %9s\n", row.name.c_str(), to_string(row.fidelity),
+                    row.metric.c_str(), "-", row.current, "new");
     } else {
-      std::snprintf(line, sizeof line, "%-34s %-18s %14.6g %14.6g %+8.2f%%%s\n", row.name.c_str(), row.metric.c_str(),
-                    row.golden, row.current, row.change_pct, row.drifted ? "  DRIFT" : "");
+      std::snprintf(line, sizeof line, "%-34s %-10s %-18s %14.6g %14.6g %+8.2f%%%s\n", row.name.c_str(),
+                    to_string(row.fidelity), row.metric.c_str(), row.golden, row.current, row.change_pct,
+                    row.drifted ? "  DRIFT" : "");
     }
     out += line;
   }

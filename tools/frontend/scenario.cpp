@@ -4,6 +4,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "models/layout_rules.hpp"
 #include "topologies/graph.hpp"
 
 namespace trainsim {
@@ -251,7 +252,7 @@ ParallelSpec read_parallel(ObjectReader& top) {
   p.pp = static_cast<int>(r.integer("pp", 1, 1, 1 << 16));
   p.dp = static_cast<int>(r.integer("dp", 1, 1, 1 << 20));
   p.cp = static_cast<int>(r.integer("cp", 1, 1, 1 << 16));
-  p.ep = static_cast<int>(r.integer("ep", 1, 1, 1));
+  p.ep = static_cast<int>(r.integer("ep", 1, 1, 1 << 16));
   p.vpp = static_cast<int>(r.integer("vpp", 1, 1, 1 << 10));
   const std::string sched =
       r.choice("schedule", p.vpp > 1 ? "interleaved-1f1b" : "1f1b", {"gpipe", "1f1b", "interleaved-1f1b"});
@@ -278,13 +279,6 @@ ParallelSpec read_parallel(ObjectReader& top) {
     } else {
       r.error("stage_layers", "expected an array of non-negative layer counts, one per pipeline stage");
     }
-  }
-  if (p.schedule == ScheduleKind::Interleaved1F1B && p.vpp < 2) {
-    r.error("vpp", "the interleaved-1f1b schedule needs vpp >= 2 virtual stages, found " + std::to_string(p.vpp));
-  }
-  if (p.schedule != ScheduleKind::Interleaved1F1B && p.vpp > 1) {
-    r.error("schedule",
-            "vpp = " + std::to_string(p.vpp) + " needs the \"interleaved-1f1b\" schedule, found \"" + sched + "\"");
   }
   r.finish();
   return p;
@@ -409,50 +403,8 @@ void check_consistency(Scenario& s, Diagnostics& d) {
       }
     }
   }
-  const ParallelSpec& p = s.parallel;
-  const TransformerSpec& m = s.model;
-  const int gpus = s.cluster.total_gpus();
-  auto str = [](auto x) { return std::to_string(x); };
-  if (p.tp * p.pp * p.dp * p.cp != gpus) {
-    d.error("/parallel", "tp*pp*dp*cp = " + str(p.tp) + "*" + str(p.pp) + "*" + str(p.dp) + "*" + str(p.cp) + " = " +
-                             str(p.tp * p.pp * p.dp * p.cp) + ", expected the cluster's GPU count " + str(gpus));
-  }
-  if (m.heads % p.tp != 0) {
-    d.error("/parallel/tp",
-            "expected a divisor of the model's " + str(m.heads) + " attention heads, found " + str(p.tp));
-  } else if (m.kv_heads % p.tp != 0 && p.tp % m.kv_heads != 0) {
-    d.error("/parallel/tp", "expected tp to divide or be a multiple of the model's " + str(m.kv_heads) +
-                                " KV heads, found " + str(p.tp));
-  }
-  if (m.ffn_hidden % p.tp != 0) {
-    d.error("/parallel/tp", "expected a divisor of ffn_hidden " + str(m.ffn_hidden) + ", found " + str(p.tp));
-  }
-  if (!p.stage_layers.empty()) {
-    int sum = 0;
-    for (int l : p.stage_layers) sum += l;
-    if (static_cast<int>(p.stage_layers.size()) != p.pp || sum != m.layers || p.vpp != 1) {
-      d.error("/parallel/stage_layers", "expected pp = " + str(p.pp) + " entries summing to the model's " +
-                                            str(m.layers) + " layers (and vpp = 1), found " +
-                                            str(p.stage_layers.size()) + " entries summing to " + str(sum));
-    }
-  } else if (m.layers % (p.pp * p.vpp) != 0) {
-    d.error("/parallel/pp", "the model's " + str(m.layers) + " layers must divide evenly into pp*vpp = " + str(p.pp) +
-                                "*" + str(p.vpp) + " = " + str(p.pp * p.vpp) + " stages");
-  }
-  if (p.global_batch % (p.micro_batch * p.dp) != 0) {
-    d.error("/parallel/global_batch", "expected a multiple of micro_batch*dp = " + str(p.micro_batch) + "*" +
-                                          str(p.dp) + " = " + str(p.micro_batch * p.dp) + ", found " +
-                                          str(p.global_batch));
-  } else if (p.schedule == ScheduleKind::Interleaved1F1B && p.micro_batches() % p.pp != 0) {
-    d.error("/parallel/global_batch", "interleaved-1f1b needs the micro-batch count (" + str(p.micro_batches()) +
-                                          ") to be a multiple of pp = " + str(p.pp));
-  }
-  if (p.schedule == ScheduleKind::Interleaved1F1B && p.pp < 2) {
-    d.error("/parallel/schedule", "interleaved-1f1b needs pp >= 2, found pp = " + str(p.pp));
-  }
-  if (s.training.seq_len % p.cp != 0) {
-    d.error("/parallel/cp", "expected a divisor of seq_len " + str(s.training.seq_len) + ", found " + str(p.cp));
-  }
+  // The layout rules live with the planner (models/layout_rules.hpp).
+  for (const LayoutProblem& p : check_layout(s.model, s.parallel, s.training, s.cluster)) d.error(p.path, p.message);
   for (const auto& g : s.cluster.groups) {
     if (g.node.gpu.peak(s.training.precision) <= 0) {
       d.error("/training/precision",

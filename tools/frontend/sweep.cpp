@@ -16,7 +16,7 @@
 #include <sstream>
 #include <thread>
 
-#include "models/memory_model.hpp"
+#include "models/layout_search.hpp"
 #include "tools/frontend/scenario.hpp"
 
 namespace trainsim {
@@ -25,10 +25,6 @@ namespace {
 
 constexpr std::size_t kMaxPoints = 1000000;
 constexpr std::size_t kMaxAxisValues = 100000;
-// Default auto-search: context parallelism only while each CP rank keeps this
-// many tokens of a sequence (shorter chunks leave attention and the GEMMs small
-// and cost simulation time on layouts that do not win).
-constexpr int kMinTokensPerCpRank = 2048;
 
 std::string fmt(const char* f, double x) {
   char buf[64];
@@ -248,6 +244,7 @@ SearchSpace read_search_space(ObjectReader& top) {
               "expected a non-empty array of \"none\" | \"selective\" | \"full\", found " + describe_json_type(*rc));
     } else {
       s.recompute.clear();
+      const std::vector<Recompute> kinds{Recompute::None, Recompute::Selective, Recompute::Full};
       for (std::size_t i = 0; i < rc->size(); ++i) {
         const auto& x = (*rc)[i];
         const std::string name = x.is_string() ? x.get<std::string>() : "";
@@ -256,8 +253,12 @@ SearchSpace read_search_space(ObjectReader& top) {
           const std::string near = did_you_mean(name, known);
           if (!near.empty()) msg += " (did you mean \"" + near + "\"?)";
           r.diagnostics().error(json_pointer_append(r.at("recompute"), i), msg);
-        } else if (std::find(s.recompute.begin(), s.recompute.end(), name) == s.recompute.end()) {
-          s.recompute.push_back(name);
+        } else {
+          const Recompute kind =
+              kinds[static_cast<std::size_t>(std::find(known.begin(), known.end(), name) - known.begin())];
+          if (std::find(s.recompute.begin(), s.recompute.end(), kind) == s.recompute.end()) {
+            s.recompute.push_back(kind);
+          }
         }
       }
     }
@@ -403,9 +404,35 @@ SweepSpec load_sweep_text(const std::string& text, const std::string& file, cons
   spec.derive_dp = top.boolean("derive_dp", true);
   spec.top_k = static_cast<int>(top.integer("top_k", 10, 0, 1000000));
   spec.metric = top.choice("metric", "tokens_per_s", sweep_metrics());
+  spec.fidelity =
+      top.choice("fidelity", "analytical", {"analytical", "flow"}) == "flow" ? Fidelity::Flow : Fidelity::Analytical;
+  if (const nlohmann::json* v = top.raw("verify")) {
+    ObjectReader vr(*v, top.at("verify"), d);
+    if (vr.valid()) {
+      SweepVerify verify;
+      vr.choice("fidelity", "flow", {"flow"});
+      verify.top = static_cast<int>(vr.integer("top", 1, 1, 100000, true));
+      if (spec.fidelity == verify.fidelity) {
+        vr.error("fidelity", std::string("the sweep already runs at ") + to_string(spec.fidelity) +
+                                 " fidelity; nothing to verify (remove \"verify\" or run at analytical fidelity)");
+      }
+      spec.verify = verify;
+    }
+    vr.finish();
+  }
   top.finish();
   d.throw_if_errors();
   return spec;
+}
+
+void set_sweep_fidelity(SweepSpec& spec, Fidelity fidelity) {
+  spec.fidelity = fidelity;
+  if (spec.verify && spec.verify->fidelity == fidelity) {
+    throw InputError(
+        {Diagnostic{spec.file, "/verify/fidelity",
+                    std::string("--fidelity ") + to_string(fidelity) + ": the sweep's points would already run at " +
+                        to_string(fidelity) + " fidelity; nothing to verify (drop --fidelity or \"verify\")"}});
+  }
 }
 
 SweepSpec load_sweep_file(const std::string& path, const Catalog& catalog) {
@@ -432,6 +459,8 @@ nlohmann::json parse_base(const SweepSpec& spec) {
 std::string fingerprint(const nlohmann::json& base, const SweepPlan& plan, bool auto_search) {
   std::uint64_t h = 1469598103934665603ULL;
   h = fnv1a(h, auto_search ? "auto\n" : "axes\n");
+  // Shards run at different fidelities must not merge (analytical keeps the old fingerprints).
+  if (plan.fidelity != Fidelity::Analytical) h = fnv1a(h, std::string("fidelity=") + to_string(plan.fidelity) + "\n");
   h = fnv1a(h, base.dump());
   for (const auto& p : plan.points) {
     h = fnv1a(h, "\n");
@@ -503,14 +532,6 @@ void expand_axes(const SweepSpec& spec, const nlohmann::json& base, const Catalo
   plan.grid = total;
 }
 
-// Recompute options from the least to the most extra work.
-int recompute_rank(const std::string& r) { return r == "none" ? 0 : r == "selective" ? 1 : 2; }
-// ZeRO stages from the least to the most time: 1 and 2 reduce-scatter the
-// gradients and gather the updated parameters (the bytes of one all-reduce, the
-// gather prefetched) and step only their optimizer shard; 0 all-reduces and steps
-// everything; 3 adds a parameter gather per layer and micro-batch.
-int zero_rank(int z) { return z == 1 ? 0 : z == 2 ? 1 : z == 0 ? 2 : 3; }
-
 void expand_auto(const SweepSpec& spec, const nlohmann::json& base, const Catalog& catalog, SweepPlan& plan) {
   const std::string ptr = spec.base_pointer;
   if (!base.contains("cluster")) {
@@ -541,148 +562,39 @@ void expand_auto(const SweepSpec& spec, const nlohmann::json& base, const Catalo
   }
   d.throw_if_errors();
 
-  const TransformerSpec& m = s.model;
-  const int gpus = s.cluster.total_gpus();
   const NodeSpec& node = s.cluster.groups.front().node;
   double reserved = 0;
   for (const auto& p : s.profiles) {
     if (p.gpu == node.gpu.name) reserved = p.memory_reserved.value;
   }
-  const double capacity = node.gpu.memory_bytes - reserved;
-  const SearchSpace& ss = spec.search_space;
-  std::vector<int> tps = ss.tp, pps = ss.pp, cps = ss.cp;
-  if (cps.empty()) {
-    for (int cp : {1, 2, 4, 8}) {
-      if (cp == 1 || s.training.seq_len / cp >= kMinTokensPerCpRank) cps.push_back(cp);
-    }
-  }
-  if (tps.empty()) {
-    for (int t = 1; t <= node.gpus_per_node; ++t) tps.push_back(t);
-  }
-  if (pps.empty()) {
-    for (int p = 1; p <= m.layers; ++p) pps.push_back(p);
-  }
+  ParallelSpec base_parallel;
+  base_parallel.global_batch = global_batch;
+  base_parallel.schedule = schedule == "gpipe" ? ScheduleKind::GPipe : ScheduleKind::OneFOneB;
+  // Enumeration and pruning live with the layout rules (models/layout_search.hpp).
+  const LayoutSearchResult found = search_layouts(s.model, s.training, s.cluster, base_parallel,
+                                                  node.gpu.memory_bytes - reserved, spec.search_space);
+  plan.grid = found.grid;
+  plan.invalid = found.invalid;
+  plan.redundant = found.redundant;
+  plan.pruned_oom = found.pruned_oom;
+  plan.pruned_dominated = found.pruned_dominated;
   plan.columns = {
       "parallel.tp",       "parallel.pp",          "parallel.dp",        "parallel.cp",   "parallel.vpp",
       "parallel.schedule", "parallel.micro_batch", "parallel.recompute", "parallel.zero", "parallel.sequence_parallel"};
-
-  const std::size_t n_cp = cps.size(), n_vpp = ss.vpp.size(), n_mb = ss.micro_batch.size();
-  const std::size_t n_sp = ss.sequence_parallel.size(), n_rc = ss.recompute.size(), n_z = ss.zero.size();
-  const std::size_t per_mb = n_sp * n_rc * n_z;
-  const std::size_t per_vpp = n_mb * per_mb;
-  const std::size_t per_cp = n_vpp * per_vpp;
-  const std::size_t per_pp = n_cp * per_cp;
-  const std::size_t per_tp = pps.size() * per_pp;
-  plan.grid = tps.size() * per_tp;
-
-  for (int tp : tps) {
-    const bool tp_ok = tp <= node.gpus_per_node && gpus % tp == 0 && m.heads % tp == 0 && m.ffn_hidden % tp == 0 &&
-                       (m.kv_heads % tp == 0 || tp % m.kv_heads == 0);
-    if (!tp_ok) {
-      plan.invalid += per_tp;
-      continue;
-    }
-    for (int pp : pps) {
-      if (gpus % (tp * pp) != 0 || m.layers % pp != 0) {
-        plan.invalid += per_pp;
-        continue;
-      }
-      for (int cp : cps) {
-        if (gpus % (tp * pp * cp) != 0 || s.training.seq_len % cp != 0) {
-          plan.invalid += per_cp;
-          continue;
-        }
-        const int dp = gpus / (tp * pp * cp);
-        for (int vpp : ss.vpp) {
-          if (vpp > 1 && (pp < 2 || m.layers % (pp * vpp) != 0)) {
-            plan.invalid += per_vpp;
-            continue;
-          }
-          for (int mb : ss.micro_batch) {
-            const bool batch_ok = global_batch % (mb * dp) == 0 && (vpp == 1 || (global_batch / (mb * dp)) % pp == 0);
-            if (!batch_ok) {
-              plan.invalid += per_mb;
-              continue;
-            }
-            std::set<bool> sp_seen;
-            for (bool sp_in : ss.sequence_parallel) {
-              const bool sp = sp_in && tp > 1;
-              if (!sp_seen.insert(sp).second) {
-                plan.redundant += n_rc * n_z;
-                continue;
-              }
-              // Every (recompute, zero) of this layout that fits in memory.
-              struct Option {
-                int rc_rank;
-                std::string rc;
-                int zero;
-              };
-              std::vector<Option> fits;
-              std::set<std::pair<std::string, int>> seen;
-              for (const auto& rc : ss.recompute) {
-                for (int z_in : ss.zero) {
-                  const int zero = dp * cp > 1 ? z_in : 0;
-                  if (!seen.insert({rc, zero}).second) {
-                    ++plan.redundant;
-                    continue;
-                  }
-                  ParallelSpec par;
-                  par.tp = tp;
-                  par.pp = pp;
-                  par.dp = dp;
-                  par.cp = cp;
-                  par.vpp = vpp;
-                  par.schedule = vpp > 1 ? ScheduleKind::Interleaved1F1B
-                                         : (schedule == "gpipe" ? ScheduleKind::GPipe : ScheduleKind::OneFOneB);
-                  par.micro_batch = mb;
-                  par.global_batch = global_batch;
-                  par.sequence_parallel = sp;
-                  par.zero = zero;
-                  par.recompute = rc == "full"        ? Recompute::Full
-                                  : rc == "selective" ? Recompute::Selective
-                                                      : Recompute::None;
-                  bool oom = false;
-                  for (int st = 0; st < pp && !oom; ++st) {
-                    oom = stage_memory(m, par, s.training, st).total() > capacity;
-                  }
-                  if (oom) {
-                    ++plan.pruned_oom;
-                  } else {
-                    fits.push_back(Option{recompute_rank(rc), rc, zero});
-                  }
-                }
-              }
-              for (const Option& o : fits) {
-                bool dominated = false;
-                if (ss.prune_dominated) {
-                  for (const Option& other : fits) {
-                    const bool different = other.rc_rank != o.rc_rank || other.zero != o.zero;
-                    dominated |= different && other.rc_rank <= o.rc_rank && zero_rank(other.zero) <= zero_rank(o.zero);
-                  }
-                }
-                if (dominated) {
-                  ++plan.pruned_dominated;
-                  continue;
-                }
-                SweepPoint p;
-                p.index = plan.points.size();
-                p.overrides = {{"parallel.tp", tp},
-                               {"parallel.pp", pp},
-                               {"parallel.dp", dp},
-                               {"parallel.cp", cp},
-                               {"parallel.vpp", vpp},
-                               {"parallel.schedule", vpp > 1 ? std::string("interleaved-1f1b") : schedule},
-                               {"parallel.micro_batch", mb},
-                               {"parallel.recompute", o.rc},
-                               {"parallel.zero", o.zero},
-                               {"parallel.sequence_parallel", sp}};
-                plan.points.push_back(std::move(p));
-              }
-            }
-          }
-        }
-      }
-    }
+  for (const ParallelSpec& c : found.candidates) {
+    SweepPoint p;
+    p.index = plan.points.size();
+    p.overrides = {{"parallel.tp", c.tp},
+                   {"parallel.pp", c.pp},
+                   {"parallel.dp", c.dp},
+                   {"parallel.cp", c.cp},
+                   {"parallel.vpp", c.vpp},
+                   {"parallel.schedule", to_string(c.schedule)},
+                   {"parallel.micro_batch", c.micro_batch},
+                   {"parallel.recompute", to_string(c.recompute)},
+                   {"parallel.zero", c.zero},
+                   {"parallel.sequence_parallel", c.sequence_parallel}};
+    plan.points.push_back(std::move(p));
   }
 }
 
@@ -691,6 +603,8 @@ void expand_auto(const SweepSpec& spec, const nlohmann::json& base, const Catalo
 SweepPlan expand_sweep(const SweepSpec& spec, const Catalog& catalog) {
   const nlohmann::json base = parse_base(spec);
   SweepPlan plan;
+  plan.fidelity = spec.fidelity;
+  plan.verify = spec.verify;
   if (spec.auto_search) {
     expand_auto(spec, base, catalog, plan);
   } else {
@@ -745,32 +659,47 @@ std::vector<SweepPoint> shard_points(const std::vector<SweepPoint>& points, Shar
 
 namespace {
 
+// Loads the point (base + overrides) and simulates it; InputError -> Invalid.
+struct PointRun {
+  SweepStatus status = SweepStatus::Ok;
+  JobReport report;
+  std::string error;
+};
+
+PointRun simulate_point(const SweepPoint& p, const SweepSpec& spec, const Catalog& catalog, Fidelity fidelity) {
+  PointRun run;
+  try {
+    const Scenario s = load_scenario_text(spec.base_text, spec.base_file, spec.base_dir, p.set_args(), catalog);
+    run.report = simulate(s, fidelity);
+    run.report.wall_time_s = 0;  // host time would make the output depend on the machine
+    run.status = run.report.feasible ? SweepStatus::Ok : SweepStatus::Infeasible;
+    for (const auto& pr : run.report.problems) run.error += (run.error.empty() ? "" : "; ") + pr;
+  } catch (const InputError& e) {
+    run.status = SweepStatus::Invalid;
+    run.error = join_diagnostics(rebase(e.diagnostics(), spec.base_pointer));
+  } catch (const std::exception& e) {
+    run.status = SweepStatus::Error;
+    run.error = e.what();
+  }
+  return run;
+}
+
 SweepRow run_point(const SweepPoint& p, const SweepSpec& spec, const Catalog& catalog) {
   SweepRow row;
   row.index = p.index;
   row.overrides = p.overrides;
-  try {
-    const Scenario s = load_scenario_text(spec.base_text, spec.base_file, spec.base_dir, p.set_args(), catalog);
-    row.report = simulate(s);
-    row.report.wall_time_s = 0;  // host time would make the output depend on the machine
-    row.status = row.report.feasible ? SweepStatus::Ok : SweepStatus::Infeasible;
-    for (const auto& pr : row.report.problems) row.error += (row.error.empty() ? "" : "; ") + pr;
-  } catch (const InputError& e) {
-    row.status = SweepStatus::Invalid;
-    row.error = join_diagnostics(rebase(e.diagnostics(), spec.base_pointer));
-  } catch (const std::exception& e) {
-    row.status = SweepStatus::Error;
-    row.error = e.what();
-  }
+  row.fidelity = spec.fidelity;
+  PointRun run = simulate_point(p, spec, catalog, spec.fidelity);
+  row.status = run.status;
+  row.report = std::move(run.report);
+  row.error = std::move(run.error);
   return row;
 }
 
-}  // namespace
-
-std::vector<SweepRow> run_sweep(const std::vector<SweepPoint>& points, int threads, const SweepSpec& spec,
-                                const Catalog& catalog, const SweepProgress& progress) {
-  const std::size_t total = points.size();
-  std::vector<SweepRow> rows(total);
+// Runs job(i) for i in [0, total) on `threads` workers (<= 0: hardware
+// concurrency); progress after each, never concurrently.
+void run_pool(std::size_t total, int threads, const std::function<void(std::size_t)>& job,
+              const SweepProgress& progress) {
   std::atomic<std::size_t> next{0};
   std::mutex mu;
   std::size_t done = 0;
@@ -779,7 +708,7 @@ std::vector<SweepRow> run_sweep(const std::vector<SweepPoint>& points, int threa
     while (true) {
       const std::size_t i = next.fetch_add(1);
       if (i >= total) return;
-      rows[i] = run_point(points[i], spec, catalog);
+      job(i);
       const std::lock_guard<std::mutex> lock(mu);
       ++done;
       if (progress) progress(done, total);
@@ -795,7 +724,64 @@ std::vector<SweepRow> run_sweep(const std::vector<SweepPoint>& points, int threa
     for (std::size_t t = 0; t < n; ++t) pool.emplace_back(worker);
     for (auto& t : pool) t.join();
   }
+}
+
+// A ranking metric of sweep_metrics().
+double sweep_metric(const JobReport& r, const std::string& metric) {
+  if (metric == "samples_per_s") return r.samples_per_s;
+  if (metric == "hfu") return r.hfu;
+  if (metric == "peak_memory_gib") return r.peak_memory_gib;
+  return metric_value(r, metric);
+}
+
+// Positions of the `ok` rows, best first by metric (ties by index).
+std::vector<std::size_t> ranked_ok_rows(const std::vector<SweepRow>& rows, const std::string& metric) {
+  std::vector<std::size_t> ok;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    if (rows[i].status == SweepStatus::Ok) ok.push_back(i);
+  }
+  const bool lower = metric_lower_is_better(metric);
+  std::stable_sort(ok.begin(), ok.end(), [&](std::size_t a, std::size_t b) {
+    const double x = sweep_metric(rows[a].report, metric), y = sweep_metric(rows[b].report, metric);
+    if (x != y) return lower ? x < y : x > y;
+    return rows[a].index < rows[b].index;
+  });
+  return ok;
+}
+
+}  // namespace
+
+std::vector<SweepRow> run_sweep(const std::vector<SweepPoint>& points, int threads, const SweepSpec& spec,
+                                const Catalog& catalog, const SweepProgress& progress) {
+  std::vector<SweepRow> rows(points.size());
+  run_pool(
+      points.size(), threads, [&](std::size_t i) { rows[i] = run_point(points[i], spec, catalog); }, progress);
   return rows;
+}
+
+void verify_sweep(std::vector<SweepRow>& rows, int threads, const SweepSpec& spec, const Catalog& catalog,
+                  const SweepProgress& progress) {
+  if (!spec.verify) return;
+  std::vector<std::size_t> best = ranked_ok_rows(rows, spec.metric);
+  if (best.size() > static_cast<std::size_t>(spec.verify->top)) best.resize(static_cast<std::size_t>(spec.verify->top));
+  const Fidelity fidelity = spec.verify->fidelity;
+  run_pool(
+      best.size(), threads,
+      [&](std::size_t k) {
+        SweepRow& row = rows[best[k]];
+        SweepPoint point;
+        point.index = row.index;
+        point.overrides = row.overrides;
+        PointRun run = simulate_point(point, spec, catalog, fidelity);
+        SweepVerification v;
+        v.fidelity = fidelity;
+        v.first_rank = k + 1;
+        v.status = run.status;
+        v.report = std::move(run.report);
+        v.error = std::move(run.error);
+        row.verified = std::move(v);
+      },
+      progress);
 }
 
 // ---- progress -----------------------------------------------------------------
@@ -855,23 +841,13 @@ void SweepProgressPrinter::finish() {
 
 // ---- output -------------------------------------------------------------------
 
-nlohmann::ordered_json sweep_row_json(const SweepRow& row, const SweepPlan& plan) {
-  nlohmann::ordered_json j;
-  j["index"] = row.index;
-  j["sweep"] = plan.id;
-  j["points"] = plan.points.size();
-  j["status"] = to_string(row.status);
-  for (const auto& col : plan.columns) {
-    nlohmann::ordered_json v = nullptr;
-    for (const auto& [k, x] : row.overrides) {
-      if (k == col) v = nlohmann::ordered_json::parse(x.dump());
-    }
-    j[col] = v;
-  }
-  const bool ran = row.status == SweepStatus::Ok || row.status == SweepStatus::Infeasible;
-  const JobReport& r = row.report;
-  auto num = [&](const char* key, double x) { j[key] = ran ? nlohmann::ordered_json(x) : nlohmann::ordered_json(); };
-  j["gpus"] = ran ? nlohmann::ordered_json(r.gpus) : nlohmann::ordered_json();
+namespace {
+// The flattened result fields of one simulation, each column name prefixed; null when it did not run.
+void add_result_columns(nlohmann::ordered_json& j, const std::string& prefix, bool ran, const JobReport& r) {
+  auto num = [&](const std::string& key, double x) {
+    j[prefix + key] = ran ? nlohmann::ordered_json(x) : nlohmann::ordered_json();
+  };
+  j[prefix + "gpus"] = ran ? nlohmann::ordered_json(r.gpus) : nlohmann::ordered_json();
   num("iteration_time_s", r.iteration_time_s);
   num("tokens_per_s", r.tokens_per_s);
   num("samples_per_s", r.samples_per_s);
@@ -881,17 +857,59 @@ nlohmann::ordered_json sweep_row_json(const SweepRow& row, const SweepPlan& plan
   num("peak_memory_gib", r.peak_memory_gib);
   num("breakdown.compute_s", r.breakdown.compute_s);
   for (std::size_t c = 0; c < kNumCommClasses; ++c) {
-    const std::string key = std::string("breakdown.exposed_comm_s.") + to_string(static_cast<CommClass>(c));
-    num(key.c_str(), r.breakdown.exposed_comm_s[c]);
+    num(std::string("breakdown.exposed_comm_s.") + to_string(static_cast<CommClass>(c)), r.breakdown.exposed_comm_s[c]);
   }
   num("breakdown.bubble_s", r.breakdown.bubble_s);
   num("breakdown.idle_s", r.breakdown.idle_s);
-  j["feasible"] = ran && r.feasible;
-  j["events"] = ran ? nlohmann::ordered_json(r.events) : nlohmann::ordered_json();
-  j["simulated_ranks"] = ran ? nlohmann::ordered_json(r.simulated_ranks) : nlohmann::ordered_json();
+  j[prefix + "feasible"] = ran && r.feasible;
+  j[prefix + "events"] = ran ? nlohmann::ordered_json(r.events) : nlohmann::ordered_json();
+  j[prefix + "simulated_ranks"] = ran ? nlohmann::ordered_json(r.simulated_ranks) : nlohmann::ordered_json();
+}
+}  // namespace
+
+nlohmann::ordered_json sweep_row_json(const SweepRow& row, const SweepPlan& plan) {
+  nlohmann::ordered_json j;
+  j["index"] = row.index;
+  j["sweep"] = plan.id;
+  j["points"] = plan.points.size();
+  j["status"] = to_string(row.status);
+  j["fidelity"] = to_string(row.fidelity);
+  for (const auto& col : plan.columns) {
+    nlohmann::ordered_json v = nullptr;
+    for (const auto& [k, x] : row.overrides) {
+      if (k == col) v = nlohmann::ordered_json::parse(x.dump());
+    }
+    j[col] = v;
+  }
+  const bool ran = row.status == SweepStatus::Ok || row.status == SweepStatus::Infeasible;
+  add_result_columns(j, "", ran, row.report);
   j["error"] = row.error;
+  if (plan.verify) {
+    const SweepVerification* v = row.verified ? &*row.verified : nullptr;
+    j["verify.fidelity"] = v != nullptr ? nlohmann::ordered_json(to_string(v->fidelity)) : nlohmann::ordered_json();
+    j["verify.status"] = v != nullptr ? nlohmann::ordered_json(to_string(v->status)) : nlohmann::ordered_json();
+    j["verify.first_rank"] = v != nullptr ? nlohmann::ordered_json(v->first_rank) : nlohmann::ordered_json();
+    const bool vran = v != nullptr && (v->status == SweepStatus::Ok || v->status == SweepStatus::Infeasible);
+    add_result_columns(j, "verify.", vran, v != nullptr ? v->report : JobReport{});
+    j["verify.error"] = v != nullptr ? nlohmann::ordered_json(v->error) : nlohmann::ordered_json();
+  }
   return j;
 }
+
+namespace {
+// Enough of a plan to print rows: their override keys, and verify columns when a row has them.
+SweepPlan plan_of_rows(const std::vector<SweepRow>& rows) {
+  SweepPlan plan;
+  std::set<std::string> have;
+  for (const auto& r : rows) {
+    for (const auto& [key, v] : r.overrides) {
+      if (have.insert(key).second) plan.columns.push_back(key);
+    }
+    if (r.verified) plan.verify = SweepVerify{r.verified->fidelity, 0};
+  }
+  return plan;
+}
+}  // namespace
 
 std::vector<nlohmann::ordered_json> sweep_rows_json(const std::vector<SweepRow>& rows, const SweepPlan& plan) {
   std::vector<nlohmann::ordered_json> out;
@@ -1030,6 +1048,43 @@ SweepMerge merge_sweep_files(const std::vector<std::string>& paths) {
 
 // ---- top-k ------------------------------------------------------------------------
 
+namespace {
+
+// Override columns sit between "status" / "fidelity" and the first result field ("gpus").
+std::vector<std::string> config_columns(const nlohmann::ordered_json& row) {
+  std::vector<std::string> cols;
+  bool in = false;
+  for (const auto& item : row.items()) {
+    if (item.key() == "gpus") break;
+    if (in && item.key() != "fidelity") cols.push_back(item.key());
+    if (item.key() == "status") in = true;
+  }
+  return cols;
+}
+
+std::string config_text(const nlohmann::ordered_json& r, const std::vector<std::string>& cols) {
+  std::string c;
+  for (const auto& col : cols) {
+    const auto& v = r[col];
+    if (v.is_null()) continue;
+    const std::string shortname = col.substr(col.rfind('.') == std::string::npos ? 0 : col.rfind('.') + 1);
+    c += (c.empty() ? "" : " ") + shortname + "=" + (v.is_string() ? v.get<std::string>() : v.dump());
+  }
+  return c;
+}
+
+bool better(const nlohmann::ordered_json& a, const nlohmann::ordered_json& b, const std::string& key, bool lower) {
+  const double x = a[key].template get<double>(), y = b[key].template get<double>();
+  if (x != y) return lower ? x < y : x > y;
+  return a["index"].template get<std::size_t>() < b["index"].template get<std::size_t>();
+}
+
+bool standard_metric(const std::string& metric) {
+  return metric == "tokens_per_s" || metric == "iteration_time_s" || metric == "mfu" || metric == "peak_memory_gib";
+}
+
+}  // namespace
+
 std::string top_k_table(const std::vector<nlohmann::ordered_json>& rows, std::size_t k, const std::string& metric) {
   if (k == 0) return "";
   const bool lower = metric_lower_is_better(metric);
@@ -1038,41 +1093,23 @@ std::string top_k_table(const std::vector<nlohmann::ordered_json>& rows, std::si
     if (r.value("status", "") == "ok" && r.contains(metric) && r[metric].is_number()) ok.push_back(&r);
   }
   if (ok.empty()) return "no feasible point to rank by " + metric + "\n";
-  std::stable_sort(ok.begin(), ok.end(), [&](const auto* a, const auto* b) {
-    const double x = (*a)[metric].template get<double>(), y = (*b)[metric].template get<double>();
-    if (x != y) return lower ? x < y : x > y;
-    return (*a)["index"].template get<std::size_t>() < (*b)["index"].template get<std::size_t>();
-  });
+  std::stable_sort(ok.begin(), ok.end(), [&](const auto* a, const auto* b) { return better(*a, *b, metric, lower); });
   if (ok.size() > k) ok.resize(k);
-  // Override columns sit between "status" and the first result field ("gpus").
-  std::vector<std::string> cfg_cols;
-  bool in = false;
-  for (const auto& item : ok.front()->items()) {
-    if (item.key() == "gpus") break;
-    if (in) cfg_cols.push_back(item.key());
-    if (item.key() == "status") in = true;
-  }
+  const std::vector<std::string> cfg_cols = config_columns(*ok.front());
   std::vector<std::string> configs;
   std::size_t width = 6;
   for (const auto* r : ok) {
-    std::string c;
-    for (const auto& col : cfg_cols) {
-      const auto& v = (*r)[col];
-      if (v.is_null()) continue;
-      const std::string shortname = col.substr(col.rfind('.') == std::string::npos ? 0 : col.rfind('.') + 1);
-      c += (c.empty() ? "" : " ") + shortname + "=" + (v.is_string() ? v.get<std::string>() : v.dump());
-    }
-    width = std::max(width, c.size());
-    configs.push_back(c);
+    configs.push_back(config_text(*r, cfg_cols));
+    width = std::max(width, configs.back().size());
   }
-  std::string out =
-      "top " + std::to_string(ok.size()) + " by " + metric + " (" + (lower ? "lower" : "higher") + " is better)\n";
+  const std::string fidelity = ok.front()->value("fidelity", "");
+  std::string out = "top " + std::to_string(ok.size()) + " by " + metric + " (" + (lower ? "lower" : "higher") +
+                    " is better)" + (fidelity.empty() ? "" : ", " + fidelity + " fidelity") + "\n";
   char line[128];
   std::snprintf(line, sizeof line, "%4s %6s  ", "rank", "point");
   out += line + std::string("config") + std::string(width - 6, ' ');
   // The ranking metric gets its own column unless one of the standard ones shows it.
-  const bool extra =
-      metric != "tokens_per_s" && metric != "iteration_time_s" && metric != "mfu" && metric != "peak_memory_gib";
+  const bool extra = !standard_metric(metric);
   std::snprintf(line, sizeof line, "  %12s %10s %7s %9s", "tokens/s", "iter s", "MFU", "mem GiB");
   out += line;
   if (extra) {
@@ -1097,15 +1134,78 @@ std::string top_k_table(const std::vector<nlohmann::ordered_json>& rows, std::si
   return out;
 }
 
-std::string top_k_table(const std::vector<SweepRow>& rows, std::size_t k, const std::string& metric) {
-  SweepPlan plan;
-  std::set<std::string> have;
+std::string verified_table(const std::vector<nlohmann::ordered_json>& rows, const std::string& metric) {
+  const std::string vmetric = "verify." + metric;
+  std::vector<const nlohmann::ordered_json*> ok, failed;
   for (const auto& r : rows) {
-    for (const auto& [key, v] : r.overrides) {
-      if (have.insert(key).second) plan.columns.push_back(key);
+    if (!r.contains("verify.status") || !r["verify.status"].is_string()) continue;
+    if (r["verify.status"] == "ok" && r.contains(vmetric) && r[vmetric].is_number()) {
+      ok.push_back(&r);
+    } else {
+      failed.push_back(&r);
     }
   }
-  return top_k_table(sweep_rows_json(rows, plan), k, metric);
+  if (ok.empty() && failed.empty()) return "";
+  const bool lower = metric_lower_is_better(metric);
+  std::stable_sort(ok.begin(), ok.end(), [&](const auto* a, const auto* b) { return better(*a, *b, vmetric, lower); });
+  const nlohmann::ordered_json& first = ok.empty() ? *failed.front() : *ok.front();
+  const std::string vfid = first.value("verify.fidelity", "");
+  const std::string ffid = first.value("fidelity", "");
+  std::string out = "verified: the best " + std::to_string(ok.size() + failed.size()) + " of the " + ffid +
+                    " ranking simulated again at " + vfid + " fidelity, ranked by " + metric + " at " + vfid +
+                    " fidelity\n";
+  const std::vector<std::string> cfg_cols = config_columns(first);
+  std::vector<std::string> configs;
+  std::size_t width = 6;
+  for (const auto* r : ok) {
+    configs.push_back(config_text(*r, cfg_cols));
+    width = std::max(width, configs.back().size());
+  }
+  char line[160];
+  std::snprintf(line, sizeof line, "%4s %6s  ", "rank", "point");
+  out += line + std::string("config") + std::string(width - 6, ' ');
+  // The first-pass figure: tokens/s, or the ranking metric when no standard column shows it.
+  const bool extra = !standard_metric(metric);
+  std::snprintf(line, sizeof line, "  %12s %10s %7s %9s", "tokens/s", "iter s", "MFU", "mem GiB");
+  out += line;
+  if (extra) {  // the ranking metric at the verify fidelity
+    std::snprintf(line, sizeof line, " %15s", metric.c_str());
+    out += line;
+  }
+  std::snprintf(line, sizeof line, " %19s %4s\n", (ffid + (extra ? " " + metric : std::string(" tokens/s"))).c_str(),
+                "was");
+  out += line;
+  for (std::size_t i = 0; i < ok.size(); ++i) {
+    const auto& r = *ok[i];
+    std::snprintf(line, sizeof line, "%4zu %6zu  ", i + 1, r["index"].get<std::size_t>());
+    out += line + configs[i] + std::string(width - configs[i].size(), ' ');
+    std::snprintf(line, sizeof line, "  %12.0f %10.3f %6.1f%% %9.1f", r["verify.tokens_per_s"].get<double>(),
+                  r["verify.iteration_time_s"].get<double>(), 100 * r["verify.mfu"].get<double>(),
+                  r["verify.peak_memory_gib"].get<double>());
+    out += line;
+    if (extra) {
+      std::snprintf(line, sizeof line, " %15.6g %19.6g", r[vmetric].get<double>(), r[metric].get<double>());
+    } else {
+      std::snprintf(line, sizeof line, " %19.0f", r["tokens_per_s"].get<double>());
+    }
+    out += line;
+    std::snprintf(line, sizeof line, " %4zu\n", r["verify.first_rank"].get<std::size_t>());
+    out += line;
+  }
+  for (const auto* r : failed) {
+    out += "  point " + std::to_string((*r)["index"].get<std::size_t>()) + " (was " + (*r)["verify.first_rank"].dump() +
+           "): " + (*r)["verify.status"].get<std::string>() + " at " + vfid +
+           " fidelity: " + (*r)["verify.error"].get<std::string>() + "\n";
+  }
+  return out;
+}
+
+std::string top_k_table(const std::vector<SweepRow>& rows, std::size_t k, const std::string& metric) {
+  return top_k_table(sweep_rows_json(rows, plan_of_rows(rows)), k, metric);
+}
+
+std::string verified_table(const std::vector<SweepRow>& rows, const std::string& metric) {
+  return verified_table(sweep_rows_json(rows, plan_of_rows(rows)), metric);
 }
 
 }  // namespace trainsim

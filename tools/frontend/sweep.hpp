@@ -8,12 +8,14 @@
 #include <cstddef>
 #include <functional>
 #include <iosfwd>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "models/layout_search.hpp"
 #include "tools/frontend/catalog.hpp"
 #include "tools/frontend/job.hpp"
 
@@ -25,16 +27,14 @@ struct SweepAxis {
   std::vector<nlohmann::json> values;
 };
 
-// The lists an auto-search enumerates. Empty tp / pp: every value the rules
-// allow; empty cp: 1, 2, 4, 8 where each CP rank keeps >= 2048 tokens of a sequence.
-struct SearchSpace {
-  std::vector<int> tp, pp, cp;
-  std::vector<int> vpp{1, 2, 4, 5, 8, 10};
-  std::vector<int> micro_batch{1, 2, 4, 8};
-  std::vector<std::string> recompute{"none", "selective", "full"};
-  std::vector<int> zero{0, 1, 2, 3};
-  std::vector<bool> sequence_parallel{true};
-  bool prune_dominated = true;
+// The lists an auto-search enumerates (models/layout_search.hpp).
+using SearchSpace = LayoutSearchSpace;
+
+// "verify": re-simulate the best `top` points of the first pass at another
+// fidelity and rank them by that result.
+struct SweepVerify {
+  Fidelity fidelity = Fidelity::Flow;
+  int top = 0;
 };
 
 struct SweepSpec {
@@ -50,6 +50,8 @@ struct SweepSpec {
   SearchSpace search_space;
   int top_k = 10;
   std::string metric = "tokens_per_s";
+  Fidelity fidelity = Fidelity::Analytical;  // every point (the CLI's --fidelity wins over the file)
+  std::optional<SweepVerify> verify;
 };
 
 // One point: "key=value" overrides applied to the base (values as JSON).
@@ -64,28 +66,44 @@ struct SweepPlan {
   std::vector<std::string> columns;  // override keys, one output column each
   std::vector<SweepPoint> points;    // every point of the sweep, by index
   // Auto-search bookkeeping (cartesian: grid = points.size(), invalid = points the loader rejects).
-  std::size_t grid = 0;              // combinations of the search-space lists
-  std::size_t invalid = 0;           // break a divisibility / placement / batch rule
-  std::size_t redundant = 0;         // same run as another point (zero with dp*cp = 1, sp with tp = 1)
-  std::size_t pruned_oom = 0;        // the memory model says out of memory on some stage
-  std::size_t pruned_dominated = 0;  // a cheaper recompute / ZeRO option of the same layout fits
+  std::size_t grid = 0;                      // combinations of the search-space lists
+  std::size_t invalid = 0;                   // break a divisibility / placement / batch rule
+  std::size_t redundant = 0;                 // same run as another point (zero with dp*cp = 1, sp with tp = 1)
+  std::size_t pruned_oom = 0;                // the memory model says out of memory on some stage
+  std::size_t pruned_dominated = 0;          // a cheaper recompute / ZeRO option of the same layout fits
+  Fidelity fidelity = Fidelity::Analytical;  // of every point's first simulation
+  std::optional<SweepVerify> verify;         // rows get verify.* columns
 };
 
 enum class SweepStatus { Ok, Infeasible, Invalid, Error };
 const char* to_string(SweepStatus s);
 
+// A point simulated again at the verify fidelity.
+struct SweepVerification {
+  Fidelity fidelity = Fidelity::Flow;
+  std::size_t first_rank = 0;  // 1-based rank by the metric in the first pass
+  SweepStatus status = SweepStatus::Ok;
+  JobReport report;
+  std::string error;
+};
+
 struct SweepRow {
   std::size_t index = 0;
   std::vector<std::pair<std::string, nlohmann::json>> overrides;
   SweepStatus status = SweepStatus::Ok;
-  JobReport report;   // valid unless status is Invalid / Error
-  std::string error;  // Invalid / Error: the diagnostics; Infeasible: the problems
+  Fidelity fidelity = Fidelity::Analytical;   // of `report`
+  JobReport report;                           // valid unless status is Invalid / Error
+  std::string error;                          // Invalid / Error: the diagnostics; Infeasible: the problems
+  std::optional<SweepVerification> verified;  // set by verify_sweep on the best points
 };
 
 // Reads and strictly validates a sweep file (InputError: file + JSON pointer, exit 2).
 SweepSpec load_sweep_file(const std::string& path, const Catalog& catalog);
 SweepSpec load_sweep_text(const std::string& text, const std::string& file, const std::string& base_dir,
                           const Catalog& catalog);
+// The CLI's --fidelity: replaces the file's; InputError when verify would then
+// re-run the points at the fidelity they already ran at.
+void set_sweep_fidelity(SweepSpec& spec, Fidelity fidelity);
 
 // Expands the axes / runs the auto-search enumeration and pruning. Throws
 // InputError when the base is unusable or an axis names an unknown key.
@@ -108,6 +126,12 @@ using SweepProgress = std::function<void(std::size_t done, std::size_t total)>;
 std::vector<SweepRow> run_sweep(const std::vector<SweepPoint>& points, int threads, const SweepSpec& spec,
                                 const Catalog& catalog, const SweepProgress& progress = {});
 
+// spec.verify: simulates the best spec.verify->top rows (status ok, by spec.metric,
+// ties by index) again at the verify fidelity and stores the outcome in
+// row.verified. Deterministic for any thread count. No-op without spec.verify.
+void verify_sweep(std::vector<SweepRow>& rows, int threads, const SweepSpec& spec, const Catalog& catalog,
+                  const SweepProgress& progress = {});
+
 // Progress text: on a TTY "\r[#####.....]  42/96  44%  12.3 s, ETA 14.1 s" (redraw in
 // place, no newline); otherwise a plain line without the trailing newline.
 std::string progress_line(std::size_t done, std::size_t total, double elapsed_s, bool tty);
@@ -128,8 +152,9 @@ class SweepProgressPrinter {
   bool drawn_ = false;
 };
 
-// Output rows: index, sweep id, point count, status, one column per override key,
-// the flattened JobReport result fields, error. No wall-clock time, so the
+// Output rows: index, sweep id, point count, status, fidelity, one column per
+// override key, the flattened JobReport result fields, error, and with verify the
+// verify.* columns (verify.fidelity, verify.status, verify.first_rank, results). No wall-clock time, so the
 // output is identical whatever the thread count.
 nlohmann::ordered_json sweep_row_json(const SweepRow& row, const SweepPlan& plan);
 std::vector<nlohmann::ordered_json> sweep_rows_json(const std::vector<SweepRow>& rows, const SweepPlan& plan);
@@ -153,8 +178,12 @@ SweepMerge merge_sweep_texts(const std::vector<std::pair<std::string, std::strin
 const std::vector<std::string>& sweep_metrics();
 bool metric_lower_is_better(const std::string& metric);
 
-// The k best feasible rows by metric, as an aligned text table.
+// The k best feasible rows by metric, as an aligned text table; the header names the fidelity.
 std::string top_k_table(const std::vector<SweepRow>& rows, std::size_t k, const std::string& metric);
 std::string top_k_table(const std::vector<nlohmann::ordered_json>& rows, std::size_t k, const std::string& metric);
+// The verified rows ranked by the metric at the verify fidelity, with their
+// first-pass figure and rank; "" when no row was verified.
+std::string verified_table(const std::vector<SweepRow>& rows, const std::string& metric);
+std::string verified_table(const std::vector<nlohmann::ordered_json>& rows, const std::string& metric);
 
 }  // namespace trainsim

@@ -21,6 +21,11 @@ int run(int rank, int size, const std::string& sweep_path, const std::string& ou
   try {
     const Catalog catalog = load_builtin_catalog();
     const SweepSpec spec = load_sweep_file(sweep_path, catalog);
+    if (spec.verify) {
+      throw InputError({Diagnostic{sweep_path, "/verify",
+                                   "verification re-ranks the best points of the whole sweep; run it with "
+                                   "`trainsim sweep` (the MPI sweep runs shards)"}});
+    }
     const SweepPlan plan = expand_sweep(spec, catalog);
     if (rank == 0) std::cerr << sweep_summary(spec, plan);
     const Shard shard = parse_shard(std::to_string(rank + 1) + "/" + std::to_string(size));

@@ -1,0 +1,121 @@
+#include "models/layout_rules.hpp"
+
+#include <cstdint>
+#include <initializer_list>
+#include <optional>
+
+namespace trainsim {
+
+namespace {
+
+// The product of positive factors, or nullopt when it does not fit in 63 bits.
+std::optional<std::int64_t> product(std::initializer_list<std::int64_t> factors) {
+  std::int64_t p = 1;
+  for (std::int64_t f : factors) {
+    if (__builtin_mul_overflow(p, f, &p)) return std::nullopt;
+  }
+  return p;
+}
+
+std::string str(std::int64_t x) { return std::to_string(x); }
+
+std::string product_text(const std::optional<std::int64_t>& p) { return p ? str(*p) : "more than 2^63"; }
+
+std::int64_t cluster_gpus(const ClusterSpec& cluster) {
+  std::int64_t n = 0;
+  for (const auto& g : cluster.groups) n += static_cast<std::int64_t>(g.count) * g.node.gpus_per_node;
+  return n;
+}
+
+}  // namespace
+
+std::vector<LayoutProblem> check_layout(const TransformerSpec& m, const ParallelSpec& p, const TrainingSpec& t,
+                                        const ClusterSpec& cluster) {
+  std::vector<LayoutProblem> out;
+  auto problem = [&](const char* path, std::string message) { out.push_back({path, std::move(message)}); };
+
+  // Sizes below 1 make the divisibility rules meaningless (the loader never lets them through).
+  bool sizes_ok = true;
+  for (const auto& [key, value] : {std::pair<const char*, int>{"/parallel/tp", p.tp},
+                                   {"/parallel/pp", p.pp},
+                                   {"/parallel/dp", p.dp},
+                                   {"/parallel/cp", p.cp},
+                                   {"/parallel/ep", p.ep},
+                                   {"/parallel/vpp", p.vpp},
+                                   {"/parallel/micro_batch", p.micro_batch},
+                                   {"/parallel/global_batch", p.global_batch}}) {
+    if (value < 1) {
+      problem(key, "expected an integer >= 1, found " + str(value));
+      sizes_ok = false;
+    }
+  }
+  if (!sizes_ok) return out;
+
+  // Features the model does not have yet say so by name.
+  if (p.ep > 1) {
+    problem("/parallel/ep",
+            "expert parallelism (ep > 1) needs a mixture-of-experts model; not supported yet (found ep = " + str(p.ep) +
+                ")");
+  }
+
+  // The schedule and the virtual stages belong together.
+  const bool interleaved = p.schedule == ScheduleKind::Interleaved1F1B;
+  if (interleaved && p.vpp < 2) {
+    problem("/parallel/vpp", "the interleaved-1f1b schedule needs vpp >= 2 virtual stages, found " + str(p.vpp));
+  }
+  if (!interleaved && p.vpp > 1) {
+    problem("/parallel/schedule", "vpp = " + str(p.vpp) + " needs the \"interleaved-1f1b\" schedule, found \"" +
+                                      to_string(p.schedule) + "\"");
+  }
+
+  const std::int64_t gpus = cluster_gpus(cluster);
+  const auto ranks = product({p.tp, p.pp, p.dp, p.cp});
+  if (!ranks || *ranks != gpus) {
+    problem("/parallel", "tp*pp*dp*cp = " + str(p.tp) + "*" + str(p.pp) + "*" + str(p.dp) + "*" + str(p.cp) + " = " +
+                             product_text(ranks) + ", expected the cluster's GPU count " + str(gpus));
+  }
+  if (m.heads > 0 && m.heads % p.tp != 0) {
+    problem("/parallel/tp",
+            "expected a divisor of the model's " + str(m.heads) + " attention heads, found " + str(p.tp));
+  } else if (m.kv_heads > 0 && m.kv_heads % p.tp != 0 && p.tp % m.kv_heads != 0) {
+    problem("/parallel/tp", "expected tp to divide or be a multiple of the model's " + str(m.kv_heads) +
+                                " KV heads, found " + str(p.tp));
+  }
+  if (m.ffn_hidden > 0 && m.ffn_hidden % p.tp != 0) {
+    problem("/parallel/tp", "expected a divisor of ffn_hidden " + str(m.ffn_hidden) + ", found " + str(p.tp));
+  }
+  if (!p.stage_layers.empty()) {
+    std::int64_t sum = 0;
+    for (int l : p.stage_layers) sum += l;
+    if (static_cast<std::int64_t>(p.stage_layers.size()) != p.pp || sum != m.layers || p.vpp != 1) {
+      problem("/parallel/stage_layers", "expected pp = " + str(p.pp) + " entries summing to the model's " +
+                                            str(m.layers) + " layers (and vpp = 1), found " +
+                                            str(static_cast<std::int64_t>(p.stage_layers.size())) +
+                                            " entries summing to " + str(sum));
+    }
+  } else {
+    const auto stages = product({p.pp, p.vpp});
+    if (!stages || m.layers % *stages != 0) {
+      problem("/parallel/pp", "the model's " + str(m.layers) + " layers must divide evenly into pp*vpp = " + str(p.pp) +
+                                  "*" + str(p.vpp) + " = " + product_text(stages) + " stages");
+    }
+  }
+  const auto per_step = product({p.micro_batch, p.dp});
+  if (!per_step || p.global_batch % *per_step != 0) {
+    problem("/parallel/global_batch", "expected a multiple of micro_batch*dp = " + str(p.micro_batch) + "*" +
+                                          str(p.dp) + " = " + product_text(per_step) + ", found " +
+                                          str(p.global_batch));
+  } else if (interleaved && (p.global_batch / *per_step) % p.pp != 0) {
+    problem("/parallel/global_batch", "interleaved-1f1b needs the micro-batch count (" +
+                                          str(p.global_batch / *per_step) + ") to be a multiple of pp = " + str(p.pp));
+  }
+  if (interleaved && p.pp < 2) {
+    problem("/parallel/schedule", "interleaved-1f1b needs pp >= 2, found pp = " + str(p.pp));
+  }
+  if (t.seq_len % p.cp != 0) {
+    problem("/parallel/cp", "expected a divisor of seq_len " + str(t.seq_len) + ", found " + str(p.cp));
+  }
+  return out;
+}
+
+}  // namespace trainsim

@@ -116,7 +116,7 @@ TEST_CASE("check and catalog") {
   CHECK(cli({"catalog", "models"}).out.find("llama3-70b") != std::string::npos);
 }
 
-TEST_CASE("every example scenario loads and runs feasibly") {
+TEST_CASE("every embedded example scenario loads (CTest example_* runs each file)") {
   const Catalog catalog = load_builtin_catalog();
   for (const auto& f : example_scenario_files()) {
     CAPTURE(f.path);

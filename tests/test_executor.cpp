@@ -2,7 +2,6 @@
 
 #include <string>
 
-#include "models/planner.hpp"
 #include "sim/executor.hpp"
 #include "sim/metrics.hpp"
 #include "sim_fixtures.hpp"
@@ -136,44 +135,4 @@ TEST_CASE("a wrong hand-made schedule is reported as a deadlock naming ranks and
   CHECK(all.find("stage 1") != std::string::npos);
   CHECK(all.find("recv activations") != std::string::npos);
   CHECK(all.find("forward") != std::string::npos);
-}
-
-TEST_CASE("1F1B on a uniform toy model: bubble fraction = (pp-1)/(m+pp-1)") {
-  for (int m : {4, 8, 16}) {
-    CAPTURE(m);
-    TransformerSpec model;
-    model.name = "uniform";
-    model.layers = 8;
-    model.hidden = 1024;
-    model.heads = 16;
-    model.kv_heads = 16;
-    model.ffn_hidden = 4096;
-    model.vocab = 8;  // embedding and head negligible: every stage does the same work
-    model.rope = true;
-    model.rmsnorm = true;
-    ParallelSpec par;
-    par.pp = 4;
-    par.schedule = ScheduleKind::OneFOneB;
-    par.global_batch = m;
-    TrainingSpec train;
-    train.seq_len = 1024;
-    ClusterSpec spec = toy_cluster(1, 4);
-    spec.groups[0].node.scaleup_bandwidth = 1e18;     // activation transfers take no time
-    spec.groups[0].node.gpu.memory_bandwidth = 1e18;  // nor do memory-bound ops (optimizer step)
-    const Cluster cluster(spec);
-    const std::vector<CalibrationProfile> profiles{ideal_profile()};
-    const ComputeCostModel costs(cluster, profiles);
-    const AnalyticalNetwork net(cluster, profiles);
-    const TrainingPlan plan = plan_training(model, par, train, cluster, PlanOptions{});
-    Executor ex(plan.setup, cluster, costs, net);
-    const SimulationResult r = ex.run();
-    REQUIRE(r.completed);
-    const double expected = 3.0 / (m + 3.0);
-    for (int s = 0; s < par.pp; ++s) {
-      CAPTURE(s);
-      const TimeBreakdown b = breakdown(r.timelines[plan.recorded_rank_of_stage[s]].intervals, r.makespan);
-      const double bubble = 1.0 - b.compute_s / r.makespan.to_seconds();
-      CHECK(bubble == doctest::Approx(expected).epsilon(0.01));
-    }
-  }
 }

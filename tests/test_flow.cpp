@@ -1,8 +1,8 @@
-// Flow-level network: the cluster graph, max-min fair sharing, collectives as
-// flows, and flow fidelity end to end. Expected values are derived in comments.
+// Flow-level network: max-min fair sharing, collectives as flows and the
+// executor at flow fidelity (the cluster graph: test_graph.cpp; flow fidelity
+// end to end: test_flow_job.cpp). Expected values are derived in comments.
 #include <doctest/doctest.h>
 
-#include <set>
 #include <string>
 #include <vector>
 
@@ -11,8 +11,6 @@
 #include "sim/flow_network.hpp"
 #include "sim/metrics.hpp"
 #include "sim_fixtures.hpp"
-#include "tools/frontend/job.hpp"
-#include "tools/frontend/scenario.hpp"
 #include "topologies/graph.hpp"
 
 using namespace trainsim;
@@ -43,172 +41,7 @@ std::vector<int> iota(int from, int n, int stride = 1) {
   return v;
 }
 
-const Catalog& catalog() {
-  static const Catalog c = load_builtin_catalog();
-  return c;
-}
-
-// A small GPT on DGX H100 nodes; `cluster` is the scenario's cluster object.
-Scenario small_scenario(const std::string& cluster, int tp, int dp, int pp, bool dp_overlap = true) {
-  const std::string text = R"({
-    "name": "flow-test",
-    "model": {"name": "gpt-small", "layers": 8, "hidden": 2048, "heads": 16, "ffn_hidden": 8192, "vocab": 32000},
-    "cluster": )" + cluster +
-                           R"(,
-    "parallel": {"tp": )" + std::to_string(tp) +
-                           R"(, "dp": )" + std::to_string(dp) + R"(, "pp": )" + std::to_string(pp) +
-                           R"(, "micro_batch": 1, "global_batch": )" + std::to_string(4 * dp * pp) +
-                           R"(, "dp_overlap": )" + (dp_overlap ? "true" : "false") + R"(},
-    "training": {"seq_len": 2048}
-  })";
-  return load_scenario_text(text, "flow-test.json", "", {}, catalog());
-}
-
 }  // namespace
-
-TEST_CASE("graph: GPUs sharing a NIC talk over NVLink, never through the NIC") {
-  ClusterSpec spec = toy_cluster(2, 8);
-  spec.groups[0].node.nic_count = 4;  // two GPUs per NIC, as on BLOOM's Jean Zay nodes
-  const Cluster cluster(spec);
-  Topology t(cluster);
-  for (std::uint64_t tag = 0; tag < 16; ++tag) {
-    for (int dst = 1; dst < 8; ++dst) {
-      CAPTURE(dst);
-      const Route r = t.route(0, static_cast<std::uint32_t>(dst), tag);
-      CHECK(r.length == 2);
-      for (std::uint32_t l : t.links_of(r)) CHECK(t.link(l).kind == LinkKind::ScaleUp);
-    }
-  }
-}
-
-TEST_CASE("graph: GPUs, scale-up switches, NICs per rail, leaves per rail, spines") {
-  ClusterSpec spec = toy_cluster(4, 2);  // 4 nodes x 2 GPUs, one 10 GB/s NIC per GPU
-  spec.fabric.nodes_per_leaf = 2;
-  spec.fabric.spines = 2;
-  const Cluster cluster(spec);
-  Topology t(cluster);
-  // 8 GPUs + 4 switches + 8 NICs + (2 groups x 2 rails) leaves + 2 spines.
-  CHECK(t.num_vertices() == 8 + 4 + 8 + 4 + 2);
-  // Links (both directions): 8 scale-up, 8 GPU-NIC, 8 access, 4 leaves x 2 spines uplinks.
-  CHECK(t.num_links() == 2 * (8 + 8 + 8 + 8));
-  // Same rail, same leaf: GPU -> NIC -> leaf -> NIC -> GPU.
-  const Route same = t.route(0, 2, 0);
-  CHECK(same.length == 4);
-  // Same node: through the scale-up switch.
-  const Route local = t.route(0, 1, 0);
-  CHECK(local.length == 2);
-  CHECK(t.link(t.links_of(local)[0]).kind == LinkKind::ScaleUp);
-  // Other rail, other group: up through a spine (never relayed by another GPU).
-  const Route far = t.route(0, 7, 0);
-  CHECK(far.length == 6);
-  for (std::uint32_t l : t.links_of(far)) {
-    const std::uint32_t to = t.link(l).to;
-    if (to != 7) CHECK(t.vertex(to).kind != VertexKind::Gpu);
-  }
-  // Uplink capacity: leaf down 2 NICs x 10 GB/s = 20 GB/s, non-blocking, over 2 spines.
-  for (std::uint32_t l : t.links_of(far)) {
-    if (t.link(l).kind == LinkKind::Uplink) CHECK(t.link(l).capacity == doctest::Approx(10e9));
-  }
-}
-
-TEST_CASE("graph: a partly filled leaf keeps uplinks sized for all its ports") {
-  // 3 nodes x 2 GPUs, 2 nodes per leaf: the second leaf of each rail holds one
-  // node. Its uplinks are the switch's, sized for 2 ports (20 GB/s over 2 spines),
-  // so a flow from it across the spines still gets its NIC's 10 GB/s.
-  ClusterSpec spec = toy_cluster(3, 2);
-  spec.fabric.nodes_per_leaf = 2;
-  spec.fabric.spines = 2;
-  const Cluster cluster(spec);
-  Topology t(cluster);
-  const Route far = t.route(4, 0, 0);  // node 2 (second leaf) -> node 0, rail 0
-  int uplinks = 0;
-  for (std::uint32_t l : t.links_of(far)) {
-    if (t.link(l).kind != LinkKind::Uplink) continue;
-    ++uplinks;
-    CHECK(t.link(l).capacity == doctest::Approx(10e9));
-  }
-  CHECK(uplinks == 2);
-}
-
-TEST_CASE("graph: ECMP is deterministic per (src, dst, tag) and spreads tags over spines") {
-  ClusterSpec spec = toy_cluster(4, 1);
-  spec.fabric.nodes_per_leaf = 1;
-  spec.fabric.spines = 4;
-  const Cluster cluster(spec);
-  Topology a(cluster), b(cluster);
-  std::set<std::uint32_t> spines;
-  for (std::uint64_t tag = 0; tag < 64; ++tag) {
-    const Route ra = a.route(0, 3, tag), rb = b.route(0, 3, tag);
-    const auto la = a.links_of(ra), lb = b.links_of(rb);
-    REQUIRE(la.size() == lb.size());
-    for (std::size_t i = 0; i < la.size(); ++i) CHECK(la[i] == lb[i]);
-    for (std::uint32_t l : la) {
-      if (a.vertex(a.link(l).to).kind == VertexKind::Spine) spines.insert(a.link(l).to);
-    }
-    CHECK(a.route(0, 3, tag).offset == ra.offset);  // cached
-  }
-  CHECK(spines.size() == 4);
-}
-
-TEST_CASE("graph: fat-tree puts all NICs of a node group on one leaf") {
-  ClusterSpec spec = toy_cluster(4, 2);
-  spec.fabric.kind = FabricKind::FatTree;
-  spec.fabric.nodes_per_leaf = 2;
-  const Cluster cluster(spec);
-  Topology t(cluster);
-  // Cross-rail inside a leaf group: GPU 0 (rail 0) -> GPU 3 (node 1, rail 1) stays on the leaf.
-  CHECK(t.route(0, 3, 0).length == 4);
-  CHECK(t.route(0, 7, 0).length == 6);  // other group: via a spine
-}
-
-TEST_CASE("graph: inconsistent or disconnected descriptions are errors naming the element") {
-  ClusterSpec spec = toy_cluster(4, 2);
-  spec.datacenters.count = 3;
-  spec.datacenters.wan_bandwidth = 50e9;
-  auto problems = check_topology(spec);
-  REQUIRE(problems.size() == 1);
-  CHECK(problems[0].key == "datacenters/count");
-  CHECK(problems[0].message.find("cannot split the cluster's 4 nodes") != std::string::npos);
-
-  spec.datacenters.count = 2;  // no WAN bandwidth
-  spec.datacenters.wan_bandwidth = 0;
-  problems = check_topology(spec);
-  REQUIRE(problems.size() == 1);
-  CHECK(problems[0].key == "datacenters/wan_bandwidth");
-  CHECK(problems[0].message.find("datacenter 1") != std::string::npos);
-  CHECK_THROWS_AS(Topology(Cluster(spec)), TopologyError);
-
-  ClusterSpec no_nic = toy_cluster(2, 2);
-  no_nic.groups[0].node.nic_count = 0;
-  no_nic.groups[0].node.name = "nicless";
-  problems = check_topology(no_nic);
-  REQUIRE_FALSE(problems.empty());
-  CHECK(problems[0].message.find("nicless") != std::string::npos);
-
-  // Through the scenario reader: pointer and message.
-  try {
-    small_scenario(R"({"node": "dgx-h100", "nodes": 2, "datacenters": {"count": 3, "wan_bandwidth": "400Gbps"}})", 8, 2,
-                   1);
-    FAIL("expected an input error");
-  } catch (const InputError& e) {
-    REQUIRE(!e.diagnostics().empty());
-    CHECK(e.diagnostics()[0].pointer == "/cluster/datacenters/count");
-  }
-  try {
-    small_scenario(R"({"node": "dgx-h100", "nodes": 2, "fabric": {"kind": "torus"}})", 8, 2, 1);
-    FAIL("expected an input error");
-  } catch (const InputError& e) {
-    REQUIRE(!e.diagnostics().empty());
-    CHECK(e.diagnostics()[0].pointer == "/cluster/fabric/kind");
-  }
-  try {
-    small_scenario(R"({"node": "dgx-h100", "nodes": 2, "datacenters": {"count": 2}})", 8, 2, 1);
-    FAIL("expected an input error");
-  } catch (const InputError& e) {
-    REQUIRE(!e.diagnostics().empty());
-    CHECK(e.diagnostics()[0].pointer == "/cluster/datacenters/wan_bandwidth");
-  }
-}
 
 TEST_CASE("flow network: one flow takes latency + bytes / bandwidth") {
   FlowNetwork net({10e9});
@@ -478,45 +311,4 @@ TEST_CASE("executor at flow fidelity: a collective starts when the last member a
   const TimeBreakdown fast = breakdown(r.timelines[0].intervals, r.makespan);
   CHECK(fast.idle_s == doctest::Approx(0.020));
   CHECK(fast.exposed_comm_s[static_cast<int>(CommClass::DP)] == doctest::Approx(0.010));
-}
-
-TEST_CASE("run_job: flow and analytical fidelity agree within 5% without contention") {
-  // TP 8 inside each node (NVLS / ring on NVLink), DP 2 across two nodes: each
-  // rail carries one data-parallel ring, nothing shares a link.
-  const Scenario s = small_scenario(R"({"node": "dgx-h100", "nodes": 2})", 8, 2, 1);
-  const JobReport an = run_job(s, Fidelity::Analytical).report;
-  const JobReport fl = run_job(s, Fidelity::Flow).report;
-  REQUIRE(an.feasible);
-  REQUIRE(fl.feasible);
-  CHECK(fl.simulated_ranks == 16);
-  CHECK(fl.iteration_time_s == doctest::Approx(an.iteration_time_s).epsilon(0.05));
-  // Pipeline parallel across nodes too (point-to-point on one rail each).
-  const Scenario p = small_scenario(R"({"node": "dgx-h100", "nodes": 4})", 8, 2, 2);
-  CHECK(run_job(p, Fidelity::Flow).report.iteration_time_s ==
-        doctest::Approx(run_job(p, Fidelity::Analytical).report.iteration_time_s).epsilon(0.05));
-}
-
-TEST_CASE("run_job: flow fidelity shows contention the analytical model cannot") {
-  // One node per leaf, one spine, 8:1 oversubscribed: the data-parallel rings of
-  // all 8 rails leave their leaves through uplinks of 1/8 the NIC bandwidth.
-  const std::string fabric = R"({"node": "dgx-h100", "nodes": 2,
-      "fabric": {"kind": "rail-optimized", "nodes_per_leaf": 1, "spines": 1, "oversubscription": 8}})";
-  const Scenario s = small_scenario(fabric, 8, 2, 1, false);
-  const JobReport an = run_job(s, Fidelity::Analytical).report;
-  const JobReport fl = run_job(s, Fidelity::Flow).report;
-  const double dp_an = an.breakdown.exposed_comm_s[static_cast<int>(CommClass::DP)];
-  const double dp_fl = fl.breakdown.exposed_comm_s[static_cast<int>(CommClass::DP)];
-  CHECK(dp_fl > 4 * dp_an);
-  CHECK(fl.iteration_time_s > an.iteration_time_s);
-  // The analytical result ignores the fabric entirely.
-  const JobReport plain = run_job(small_scenario(R"({"node": "dgx-h100", "nodes": 2})", 8, 2, 1, false)).report;
-  CHECK(plain.iteration_time_s == an.iteration_time_s);
-}
-
-TEST_CASE("flow fidelity is deterministic") {
-  const Scenario s = small_scenario(R"({"node": "dgx-h100", "nodes": 4, "fabric": {"spines": 3}})", 8, 2, 2);
-  const JobReport a = run_job(s, Fidelity::Flow).report;
-  const JobReport b = run_job(s, Fidelity::Flow).report;
-  CHECK(a.iteration_time_s == b.iteration_time_s);
-  CHECK(a.events == b.events);
 }

@@ -1,20 +1,19 @@
 #include <doctest/doctest.h>
 
+#include "model_fixtures.hpp"
 #include "models/layer_steps.hpp"
 #include "models/memory_model.hpp"
 #include "models/planner.hpp"
 #include "sim/executor.hpp"
+#include "sim/metrics.hpp"
 #include "sim_fixtures.hpp"
-#include "tools/frontend/catalog.hpp"
 
 using namespace trainsim;
 using namespace trainsim::testing;
 
-TEST_CASE("model FLOPs of every GPT preset equal the Megatron-LM formula") {
-  const Catalog cat = load_builtin_catalog();
+TEST_CASE("model FLOPs of every GPT-3 size equal the Megatron-LM formula") {
   int checked = 0;
-  for (const TransformerSpec& m : cat.models) {
-    if (m.family != "gpt3") continue;
+  for (const TransformerSpec& m : gpt3_models()) {
     for (int tp : {1, 2}) {
       CAPTURE(m.name);
       CAPTURE(tp);
@@ -40,8 +39,7 @@ TEST_CASE("model FLOPs of every GPT preset equal the Megatron-LM formula") {
 }
 
 TEST_CASE("full recomputation adds one forward: hardware FLOPs = 4/3 model FLOPs") {
-  const Catalog cat = load_builtin_catalog();
-  const TransformerSpec& m = *cat.find_model("gpt3-1.3b");
+  const TransformerSpec m = fixture_model("gpt3-1.3b");
   ParallelSpec par;
   par.recompute = Recompute::Full;
   par.global_batch = 2;
@@ -55,8 +53,7 @@ TEST_CASE("full recomputation adds one forward: hardware FLOPs = 4/3 model FLOPs
 }
 
 TEST_CASE("activation memory: full < selective <= none; SP divides by tp; ZeRO shards the optimizer") {
-  const Catalog cat = load_builtin_catalog();
-  const TransformerSpec& m = *cat.find_model("gpt3-175b");
+  const TransformerSpec m = fixture_model("gpt3-175b");
   ParallelSpec par;
   par.tp = 8;
   par.pp = 8;
@@ -85,8 +82,7 @@ TEST_CASE("activation memory: full < selective <= none; SP divides by tp; ZeRO s
 }
 
 TEST_CASE("simulating one rank per stage equals simulating every rank") {
-  const Catalog cat = load_builtin_catalog();
-  const TransformerSpec& m = *cat.find_model("llama3-8b");
+  const TransformerSpec m = fixture_model("llama3-8b");
   struct Config {
     const char* name;
     int tp, pp, dp, cp, vpp, zero;
@@ -138,8 +134,7 @@ TEST_CASE("simulating one rank per stage equals simulating every rank") {
 }
 
 TEST_CASE("blocking pipeline transfers cost time but never deadlock") {
-  const Catalog cat = load_builtin_catalog();
-  const TransformerSpec& m = *cat.find_model("gpt3-1.3b");
+  const TransformerSpec m = fixture_model("gpt3-1.3b");
   const Cluster cluster(toy_cluster(4, 2));  // every stage on its own node: p2p over the NICs
   const std::vector<CalibrationProfile> profiles{ideal_profile(1e-6, 5e-6)};
   const ComputeCostModel costs(cluster, profiles);
@@ -173,8 +168,7 @@ TEST_CASE("blocking pipeline transfers cost time but never deadlock") {
 }
 
 TEST_CASE("interleaving shrinks the pipeline bubble") {
-  const Catalog cat = load_builtin_catalog();
-  const TransformerSpec& m = *cat.find_model("gpt3-1.3b");
+  const TransformerSpec m = fixture_model("gpt3-1.3b");
   ParallelSpec par;
   par.pp = 4;
   par.global_batch = 8;
@@ -200,8 +194,7 @@ TEST_CASE("interleaving shrinks the pipeline bubble") {
 }
 
 TEST_CASE("optimizer step bytes per parameter follow the mixed-precision passes") {
-  const Catalog cat = load_builtin_catalog();
-  const TransformerSpec& m = *cat.find_model("gpt3-1.3b");
+  const TransformerSpec m = fixture_model("gpt3-1.3b");
   // Bytes of optimizer.step per parameter (grad_norm reads 4 B per parameter).
   auto per_param = [&](Dtype precision, int grad_bytes, int zero, const std::string& optimizer) {
     ParallelSpec par;
@@ -232,4 +225,44 @@ TEST_CASE("optimizer step bytes per parameter follow the mixed-precision passes"
   CHECK(per_param(Dtype::BF16, 4, 3, "adam") == doctest::Approx(28));
   // fp32 training: the update alone; SGD with momentum 20.
   CHECK(per_param(Dtype::FP32, 4, 0, "sgd") == doctest::Approx(20));
+}
+
+TEST_CASE("1F1B on a uniform toy model: bubble fraction = (pp-1)/(m+pp-1)") {
+  for (int m : {4, 8, 16}) {
+    CAPTURE(m);
+    TransformerSpec model;
+    model.name = "uniform";
+    model.layers = 8;
+    model.hidden = 1024;
+    model.heads = 16;
+    model.kv_heads = 16;
+    model.ffn_hidden = 4096;
+    model.vocab = 8;  // embedding and head negligible: every stage does the same work
+    model.rope = true;
+    model.rmsnorm = true;
+    ParallelSpec par;
+    par.pp = 4;
+    par.schedule = ScheduleKind::OneFOneB;
+    par.global_batch = m;
+    TrainingSpec train;
+    train.seq_len = 1024;
+    ClusterSpec spec = toy_cluster(1, 4);
+    spec.groups[0].node.scaleup_bandwidth = 1e18;     // activation transfers take no time
+    spec.groups[0].node.gpu.memory_bandwidth = 1e18;  // nor do memory-bound ops (optimizer step)
+    const Cluster cluster(spec);
+    const std::vector<CalibrationProfile> profiles{ideal_profile()};
+    const ComputeCostModel costs(cluster, profiles);
+    const AnalyticalNetwork net(cluster, profiles);
+    const TrainingPlan plan = plan_training(model, par, train, cluster, PlanOptions{});
+    Executor ex(plan.setup, cluster, costs, net);
+    const SimulationResult r = ex.run();
+    REQUIRE(r.completed);
+    const double expected = 3.0 / (m + 3.0);
+    for (int s = 0; s < par.pp; ++s) {
+      CAPTURE(s);
+      const TimeBreakdown b = breakdown(r.timelines[plan.recorded_rank_of_stage[s]].intervals, r.makespan);
+      const double bubble = 1.0 - b.compute_s / r.makespan.to_seconds();
+      CHECK(bubble == doctest::Approx(expected).epsilon(0.01));
+    }
+  }
 }

@@ -1,0 +1,102 @@
+// Flow fidelity end to end: scenarios through the reader and run_job at both
+// fidelities (the flow network itself: test_flow.cpp).
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "sim/metrics.hpp"
+#include "tools/frontend/job.hpp"
+#include "tools/frontend/scenario.hpp"
+
+using namespace trainsim;
+
+namespace {
+
+const Catalog& catalog() {
+  static const Catalog c = load_builtin_catalog();
+  return c;
+}
+
+// A small GPT on DGX H100 nodes; `cluster` is the scenario's cluster object.
+Scenario small_scenario(const std::string& cluster, int tp, int dp, int pp, bool dp_overlap = true) {
+  const std::string text = R"({
+    "name": "flow-test",
+    "model": {"name": "gpt-small", "layers": 8, "hidden": 2048, "heads": 16, "ffn_hidden": 8192, "vocab": 32000},
+    "cluster": )" + cluster +
+                           R"(,
+    "parallel": {"tp": )" + std::to_string(tp) +
+                           R"(, "dp": )" + std::to_string(dp) + R"(, "pp": )" + std::to_string(pp) +
+                           R"(, "micro_batch": 1, "global_batch": )" + std::to_string(4 * dp * pp) +
+                           R"(, "dp_overlap": )" + (dp_overlap ? "true" : "false") + R"(},
+    "training": {"seq_len": 2048}
+  })";
+  return load_scenario_text(text, "flow-test.json", "", {}, catalog());
+}
+
+}  // namespace
+
+TEST_CASE("scenario reader: inconsistent cluster descriptions are errors naming the JSON pointer") {
+  try {
+    small_scenario(R"({"node": "dgx-h100", "nodes": 2, "datacenters": {"count": 3, "wan_bandwidth": "400Gbps"}})", 8, 2,
+                   1);
+    FAIL("expected an input error");
+  } catch (const InputError& e) {
+    REQUIRE(!e.diagnostics().empty());
+    CHECK(e.diagnostics()[0].pointer == "/cluster/datacenters/count");
+  }
+  try {
+    small_scenario(R"({"node": "dgx-h100", "nodes": 2, "fabric": {"kind": "torus"}})", 8, 2, 1);
+    FAIL("expected an input error");
+  } catch (const InputError& e) {
+    REQUIRE(!e.diagnostics().empty());
+    CHECK(e.diagnostics()[0].pointer == "/cluster/fabric/kind");
+  }
+  try {
+    small_scenario(R"({"node": "dgx-h100", "nodes": 2, "datacenters": {"count": 2}})", 8, 2, 1);
+    FAIL("expected an input error");
+  } catch (const InputError& e) {
+    REQUIRE(!e.diagnostics().empty());
+    CHECK(e.diagnostics()[0].pointer == "/cluster/datacenters/wan_bandwidth");
+  }
+}
+
+TEST_CASE("run_job: flow and analytical fidelity agree within 5% without contention") {
+  // TP 8 inside each node (NVLS / ring on NVLink), DP 2 across two nodes: each
+  // rail carries one data-parallel ring, nothing shares a link.
+  const Scenario s = small_scenario(R"({"node": "dgx-h100", "nodes": 2})", 8, 2, 1);
+  const JobReport an = run_job(s, Fidelity::Analytical).report;
+  const JobReport fl = run_job(s, Fidelity::Flow).report;
+  REQUIRE(an.feasible);
+  REQUIRE(fl.feasible);
+  CHECK(fl.simulated_ranks == 16);
+  CHECK(fl.iteration_time_s == doctest::Approx(an.iteration_time_s).epsilon(0.05));
+  // Pipeline parallel across nodes too (point-to-point on one rail each).
+  const Scenario p = small_scenario(R"({"node": "dgx-h100", "nodes": 4})", 8, 2, 2);
+  CHECK(run_job(p, Fidelity::Flow).report.iteration_time_s ==
+        doctest::Approx(run_job(p, Fidelity::Analytical).report.iteration_time_s).epsilon(0.05));
+}
+
+TEST_CASE("run_job: flow fidelity shows contention the analytical model cannot") {
+  // One node per leaf, one spine, 8:1 oversubscribed: the data-parallel rings of
+  // all 8 rails leave their leaves through uplinks of 1/8 the NIC bandwidth.
+  const std::string fabric = R"({"node": "dgx-h100", "nodes": 2,
+      "fabric": {"kind": "rail-optimized", "nodes_per_leaf": 1, "spines": 1, "oversubscription": 8}})";
+  const Scenario s = small_scenario(fabric, 8, 2, 1, false);
+  const JobReport an = run_job(s, Fidelity::Analytical).report;
+  const JobReport fl = run_job(s, Fidelity::Flow).report;
+  const double dp_an = an.breakdown.exposed_comm_s[static_cast<int>(CommClass::DP)];
+  const double dp_fl = fl.breakdown.exposed_comm_s[static_cast<int>(CommClass::DP)];
+  CHECK(dp_fl > 4 * dp_an);
+  CHECK(fl.iteration_time_s > an.iteration_time_s);
+  // The analytical result ignores the fabric entirely.
+  const JobReport plain = run_job(small_scenario(R"({"node": "dgx-h100", "nodes": 2})", 8, 2, 1, false)).report;
+  CHECK(plain.iteration_time_s == an.iteration_time_s);
+}
+
+TEST_CASE("flow fidelity is deterministic") {
+  const Scenario s = small_scenario(R"({"node": "dgx-h100", "nodes": 4, "fabric": {"spines": 3}})", 8, 2, 2);
+  const JobReport a = run_job(s, Fidelity::Flow).report;
+  const JobReport b = run_job(s, Fidelity::Flow).report;
+  CHECK(a.iteration_time_s == b.iteration_time_s);
+  CHECK(a.events == b.events);
+}

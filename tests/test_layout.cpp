@@ -6,8 +6,8 @@
 #include "models/layout_rules.hpp"
 #include "models/layout_search.hpp"
 #include "models/memory_model.hpp"
+#include "model_fixtures.hpp"
 #include "sim_fixtures.hpp"
-#include "tools/frontend/catalog.hpp"
 
 using namespace trainsim;
 using namespace trainsim::testing;
@@ -15,8 +15,8 @@ using namespace trainsim::testing;
 namespace {
 
 const TransformerSpec& gpt3_1_3b() {
-  static const Catalog cat = load_builtin_catalog();
-  return *cat.find_model("gpt3-1.3b");  // 24 layers, 16 heads, ffn 8192
+  static const TransformerSpec m = fixture_model("gpt3-1.3b");  // 24 layers, 16 heads, ffn 8192
+  return m;
 }
 
 // tp 2, pp 2, dp 4 on 16 GPUs, global batch 32: valid.

@@ -1,5 +1,6 @@
 #include "tools/frontend/calibrate.hpp"
 
+#include "calibration/collective_cost.hpp"
 #include "calibration/fit.hpp"
 
 #include <algorithm>
@@ -40,19 +41,6 @@ std::optional<Dtype> dtype_from_name(const std::string& s) {
     if (s == to_string(static_cast<Dtype>(d))) return static_cast<Dtype>(d);
   }
   return std::nullopt;
-}
-
-// nccl-tests bus-bandwidth factor and the number of algorithm steps (hops) the
-// network model charges for each measured operation.
-double bus_factor(const std::string& coll, int n) {
-  if (coll == "all_reduce") return 2.0 * (n - 1) / n;
-  if (coll == "sendrecv") return 1.0;
-  return static_cast<double>(n - 1) / n;
-}
-int hop_steps(const std::string& coll, int n) {
-  if (coll == "all_reduce") return 2 * (n - 1);
-  if (coll == "sendrecv") return 1;
-  return n - 1;
 }
 
 nlohmann::ordered_json curve_json(const std::vector<FitPoint>& pts, const std::string& kind,
@@ -228,7 +216,7 @@ void read_collective_sweep(ObjectReader& top, std::size_t src, RawData& raw) {
     r.finish();
     if (d.items().size() != before) continue;
     check_consistent(r, "algbw_gbps", algbw, bytes / seconds / 1e9);
-    check_consistent(r, "busbw_gbps", busbw, algbw * bus_factor(coll, ranks));
+    check_consistent(r, "busbw_gbps", busbw, algbw * bus_factor(coll.c_str(), ranks));
     if (d.items().size() == before) raw.colls.push_back({coll, bytes, ranks, seconds, busbw, src});
   }
 }
@@ -562,7 +550,7 @@ nlohmann::ordered_json fit_core(const std::vector<Doc>& docs, const std::string&
       if (sizes.empty()) continue;
       std::vector<double> t;
       for (const CollSample* x : sizes.begin()->second) t.push_back(x->seconds);
-      st.emplace_back(hop_steps(coll, n), median(t));
+      st.emplace_back(hop_steps(coll.c_str(), n), median(t));
     }
     if (const std::optional<StepLatencyFit> fit = fit_step_latency(st)) {
       const double hop = fit->hop, base_lat = fit->base;

@@ -35,6 +35,8 @@ struct JobReport {
   std::vector<StageReport> per_stage;
   bool feasible = true;
   std::vector<std::string> problems;  // why infeasible: OOM ranks, deadlock
+  // Platform facts the network fidelity represents only approximately (printed, never silent).
+  std::vector<std::string> warnings;
   std::uint64_t events = 0;
   double wall_time_s = 0;
   int simulated_ranks = 0;

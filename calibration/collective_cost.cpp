@@ -95,6 +95,17 @@ double tree_seconds(const CommShape& s, double bytes, double bandwidth_factor) {
          ring_factor(CollectiveKind::AllReduce, s.size) * bytes / (network_busbw(s) * bandwidth_factor);
 }
 
+// Intra-domain ring reduce-scatter, ring all-reduce of the 1/k shard among the
+// members of equal local rank across domains, intra-domain all-gather, one
+// after the other (launched once).
+double hierarchical_seconds(const CommShape& s, double bytes) {
+  const int k = s.max_per_node, m = s.nodes;
+  const double intra = k > 1 ? (k - 1) * s.scaleup_latency + (k - 1.0) / k * bytes / s.scaleup_bw : 0.0;
+  const double inter = ring_steps(CollectiveKind::AllReduce, m) * s.network_latency +
+                       ring_factor(CollectiveKind::AllReduce, m) * bytes / k / s.network_bw;
+  return s.base_latency + 2 * intra + inter;
+}
+
 // Pairwise all-to-all: each GPU sends the off-domain share of its buffer
 // through its own NIC (all-to-all cannot aggregate several NICs) and, across
 // datacenters, the off-datacenter share over its share of the WAN.
@@ -178,7 +189,10 @@ double algorithm_seconds(const CommShape& s, CollectiveKind kind, CollectiveAlgo
       return kind == CollectiveKind::AllToAll ? all_to_all_seconds(s, bytes) : -1;
     case CollectiveAlgorithm::DatacenterHierarchical:
       return datacenter_hierarchical_applies(s, kind) ? datacenter_hierarchical_seconds(s, kind, bytes) : -1;
-    case CollectiveAlgorithm::Hierarchical:  // planned by the flow model only when forced
+    case CollectiveAlgorithm::Hierarchical:  // never chosen automatically (NCCL does not either)
+      return kind == CollectiveKind::AllReduce && s.nodes > 1 && s.uniform_per_node && s.datacenters == 1
+                 ? hierarchical_seconds(s, bytes)
+                 : -1;
     case CollectiveAlgorithm::PointToPoint:
     case CollectiveAlgorithm::Auto:
       break;

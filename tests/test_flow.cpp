@@ -328,6 +328,8 @@ TEST_CASE("multi-node algorithms: rail-aligned ring channels, double binary tree
   const CollectivePlan hier = fc.plan_collective(all, CollectiveKind::AllReduce, 1e9, 0, FlowAlgorithm::Hierarchical);
   CHECK(hier.phases() == 3);
   CHECK(fc.measure(hier).to_seconds() == doctest::Approx(0.00875 + 0.01875 + 0.00875).epsilon(1e-3));
+  CHECK(algorithm_seconds(an.shape(all), CollectiveKind::AllReduce, FlowAlgorithm::Hierarchical, 1e9) ==
+        doctest::Approx(0.00875 + 0.01875 + 0.00875).epsilon(1e-3));
   // All-gather across nodes: ring factor 31/32 at 80 GB/s bus bandwidth.
   const CollectivePlan ag = fc.plan_collective(all, CollectiveKind::AllGather, 1e9, 0);
   CHECK(fc.measure(ag).to_seconds() == doctest::Approx(31.0 / 32 / 80).epsilon(1e-3));

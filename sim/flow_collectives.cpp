@@ -9,26 +9,6 @@
 
 namespace trainsim {
 
-const char* to_string(FlowAlgorithm a) {
-  switch (a) {
-    case FlowAlgorithm::Auto:
-      return "auto";
-    case FlowAlgorithm::Ring:
-      return "ring";
-    case FlowAlgorithm::Tree:
-      return "tree";
-    case FlowAlgorithm::Hierarchical:
-      return "hierarchical";
-    case FlowAlgorithm::Nvls:
-      return "nvls";
-    case FlowAlgorithm::Pairwise:
-      return "pairwise";
-    case FlowAlgorithm::PointToPoint:
-      return "p2p";
-  }
-  return "?";
-}
-
 namespace {
 
 std::vector<double> capacities(const Topology& t) {
@@ -80,9 +60,9 @@ FlowCollectives::Level FlowCollectives::level_of(const std::vector<int>& members
 
 FlowCollectives::Layout FlowCollectives::layout_of(const std::vector<int>& members) const {
   Layout lay;
-  std::vector<int> nodes;  // node id of each group, in order of first appearance
+  std::vector<int> nodes;  // domain of each group, in order of first appearance
   for (int gpu : members) {
-    const int node = cluster_->node_of(gpu);
+    const int node = domain_of(gpu);
     std::size_t i = 0;
     while (i < nodes.size() && nodes[i] != node) ++i;
     if (i == nodes.size()) {
@@ -98,6 +78,16 @@ FlowCollectives::Layout FlowCollectives::layout_of(const std::vector<int>& membe
   return lay;
 }
 
+int FlowCollectives::domain_of(int gpu) const {
+  const int node = cluster_->node_of(gpu);
+  return topology_->switch_vertex(node) != kNoVertex ? node : cluster_->num_nodes() + gpu;
+}
+
+bool FlowCollectives::over_scaleup(int a, int b) const {
+  const int node = cluster_->node_of(a);
+  return node == cluster_->node_of(b) && topology_->switch_vertex(node) != kNoVertex;
+}
+
 void FlowCollectives::add_flow(CollectivePlan& p, std::uint32_t src, std::uint32_t dst, double bytes, std::uint64_t tag,
                                double efficiency) {
   PlannedFlow f;
@@ -110,7 +100,7 @@ void FlowCollectives::add_flow(CollectivePlan& p, std::uint32_t src, std::uint32
 
 void FlowCollectives::add_gpu_flow(CollectivePlan& p, int src_gpu, int dst_gpu, double bytes, std::uint64_t tag,
                                    const Level& lv, double eff) {
-  const bool local = same_node(src_gpu, dst_gpu);
+  const bool local = over_scaleup(src_gpu, dst_gpu);
   if (eff <= 0) eff = local ? lv.su_eff : lv.net_eff;
   // PXN: on a rail-optimized fabric, traffic for another rail first crosses the
   // scale-up domain to the GPU on the destination's rail, then stays on that rail.
@@ -137,7 +127,7 @@ double FlowCollectives::max_alpha(const CollectivePlan& p, std::size_t first, co
     const PlannedFlow& f = p.flows[i];
     const TopologyVertex& s = topology_->vertex(f.src);
     const TopologyVertex& d = topology_->vertex(f.dst);
-    const bool local = s.node >= 0 && s.node == d.node;
+    const bool local = s.node >= 0 && s.node == d.node && topology_->switch_vertex(s.node) != kNoVertex;
     a = std::max(a, (local ? lv.su_lat : lv.net_lat) + f.route.latency);
   }
   return a;
@@ -183,34 +173,6 @@ void FlowCollectives::ring_edges(const Layout& lay, const std::vector<int>& memb
   }
 }
 
-FlowAlgorithm FlowCollectives::choose_all_reduce(const std::vector<int>& members, const Layout& lay, const Level& lv,
-                                                 double bytes) const {
-  // The analytical model's contention-free cost of each algorithm.
-  const CommShape s = analytical_.shape(members);
-  const int n = s.size;
-  const double f = ring_factor(CollectiveKind::AllReduce, n);
-  if (s.nodes == 1) {
-    const double ring = s.scaleup_curve != nullptr
-                            ? f * bytes / (s.scaleup_link_bw * s.scaleup_curve->at(bytes))
-                            : s.base_latency + 2 * (n - 1) * s.scaleup_latency + f * bytes / s.scaleup_bw;
-    if (s.nvls_bw > 0 && lv.nvls_eff > 0 && topology_->switch_vertex(cluster_->node_of(members[0])) != kNoVertex) {
-      const double nvls = s.nvls_curve != nullptr ? f * bytes / (s.scaleup_link_bw * s.nvls_curve->at(bytes))
-                                                  : s.base_latency + 2 * s.scaleup_latency + f * bytes / s.nvls_bw;
-      if (nvls < ring) return FlowAlgorithm::Nvls;
-    }
-    return FlowAlgorithm::Ring;
-  }
-  if (lay.k == 0) return FlowAlgorithm::Ring;
-  const double net = s.network_bw * s.max_per_node;
-  const double busbw = s.max_per_node > 1 ? std::min(s.scaleup_bw, net) : net;
-  const double ring = s.base_latency + 2 * (n - 1) * s.network_latency + f * bytes / busbw;
-  const double depth = std::ceil(std::log2(static_cast<double>(s.nodes)));
-  const double intra = s.max_per_node > 1 ? 2 * (s.max_per_node - 1) * s.scaleup_latency : 0.0;
-  const double tree =
-      s.base_latency + 2 * depth * s.network_latency + intra + f * bytes / (busbw * options_.tree_bandwidth_factor);
-  return tree < ring ? FlowAlgorithm::Tree : FlowAlgorithm::Ring;
-}
-
 CollectivePlan FlowCollectives::plan_collective(const std::vector<int>& members, CollectiveKind kind, double bytes,
                                                 std::uint64_t tag, FlowAlgorithm algorithm) {
   CollectivePlan p;
@@ -223,10 +185,17 @@ CollectivePlan FlowCollectives::plan_collective(const std::vector<int>& members,
   const Layout lay = layout_of(members);
   const int nodes = static_cast<int>(lay.per_node.size());
   if (kind == CollectiveKind::AllReduce && algorithm == FlowAlgorithm::Auto) algorithm = options_.all_reduce;
-  if (kind == CollectiveKind::AllReduce && algorithm == FlowAlgorithm::Auto) {
-    algorithm = choose_all_reduce(members, lay, lv, bytes);
+  const CommShape shape = analytical_.shape(members);
+  if (algorithm == FlowAlgorithm::Auto) {
+    algorithm = choose_algorithm(shape, kind, bytes, options_.tree_bandwidth_factor).algorithm;
   }
   if (kind == CollectiveKind::AllToAll) algorithm = FlowAlgorithm::Pairwise;
+  if (algorithm == FlowAlgorithm::DatacenterHierarchical &&
+      algorithm_seconds(shape, kind, FlowAlgorithm::DatacenterHierarchical, bytes) >= 0) {
+    p.algorithm = algorithm;
+    plan_across_datacenters(p, members, kind, bytes, tag, lv);
+    return p;
+  }
   if (kind != CollectiveKind::AllReduce && kind != CollectiveKind::AllToAll) algorithm = FlowAlgorithm::Ring;
   // Unavailable choices fall back to the ring.
   const std::uint32_t sw = nodes == 1 ? topology_->switch_vertex(cluster_->node_of(members[0])) : kNoVertex;
@@ -236,7 +205,10 @@ CollectivePlan FlowCollectives::plan_collective(const std::vector<int>& members,
   if ((algorithm == FlowAlgorithm::Tree || algorithm == FlowAlgorithm::Hierarchical) && (nodes == 1 || lay.k == 0)) {
     algorithm = FlowAlgorithm::Ring;
   }
-  if (algorithm == FlowAlgorithm::Auto || algorithm == FlowAlgorithm::PointToPoint) algorithm = FlowAlgorithm::Ring;
+  if (algorithm == FlowAlgorithm::Auto || algorithm == FlowAlgorithm::PointToPoint ||
+      algorithm == FlowAlgorithm::DatacenterHierarchical) {
+    algorithm = FlowAlgorithm::Ring;
+  }
   p.algorithm = algorithm;
   // Inside one node a measured bus-bandwidth curve stands for efficiency and latency.
   const bool su_curve = nodes == 1 && lv.su_curve != nullptr;
@@ -326,9 +298,71 @@ CollectivePlan FlowCollectives::plan_collective(const std::vector<int>& members,
     }
     case FlowAlgorithm::Auto:
     case FlowAlgorithm::PointToPoint:
+    case FlowAlgorithm::DatacenterHierarchical:
       break;
   }
   return p;
+}
+
+void FlowCollectives::plan_across_datacenters(CollectivePlan& p, const std::vector<int>& members, CollectiveKind kind,
+                                              double bytes, std::uint64_t tag, const Level& lv) {
+  // Members grouped by datacenter, datacenters in order of first appearance;
+  // the caller checked that every datacenter holds the same number of them.
+  std::vector<int> dcs;
+  std::vector<std::vector<int>> per_dc;
+  for (int gpu : members) {
+    const int dc = topology_->datacenter_of_node(cluster_->node_of(gpu));
+    std::size_t i = 0;
+    while (i < dcs.size() && dcs[i] != dc) ++i;
+    if (i == dcs.size()) {
+      dcs.push_back(dc);
+      per_dc.emplace_back();
+    }
+    per_dc[i].push_back(gpu);
+  }
+  const int d = static_cast<int>(per_dc.size());
+  const int m = static_cast<int>(per_dc[0].size());
+  // Every datacenter's part at once, as one phase.
+  auto inside = [&](CollectiveKind k) {
+    if (m <= 1) return;
+    const std::size_t first = p.flows.size();
+    double latency = 0;
+    for (int i = 0; i < d; ++i) {
+      const CollectivePlan part = plan_collective(per_dc[i], k, bytes, channel_tag(tag, 512 + i), FlowAlgorithm::Ring);
+      p.flows.insert(p.flows.end(), part.flows.begin(), part.flows.end());
+      for (const Time t : part.phase_latency) latency = std::max(latency, t.to_seconds());
+    }
+    finish_phase(p, first, latency);
+  };
+  // A ring over the datacenters per member index, each carrying its shard.
+  auto across = [&](CollectiveKind k) {
+    const std::size_t first = p.flows.size();
+    const double per_edge = ring_factor(k, d) * bytes / m;
+    for (int j = 0; j < m; ++j) {
+      for (int i = 0; i < d; ++i) {
+        add_gpu_flow(p, per_dc[i][j], per_dc[(i + 1) % d][j], per_edge, channel_tag(tag, j), lv);
+      }
+    }
+    finish_phase(p, first, lv.base + ring_steps(k, d) * max_alpha(p, first, lv));
+  };
+  switch (kind) {
+    case CollectiveKind::AllReduce:
+      inside(CollectiveKind::ReduceScatter);
+      across(CollectiveKind::AllReduce);
+      inside(CollectiveKind::AllGather);
+      break;
+    case CollectiveKind::AllGather:
+      across(CollectiveKind::AllGather);
+      inside(CollectiveKind::AllGather);
+      break;
+    case CollectiveKind::ReduceScatter:
+      inside(CollectiveKind::ReduceScatter);
+      across(CollectiveKind::ReduceScatter);
+      break;
+    case CollectiveKind::AllToAll:
+    case CollectiveKind::Broadcast:
+      break;
+  }
 }
 
 CollectivePlan FlowCollectives::plan_p2p(int src_gpu, int dst_gpu, double bytes, std::uint64_t tag) {

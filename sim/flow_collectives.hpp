@@ -27,15 +27,22 @@
 // Link efficiency from the calibration profile is applied by inflating the
 // bytes of each flow (bytes / efficiency of its level: scale-up or network);
 // inside one node a measured bus-bandwidth curve replaces the efficiency and
-// the latencies, as in the analytical model. Automatic choice mirrors NCCL's
-// tuner: the cheapest of the available algorithms by their contention-free
-// alpha-beta cost (tree bandwidth derated as NCCL does), i.e. tree across
-// nodes for small all-reduces, ring for large ones, NVLS inside a node.
+// the latencies, as in the analytical model. Automatic choice is
+// choose_algorithm of calibration/collective_cost on the analytical model's
+// shape of the communicator: tree across nodes for small all-reduces, ring for
+// large ones, NVLS inside a node, and across datacenters the
+// datacenter-hierarchical algorithm: phase 1 inside every datacenter
+// (reduce-scatter), phase 2 a ring among the members of equal index across the
+// datacenters on the WAN (all-reduce of their shard), phase 3 inside again
+// (all-gather); all-gather and reduce-scatter use the two halves of it.
+// In a node without scale-up links every GPU is its own domain: its flows to
+// the node's other GPUs go through the NICs (and the fabric when NICs differ).
 #include <array>
 #include <cstdint>
 #include <span>
 #include <vector>
 
+#include "calibration/collective_cost.hpp"
 #include "calibration/profile.hpp"
 #include "sim/flow_network.hpp"
 #include "sim/network.hpp"
@@ -44,8 +51,8 @@
 
 namespace trainsim {
 
-enum class FlowAlgorithm : std::uint8_t { Auto, Ring, Tree, Hierarchical, Nvls, Pairwise, PointToPoint };
-const char* to_string(FlowAlgorithm a);
+// The algorithms of calibration/collective_cost (one enum for both models).
+using FlowAlgorithm = CollectiveAlgorithm;
 
 // One routed flow of a plan; `latency` is added to the route's own latency.
 struct PlannedFlow {
@@ -124,8 +131,13 @@ class FlowCollectives {
 
   Level level_of(const std::vector<int>& members) const;
   Layout layout_of(const std::vector<int>& members) const;
-  FlowAlgorithm choose_all_reduce(const std::vector<int>& members, const Layout& lay, const Level& lv,
-                                  double bytes) const;
+  // Scale-up domain of a GPU: its node, or the GPU itself in a node without scale-up links.
+  int domain_of(int gpu) const;
+  // Flows between the two GPUs go over scale-up links.
+  bool over_scaleup(int a, int b) const;
+  // Phases of the datacenter-hierarchical algorithm (see the header comment).
+  void plan_across_datacenters(CollectivePlan& p, const std::vector<int>& members, CollectiveKind kind, double bytes,
+                               std::uint64_t tag, const Level& lv);
   // Appends a routed flow of `bytes` (before efficiency) between two vertices.
   void add_flow(CollectivePlan& p, std::uint32_t src, std::uint32_t dst, double bytes, std::uint64_t tag,
                 double efficiency);
@@ -134,7 +146,6 @@ class FlowCollectives {
                     double eff = 0);
   // Largest per-step latency (hop latency of the level + route) over flows [first, end).
   double max_alpha(const CollectivePlan& p, std::size_t first, const Level& lv) const;
-  bool same_node(int a, int b) const { return cluster_->node_of(a) == cluster_->node_of(b); }
   // Ring edges (src, dst, channel) for a layout.
   void ring_edges(const Layout& lay, const std::vector<int>& members, bool open,
                   std::vector<std::array<int, 3>>& out) const;

@@ -2,116 +2,175 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <map>
+#include <set>
 
 namespace trainsim {
 
+namespace {
+
+std::string gbps_text(double bytes_per_s) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.3g GB/s", bytes_per_s / 1e9);
+  return buf;
+}
+
+// Links crossed between two NICs: NIC-leaf-NIC, or via a spine NIC-leaf-spine-leaf-NIC.
+constexpr int kLeafPathLinks = 2;
+constexpr int kSpinePathLinks = 4;
+// Across datacenters: NIC-leaf-spine-gateway, the WAN link, gateway-spine-leaf-NIC.
+constexpr int kWanPathFabricLinks = 6;
+
+bool has_scaleup(const NodeSpec& node) { return node.gpus_per_node > 1 && node.scaleup != ScaleupKind::None; }
+
+}  // namespace
+
+std::vector<std::string> analytical_limitations(const Cluster& cluster) {
+  std::vector<std::string> out;
+  const ClusterSpec& spec = cluster.spec();
+  const FabricFacts facts = fabric_facts(spec);
+  if (facts.spines > 0 && facts.oversubscription > 1.0) {
+    char buf[512];
+    std::snprintf(buf, sizeof buf,
+                  "fabric oversubscription %.3g:1: the analytical model limits each flow crossing a leaf uplink to "
+                  "one uplink's capacity, but cannot model several communicators sharing the uplinks; "
+                  "use --fidelity flow for that contention",
+                  facts.oversubscription);
+    out.emplace_back(buf);
+  }
+  if (facts.datacenters > 1) {
+    const int gpus_per_dc = cluster.num_gpus() / facts.datacenters;
+    out.push_back("WAN between " + std::to_string(facts.datacenters) +
+                  " datacenters: the analytical model gives every GPU an even share of a WAN link (" +
+                  gbps_text(spec.datacenters.wan_bandwidth / std::max(1, gpus_per_dc)) + " = " +
+                  gbps_text(spec.datacenters.wan_bandwidth) + " / " + std::to_string(gpus_per_dc) +
+                  " GPUs), as if all of them crossed it at once; use --fidelity flow for the actual sharing");
+  }
+  return out;
+}
+
 AnalyticalNetwork::AnalyticalNetwork(const Cluster& cluster, const std::vector<CalibrationProfile>& profiles)
-    : cluster_(&cluster), profiles_(&profiles) {}
+    : cluster_(&cluster), profiles_(&profiles), fabric_(fabric_facts(cluster.spec())) {
+  gpus_in_datacenter_.assign(fabric_.datacenters, 0);
+  rail_of_gpu_.assign(cluster.num_gpus(), -1);
+  int local = 0;
+  for (int g = 0; g < cluster.num_gpus(); ++g) {
+    const int node = cluster.node_of(g);
+    ++gpus_in_datacenter_[std::min(fabric_.datacenters - 1, fabric_.datacenter_of(node))];
+    local = g > 0 && cluster.node_of(g - 1) == node ? local + 1 : 0;
+    // GPU l uses NIC l * nics / gpus_per_node, as in the cluster graph.
+    const NodeSpec& ns = cluster.node_spec(node);
+    if (ns.nic_count > 0) rail_of_gpu_[g] = local * ns.nic_count / std::max(1, ns.gpus_per_node);
+  }
+}
 
 CommShape AnalyticalNetwork::shape(const std::vector<int>& members) const {
   CommShape s;
   s.size = static_cast<int>(members.size());
-  std::map<int, int> per_node;
-  s.scaleup_bw = s.network_bw = s.nvls_bw = std::numeric_limits<double>::max();
+  constexpr double kNone = std::numeric_limits<double>::max();
+  s.scaleup_bw = s.network_bw = s.nvls_bw = s.wan_bw = kNone;
   bool all_nvls = true;
+  double uplink = kNone;  // smallest leaf-spine link above the members, before efficiency
+  double net_eff = kNone;
+  std::map<int, int> per_domain;               // scale-up domain -> members
+  std::map<int, int> per_dc;                   // datacenter -> members
+  std::map<int, std::set<int>> domains_of_dc;  // datacenter -> domains
+  std::map<int, std::set<int>> leaf_groups;    // datacenter -> leaf groups of the members' nodes
+  std::map<int, std::set<int>> rails_of_bare;  // node without scale-up links -> rails of its members
   for (int gpu : members) {
-    ++per_node[cluster_->node_of(gpu)];
-    const NodeSpec& node = cluster_->node_spec_of_gpu(gpu);
+    const int node = cluster_->node_of(gpu);
+    const NodeSpec& ns = cluster_->node_spec(node);
     const CalibrationProfile& p = (*profiles_)[cluster_->gpu_type_of(gpu)];
-    const double eff_bw = node.scaleup_bandwidth * p.scaleup.busbw_efficiency.value;
-    if (eff_bw < s.scaleup_bw) {
-      s.scaleup_link_bw = node.scaleup_bandwidth;
-      s.scaleup_curve = p.scaleup.busbw_curve.curve.empty() ? nullptr : &p.scaleup.busbw_curve.curve;
-      s.nvls_curve = p.scaleup.nvls_busbw_curve.curve.empty() ? nullptr : &p.scaleup.nvls_busbw_curve.curve;
+    const int dc = std::min(fabric_.datacenters - 1, fabric_.datacenter_of(node));
+    // A node without scale-up links: every GPU is its own domain and talks to
+    // the others through the NICs (docs/network.md, "Scale-up kind none").
+    const int domain = has_scaleup(ns) ? node : cluster_->num_nodes() + gpu;
+    ++per_domain[domain];
+    ++per_dc[dc];
+    domains_of_dc[dc].insert(domain);
+    leaf_groups[dc].insert(fabric_.leaf_group_of(node));
+    const int rail = rail_of_gpu_[gpu];
+    if (!has_scaleup(ns) && ns.gpus_per_node > 1) rails_of_bare[node].insert(rail);
+    if (has_scaleup(ns)) {
+      const double eff_bw = ns.scaleup_bandwidth * p.scaleup.busbw_efficiency.value;
+      if (eff_bw < s.scaleup_bw) {
+        s.scaleup_link_bw = ns.scaleup_bandwidth;
+        s.scaleup_curve = p.scaleup.busbw_curve.curve.empty() ? nullptr : &p.scaleup.busbw_curve.curve;
+        s.nvls_curve = p.scaleup.nvls_busbw_curve.curve.empty() ? nullptr : &p.scaleup.nvls_busbw_curve.curve;
+      }
+      s.scaleup_bw = std::min(s.scaleup_bw, eff_bw);
     }
-    s.scaleup_bw = std::min(s.scaleup_bw, eff_bw);
     const double nvls_eff = p.scaleup.nvls_busbw_efficiency.value;
-    if (!node.nvls || nvls_eff <= 0) all_nvls = false;
-    s.nvls_bw = std::min(s.nvls_bw, node.scaleup_bandwidth * nvls_eff);
-    s.network_bw = std::min(s.network_bw, node.nic_bandwidth_per_gpu() * p.network.busbw_efficiency.value);
+    if (!ns.nvls || nvls_eff <= 0 || !has_scaleup(ns)) all_nvls = false;
+    s.nvls_bw = std::min(s.nvls_bw, ns.scaleup_bandwidth * nvls_eff);
+    net_eff = std::min(net_eff, p.network.busbw_efficiency.value);
+    s.network_bw = std::min(s.network_bw, ns.nic_bandwidth_per_gpu() * p.network.busbw_efficiency.value);
+    if (fabric_.spines > 0) {
+      const int leaf_rail = fabric_.kind == FabricKind::RailOptimized ? std::max(0, rail) : -1;
+      const double cap = uplink_capacity(*cluster_, fabric_, dc, fabric_.leaf_group_of(node), leaf_rail);
+      if (cap > 0) uplink = std::min(uplink, cap);
+    }
+    if (fabric_.datacenters > 1) {
+      const double share = cluster_->spec().datacenters.wan_bandwidth / std::max(1, gpus_in_datacenter_[dc]);
+      s.wan_bw = std::min(s.wan_bw, std::min(ns.nic_bandwidth_per_gpu(), share) * p.network.busbw_efficiency.value);
+    }
     s.scaleup_latency = std::max(s.scaleup_latency, p.scaleup.latency.value);
     s.network_latency = std::max(s.network_latency, p.network.latency.value);
     s.base_latency = std::max(s.base_latency, p.scaleup.base_latency.value);
   }
-  if (!all_nvls) s.nvls_bw = 0;
-  s.nodes = static_cast<int>(per_node.size());
-  for (const auto& [node, count] : per_node) s.max_per_node = std::max(s.max_per_node, count);
+  if (!all_nvls || per_domain.size() != 1) s.nvls_bw = 0;
+  if (s.scaleup_bw == kNone) s.scaleup_bw = 0;
+  if (s.nvls_bw == kNone) s.nvls_bw = 0;
+  if (s.network_bw == kNone) s.network_bw = 0;
+  s.nodes = static_cast<int>(per_domain.size());
+  for (const auto& [domain, count] : per_domain) s.max_per_node = std::max(s.max_per_node, count);
+  for (const auto& [domain, count] : per_domain) s.uniform_per_node &= count == s.max_per_node;
+
+  // Leaf uplinks: a channel between domains under different leaves of one
+  // datacenter crosses an uplink; alone on the network it gets one uplink
+  // (ECMP spreads a fat-tree node's channels over the spines).
+  bool spans_leaves = false;
+  for (const auto& [dc, groups] : leaf_groups) spans_leaves |= groups.size() > 1;
+  for (const auto& [node, rails] : rails_of_bare) {
+    spans_leaves |= fabric_.kind == FabricKind::RailOptimized && rails.size() > 1;
+  }
+  double uplink_per_channel = kNone;
+  if (uplink != kNone) {
+    const double channels_per_leaf = fabric_.kind == FabricKind::FatTree ? s.max_per_node : 1.0;
+    uplink_per_channel = uplink * std::min(1.0, fabric_.spines / channels_per_leaf);
+  }
+  if (spans_leaves && uplink_per_channel != kNone) {
+    s.network_bw = std::min(s.network_bw, uplink_per_channel * net_eff);
+  }
+  s.network_latency += (spans_leaves ? kSpinePathLinks : kLeafPathLinks) * fabric_.link_latency;
+
+  // Datacenters: the WAN path's latency, and its share of the WAN per GPU.
+  s.datacenters = static_cast<int>(per_dc.size());
+  s.per_dc_size = per_dc.empty() ? 0 : per_dc.begin()->second;
+  for (const auto& [dc, count] : per_dc) {
+    if (count != s.per_dc_size) s.per_dc_size = 0;
+  }
+  for (const auto& [dc, domains] : domains_of_dc) {
+    s.per_dc_nodes = std::max(s.per_dc_nodes, static_cast<int>(domains.size()));
+  }
+  if (s.datacenters > 1) {
+    if (uplink_per_channel != kNone) s.wan_bw = std::min(s.wan_bw, uplink_per_channel * net_eff);
+    s.wan_latency = s.network_latency - (spans_leaves ? kSpinePathLinks : kLeafPathLinks) * fabric_.link_latency +
+                    kWanPathFabricLinks * fabric_.link_latency + cluster_->spec().datacenters.wan_latency;
+  } else {
+    s.wan_bw = 0;
+  }
   return s;
 }
 
-double ring_factor(CollectiveKind kind, int n) {
-  const double f = static_cast<double>(n - 1) / n;
-  switch (kind) {
-    case CollectiveKind::AllReduce:
-      return 2 * f;
-    case CollectiveKind::AllGather:
-    case CollectiveKind::ReduceScatter:
-    case CollectiveKind::AllToAll:
-      return f;
-    case CollectiveKind::Broadcast:
-      return 1;
-  }
-  return 2 * f;
-}
-
-int ring_steps(CollectiveKind kind, int n) { return kind == CollectiveKind::AllReduce ? 2 * (n - 1) : n - 1; }
-
 double AnalyticalNetwork::collective_seconds(const CommShape& s, CollectiveKind kind, double bytes) const {
-  if (s.size <= 1 || bytes <= 0) return 0.0;
-  const int n = s.size;
-  // Bus bandwidth per rank: within a node the scale-up links; across nodes the
-  // node's NICs used by the k members on it (NCCL spreads channels over NICs).
-  double busbw;
-  double hop_latency;
-  if (s.nodes == 1) {
-    busbw = s.scaleup_bw;
-    hop_latency = s.scaleup_latency;
-  } else {
-    const double net = s.network_bw * s.max_per_node;
-    busbw = s.max_per_node > 1 ? std::min(s.scaleup_bw, net) : net;
-    hop_latency = s.network_latency;
-  }
-  if (kind == CollectiveKind::AllToAll && s.nodes > 1) {
-    // All-to-all cannot aggregate several NICs: each GPU sends the off-node
-    // share of its buffer through its own NIC.
-    const double off_node = static_cast<double>(n - s.max_per_node) / n;
-    const double t_net = bytes * off_node / s.network_bw;
-    const double t_local = bytes * (s.max_per_node - 1.0) / n / s.scaleup_bw;
-    return s.base_latency + (n - 1) * hop_latency + std::max(t_net, t_local);
-  }
-  // Ring: bandwidth-optimal, latency linear in n. Inside one node a measured
-  // bus-bandwidth curve (which already contains latency) replaces alpha-beta.
-  double ring = s.base_latency + ring_steps(kind, n) * hop_latency + ring_factor(kind, n) * bytes / busbw;
-  if (s.nodes == 1 && s.scaleup_curve != nullptr) {
-    ring = ring_factor(kind, n) * bytes / (s.scaleup_link_bw * s.scaleup_curve->at(bytes));
-  }
-  double best = ring;
-  if (kind == CollectiveKind::AllReduce) {
-    // NVLS: in-switch reduction within one NVLink domain.
-    if (s.nodes == 1 && s.nvls_bw > 0) {
-      const double nvls = s.nvls_curve != nullptr
-                              ? ring_factor(kind, n) * bytes / (s.scaleup_link_bw * s.nvls_curve->at(bytes))
-                              : s.base_latency + 2 * s.scaleup_latency + ring_factor(kind, n) * bytes / s.nvls_bw;
-      best = std::min(best, nvls);
-    }
-    // Double binary tree across nodes: same bandwidth term, latency in log2(nodes).
-    if (s.nodes > 1) {
-      const double depth = std::ceil(std::log2(static_cast<double>(s.nodes)));
-      const double intra = s.max_per_node > 1 ? 2 * (s.max_per_node - 1) * s.scaleup_latency : 0.0;
-      const double tree = s.base_latency + 2 * depth * hop_latency + intra + ring_factor(kind, n) * bytes / busbw;
-      best = std::min(best, tree);
-    }
-  }
-  return best;
+  return choose_algorithm(s, kind, bytes).seconds;
 }
 
 double AnalyticalNetwork::p2p_seconds(const CommShape& s, double bytes) const {
-  const bool same_node = s.nodes == 1;
-  const double bw = same_node ? s.scaleup_bw : s.network_bw;
-  const double lat = s.base_latency + (same_node ? s.scaleup_latency : s.network_latency);
-  return lat + bytes / bw;
+  return trainsim::p2p_seconds(s, bytes);
 }
 
 }  // namespace trainsim

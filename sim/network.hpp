@@ -1,15 +1,18 @@
 #pragma once
 // Communicators (groups of GPUs) and the analytical network model: alpha-beta
-// per hierarchy level (scale-up domain vs scale-out network) with calibrated
-// bus-bandwidth efficiency and per-step latency, choosing ring or tree the way
-// NCCL's tuner does (the faster of the two for the message size).
+// per hierarchy level (scale-up domain, scale-out network, WAN) with calibrated
+// bus-bandwidth efficiency and per-step latency. The facts of the platform
+// (scale-up kind, NICs, leaf uplinks, datacenters) become a CommShape; the
+// algorithm choice and cost formulas live in calibration/collective_cost.
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "calibration/collective_cost.hpp"
 #include "calibration/profile.hpp"
 #include "sim/program.hpp"
 #include "sim/time.hpp"
+#include "topologies/graph.hpp"
 #include "topologies/hardware.hpp"
 
 namespace trainsim {
@@ -22,24 +25,10 @@ struct Communicator {
   int simulated_members = 0;
 };
 
-// Placement facts of a communicator, computed once.
-struct CommShape {
-  int size = 1;           // members
-  int nodes = 1;          // distinct nodes spanned
-  int max_per_node = 1;   // most members on one node
-  double scaleup_bw = 0;  // per GPU per direction, bytes/s, after efficiency (slowest member)
-  double nvls_bw = 0;     // NVLS bus bandwidth, 0 if unavailable
-  double network_bw = 0;  // per GPU per direction, bytes/s, after efficiency (slowest member)
-  double scaleup_latency = 0, network_latency = 0, base_latency = 0;  // seconds
-  double scaleup_link_bw = 0;                      // per direction, before efficiency (slowest member)
-  const EfficiencyCurve* scaleup_curve = nullptr;  // measured ring busbw curve, if any
-  const EfficiencyCurve* nvls_curve = nullptr;     // measured NVLS busbw curve, if any
-};
-
-// Traffic of a ring collective on its busiest link per byte of buffer
-// (nccl-tests "bus bandwidth" factor), and its steps (each paying one hop latency).
-double ring_factor(CollectiveKind kind, int n);
-int ring_steps(CollectiveKind kind, int n);
+// What the analytical model cannot represent of a cluster (contention between
+// communicators on oversubscribed uplinks or the WAN), one sentence each, for
+// the caller to print; empty when it represents everything.
+std::vector<std::string> analytical_limitations(const Cluster& cluster);
 
 class AnalyticalNetwork {
  public:
@@ -51,10 +40,15 @@ class AnalyticalNetwork {
   double collective_seconds(const CommShape& shape, CollectiveKind kind, double bytes) const;
   // Time of one point-to-point transfer between the two members of `shape`.
   double p2p_seconds(const CommShape& shape, double bytes) const;
+  // analytical_limitations(cluster).
+  std::vector<std::string> warnings() const { return analytical_limitations(*cluster_); }
 
  private:
   const Cluster* cluster_;
   const std::vector<CalibrationProfile>* profiles_;
+  FabricFacts fabric_;
+  std::vector<int> gpus_in_datacenter_;
+  std::vector<int> rail_of_gpu_;  // NIC index of each GPU in its node, -1 without NICs
 };
 
 }  // namespace trainsim

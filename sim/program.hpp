@@ -9,12 +9,13 @@
 #include <string>
 #include <vector>
 
+#include "calibration/collective_cost.hpp"
 #include "sim/compute_op.hpp"
 
 namespace trainsim {
 
 enum class TaskKind : std::uint8_t { Compute, Collective, Send, Recv };
-enum class CollectiveKind : std::uint8_t { AllReduce, AllGather, ReduceScatter, AllToAll, Broadcast };
+// CollectiveKind: calibration/collective_cost.hpp.
 // Which parallelism a communication task serves; used for the time breakdown.
 enum class CommClass : std::uint8_t { TP, CP, EP, PP, DP };
 inline constexpr std::size_t kNumCommClasses = 5;

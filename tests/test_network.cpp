@@ -21,7 +21,9 @@ TEST_CASE("ring all-reduce inside one node = 2(n-1)/n * S/B + 2(n-1) * alpha") {
 }
 
 TEST_CASE("a data-parallel group with one GPU per node runs at one NIC's bandwidth") {
-  const Cluster cluster(toy_cluster(4, 8));
+  ClusterSpec spec = toy_cluster(4, 8);
+  spec.fabric.link_latency = 0;
+  const Cluster cluster(spec);
   const std::vector<CalibrationProfile> profiles{ideal_profile(0, 0)};
   const AnalyticalNetwork net(cluster, profiles);
   const CommShape s = net.shape({0, 8, 16, 24});
@@ -40,7 +42,9 @@ TEST_CASE("a data-parallel group with one GPU per node runs at one NIC's bandwid
 }
 
 TEST_CASE("all-to-all across nodes cannot aggregate NICs") {
-  const Cluster cluster(toy_cluster(2, 8));
+  ClusterSpec spec = toy_cluster(2, 8);
+  spec.fabric.link_latency = 0;
+  const Cluster cluster(spec);
   const std::vector<CalibrationProfile> profiles{ideal_profile(0, 0)};
   const AnalyticalNetwork net(cluster, profiles);
   std::vector<int> all;
@@ -51,9 +55,109 @@ TEST_CASE("all-to-all across nodes cannot aggregate NICs") {
 }
 
 TEST_CASE("point-to-point inside and across nodes") {
-  const Cluster cluster(toy_cluster(2, 8));
+  ClusterSpec spec = toy_cluster(2, 8);
+  spec.fabric.link_latency = 0;
+  const Cluster cluster(spec);
   const std::vector<CalibrationProfile> profiles{ideal_profile(1e-6, 5e-6)};
   const AnalyticalNetwork net(cluster, profiles);
   CHECK(net.p2p_seconds(net.shape({0, 1}), 1e8) == doctest::Approx(6e-6 + 1e-3));
   CHECK(net.p2p_seconds(net.shape({0, 8}), 1e8) == doctest::Approx(6e-6 + 1e-2));
+}
+
+TEST_CASE("each network step pays the fabric links it crosses: one leaf, or a spine between leaves") {
+  ClusterSpec spec = toy_cluster(4, 8);
+  spec.fabric.link_latency = 1e-6;
+  spec.fabric.nodes_per_leaf = 2;
+  const Cluster cluster(spec);
+  const std::vector<CalibrationProfile> profiles{ideal_profile(2e-6, 5e-6)};
+  const AnalyticalNetwork net(cluster, profiles);
+  // Nodes 0 and 1 share their leaves: NIC-leaf-NIC, 2 links of 1 us.
+  CHECK(net.shape({0, 8}).network_latency == doctest::Approx(2e-6 + 2e-6));
+  CHECK(net.p2p_seconds(net.shape({0, 8}), 1e8) == doctest::Approx(5e-6 + 4e-6 + 1e-2));
+  // Nodes 0 and 2 sit under different leaves: NIC-leaf-spine-leaf-NIC, 4 links.
+  CHECK(net.shape({0, 16}).network_latency == doctest::Approx(2e-6 + 4e-6));
+  CHECK(net.warnings().empty());
+}
+
+TEST_CASE("oversubscribed uplinks: a channel crossing leaves gets one uplink's capacity, and a warning") {
+  // Fat-tree, 2 nodes of 8 GPUs (8 NICs) per leaf: 16 down ports of 10 GB/s,
+  // 2:1 oversubscribed over 4 spines = 20 GB/s per leaf-spine link.
+  ClusterSpec spec = toy_cluster(4, 8);
+  spec.fabric.kind = FabricKind::FatTree;
+  spec.fabric.nodes_per_leaf = 2;
+  spec.fabric.spines = 4;
+  spec.fabric.oversubscription = 2;
+  spec.fabric.link_latency = 0;
+  const Cluster cluster(spec);
+  const std::vector<CalibrationProfile> profiles{ideal_profile(0, 0)};
+  const AnalyticalNetwork net(cluster, profiles);
+  // One GPU per node under one leaf: the NIC's 10 GB/s, 2*1/2 * 1 GB / 10 GB/s.
+  CHECK(net.collective_seconds(net.shape({0, 8}), CollectiveKind::AllReduce, 1e9) == doctest::Approx(0.1));
+  // Across leaves one channel alone still gets min(10, 20) GB/s.
+  CHECK(net.collective_seconds(net.shape({0, 16}), CollectiveKind::AllReduce, 1e9) == doctest::Approx(0.1));
+  // Eight channels per node leave the node's leaf, spread by ECMP over its 4
+  // uplinks of 20 GB/s: 4 x 20 / 8 = 10 GB/s each, as the NICs.
+  std::vector<int> two_leaves{0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23};
+  CHECK(net.shape(two_leaves).network_bw == doctest::Approx(10e9));
+  // With one spine: 8 channels share one 80 GB/s uplink, 10 GB/s each; with
+  // 4:1 oversubscription 40 GB/s, 5 GB/s each.
+  spec.fabric.spines = 1;
+  spec.fabric.oversubscription = 4;
+  const Cluster one_spine(spec);
+  const AnalyticalNetwork net1(one_spine, profiles);
+  CHECK(net1.shape(two_leaves).network_bw == doctest::Approx(5e9));
+  CHECK(net1.shape({0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}).network_bw == doctest::Approx(10e9));
+  REQUIRE(net1.warnings().size() == 1);
+  CHECK(net1.warnings()[0].find("oversubscription 4:1") != std::string::npos);
+}
+
+TEST_CASE("scale-up kind none: the GPUs of a node talk through their NICs") {
+  ClusterSpec spec = toy_cluster(1, 4);
+  spec.groups[0].node.scaleup = ScaleupKind::None;
+  spec.fabric.link_latency = 0;
+  const Cluster cluster(spec);
+  const std::vector<CalibrationProfile> profiles{ideal_profile(0, 0)};
+  const AnalyticalNetwork net(cluster, profiles);
+  const CommShape s = net.shape({0, 1, 2, 3});
+  CHECK(s.nodes == 4);  // every GPU is its own scale-up domain
+  CHECK(s.max_per_node == 1);
+  // 2*3/4 * 1 GB over the 10 GB/s NIC (not the 100 GB/s the node would have with NVLink).
+  CHECK(net.collective_seconds(s, CollectiveKind::AllReduce, 1e9) == doctest::Approx(0.15));
+  CHECK(net.p2p_seconds(net.shape({0, 1}), 1e9) == doctest::Approx(0.1));
+}
+
+TEST_CASE("across datacenters: inside each first, then the WAN at its per-GPU share, then inside again") {
+  // 2 datacenters x 2 nodes x 2 GPUs; 12.5 GB/s of WAN shared by the 4 GPUs of
+  // a datacenter: 3.125 GB/s each; WAN latency 10 ms, fabric links 1 us.
+  ClusterSpec spec = toy_cluster(4, 2);
+  spec.datacenters.count = 2;
+  spec.datacenters.wan_bandwidth = 12.5e9;
+  spec.datacenters.wan_latency = 10e-3;
+  spec.fabric.link_latency = 1e-6;
+  const Cluster cluster(spec);
+  const std::vector<CalibrationProfile> profiles{ideal_profile(2e-6, 0)};
+  const AnalyticalNetwork net(cluster, profiles);
+  const CommShape s = net.shape({0, 1, 2, 3, 4, 5, 6, 7});
+  CHECK(s.datacenters == 2);
+  CHECK(s.per_dc_size == 4);
+  CHECK(s.per_dc_nodes == 2);
+  CHECK(s.wan_bw == doctest::Approx(3.125e9));
+  // One WAN step: 2 us hop + 6 fabric links of 1 us + 10 ms.
+  CHECK(s.wan_latency == doctest::Approx(10e-3 + 8e-6));
+  // Reduce-scatter in each datacenter: ring of 4 over 2 nodes, 2 channels of
+  // 10 GB/s = 20 GB/s: 3/4 GB / 20 GB/s + 3 steps of (2 us + 2 links).
+  const double inside = 0.75 / 20 + 3 * 4e-6;
+  // All-reduce of the 250 MB shard between the 2 datacenters: 2*1/2 * 0.25 GB
+  // / 3.125 GB/s + 2 WAN steps.
+  const double across = 0.25 / 3.125 + 2 * (10e-3 + 8e-6);
+  CHECK(net.collective_seconds(s, CollectiveKind::AllReduce, 1e9) == doctest::Approx(2 * inside + across));
+  CHECK(choose_algorithm(s, CollectiveKind::AllReduce, 1e9).algorithm == CollectiveAlgorithm::DatacenterHierarchical);
+  // All-gather: the shards across first (1/2 * 0.25 GB), then inside.
+  CHECK(net.collective_seconds(s, CollectiveKind::AllGather, 1e9) ==
+        doctest::Approx(0.125 / 3.125 + (10e-3 + 8e-6) + inside));
+  // Point-to-point across: the WAN share and one WAN step.
+  CHECK(net.p2p_seconds(net.shape({0, 4}), 1e9) == doctest::Approx(1 / 3.125 + 10e-3 + 8e-6));
+  const auto warnings = net.warnings();
+  REQUIRE(warnings.size() == 1);
+  CHECK(warnings[0].find("3.12 GB/s = 12.5 GB/s / 4 GPUs") != std::string::npos);
 }

@@ -152,6 +152,46 @@ struct Topology::Cache {
   std::deque<std::uint32_t> queue;
 };
 
+FabricFacts fabric_facts(const ClusterSpec& spec) {
+  FabricFacts f;
+  const FabricSpec& fab = spec.fabric;
+  f.kind = fab.kind;
+  f.datacenters = std::max(1, spec.datacenters.count);
+  f.nodes_per_datacenter = std::max(1, num_nodes(spec) / f.datacenters);
+  f.nodes_per_leaf = std::max(1, nodes_per_leaf(spec));
+  f.leaf_ports = f.nodes_per_leaf * (fab.kind == FabricKind::RailOptimized ? 1 : std::max(1, max_nics(spec)));
+  f.oversubscription = fab.oversubscription;
+  f.link_latency = fab.link_latency;
+  const int groups = (f.nodes_per_datacenter + f.nodes_per_leaf - 1) / f.nodes_per_leaf;
+  const int rails = fab.kind == FabricKind::RailOptimized ? std::max(1, max_nics(spec)) : 1;
+  if (groups * rails > 1 || f.datacenters > 1) {
+    // One spine per leaf uplink port by default: a leaf's uplinks are sized for
+    // all its down ports / oversubscription (the same rule as uplink_capacity).
+    f.spines = fab.spines > 0 ? fab.spines
+                              : std::max(1, static_cast<int>(std::ceil(f.leaf_ports / f.oversubscription - 1e-9)));
+  }
+  return f;
+}
+
+double uplink_capacity(const Cluster& cluster, const FabricFacts& facts, int datacenter, int group, int rail) {
+  if (facts.spines <= 0) return 0.0;
+  const int lo = datacenter * facts.nodes_per_datacenter + group * facts.nodes_per_leaf;
+  const int hi = std::min((datacenter + 1) * facts.nodes_per_datacenter, lo + facts.nodes_per_leaf);
+  double cap = 0;
+  int ports_used = 0;
+  for (int n = lo; n < hi; ++n) {
+    const NodeSpec& ns = cluster.node_spec(n);
+    const int nics = rail < 0 ? ns.nic_count : (rail < ns.nic_count ? 1 : 0);
+    cap += ns.nic_bandwidth * nics;
+    ports_used += nics;
+  }
+  if (ports_used == 0) return 0.0;
+  // A leaf's uplinks are sized for all its down ports, not for the nodes that
+  // happen to sit under it (the last leaf of a cluster may be partly filled).
+  cap *= static_cast<double>(facts.leaf_ports) / ports_used;
+  return cap / facts.oversubscription / facts.spines;
+}
+
 std::vector<TopologyProblem> check_topology(const ClusterSpec& spec) {
   std::vector<TopologyProblem> out = spec_problems(spec);
   if (!out.empty() || spec.groups.empty()) return out;
@@ -232,31 +272,23 @@ Topology::Topology(const Cluster& cluster) : cache_(std::make_unique<Cache>()) {
   }
 
   // Leaves and spines of each datacenter, then the WAN.
-  const int npl = nodes_per_leaf(spec);
+  const FabricFacts facts = fabric_facts(spec);
+  const int npl = facts.nodes_per_leaf;
   const int rails = fab.kind == FabricKind::RailOptimized ? std::max(1, max_nics(spec)) : 1;
   std::vector<std::uint32_t> gateways;
   for (int d = 0; d < num_dcs_; ++d) {
     const int first = d * nodes_per_dc;
     const int groups = (nodes_per_dc + npl - 1) / npl;
     std::vector<std::uint32_t> leaves;
-    std::vector<double> down;  // access capacity under each leaf when all its down ports are in use
+    std::vector<double> uplink;  // capacity of each leaf-spine link of each leaf
     for (int g = 0; g < groups; ++g) {
       const int lo = first + g * npl, hi = std::min(first + nodes_per_dc, lo + npl);
       for (int r = 0; r < rails; ++r) {
         const int rail = fab.kind == FabricKind::RailOptimized ? r : -1;
-        double cap = 0;
-        int ports_used = 0;
-        for (int n = lo; n < hi; ++n) {
-          const NodeSpec& ns = cluster.node_spec(n);
-          const int nics = rail < 0 ? ns.nic_count : (rail < ns.nic_count ? 1 : 0);
-          cap += ns.nic_bandwidth * nics;
-          ports_used += nics;
-        }
-        if (!(cap > 0)) continue;  // no node of this group has a NIC on this rail
-        // A leaf's uplinks are sized for all its down ports, not for the nodes that
-        // happen to sit under it (the last leaf of a cluster may be partly filled).
-        const int ports = npl * (rail < 0 ? max_nics(spec) : 1);
-        cap *= static_cast<double>(ports) / ports_used;
+        bool any_nic = false;
+        for (int n = lo; n < hi; ++n)
+          any_nic |= rail < 0 ? cluster.node_spec(n).nic_count > 0 : rail < cluster.node_spec(n).nic_count;
+        if (!any_nic) continue;  // no node of this group has a NIC on this rail
         const std::uint32_t leaf = add_vertex(TopologyVertex{VertexKind::Leaf, -1, rail, g, d});
         for (int n = lo; n < hi; ++n) {
           const NodeSpec& ns = cluster.node_spec(n);
@@ -266,19 +298,16 @@ Topology::Topology(const Cluster& cluster) : cache_(std::make_unique<Cache>()) {
           }
         }
         leaves.push_back(leaf);
-        down.push_back(cap);
+        uplink.push_back(uplink_capacity(cluster, facts, d, g, rail));
       }
     }
     std::vector<std::uint32_t> spines;
-    if (leaves.size() > 1 || num_dcs_ > 1) {
-      const int ports = std::min(npl, nodes_per_dc) * (fab.kind == FabricKind::RailOptimized ? 1 : max_nics(spec));
-      const int count =
-          fab.spines > 0 ? fab.spines : std::max(1, static_cast<int>(std::ceil(ports / fab.oversubscription - 1e-9)));
-      for (int s = 0; s < count; ++s) spines.push_back(add_vertex(TopologyVertex{VertexKind::Spine, -1, s, 0, d}));
+    if (facts.spines > 0) {
+      for (int s = 0; s < facts.spines; ++s) {
+        spines.push_back(add_vertex(TopologyVertex{VertexKind::Spine, -1, s, 0, d}));
+      }
       for (std::size_t l = 0; l < leaves.size(); ++l) {
-        for (std::uint32_t s : spines) {
-          connect(leaves[l], s, down[l] / fab.oversubscription / count, fab.link_latency, LinkKind::Uplink);
-        }
+        for (std::uint32_t s : spines) connect(leaves[l], s, uplink[l], fab.link_latency, LinkKind::Uplink);
       }
     }
     if (num_dcs_ > 1) {
@@ -398,11 +427,12 @@ std::string Topology::link_name(std::uint32_t l) const {
 }
 
 // A NIC is a GPU's way out of the node, not a switch between two GPUs sharing
-// it: GPU -> NIC -> GPU would take PCIe where NCCL takes NVLink.
+// it: GPU -> NIC -> GPU would take PCIe where NCCL takes NVLink. In a node
+// without scale-up links that PCIe path is the only one, and it is allowed.
 bool Topology::nic_between_gpus(std::uint32_t from, std::uint32_t nic, std::uint32_t dst,
                                 const std::vector<std::uint16_t>& dist) const {
   return vertices_[nic].kind == VertexKind::Nic && vertices_[from].kind == VertexKind::Gpu &&
-         vertices_[dst].kind == VertexKind::Gpu && dist[nic] == 1;
+         vertices_[dst].kind == VertexKind::Gpu && dist[nic] == 1 && switch_of_node_[vertices_[nic].node] != kNoVertex;
 }
 
 const std::vector<std::uint16_t>& Topology::distances_to(std::uint32_t dst) {

@@ -67,6 +67,29 @@ struct TopologyProblem {
   std::string message;
 };
 
+// Where nodes sit in the scale-out network and what a leaf's uplinks carry.
+// The graph is built from these facts and the analytical network model reads
+// the same ones, so both fidelities agree on what the fabric is.
+struct FabricFacts {
+  FabricKind kind = FabricKind::RailOptimized;
+  int datacenters = 1;
+  int nodes_per_datacenter = 1;  // nodes are split evenly in global node order
+  int nodes_per_leaf = 1;        // nodes under one leaf
+  int leaf_ports = 1;            // down ports of one leaf (rail-optimized: one per node; fat-tree: NICs per node)
+  int spines = 0;                // spine switches per datacenter; 0 = no spine tier
+  double oversubscription = 1;
+  double link_latency = 0;  // per NIC-leaf, leaf-spine, spine-gateway link
+  int datacenter_of(int node) const { return node / nodes_per_datacenter; }
+  // Leaf group of a node inside its datacenter (with the rail, names its leaf).
+  int leaf_group_of(int node) const { return (node % nodes_per_datacenter) / nodes_per_leaf; }
+};
+FabricFacts fabric_facts(const ClusterSpec& spec);
+// Capacity per direction of one leaf-spine link above the leaf of (datacenter,
+// group, rail; rail -1 for a fat-tree leaf): the leaf's down capacity when all
+// its ports are in use, / oversubscription, / spines. 0 without spines or when
+// no node of the group has a NIC on the rail.
+double uplink_capacity(const Cluster& cluster, const FabricFacts& facts, int datacenter, int group, int rail);
+
 // Every problem of the spec's fabric and datacenters, including a graph that
 // would leave some GPU unable to reach another. Empty = Topology(spec) succeeds.
 std::vector<TopologyProblem> check_topology(const ClusterSpec& spec);

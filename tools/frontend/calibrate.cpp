@@ -1,5 +1,8 @@
 #include "tools/frontend/calibrate.hpp"
 
+#include "calibration/collective_cost.hpp"
+#include "calibration/fit.hpp"
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -28,20 +31,6 @@ std::string fmt(const char* f, double x) {
   return buf;
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-// `digits` significant digits.
-double round_sig(double x, int digits) {
-  if (x == 0 || !std::isfinite(x)) return x;
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*g", digits, x);
-  return std::strtod(buf, nullptr);  // the double nearest the decimal text
-}
-
 std::string time_text(double seconds) {
   const double us = seconds * 1e6;
   return us < 1e-3 ? std::string("0us") : fmt("%.4g", us) + "us";
@@ -54,86 +43,11 @@ std::optional<Dtype> dtype_from_name(const std::string& s) {
   return std::nullopt;
 }
 
-// nccl-tests bus-bandwidth factor and the number of algorithm steps (hops) the
-// network model charges for each measured operation.
-double bus_factor(const std::string& coll, int n) {
-  if (coll == "all_reduce") return 2.0 * (n - 1) / n;
-  if (coll == "sendrecv") return 1.0;
-  return static_cast<double>(n - 1) / n;
-}
-int hop_steps(const std::string& coll, int n) {
-  if (coll == "all_reduce") return 2 * (n - 1);
-  if (coll == "sendrecv") return 1;
-  return n - 1;
-}
-
-// A point of a fitted curve with the number of samples behind it.
-struct Pt {
-  double x, y, w;
-};
-
-// Median per factor-2 bucket of the size: (exp2 of the median log2 size,
-// median efficiency, count), ascending.
-std::vector<Pt> bucket_medians(const std::vector<std::pair<double, double>>& samples) {
-  std::map<long, std::pair<std::vector<double>, std::vector<double>>> buckets;
-  for (const auto& [x, y] : samples) {
-    auto& b = buckets[std::lround(std::log2(x))];
-    b.first.push_back(std::log2(x));
-    b.second.push_back(y);
-  }
-  std::vector<Pt> out;
-  for (const auto& [key, b] : buckets) {
-    out.push_back({std::exp2(median(b.first)), median(b.second), static_cast<double>(b.first.size())});
-  }
-  return out;
-}
-
-// Pool-adjacent-violators: the closest non-decreasing sequence (weighted least squares).
-void make_non_decreasing(std::vector<Pt>& pts) {
-  struct Block {
-    double sum, weight;
-    std::size_t first, last;
-  };
-  std::vector<Block> blocks;
-  for (std::size_t i = 0; i < pts.size(); ++i) {
-    blocks.push_back({pts[i].y * pts[i].w, pts[i].w, i, i});
-    while (blocks.size() > 1) {
-      const Block& b = blocks.back();
-      const Block& a = blocks[blocks.size() - 2];
-      if (a.sum / a.weight <= b.sum / b.weight) break;
-      const Block merged{a.sum + b.sum, a.weight + b.weight, a.first, b.last};
-      blocks.pop_back();
-      blocks.back() = merged;
-    }
-  }
-  for (const Block& b : blocks) {
-    for (std::size_t i = b.first; i <= b.last; ++i) pts[i].y = b.sum / b.weight;
-  }
-}
-
-EfficiencyCurve to_curve(const std::vector<Pt>& pts) {
-  std::vector<std::pair<double, double>> v;
-  for (const Pt& p : pts) v.emplace_back(p.x, p.y);
-  return EfficiencyCurve(std::move(v));
-}
-
-// Rounds and clamps the points for the profile file (sizes strictly increasing,
-// efficiencies in the reader's (0, cap]).
-std::vector<Pt> finish_points(std::vector<Pt> pts, bool integer_sizes, double cap) {
-  std::vector<Pt> out;
-  for (Pt p : pts) {
-    p.x = integer_sizes ? std::max(1.0, std::round(p.x)) : round_sig(p.x, 4);
-    p.y = std::clamp(round_sig(p.y, 4), 1e-4, cap);
-    if (!out.empty() && p.x <= out.back().x) continue;
-    out.push_back(p);
-  }
-  return out;
-}
-
-nlohmann::ordered_json curve_json(const std::vector<Pt>& pts, const std::string& kind, const std::string& source) {
+nlohmann::ordered_json curve_json(const std::vector<FitPoint>& pts, const std::string& kind,
+                                  const std::string& source) {
   nlohmann::ordered_json j;
   j["points"] = nlohmann::ordered_json::array();
-  for (const Pt& p : pts) j["points"].push_back(nlohmann::ordered_json::array({p.x, p.y}));
+  for (const FitPoint& p : pts) j["points"].push_back(nlohmann::ordered_json::array({p.x, p.y}));
   j["kind"] = kind;
   j["source"] = source;
   return j;
@@ -302,7 +216,7 @@ void read_collective_sweep(ObjectReader& top, std::size_t src, RawData& raw) {
     r.finish();
     if (d.items().size() != before) continue;
     check_consistent(r, "algbw_gbps", algbw, bytes / seconds / 1e9);
-    check_consistent(r, "busbw_gbps", busbw, algbw * bus_factor(coll, ranks));
+    check_consistent(r, "busbw_gbps", busbw, algbw * bus_factor(coll.c_str(), ranks));
     if (d.items().size() == before) raw.colls.push_back({coll, bytes, ranks, seconds, busbw, src});
   }
 }
@@ -479,7 +393,7 @@ nlohmann::ordered_json fit_core(const std::vector<Doc>& docs, const std::string&
   constexpr double kWellShaped = 1024;  // min(M, N, K) from which no skinny penalty is assumed
   auto eff = [&](const GemmSample& g) { return g.tflops * 1e12 / gpu->peak(g.dtype); };
   // Stage 1: the size curve from well-shaped GEMMs.
-  std::map<Dtype, std::vector<Pt>> size0;
+  std::map<Dtype, std::vector<FitPoint>> size0;
   for (const auto& [dt, list] : by_dtype) {
     std::vector<std::pair<double, double>> s;
     for (const GemmSample* g : list) {
@@ -503,7 +417,7 @@ nlohmann::ordered_json fit_core(const std::vector<Doc>& docs, const std::string&
   }
   EfficiencyCurve min_dim_curve;
   if (!factors.empty()) {
-    std::vector<Pt> pts;
+    std::vector<FitPoint> pts;
     std::size_t n = 0;
     for (const auto& [dim, f] : factors) {
       pts.push_back({dim, std::min(1.0, median(f)), static_cast<double>(f.size())});
@@ -599,14 +513,14 @@ nlohmann::ordered_json fit_core(const std::vector<Doc>& docs, const std::string&
           for (const CollSample* x : list) per_size[bytes].push_back(x->busbw * 1e9 / link);
         }
       }
-      std::vector<Pt> pts;
+      std::vector<FitPoint> pts;
       for (const auto& [bytes, v] : per_size) pts.push_back({bytes, median(v), static_cast<double>(v.size())});
       make_non_decreasing(pts);
       return pts;
     };
-    const std::vector<Pt> ar = curve_of({"all_reduce"});
+    const std::vector<FitPoint> ar = curve_of({"all_reduce"});
     double ar_max = 0;
-    for (const Pt& p : ar) ar_max = std::max(ar_max, p.y);
+    for (const FitPoint& p : ar) ar_max = std::max(ar_max, p.y);
     const bool nvls = ar_max > 1.0;  // only in-switch reduction beats the link bandwidth
     const std::string n_text = std::to_string(n) + " GPUs";
     nlohmann::ordered_json& su = prof["scaleup"];
@@ -616,17 +530,17 @@ nlohmann::ordered_json fit_core(const std::vector<Doc>& docs, const std::string&
                                           "trainsim calibrate fit: NVLS all_reduce busbw (exceeds the link, so "
                                           "in-switch reduction) / " +
                                               link_text + ", " + n_text + ", made non-decreasing; " + cs);
-      su["nvls_busbw_efficiency"] = value_json(std::min(2.0, round_sig(ar.back().y, 4)), "measured",
+      su["nvls_busbw_efficiency"] = value_json(std::min(2.0, round_significant(ar.back().y, 4)), "measured",
                                                "trainsim calibrate fit: NVLS all_reduce busbw at " +
                                                    fmt("%.0f", ar.back().x) + " bytes / " + link_text + "; " + cs);
     }
-    const std::vector<Pt> ring = nvls ? curve_of({"all_gather", "reduce_scatter"}) : ar;
+    const std::vector<FitPoint> ring = nvls ? curve_of({"all_gather", "reduce_scatter"}) : ar;
     if (!ring.empty()) {
       const std::string what = nvls ? "all_gather and reduce_scatter" : "all_reduce";
       su["busbw_curve"] = curve_json(finish_points(ring, true, 1.5), "fitted",
                                      "trainsim calibrate fit: " + what + " busbw / " + link_text + ", " + n_text +
                                          ", median per size, made non-decreasing; " + cs);
-      su["busbw_efficiency"] = value_json(std::clamp(round_sig(ring.back().y, 4), 0.01, 1.5), "measured",
+      su["busbw_efficiency"] = value_json(std::clamp(round_significant(ring.back().y, 4), 0.01, 1.5), "measured",
                                           "trainsim calibrate fit: " + what + " busbw at " +
                                               fmt("%.0f", ring.back().x) + " bytes / " + link_text + "; " + cs);
     }
@@ -636,32 +550,10 @@ nlohmann::ordered_json fit_core(const std::vector<Doc>& docs, const std::string&
       if (sizes.empty()) continue;
       std::vector<double> t;
       for (const CollSample* x : sizes.begin()->second) t.push_back(x->seconds);
-      st.emplace_back(hop_steps(coll, n), median(t));
+      st.emplace_back(hop_steps(coll.c_str(), n), median(t));
     }
-    double ms = 0, mt = 0;
-    for (const auto& [s, t] : st) {
-      ms += s / st.size();
-      mt += t / st.size();
-    }
-    double var = 0, cov = 0;
-    for (const auto& [s, t] : st) {
-      var += (s - ms) * (s - ms);
-      cov += (s - ms) * (t - mt);
-    }
-    if (var > 0) {
-      double hop = cov / var, base_lat = mt - hop * ms;
-      if (hop < 0) {
-        hop = 0;
-        base_lat = mt;
-      } else if (base_lat < 0) {
-        double sst = 0, ss = 0;
-        for (const auto& [s, t] : st) {
-          sst += s * t;
-          ss += s * s;
-        }
-        base_lat = 0;
-        hop = sst / ss;
-      }
+    if (const std::optional<StepLatencyFit> fit = fit_step_latency(st)) {
+      const double hop = fit->hop, base_lat = fit->base;
       const std::string how = "trainsim calibrate fit: least squares of the smallest-message time of " +
                               std::to_string(st.size()) + " operations (" + n_text +
                               ") = base_latency + steps x latency (all_reduce 2(n-1), "

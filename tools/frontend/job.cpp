@@ -44,6 +44,7 @@ JobRun run_job(const Scenario& s, Fidelity fidelity) {
   {
     Executor exec(plan.setup, cluster, platform.costs(), *network);
     run.result = exec.run();
+    rep.warnings = network.warnings();
   }
   const SimulationResult& res = run.result;
 
@@ -173,22 +174,24 @@ nlohmann::json to_json(const JobReport& r) {
                         {"total", s.memory.total() / kGiB},
                         {"capacity", s.memory_capacity / kGiB}}}});
   }
-  return {{"scenario", r.scenario},
-          {"gpus", r.gpus},
-          {"iteration_time_s", r.iteration_time_s},
-          {"tokens_per_s", r.tokens_per_s},
-          {"samples_per_s", r.samples_per_s},
-          {"tflops_per_gpu", r.tflops_per_gpu},
-          {"mfu", r.mfu},
-          {"hfu", r.hfu},
-          {"peak_memory_gib", r.peak_memory_gib},
-          {"breakdown", breakdown_json(r.breakdown)},
-          {"per_stage", stages},
-          {"feasible", r.feasible},
-          {"problems", r.problems},
-          {"events", r.events},
-          {"simulated_ranks", r.simulated_ranks},
-          {"wall_time_s", r.wall_time_s}};
+  nlohmann::json out = {{"scenario", r.scenario},
+                        {"gpus", r.gpus},
+                        {"iteration_time_s", r.iteration_time_s},
+                        {"tokens_per_s", r.tokens_per_s},
+                        {"samples_per_s", r.samples_per_s},
+                        {"tflops_per_gpu", r.tflops_per_gpu},
+                        {"mfu", r.mfu},
+                        {"hfu", r.hfu},
+                        {"peak_memory_gib", r.peak_memory_gib},
+                        {"breakdown", breakdown_json(r.breakdown)},
+                        {"per_stage", stages},
+                        {"feasible", r.feasible},
+                        {"problems", r.problems},
+                        {"events", r.events},
+                        {"simulated_ranks", r.simulated_ranks},
+                        {"wall_time_s", r.wall_time_s}};
+  if (!r.warnings.empty()) out["warnings"] = r.warnings;
+  return out;
 }
 
 std::string summary_text(const JobReport& r) {
@@ -210,6 +213,7 @@ std::string summary_text(const JobReport& r) {
   out += "\n";
   out += "  " + std::to_string(r.events) + " events, " + std::to_string(r.simulated_ranks) + " simulated ranks, " +
          fmt("%.3f", r.wall_time_s) + " s wall\n";
+  for (const auto& w : r.warnings) out += "  warning: " + w + "\n";
   if (!r.feasible) {
     out += "  INFEASIBLE:\n";
     for (const auto& p : r.problems) out += "  " + p + "\n";

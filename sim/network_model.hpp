@@ -8,6 +8,7 @@
 // cluster and calibration facts.
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "sim/flow_collectives.hpp"
@@ -49,6 +50,9 @@ class NetworkModel {
   // created per member); false when one representative per class suffices.
   virtual bool needs_every_member() const = 0;
   virtual const char* name() const = 0;
+  // Platform facts this model represents only approximately (docs/network.md),
+  // for the report: never silent.
+  virtual std::vector<std::string> warnings() const = 0;
 };
 
 // Alpha-beta time per transfer on an otherwise idle network (sim/network.hpp),
@@ -63,6 +67,7 @@ class AnalyticalNetworkModel final : public NetworkModel {
   void set_link_capacity(Time at, std::uint32_t link, double capacity) override;
   bool needs_every_member() const override { return false; }
   const char* name() const override { return "analytical"; }
+  std::vector<std::string> warnings() const override { return network_->warnings(); }
 
  private:
   struct Entry {
@@ -93,6 +98,7 @@ class FlowNetworkModel final : public NetworkModel {
   void set_link_capacity(Time at, std::uint32_t link, double capacity) override;
   bool needs_every_member() const override { return true; }
   const char* name() const override { return "flow"; }
+  std::vector<std::string> warnings() const override { return {}; }
 
  private:
   std::unique_ptr<FlowCollectives> owned_;

@@ -44,7 +44,7 @@ JobRun run_job(const Scenario& s, Fidelity fidelity) {
   {
     Executor exec(plan.setup, cluster, platform.costs(), *network);
     run.result = exec.run();
-    rep.warnings = network.warnings();
+    rep.warnings = network->warnings();
   }
   const SimulationResult& res = run.result;
 

@@ -3,10 +3,10 @@
 #include <string>
 #include <vector>
 
+#include "model_fixtures.hpp"
 #include "models/layout_rules.hpp"
 #include "models/layout_search.hpp"
 #include "models/memory_model.hpp"
-#include "model_fixtures.hpp"
 #include "sim_fixtures.hpp"
 
 using namespace trainsim;

@@ -4,6 +4,9 @@
 #include <initializer_list>
 #include <optional>
 
+#include "models/placement.hpp"
+#include "models/schedule.hpp"
+
 namespace trainsim {
 
 namespace {
@@ -60,10 +63,14 @@ std::vector<LayoutProblem> check_layout(const TransformerSpec& m, const Parallel
 
   // The schedule and the virtual stages belong together.
   const bool interleaved = p.schedule == ScheduleKind::Interleaved1F1B;
+  const bool custom = p.schedule == ScheduleKind::Custom;
   if (interleaved && p.vpp < 2) {
     problem("/parallel/vpp", "the interleaved-1f1b schedule needs vpp >= 2 virtual stages, found " + str(p.vpp));
   }
-  if (!interleaved && p.vpp > 1) {
+  if (custom && p.vpp > 1) {
+    problem("/parallel/vpp",
+            "a custom schedule places its chunks with chunk_stages; vpp must stay 1, found " + str(p.vpp));
+  } else if (!interleaved && p.vpp > 1) {
     problem("/parallel/schedule", "vpp = " + str(p.vpp) + " needs the \"interleaved-1f1b\" schedule, found \"" +
                                       to_string(p.schedule) + "\"");
   }
@@ -84,20 +91,28 @@ std::vector<LayoutProblem> check_layout(const TransformerSpec& m, const Parallel
   if (m.ffn_hidden > 0 && m.ffn_hidden % p.tp != 0) {
     problem("/parallel/tp", "expected a divisor of ffn_hidden " + str(m.ffn_hidden) + ", found " + str(p.tp));
   }
+  // Model chunks: pp*vpp, or one per entry of a custom schedule's chunk_stages.
+  const auto chunks = custom ? std::optional<std::int64_t>(p.custom_schedule.chunks()) : product({p.pp, p.vpp});
   if (!p.stage_layers.empty()) {
     std::int64_t sum = 0;
     for (int l : p.stage_layers) sum += l;
-    if (static_cast<std::int64_t>(p.stage_layers.size()) != p.pp || sum != m.layers || p.vpp != 1) {
-      problem("/parallel/stage_layers", "expected pp = " + str(p.pp) + " entries summing to the model's " +
-                                            str(m.layers) + " layers (and vpp = 1), found " +
-                                            str(static_cast<std::int64_t>(p.stage_layers.size())) +
+    if (!chunks || static_cast<std::int64_t>(p.stage_layers.size()) != *chunks || sum != m.layers) {
+      const std::string what = custom ? "one per chunk of the custom schedule (" + product_text(chunks) + ")"
+                                      : "pp*vpp = " + str(p.pp) + "*" + str(p.vpp) + " = " + product_text(chunks);
+      problem("/parallel/stage_layers", "expected " + what + " entries summing to the model's " + str(m.layers) +
+                                            " layers, found " + str(static_cast<std::int64_t>(p.stage_layers.size())) +
                                             " entries summing to " + str(sum));
     }
+  } else if (custom) {
+    if (p.custom_schedule.chunks() > 0 && m.layers % p.custom_schedule.chunks() != 0) {
+      problem("/parallel/schedule/chunk_stages",
+              "the model's " + str(m.layers) + " layers must divide evenly into the schedule's " +
+                  str(p.custom_schedule.chunks()) + " chunks (or give stage_layers)");
+    }
   } else {
-    const auto stages = product({p.pp, p.vpp});
-    if (!stages || m.layers % *stages != 0) {
+    if (!chunks || m.layers % *chunks != 0) {
       problem("/parallel/pp", "the model's " + str(m.layers) + " layers must divide evenly into pp*vpp = " + str(p.pp) +
-                                  "*" + str(p.vpp) + " = " + product_text(stages) + " stages");
+                                  "*" + str(p.vpp) + " = " + product_text(chunks) + " stages");
     }
   }
   const auto per_step = product({p.micro_batch, p.dp});
@@ -114,6 +129,21 @@ std::vector<LayoutProblem> check_layout(const TransformerSpec& m, const Parallel
   }
   if (t.seq_len % p.cp != 0) {
     problem("/parallel/cp", "expected a divisor of seq_len " + str(t.seq_len) + ", found " + str(p.cp));
+  }
+  if (custom && out.empty()) {
+    // The units must fit this layout (pp ranks, its micro-batch count) and be free of deadlock.
+    PipelineSchedule s = p.custom_schedule;
+    s.microbatches = p.micro_batches();
+    if (s.stages != p.pp) {
+      problem("/parallel/schedule/units",
+              "expected a unit list for each of the pp = " + str(p.pp) + " pipeline ranks, found " + str(s.stages));
+    } else {
+      for (const std::string& why : check_schedule(s)) problem("/parallel/schedule", why);
+    }
+  }
+  if (ranks && *ranks == gpus && out.empty()) {
+    for (const std::string& why : Placement::check(p, p.placement_order, p.placement_gpus, static_cast<int>(gpus)))
+      problem("/parallel/placement", why);
   }
   return out;
 }

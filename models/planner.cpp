@@ -1,13 +1,16 @@
 #include "models/planner.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <tuple>
 #include <unordered_map>
 
 #include "models/layer_steps.hpp"
+#include "models/layout_rules.hpp"
 #include "models/schedule.hpp"
 #include "sim/check.hpp"
 
@@ -552,25 +555,55 @@ class CommunicatorRegistry {
   std::map<std::pair<std::string, std::vector<int>>, std::uint32_t> ids_;
 };
 
-// How the analytical model times a communicator: a few probe sizes per kind.
-// Two communicators with equal signatures are interchangeable for a rank.
-std::vector<double> timing_signature(const AnalyticalNetwork& net, const Cluster& cluster,
-                                     const std::vector<int>& members, bool p2p) {
-  std::vector<double> sig;
-  for (int g : members) sig.push_back(cluster.gpu_type_of(g));
+// What a slot of a program carries: (kind, bytes) of each distinct transfer;
+// kind = collective kind, or kP2p for a send/recv.
+constexpr int kP2p = 100;
+using SlotTransfers = std::vector<std::set<std::pair<int, std::uint64_t>>>;
+SlotTransfers transfers_by_slot(const ProgramTemplate& p) {
+  SlotTransfers out(p.comm_slots.size());
+  for (const Task& t : p.tasks) {
+    if (t.kind == TaskKind::Compute) continue;
+    const int kind = t.kind == TaskKind::Collective ? static_cast<int>(t.collective) : kP2p;
+    out[t.ref].emplace(kind, t.bytes);
+  }
+  return out;
+}
+
+// How the analytical model times a communicator: the members' GPU types
+// (exact) and the time of each transfer it carries. Communicators with close
+// signatures (same_timing) are interchangeable for a rank.
+struct TimingSignature {
+  std::vector<int> exact;
+  std::vector<double> seconds;
+};
+
+TimingSignature timing_signature(const AnalyticalNetwork& net, const Cluster& cluster, const std::vector<int>& members,
+                                 const std::set<std::pair<int, std::uint64_t>>& transfers) {
+  TimingSignature sig;
+  for (int g : members) sig.exact.push_back(cluster.gpu_type_of(g));
   if (members.size() < 2) return sig;
   const CommShape shape = net.shape(members);
-  for (double bytes : {65536.0, 16777216.0, 1073741824.0}) {
-    if (p2p) {
-      sig.push_back(net.p2p_seconds(shape, bytes));
-      continue;
-    }
-    for (CollectiveKind k : {CollectiveKind::AllReduce, CollectiveKind::AllGather, CollectiveKind::ReduceScatter,
-                             CollectiveKind::AllToAll}) {
-      sig.push_back(net.collective_seconds(shape, k, bytes));
-    }
+  for (const auto& [kind, bytes] : transfers) {
+    const double b = static_cast<double>(bytes);
+    sig.seconds.push_back(kind == kP2p ? net.p2p_seconds(shape, b)
+                                       : net.collective_seconds(shape, static_cast<CollectiveKind>(kind), b));
   }
   return sig;
+}
+
+// Equal exact parts, and every time within `tolerance` (relative) of the other's.
+bool same_timing(const TimingSignature& a, const TimingSignature& b, double tolerance) {
+  if (a.exact != b.exact || a.seconds.size() != b.seconds.size()) return false;
+  for (std::size_t i = 0; i < a.seconds.size(); ++i) {
+    const double x = a.seconds[i], y = b.seconds[i];
+    if (x != y && std::abs(x - y) > tolerance * std::max(std::abs(x), std::abs(y))) return false;
+  }
+  return true;
+}
+
+void append(TimingSignature& to, const TimingSignature& from) {
+  to.exact.insert(to.exact.end(), from.exact.begin(), from.exact.end());
+  to.seconds.insert(to.seconds.end(), from.seconds.begin(), from.seconds.end());
 }
 
 }  // namespace
@@ -584,6 +617,13 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
   const ParallelSpec& par = par_;
   const Cluster& cluster = platform.cluster();
   WorkloadPlan plan;
+  {
+    // The loader and the auto-search only let valid layouts through (models/layout_rules.hpp).
+    const std::vector<LayoutProblem> problems = check_layout(model, par, train_, cluster.spec());
+    TRAINSIM_CHECK(problems.empty(),
+                   "the planner was given an invalid layout: " +
+                       (problems.empty() ? "" : problems.front().path + ": " + problems.front().message));
+  }
   const PipelineSchedule sched = schedule_of(par);
   {
     const std::vector<std::string> problems = check_schedule(sched);
@@ -648,46 +688,56 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
   bool compact = false;
   if (options.representatives) {
     const AnalyticalNetwork& net = platform.analytical_network();
-    std::map<std::pair<int, std::vector<int>>, std::vector<double>> sig_cache;
-    auto sig = [&](const SlotUse& use, int s, int d, int c, int t) -> const std::vector<double>& {
-      std::vector<int> m = members_of(use, s, d, c, t);
-      auto key = std::make_pair(static_cast<int>(use.role), std::move(m));
-      auto it = sig_cache.find(key);
-      if (it == sig_cache.end()) {
-        const bool p2p = use.role == SlotRole::PipelineForward || use.role == SlotRole::PipelineBackward;
-        it = sig_cache.emplace(key, timing_signature(net, cluster, key.second, p2p)).first;
+    const double tol = options.equivalence_tolerance;
+    std::map<std::tuple<int, int, std::vector<int>>, TimingSignature> sig_of_comm;
+    std::vector<SlotTransfers> transfers;
+    for (const ProgramTemplate& p : plan.setup.programs) transfers.push_back(transfers_by_slot(p));
+    auto sig = [&](const SlotUse& use, int s, int d, int c, int t) -> const TimingSignature& {
+      const int slot = static_cast<int>(&use - slots_of_stage[s].data());
+      auto key = std::make_tuple(s, slot, members_of(use, s, d, c, t));
+      auto it = sig_of_comm.find(key);
+      if (it == sig_of_comm.end()) {
+        TimingSignature timing = timing_signature(net, cluster, std::get<2>(key), transfers[s][slot]);
+        timing.exact.push_back(static_cast<int>(use.role));
+        it = sig_of_comm.emplace(std::move(key), std::move(timing)).first;
       }
       return it->second;
     };
     compact = true;
-    std::vector<std::vector<double>> replica_sig(par.dp);
-    for (int s = 0; s < par.pp && compact; ++s) {
+    // A replica's signature: per stage and rank, its GPU type and the signature of each communicator.
+    std::vector<TimingSignature> replica_sig(par.dp);
+    for (int s = 0; s < par.pp; ++s) {
       const auto& slots = slots_of_stage[s];
       for (const SlotUse& use : slots) {
         if (use.role != SlotRole::DP) continue;
-        for (int t = 1; t < par.tp && compact; ++t) compact = sig(use, s, 0, 0, t) == sig(use, s, 0, 0, 0);
+        for (int t = 1; t < par.tp && compact; ++t)
+          compact = same_timing(sig(use, s, 0, 0, t), sig(use, s, 0, 0, 0), tol);
       }
-      for (int d = 0; d < par.dp && compact; ++d) {
+      for (int d = 0; d < par.dp; ++d) {
         const int type0 = cluster.gpu_type_of(gpu(s, d, 0, 0));
-        replica_sig[d].push_back(type0);
-        for (const SlotUse& use : slots) {
-          if (use.role == SlotRole::DP) continue;
-          const std::vector<double>& ref = sig(use, s, d, 0, 0);
-          replica_sig[d].insert(replica_sig[d].end(), ref.begin(), ref.end());
-          for (int c = 0; c < par.cp && compact; ++c) {
-            for (int t = 0; t < par.tp && compact; ++t) {
-              compact = cluster.gpu_type_of(gpu(s, d, c, t)) == type0 && sig(use, s, d, c, t) == ref;
+        for (int c = 0; c < par.cp; ++c) {
+          for (int t = 0; t < par.tp; ++t) {
+            const int type = cluster.gpu_type_of(gpu(s, d, c, t));
+            compact = compact && type == type0;
+            replica_sig[d].exact.push_back(type);
+            for (const SlotUse& use : slots) {
+              if (use.role == SlotRole::DP) continue;
+              const TimingSignature& g = sig(use, s, d, c, t);
+              compact = compact && same_timing(g, sig(use, s, d, 0, 0), tol);
+              append(replica_sig[d], g);
             }
           }
         }
       }
     }
-    std::map<std::vector<double>, int> first_of_sig;
+    // A replica is simulated unless an earlier simulated one times alike.
+    std::vector<int> representatives;
     for (int d = 0; d < par.dp; ++d) {
-      const bool fresh = first_of_sig.emplace(replica_sig[d], d).second;
-      replica_simulated[d] = fresh ? 1 : 0;
+      bool covered = false;
+      for (int r : representatives) covered = covered || same_timing(replica_sig[d], replica_sig[r], tol);
+      replica_simulated[d] = covered ? 0 : 1;
+      if (!covered) representatives.push_back(d);
     }
-    // Without compact replicas, replicas still stand for each other when their signatures match.
   }
   const int cps = compact ? 1 : par.cp;
   const int tps = compact ? 1 : par.tp;

@@ -37,17 +37,6 @@ int ParallelSpec::first_layer_of_virtual_stage(int v, int model_layers) const {
   return first;
 }
 
-int ParallelSpec::chunk_layers(int stage, int model_layers) const {
-  return stage_layers.empty() ? model_layers / (pp * vpp) : stage_layers[stage];
-}
-
-int ParallelSpec::first_layer(int stage, int chunk, int model_layers) const {
-  if (stage_layers.empty()) return (chunk * pp + stage) * (model_layers / (pp * vpp));
-  int first = 0;
-  for (int s = 0; s < stage; ++s) first += stage_layers[s];
-  return first;
-}
-
 const char* to_string(ScheduleKind s) {
   switch (s) {
     case ScheduleKind::GPipe:

@@ -102,9 +102,6 @@ struct ParallelSpec {
   int virtual_stages() const;
   int layers_of_virtual_stage(int v, int model_layers) const;
   int first_layer_of_virtual_stage(int v, int model_layers) const;
-  // Layers of one virtual chunk on pipeline rank `stage`, and the first of them.
-  int chunk_layers(int stage, int model_layers) const;
-  int first_layer(int stage, int chunk, int model_layers) const;
   int micro_batches() const { return global_batch / (micro_batch * dp); }
 };
 

@@ -20,6 +20,11 @@ struct PlanOptions {
   // communicator timings; models/planner.cpp) instead of every rank. Network
   // models that need every member (flow) turn this off.
   bool representatives = true;
+  // Two ranks fall in one class when each transfer on their communicators takes
+  // the same time within this relative step (1% by default: a leaf or spine hop
+  // more on a multi-megabyte pipeline message does not split a class; the
+  // iteration time moves by far less, docs/architecture.md). 0 = exact.
+  double equivalence_tolerance = 0.01;
 };
 
 struct StagePlan {

@@ -75,7 +75,7 @@ TEST_CASE("layout rules: a valid layout has no problem; each broken rule names i
   SUBCASE("stage_layers must cover the model") {
     p.stage_layers = {10, 10};
     CHECK(problems_text(p) ==
-          "/parallel/stage_layers: expected pp = 2 entries summing to the model's 24 layers (and vpp = 1), found 2 "
+          "/parallel/stage_layers: expected pp*vpp = 2*1 = 2 entries summing to the model's 24 layers, found 2 "
           "entries summing to 20\n");
   }
   SUBCASE("context parallelism divides the sequence") {

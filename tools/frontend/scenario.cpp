@@ -1,7 +1,9 @@
 #include "tools/frontend/scenario.hpp"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <sstream>
 
 #include "models/layout_rules.hpp"
@@ -239,6 +241,67 @@ ClusterSpec read_cluster_object(const nlohmann::json& v, const std::string& poin
   return c;
 }
 
+// A custom pipeline schedule: {"units": [[unit, ...] per pipeline rank],
+// "chunk_stages": [rank of each model chunk, in layer order]} with units written
+// "F3", "B3", "W3", "BW3" (micro-batch 3 of the rank's chunk 0) or "F3.1" (its chunk 1).
+PipelineSchedule read_custom_schedule(const nlohmann::json& v, const std::string& pointer, Diagnostics& diags) {
+  PipelineSchedule sched;
+  sched.name = "custom";
+  ObjectReader r(v, pointer, diags);
+  if (!r.valid()) return sched;
+  const nlohmann::json* units = r.raw("units");
+  if (units == nullptr || !units->is_array() || units->empty()) {
+    r.error("units", "expected an array with the list of units of each pipeline rank");
+  } else {
+    static const std::regex unit_re(R"(^(F|B|W|BW)([0-9]{1,9})(?:\.([0-9]{1,4}))?$)");
+    for (std::size_t st = 0; st < units->size(); ++st) {
+      const nlohmann::json& list = (*units)[st];
+      const std::string at = json_pointer_append(r.at("units"), std::to_string(st));
+      if (!list.is_array()) {
+        diags.error(at, "expected the array of units of pipeline rank " + std::to_string(st));
+        continue;
+      }
+      std::vector<ScheduleUnit> out;
+      for (std::size_t i = 0; i < list.size(); ++i) {
+        std::smatch m;
+        const std::string text = list[i].is_string() ? list[i].get<std::string>() : "";
+        if (!std::regex_match(text, m, unit_re)) {
+          diags.error(json_pointer_append(at, std::to_string(i)),
+                      "expected a unit such as \"F3\" (forward), \"B3\" (input gradient), \"W3\" (weight gradient), "
+                      "\"BW3\" (whole backward) or \"F3.1\" (micro-batch 3 of the rank's chunk 1), found " +
+                          list[i].dump());
+          continue;
+        }
+        ScheduleUnit u;
+        const std::string k = m[1];
+        u.kind = k == "F"   ? UnitKind::Forward
+                 : k == "B" ? UnitKind::BackwardInput
+                 : k == "W" ? UnitKind::BackwardWeight
+                            : UnitKind::Backward;
+        u.microbatch = std::stoi(m[2]);
+        u.chunk = m[3].matched ? std::stoi(m[3]) : 0;
+        out.push_back(u);
+      }
+      sched.units.push_back(std::move(out));
+    }
+  }
+  sched.stages = static_cast<int>(sched.units.size());
+  if (const nlohmann::json* cs = r.raw("chunk_stages")) {
+    const bool ok = cs->is_array() && !cs->empty() && std::all_of(cs->begin(), cs->end(), [](const nlohmann::json& x) {
+                      return x.is_number_integer() && x.get<std::int64_t>() >= 0 && x.get<std::int64_t>() < (1 << 16);
+                    });
+    if (ok) {
+      sched.chunk_stage = cs->get<std::vector<int>>();
+    } else {
+      r.error("chunk_stages", "expected an array with the pipeline rank of each model chunk, in layer order");
+    }
+  } else {
+    for (int st = 0; st < sched.stages; ++st) sched.chunk_stage.push_back(st);
+  }
+  r.finish();
+  return sched;
+}
+
 ParallelSpec read_parallel(ObjectReader& top) {
   ParallelSpec p;
   const nlohmann::json* v = top.raw("parallel");
@@ -254,11 +317,17 @@ ParallelSpec read_parallel(ObjectReader& top) {
   p.cp = static_cast<int>(r.integer("cp", 1, 1, 1 << 16));
   p.ep = static_cast<int>(r.integer("ep", 1, 1, 1 << 16));
   p.vpp = static_cast<int>(r.integer("vpp", 1, 1, 1 << 10));
-  const std::string sched =
-      r.choice("schedule", p.vpp > 1 ? "interleaved-1f1b" : "1f1b", {"gpipe", "1f1b", "interleaved-1f1b"});
-  p.schedule = sched == "gpipe"  ? ScheduleKind::GPipe
-               : sched == "1f1b" ? ScheduleKind::OneFOneB
-                                 : ScheduleKind::Interleaved1F1B;
+  const nlohmann::json* sched_json = r.raw("schedule");
+  if (sched_json != nullptr && sched_json->is_object()) {
+    p.schedule = ScheduleKind::Custom;
+    p.custom_schedule = read_custom_schedule(*sched_json, r.at("schedule"), r.diagnostics());
+  } else {
+    const std::string sched =
+        r.choice("schedule", p.vpp > 1 ? "interleaved-1f1b" : "1f1b", {"gpipe", "1f1b", "interleaved-1f1b"});
+    p.schedule = sched == "gpipe"  ? ScheduleKind::GPipe
+                 : sched == "1f1b" ? ScheduleKind::OneFOneB
+                                   : ScheduleKind::Interleaved1F1B;
+  }
   p.micro_batch = static_cast<int>(r.integer("micro_batch", 1, 1, kMaxInt));
   p.global_batch = static_cast<int>(r.integer("global_batch", 1, 1, kMaxInt, true));
   p.sequence_parallel = r.boolean("sequence_parallel", false);
@@ -277,10 +346,24 @@ ParallelSpec read_parallel(ObjectReader& top) {
     if (ok) {
       p.stage_layers = sl->get<std::vector<int>>();
     } else {
-      r.error("stage_layers", "expected an array of non-negative layer counts, one per pipeline stage");
+      r.error("stage_layers", "expected an array of non-negative layer counts, one per model chunk (pipeline stage)");
+    }
+  }
+  if (const nlohmann::json* pl = r.raw("placement")) {
+    if (pl->is_string()) {
+      p.placement_order = pl->get<std::string>();
+    } else if (pl->is_array() && !pl->empty() && std::all_of(pl->begin(), pl->end(), [](const nlohmann::json& x) {
+                 return x.is_number_integer() && x.get<std::int64_t>() >= 0 && x.get<std::int64_t>() < (1 << 30);
+               })) {
+      p.placement_gpus = pl->get<std::vector<int>>();
+    } else {
+      r.error("placement",
+              "expected an order of the parallel dimensions, innermost first (e.g. \"tp-cp-ep-dp-pp\"), or an "
+              "array with the GPU id of each rank in that order");
     }
   }
   r.finish();
+  p.custom_schedule.microbatches = p.micro_batches();
   return p;
 }
 

@@ -1,0 +1,107 @@
+// Custom pipeline schedules and placements written in scenarios: parsed,
+// checked at the edge with the JSON pointer of the problem, and run.
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+#include "tools/frontend/job.hpp"
+#include "tools/frontend/scenario.hpp"
+
+using namespace trainsim;
+
+namespace {
+
+const Catalog& catalog() {
+  static const Catalog c = load_builtin_catalog();
+  return c;
+}
+
+// GPT-3 1.3B on 16 A100: tp 2, pp 2, dp 4, 4 micro-batches per replica.
+const char* kScenario = R"({
+  "model": "gpt3-1.3b",
+  "cluster": {"node": "dgx-a100", "nodes": 2},
+  "parallel": {"tp": 2, "pp": 2, "dp": 4, "micro_batch": 1, "global_batch": 16},
+  "training": {"seq_len": 2048}
+})";
+
+Scenario load(const std::vector<std::string>& sets) {
+  return load_scenario_text(kScenario, "s.json", "", sets, catalog());
+}
+
+std::string errors_of(const std::vector<std::string>& sets) {
+  try {
+    load(sets);
+    return "";
+  } catch (const InputError& e) {
+    std::string out;
+    for (const auto& d : e.diagnostics()) out += d.format() + "\n";
+    return out;
+  }
+}
+
+const char* kOneFOneB = R"(parallel.schedule={"units": [["F0", "BW0", "F1", "BW1", "F2", "BW2", "F3", "BW3"],
+                                                         ["F0", "BW0", "F1", "BW1", "F2", "BW2", "F3", "BW3"]]})";
+
+}  // namespace
+
+TEST_CASE("custom schedule: a JSON 1F1B predicts what the built-in 1F1B does") {
+  // Rank 0 of a 2-stage 1F1B runs one forward ahead.
+  const JobReport builtin = simulate(load({}));
+  const JobReport custom = simulate(load({R"(parallel.schedule={"units": [
+      ["F0", "F1", "BW0", "F2", "BW1", "F3", "BW2", "BW3"],
+      ["F0", "BW0", "F1", "BW1", "F2", "BW2", "F3", "BW3"]], "chunk_stages": [0, 1]})"}));
+  REQUIRE(custom.feasible);
+  CHECK(custom.iteration_time_s == builtin.iteration_time_s);
+  CHECK(custom.peak_memory_gib == builtin.peak_memory_gib);
+  // A schedule that keeps rank 0 from running ahead is valid but slower.
+  const JobReport lockstep = simulate(load({kOneFOneB}));
+  CHECK(lockstep.iteration_time_s > builtin.iteration_time_s);
+}
+
+TEST_CASE("custom schedule: bad units, shapes and deadlocks are input errors at their JSON pointer") {
+  CHECK(errors_of({R"(parallel.schedule={"units": [["F0", "X1"], []]})"}) ==
+        "error: s.json: /parallel/schedule/units/0/1: expected a unit such as \"F3\" (forward), \"B3\" (input "
+        "gradient), \"W3\" (weight gradient), \"BW3\" (whole backward) or \"F3.1\" (micro-batch 3 of the rank's "
+        "chunk 1), found \"X1\"\n");
+  CHECK(errors_of({R"(parallel.schedule={"units": [["F0"]], "stages": 2})"}) ==
+        "error: s.json: /parallel/schedule/stages: unknown key \"stages\"; known keys: chunk_stages, units\n");
+  CHECK(errors_of({R"(parallel.schedule={"units": [["F0", "F1", "F2", "F3", "BW0", "BW1", "BW2", "BW3"]]})"}) ==
+        "error: s.json: /parallel/schedule/units: expected a unit list for each of the pp = 2 pipeline ranks, "
+        "found 1\n");
+  const std::string missing = errors_of({R"(parallel.schedule={"units": [
+      ["F0", "F1", "BW0", "F2", "BW1", "F3", "BW2"],
+      ["F0", "BW0", "F1", "BW1", "F2", "BW2", "F3", "BW3"]]})"});
+  CHECK(missing ==
+        "error: s.json: /parallel/schedule: pipeline rank 0: the backward (B or BW) of micro-batch 3, chunk 0 is "
+        "missing\n");
+  const std::string deadlock = errors_of({R"(parallel.schedule={"units": [
+      ["F0", "BW0", "F1", "BW1", "F2", "BW2", "F3", "BW3"],
+      ["F0", "F1", "BW0", "BW1", "F2", "F3", "BW2", "BW3"]]})"});
+  CHECK(deadlock.find("/parallel/schedule: deadlock: pipeline rank 0 waits forever at unit 1 (BW0)") !=
+        std::string::npos);
+  CHECK(errors_of({R"(parallel.schedule={"units": [["F0"], ["F0"]], "chunk_stages": [0, 2]})"})
+            .find("chunk 1 is mapped to pipeline rank 2, expected 0..1") != std::string::npos);
+}
+
+TEST_CASE("placement: an order string moves ranks and so the prediction; bad placements are input errors") {
+  const JobReport megatron = simulate(load({}));
+  // TP outermost: each tensor-parallel pair spans the two nodes.
+  const JobReport tp_outer = simulate(load({"parallel.placement=pp-dp-cp-ep-tp"}));
+  REQUIRE(tp_outer.feasible);
+  CHECK(tp_outer.iteration_time_s > 1.05 * megatron.iteration_time_s);
+  CHECK(tp_outer.breakdown.exposed_comm_s[static_cast<int>(CommClass::TP)] >
+        2 * megatron.breakdown.exposed_comm_s[static_cast<int>(CommClass::TP)]);
+  // The explicit list of Megatron's order is Megatron's placement.
+  std::string list = "parallel.placement=[";
+  for (int g = 0; g < 16; ++g) list += std::to_string(g) + (g < 15 ? "," : "]");
+  CHECK(simulate(load({list})).iteration_time_s == megatron.iteration_time_s);
+  CHECK(errors_of({"parallel.placement=tp-cp-dp-pp"}) ==
+        "error: s.json: /parallel/placement: order \"tp-cp-dp-pp\": expected all five dimensions tp, cp, ep, dp, pp "
+        "joined by '-', innermost first (e.g. \"tp-cp-ep-dp-pp\")\n");
+  CHECK(errors_of({"parallel.placement=[0,1,2]"}) ==
+        "error: s.json: /parallel/placement: lists 3 GPUs, expected one per rank (16)\n");
+  CHECK(errors_of({"parallel.placement=[0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,99]"}) ==
+        "error: s.json: /parallel/placement: rank 15 is placed on GPU 99, expected 0..15\n");
+  CHECK(errors_of({"parallel.placement=true"}).find("/parallel/placement: expected an order") != std::string::npos);
+}

@@ -148,6 +148,8 @@ void attention_core_forward(StepList& L, const Dims& D, AttentionKind kind, std:
 ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, const TrainingSpec& tr) {
   const Dims D = dims_of(m, p, tr);
   ModelSteps out;
+  // The dense layer (attention + MLP); other layer kinds get their own steps here.
+  LayerSteps& dense = out.by_kind[static_cast<std::size_t>(LayerKind::Dense)];
   const auto tp_out_kind = D.sp ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce;
   const double act = D.tokens * D.h * kActBytes;                         // one hidden-state tensor, full tokens
   const double act_norm = D.tokens_norm * D.h * kActBytes;               // the same where SP shards it
@@ -160,7 +162,7 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
 
   // ---------------- forward of one layer ----------------
   {
-    StepList L(&out.layer.forward, Pass::Forward);
+    StepList L(&dense.forward, Pass::Forward);
     L.memory("norm1", act_norm * 2);
     const int ag1 = D.sp ? L.comm("tp.ag.attn", CollectiveKind::AllGather, CommClass::TP, act) : -1;
     L.gemm("attn.qkv", D.gemm_dtype, D.tokens, (D.a_t + 2 * D.g_t) * D.d, D.h, gate(ag1));
@@ -186,7 +188,7 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
 
   // ---------------- backward of one layer ----------------
   {
-    StepList L(&out.layer.backward, Pass::BackwardInput);
+    StepList L(&dense.backward, Pass::BackwardInput);
     const auto tp_in_kind = D.sp ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce;
     // MLP block, in reverse.
     L.memory("mlp.residual.bwd", act_norm * 2);
@@ -243,9 +245,9 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
 
   // ---------------- recomputation before backward ----------------
   if (p.recompute == Recompute::Full) {
-    out.layer.recompute = out.layer.forward;
+    dense.recompute = dense.forward;
   } else if (p.recompute == Recompute::Selective && tr.attention == AttentionKind::Unfused) {
-    StepList L(&out.layer.recompute, Pass::Forward);
+    StepList L(&dense.recompute, Pass::Forward);
     attention_core_forward(L, D, tr.attention, {});
   }
 
@@ -278,7 +280,7 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     B.memory("final.norm.bwd", act_norm * 4, maybe(rs));
   }
 
-  out.layer_grad_elements = m.params_per_layer() / p.tp;
+  dense.grad_elements = m.params_per_layer() / p.tp;
   out.embedding_grad_elements = m.embedding_params() / p.tp;
   out.head_grad_elements = static_cast<double>(m.vocab) * m.hidden / p.tp;
   return out;

@@ -4,6 +4,7 @@
 // backward-input (B) and backward-weight (W). Steps name the earlier
 // collectives they must wait for, so async communication overlaps where
 // Megatron-LM overlaps it (e.g. the input-gradient all-reduce with wgrad).
+#include <array>
 #include <string>
 #include <vector>
 
@@ -32,13 +33,14 @@ struct LayerSteps {
   std::vector<Step> forward;    // one layer's forward
   std::vector<Step> backward;   // one layer's backward (B and W steps interleaved in issue order)
   std::vector<Step> recompute;  // re-run before backward (full: the forward; selective: attention core)
+  double grad_elements = 0;     // gradient elements of one such layer on one TP rank
 };
 
 struct ModelSteps {
-  LayerSteps layer;
+  std::array<LayerSteps, kNumLayerKinds> by_kind;  // the steps of each layer kind
+  const LayerSteps& of(LayerKind k) const { return by_kind[static_cast<std::size_t>(k)]; }
   std::vector<Step> embedding_forward, embedding_backward;  // first pipeline stage
   std::vector<Step> head_forward, head_backward;            // last stage: final norm, LM head, loss
-  double layer_grad_elements = 0;                           // gradient elements of one layer on one TP rank
   double embedding_grad_elements = 0, head_grad_elements = 0;
 };
 

@@ -52,15 +52,24 @@ MemoryBreakdown stage_memory(const TransformerSpec& m, const ParallelSpec& p, co
   MemoryBreakdown mem;
   const int chunks = sched.chunks_on(stage);
   const int last_v = sched.chunks() - 1;
+  // Per layer kind: activation bytes one layer keeps, and the weight-gradient inputs among them.
+  auto activation_of = [&](LayerKind k) {
+    switch (k) {
+      case LayerKind::Dense:
+        return ChunkActivation{layer_activation_bytes(m, p, tr), layer_weight_input_bytes(m, p, tr)};
+    }
+    return ChunkActivation{};
+  };
   bool first = false, last = false;
-  double layers = 0;
+  double params = 0;
   for (int c = 0; c < chunks; ++c) {
     const int v = sched.virtual_stage(stage, c);
     first |= v == 0;
     last |= v == last_v;
-    layers += p.layers_of_virtual_stage(v, m.layers);
+    const int l0 = p.first_layer_of_virtual_stage(v, m.layers);
+    for (int l = l0; l < l0 + p.layers_of_virtual_stage(v, m.layers); ++l) params += m.params_of_kind(m.layer_kind(l));
   }
-  double params = layers * m.params_per_layer() / p.tp;
+  params /= p.tp;
   if (first) params += m.embedding_params() / p.tp;
   if (last && (!m.tied_embeddings || !first)) params += static_cast<double>(m.vocab) * m.hidden / p.tp;
   const double dp_group = static_cast<double>(p.dp) * p.cp;
@@ -75,14 +84,18 @@ MemoryBreakdown stage_memory(const TransformerSpec& m, const ParallelSpec& p, co
 
   // Activations in flight: each forward unit adds its chunk's activations, its
   // backward frees them (B frees all but the weight-gradient inputs, W those).
-  const double per_layer = layer_activation_bytes(m, p, tr);
-  const double per_layer_w = layer_weight_input_bytes(m, p, tr);
   const double tokens = static_cast<double>(p.micro_batch) * tr.seq_len / p.cp;
   const double embedding_out = tokens * m.hidden * 3 / (p.sequence_parallel ? p.tp : 1);
   mem.activations = peak_activation_bytes(sched, stage, [&](int c) {
     const int v = sched.virtual_stage(stage, c);
-    const double n = p.layers_of_virtual_stage(v, m.layers);
-    return ChunkActivation{per_layer * n + (v == 0 ? embedding_out : 0.0), per_layer_w * n};
+    ChunkActivation a{v == 0 ? embedding_out : 0.0, 0.0};
+    const int l0 = p.first_layer_of_virtual_stage(v, m.layers);
+    for (int l = l0; l < l0 + p.layers_of_virtual_stage(v, m.layers); ++l) {
+      const ChunkActivation layer = activation_of(m.layer_kind(l));
+      a.total += layer.total;
+      a.for_weights += layer.for_weights;
+    }
+    return a;
   });
   if (p.recompute == Recompute::Full) {
     // One layer's full activations are live while it is recomputed.

@@ -93,8 +93,7 @@ class StageProgramBuilder {
     int max_layers = 0;
     for (int l : layers_) max_layers = std::max(max_layers, l);
     const std::size_t per_unit =
-        max_layers * (steps_.layer.forward.size() + steps_.layer.backward.size() + steps_.layer.recompute.size()) / 2 +
-        8;
+        max_layers * (dense().forward.size() + dense().backward.size() + dense().recompute.size()) / 2 + 8;
     b_.reserve(order.size() * per_unit, 2 * order.size() * per_unit);
     // The last unit of each chunk that finishes its weight gradients carries the gradient reduction.
     std::vector<int> last_weights(chunks_, -1), first_forward(chunks_, -1);
@@ -147,7 +146,7 @@ class StageProgramBuilder {
     for (int c = 0; c < chunks_; ++c) {
       if (first_vstage(c)) elems += steps_.embedding_grad_elements;
       for (int l = 0; l < layers_[c]; ++l) {
-        elems += steps_.layer_grad_elements;
+        elems += layer_steps(first_layer_[c] + l).grad_elements;
         layers.push_back(first_layer_[c] + l);
         if (elems * kActBytes >= bucket_bytes_ / train_.grad_reduce_bytes * kActBytes) flush();
       }
@@ -159,6 +158,8 @@ class StageProgramBuilder {
  private:
   static constexpr TaskId kNone = ~TaskId{0};
 
+  const LayerSteps& layer_steps(int layer) const { return steps_.of(model_.layer_kind(layer)); }
+  const LayerSteps& dense() const { return steps_.of(LayerKind::Dense); }
   bool zero_sharded_optimizer() const { return par_.zero >= 1 && par_.zero <= 2 && dp_group_ > 1; }
   bool zero3() const { return par_.zero == 3 && dp_group_ > 1; }
   bool first_vstage(int chunk) const { return vstage_[chunk] == 0; }
@@ -297,7 +298,7 @@ class StageProgramBuilder {
       if (zero3()) deps.push_back(param_gather(layer, prev_layer_first, u.microbatch));
       if (prefetch_params_ && first_of_chunk) deps.push_back(param_bucket_of_layer_[layer]);
       TaskId first = kNone;
-      last = emit(steps_.layer.forward, layer_prefix('F', layer), u.microbatch, dedupe(deps), false, &first);
+      last = emit(layer_steps(layer).forward, layer_prefix('F', layer), u.microbatch, dedupe(deps), false, &first);
       prev_layer_first = first;
       entry = {last};
     }
@@ -347,11 +348,12 @@ class StageProgramBuilder {
       std::vector<TaskId> deps = entry;
       if (zero3()) deps.push_back(param_gather(layer, prev_layer_first, u.microbatch));
       TaskId first = kNone;
-      if (!steps_.layer.recompute.empty()) {
-        last = emit(steps_.layer.recompute, layer_prefix('R', layer), u.microbatch, dedupe(deps), true, &first);
+      const LayerSteps& ls = layer_steps(layer);
+      if (!ls.recompute.empty()) {
+        last = emit(ls.recompute, layer_prefix('R', layer), u.microbatch, dedupe(deps), true, &first);
         deps = {last};
       }
-      last = emit(steps_.layer.backward, layer_prefix('B', layer), u.microbatch, dedupe(deps), false, &first, filter,
+      last = emit(ls.backward, layer_prefix('B', layer), u.microbatch, dedupe(deps), false, &first, filter,
                   whole ? nullptr : &(*saved)[l]);
       prev_layer_first = first;
       entry = {last};
@@ -390,7 +392,7 @@ class StageProgramBuilder {
     }
     for (int l = layers_[u.chunk] - 1; l >= 0; --l) {
       const int layer = first_layer_[u.chunk] + l;
-      last = emit(steps_.layer.backward, layer_prefix('W', layer), u.microbatch, entry, false, nullptr,
+      last = emit(layer_steps(layer).backward, layer_prefix('W', layer), u.microbatch, entry, false, nullptr,
                   PassFilter::WeightOnly, &ids[l]);
       entry = {last};
       layer_grads_done(layer, last, u.microbatch, reduce_grads);
@@ -408,11 +410,11 @@ class StageProgramBuilder {
     if (zero3()) {
       const TaskId d[] = {last};
       b_.collective(s_.dp, slot_dp_, CollectiveKind::ReduceScatter, CommClass::DP,
-                    static_cast<std::uint64_t>(steps_.layer_grad_elements * train_.grad_reduce_bytes),
+                    static_cast<std::uint64_t>(layer_steps(layer).grad_elements * train_.grad_reduce_bytes),
                     label("B L" + std::to_string(layer) + " dp.rs.grads"), mb, d);
       dp_tasks_.push_back(b_.size() - 1);
     } else if (reduce_grads) {
-      add_grads(steps_.layer_grad_elements, last, mb);
+      add_grads(layer_steps(layer).grad_elements, last, mb);
     }
   }
 
@@ -421,7 +423,7 @@ class StageProgramBuilder {
     std::vector<TaskId> deps;
     if (after != kNone) deps.push_back(after);
     return b_.collective(s_.dp, slot_dp_, CollectiveKind::AllGather, CommClass::DP,
-                         static_cast<std::uint64_t>(steps_.layer_grad_elements * kActBytes),
+                         static_cast<std::uint64_t>(layer_steps(layer).grad_elements * kActBytes),
                          label("L" + std::to_string(layer) + " dp.ag.params"), mb, deps);
   }
 
@@ -455,7 +457,7 @@ class StageProgramBuilder {
   double local_params() const {
     double p = 0;
     for (int c = 0; c < chunks_; ++c) {
-      p += layers_[c] * steps_.layer_grad_elements;
+      for (int l = 0; l < layers_[c]; ++l) p += layer_steps(first_layer_[c] + l).grad_elements;
       if (first_vstage(c)) p += steps_.embedding_grad_elements;
       if (last_vstage(c)) p += steps_.head_grad_elements;
     }

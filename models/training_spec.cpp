@@ -11,13 +11,31 @@ double TransformerSpec::params_per_layer() const {
   return attn + mlp_weights + norms + biases;
 }
 
+double TransformerSpec::params_of_kind(LayerKind k) const {
+  switch (k) {
+    case LayerKind::Dense:
+      return params_per_layer();
+  }
+  return params_per_layer();
+}
+
+const char* to_string(LayerKind k) {
+  switch (k) {
+    case LayerKind::Dense:
+      return "dense";
+  }
+  return "?";
+}
+
 double TransformerSpec::embedding_params() const {
   return static_cast<double>(vocab) * hidden + (rope ? 0.0 : static_cast<double>(max_seq_len) * hidden);
 }
 
 double TransformerSpec::total_params() const {
   const double head = tied_embeddings ? 0.0 : static_cast<double>(vocab) * hidden;
-  return layers * params_per_layer() + embedding_params() + head + hidden;
+  double body = 0;
+  for (int l = 0; l < layers; ++l) body += params_of_kind(layer_kind(l));
+  return body + embedding_params() + head + hidden;
 }
 
 int ParallelSpec::virtual_stages() const {

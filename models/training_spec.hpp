@@ -10,6 +10,13 @@ namespace trainsim {
 
 enum class MlpKind : std::uint8_t { Gelu, SwiGlu };
 
+// Kinds of transformer layer. A model has one kind per layer; every layer kind
+// brings its own steps (models/layer_steps.hpp), parameters and activation
+// memory. Dense (attention + MLP) today; mixture-of-experts and others plug in here.
+enum class LayerKind : std::uint8_t { Dense };
+inline constexpr std::size_t kNumLayerKinds = 1;
+const char* to_string(LayerKind k);
+
 struct TransformerSpec {
   std::string name;
   std::string family;
@@ -24,10 +31,14 @@ struct TransformerSpec {
   bool rope = false;     // rotary position embedding (else learned positions)
   bool tied_embeddings = false;
   int max_seq_len = 0;
+  std::vector<LayerKind> layer_kinds;  // one per layer; empty = every layer dense
   std::string source;
 
+  LayerKind layer_kind(int layer) const { return layer_kinds.empty() ? LayerKind::Dense : layer_kinds[layer]; }
+
   int head_dim() const { return hidden / heads; }
-  double params_per_layer() const;  // weights of one transformer layer
+  double params_per_layer() const;  // weights of one dense transformer layer
+  double params_of_kind(LayerKind k) const;
   double embedding_params() const;  // token (+ learned position) embedding
   double total_params() const;
 };

@@ -1,4 +1,4 @@
-#include "tools/frontend/json_reader.hpp"
+#include "topologies/json_reader.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -60,6 +60,9 @@ std::string did_you_mean(const std::string& word, const std::vector<std::string>
 // Parses text; on failure adds "line L, column C: ..." at pointer "" and returns nullopt.
 std::optional<nlohmann::json> parse_json_text(const std::string& text, Diagnostics& diags);
 
+// The whole file as text; on failure adds "cannot read the file" at pointer "" and returns "".
+std::string read_text_file(const std::string& path, Diagnostics& diags);
+
 // Reads one JSON object. Getters record errors and return the default when the
 // value is missing or wrong; finish() reports keys nobody asked for.
 class ObjectReader {

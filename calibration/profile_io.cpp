@@ -161,10 +161,12 @@ std::string quantity_text(double x, Quantity kind) {
   };
   static constexpr Unit kTime[] = {{"us", 1e-6}, {"ms", 1e-3}, {"ns", 1e-9}, {"s", 1}};
   static constexpr Unit kBytes[] = {{"GiB", 1073741824.0}, {"MiB", 1048576.0}, {"B", 1}};
-  static constexpr Unit kBase[] = {{"", 1}};
-  const std::span<const Unit> units = kind == Quantity::Time    ? std::span<const Unit>(kTime)
-                                      : kind == Quantity::Bytes ? std::span<const Unit>(kBytes)
-                                                                : std::span<const Unit>(kBase);
+  static constexpr Unit kBandwidth[] = {{"GB/s", 1e9}, {"B/s", 1}};
+  static constexpr Unit kFlops[] = {{"TFLOPS", 1e12}, {"FLOPS", 1}};
+  const std::span<const Unit> units = kind == Quantity::Time        ? std::span<const Unit>(kTime)
+                                      : kind == Quantity::Bytes     ? std::span<const Unit>(kBytes)
+                                      : kind == Quantity::Bandwidth ? std::span<const Unit>(kBandwidth)
+                                                                    : std::span<const Unit>(kFlops);
   for (const Unit& u : units) {
     const std::string text = shortest(x / u.factor) + u.suffix;
     const ParsedQuantity q = parse_quantity(text, kind);

@@ -16,6 +16,7 @@ namespace trainsim {
 struct Provenance {
   std::string kind;
   std::string source;
+  bool operator==(const Provenance&) const = default;
 };
 
 // Efficiency (fraction of peak) as a function of a size (FLOPs or bytes),
@@ -29,6 +30,7 @@ class EfficiencyCurve {
   double at(double size) const;
   bool empty() const { return points_.empty(); }
   const std::vector<std::pair<double, double>>& points() const { return points_; }
+  bool operator==(const EfficiencyCurve&) const = default;
 
  private:
   std::vector<std::pair<double, double>> points_;
@@ -37,11 +39,13 @@ class EfficiencyCurve {
 struct CurveEntry {
   EfficiencyCurve curve;
   Provenance provenance;
+  bool operator==(const CurveEntry&) const = default;
 };
 
 struct ValueEntry {
   double value = 0;
   Provenance provenance;
+  bool operator==(const ValueEntry&) const = default;
 };
 
 // Collective figures for one link class (scale-up domain or scale-out network).
@@ -55,6 +59,7 @@ struct LinkCalibration {
   ValueEntry nvls_busbw_efficiency;  // same for NVLS all-reduce (scale-up only; 0 = no NVLS figure)
   ValueEntry latency;                // seconds per algorithm step (per hop)
   ValueEntry base_latency;           // seconds per collective launch
+  bool operator==(const LinkCalibration&) const = default;
 };
 
 struct CalibrationProfile {
@@ -81,6 +86,7 @@ struct CalibrationProfile {
   ValueEntry memory_reserved;  // bytes of HBM not available to tensors (CUDA context, NCCL, workspaces)
   LinkCalibration scaleup;
   LinkCalibration network;
+  bool operator==(const CalibrationProfile&) const = default;  // exact, provenance included
 };
 
 // Profiles compiled into the binary (calibration/profiles/*.json).

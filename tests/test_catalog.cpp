@@ -1,6 +1,8 @@
 #include <doctest/doctest.h>
 
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "model_fixtures.hpp"
 #include "tools/frontend/catalog.hpp"
@@ -39,4 +41,15 @@ TEST_CASE("the model tests' hand-built shapes are the shipped presets") {
     CHECK(found);
   }
   CHECK(gpt3 == static_cast<int>(gpt3_models().size()));
+}
+
+TEST_CASE("shipped catalogs and profiles cite public sources, not files outside the repository") {
+  std::vector<EmbeddedFile> files(topology_catalog_files().begin(), topology_catalog_files().end());
+  files.insert(files.end(), calibration_profile_files().begin(), calibration_profile_files().end());
+  REQUIRE(files.size() > 3);
+  for (const EmbeddedFile& f : files) {
+    CAPTURE(f.path);
+    CHECK(f.text.find("../") == std::string_view::npos);
+    CHECK(f.text.find("hardware.md") == std::string_view::npos);
+  }
 }

@@ -581,17 +581,6 @@ nlohmann::ordered_json fit_core(const std::vector<Doc>& docs, const std::string&
   return general.ok() ? prof : nlohmann::ordered_json{};
 }
 
-std::string read_text_file(const std::string& path, Diagnostics& d) {
-  std::ifstream in(path);
-  if (!in) {
-    d.error("", "cannot read the file");
-    return {};
-  }
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 }  // namespace
 
 nlohmann::ordered_json fit_profile(const std::vector<nlohmann::json>& raw_docs, const std::string& gpu_name_or_empty,
@@ -637,27 +626,6 @@ nlohmann::ordered_json fit_profile_files(const std::vector<std::string>& raw_pat
   all.insert(all.end(), general.items().begin(), general.items().end());
   if (!all.empty()) throw InputError(all);
   return out;
-}
-
-void write_profile_file(const nlohmann::ordered_json& profile, const std::string& path) {
-  std::ofstream f(path);
-  if (f) f << profile.dump(2) << "\n";
-  if (!f) throw InputError({Diagnostic{path, "", "cannot write the profile file"}});
-}
-
-CalibrationProfile load_profile_file(const std::string& path) {
-  Diagnostics d(path);
-  const std::string text = read_text_file(path, d);
-  CalibrationProfile p;
-  if (d.ok()) {
-    if (auto doc = parse_json_text(text, d)) {
-      ObjectReader r(*doc, "", d);
-      if (r.valid()) p = read_profile(r);
-      r.finish();
-    }
-  }
-  d.throw_if_errors();
-  return p;
 }
 
 namespace {

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "calibration/profile.hpp"
+#include "calibration/profile_io.hpp"
 #include "tools/frontend/catalog.hpp"
 #include "tools/frontend/json_reader.hpp"
 
@@ -30,12 +31,8 @@ nlohmann::ordered_json fit_profile(const std::vector<nlohmann::json>& raw_docs, 
 nlohmann::ordered_json fit_profile_files(const std::vector<std::string>& raw_paths,
                                          const std::string& gpu_name_or_empty, const Catalog& catalog);
 
-// Writes a fitted profile (2-space JSON); throws InputError when the file cannot be written.
-void write_profile_file(const nlohmann::ordered_json& profile, const std::string& path);
-
-// Reads a profile file with the same strict reader as a scenario's
-// calibration.profiles entry. Throws InputError.
-CalibrationProfile load_profile_file(const std::string& path);
+// Reading and writing profile files (load_profile_file, write_profile_file):
+// calibration/profile_io.hpp.
 
 // Per-component comparison of two profiles, one line per figure with the
 // ratio b/a: GEMM efficiency at 1/16/137/1100 GFLOP per dtype, the skinny-GEMM

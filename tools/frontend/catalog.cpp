@@ -26,87 +26,6 @@ const T* find_by_name(const std::vector<T>& v, const std::string& name) {
 
 constexpr double kBig = 1e30;
 
-Provenance read_provenance(ObjectReader& r) {
-  Provenance p;
-  p.kind = r.choice("kind", "", {"spec", "measured", "derived", "assumed", "fitted"}, true);
-  p.source = r.string("source", "", true);
-  return p;
-}
-
-CurveEntry read_curve(ObjectReader& parent, const char* key, bool required) {
-  CurveEntry e;
-  const nlohmann::json* v = parent.raw(key);
-  if (v == nullptr) {
-    if (required) parent.error(key, "required efficiency curve is missing");
-    return e;
-  }
-  ObjectReader r(*v, parent.at(key), parent.diagnostics());
-  if (!r.valid()) return e;
-  const nlohmann::json* pts = r.raw("points");
-  std::vector<std::pair<double, double>> points;
-  if (pts == nullptr || !pts->is_array() || pts->empty()) {
-    r.error("points", "expected a non-empty array of [size, efficiency] pairs");
-  } else {
-    for (std::size_t i = 0; i < pts->size(); ++i) {
-      const auto& p = (*pts)[i];
-      const std::string ptr = json_pointer_append(r.at("points"), i);
-      if (!p.is_array() || p.size() != 2 || !p[0].is_number() || !p[1].is_number()) {
-        r.diagnostics().error(ptr, "expected [size, efficiency], found " + describe_json_type(p));
-        continue;
-      }
-      const double x = p[0].get<double>(), y = p[1].get<double>();
-      if (!(x > 0) || !(y > 0 && y <= 1.5)) {
-        r.diagnostics().error(ptr, "expected size > 0 and efficiency in (0, 1.5]");
-        continue;
-      }
-      if (!points.empty() && x <= points.back().first) {
-        r.diagnostics().error(ptr, "sizes must increase strictly");
-        continue;
-      }
-      points.emplace_back(x, y);
-    }
-  }
-  e.curve = EfficiencyCurve(std::move(points));
-  e.provenance = read_provenance(r);
-  r.finish();
-  return e;
-}
-
-ValueEntry read_value(ObjectReader& parent, const char* key, std::optional<Quantity> unit, double lo, double hi,
-                      bool required) {
-  ValueEntry e;
-  const nlohmann::json* v = parent.raw(key);
-  if (v == nullptr) {
-    if (required) parent.error(key, "required calibration value is missing");
-    return e;
-  }
-  ObjectReader r(*v, parent.at(key), parent.diagnostics());
-  if (!r.valid()) return e;
-  e.value = unit ? r.quantity("value", *unit, 0, lo, hi, true) : r.number("value", 0, lo, hi, true);
-  e.provenance = read_provenance(r);
-  r.finish();
-  return e;
-}
-
-LinkCalibration read_link(ObjectReader& parent, const char* key) {
-  LinkCalibration l;
-  const nlohmann::json* v = parent.raw(key);
-  if (v == nullptr) {
-    parent.error(key, "required link calibration is missing");
-    return l;
-  }
-  ObjectReader r(*v, parent.at(key), parent.diagnostics());
-  if (!r.valid()) return l;
-  l.busbw_curve = read_curve(r, "busbw_curve", false);
-  l.nvls_busbw_curve = read_curve(r, "nvls_busbw_curve", false);
-  l.busbw_efficiency = read_value(r, "busbw_efficiency", std::nullopt, 0.01, 1.5, true);
-  l.nvls_busbw_efficiency = read_value(r, "nvls_busbw_efficiency", std::nullopt, 0.01, 2.0, false);
-  l.latency = read_value(r, "latency", Quantity::Time, 0, 1, true);
-  l.base_latency = read_value(r, "base_latency", Quantity::Time, 0, 1, true);
-  r.finish();
-  return l;
-}
-
 }  // namespace
 
 TransformerSpec read_model(ObjectReader& r, const TransformerSpec* base) {
@@ -180,33 +99,6 @@ NodeSpec read_node(ObjectReader& r, const Catalog& catalog, const NodeSpec* base
   }
   n.source = r.string("source", n.source);
   return n;
-}
-
-CalibrationProfile read_profile(ObjectReader& r) {
-  CalibrationProfile p;
-  p.gpu = r.string("gpu", "", true);
-  p.description = r.string("description", "", true);
-  if (const nlohmann::json* g = r.raw("gemm")) {
-    ObjectReader gr(*g, r.at("gemm"), r.diagnostics());
-    for (std::size_t d = 0; d < kNumDtypes; ++d) {
-      p.gemm[d] = read_curve(gr, to_string(static_cast<Dtype>(d)), false);
-    }
-    gr.finish();
-  } else {
-    r.error("gemm", "required GEMM efficiency curves are missing");
-  }
-  p.gemm_min_dim = read_curve(r, "gemm_min_dim", true);
-  p.attention = read_curve(r, "attention", true);
-  p.attention_backward = read_curve(r, "attention_backward", false);
-  p.triton_attention_speed = read_value(r, "triton_attention_speed", std::nullopt, 0.05, 1, false);
-  p.memory_bound = read_curve(r, "memory_bound", true);
-  p.launch_overhead = read_value(r, "launch_overhead", Quantity::Time, 0, 1e-3, true);
-  p.compute_share_during_comm = read_value(r, "compute_share_during_comm", std::nullopt, 0.05, 1, false);
-  if (r.raw("compute_share_during_comm") == nullptr) p.compute_share_during_comm = ValueEntry{1.0, {}};  // none
-  p.memory_reserved = read_value(r, "memory_reserved", Quantity::Bytes, 0, 1e12, true);
-  p.scaleup = read_link(r, "scaleup");
-  p.network = read_link(r, "network");
-  return p;
 }
 
 const GpuSpec* Catalog::find_gpu(const std::string& name) const {

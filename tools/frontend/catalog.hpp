@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "calibration/profile.hpp"
+#include "calibration/profile_io.hpp"
 #include "models/training_spec.hpp"
 #include "tools/frontend/json_reader.hpp"
 #include "topologies/hardware.hpp"
@@ -42,9 +43,9 @@ struct Catalog {
 // Parses every embedded catalog file; throws InputError if one is invalid.
 Catalog load_builtin_catalog();
 
-// Readers shared by the catalog and inline scenario definitions.
+// Readers shared by the catalog and inline scenario definitions (read_profile:
+// calibration/profile_io.hpp).
 TransformerSpec read_model(ObjectReader& r, const TransformerSpec* base);
 NodeSpec read_node(ObjectReader& r, const Catalog& catalog, const NodeSpec* base);
-CalibrationProfile read_profile(ObjectReader& r);
 
 }  // namespace trainsim

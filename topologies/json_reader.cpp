@@ -1,7 +1,8 @@
-#include "tools/frontend/json_reader.hpp"
+#include "topologies/json_reader.hpp"
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <sstream>
 
 namespace trainsim {
@@ -121,6 +122,17 @@ std::optional<nlohmann::json> parse_json_text(const std::string& text, Diagnosti
     diags.error("", "malformed JSON at line " + std::to_string(line) + ", column " + std::to_string(col) + ": " + what);
     return std::nullopt;
   }
+}
+
+std::string read_text_file(const std::string& path, Diagnostics& diags) {
+  std::ifstream in(path);
+  if (!in) {
+    diags.error("", "cannot read the file");
+    return {};
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
 }
 
 ObjectReader::ObjectReader(const nlohmann::json& value, std::string pointer, Diagnostics& diags)

@@ -1,4 +1,4 @@
-#include "tools/frontend/units.hpp"
+#include "topologies/units.hpp"
 
 #include <cctype>
 #include <charconv>

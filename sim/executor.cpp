@@ -1,7 +1,8 @@
 #include "sim/executor.hpp"
 
+#include "sim/check.hpp"
+
 #include <algorithm>
-#include <cassert>
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -61,7 +62,9 @@ void Executor::init() {
   timeline_of_rank_.assign(nr, -1);
   for (std::size_t r = 0; r < nr; ++r) {
     const std::uint32_t prog = setup.ranks[r].program;
-    assert(setup.ranks[r].comm_of_slot.size() == setup.programs[prog].comm_slots.size());
+    TRAINSIM_CHECK(setup.ranks[r].comm_of_slot.size() == setup.programs[prog].comm_slots.size(),
+                   "rank " + setup.ranks[r].name + " binds " + std::to_string(setup.ranks[r].comm_of_slot.size()) +
+                       " communicators for " + std::to_string(setup.programs[prog].comm_slots.size()) + " slots");
     task_base_[r] = task0[prog] + index[r];
     stream_base_[r] = stream0[prog] + index[r];
     slot_base_[r] = slot0[prog] + index[r];

@@ -55,6 +55,10 @@ TEST_CASE("run with no scenario runs the embedded default and carries every resu
   CHECK(sum == doctest::Approx(j["iteration_time_s"].get<double>()).epsilon(1e-6));
   // MFU is consistent with TFLOP/s per GPU and the H100 BF16 peak.
   CHECK(j["mfu"].get<double>() == doctest::Approx(j["tflops_per_gpu"].get<double>() / 989.4).epsilon(1e-6));
+  // The workload names its throughput unit; the figures say which fidelity they come from.
+  CHECK(j["throughput"]["unit"] == "tokens");
+  CHECK(j["throughput"]["per_s"].get<double>() == j["tokens_per_s"].get<double>());
+  CHECK(j["fidelity"] == "analytical");
 }
 
 TEST_CASE("the same scenario twice gives identical results") {

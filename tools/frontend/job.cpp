@@ -6,6 +6,7 @@
 #include <map>
 
 #include "models/planner.hpp"
+#include "sim/check.hpp"
 #include "sim/executor.hpp"
 #include "sim/platform.hpp"
 
@@ -191,6 +192,9 @@ nlohmann::json to_json(const JobReport& r) {
                         {"simulated_ranks", r.simulated_ranks},
                         {"wall_time_s", r.wall_time_s}};
   if (!r.warnings.empty()) out["warnings"] = r.warnings;
+  // The workload's own throughput unit (tokens for transformers) and the fidelity the figures come from.
+  out["throughput"] = {{"unit", r.throughput_unit}, {"per_s", r.units_per_s}};
+  out["fidelity"] = r.fidelity;
   return out;
 }
 
@@ -226,6 +230,11 @@ double metric_value(const JobReport& r, const std::string& metric) {
   if (metric == "tokens_per_s") return r.tokens_per_s;
   if (metric == "tflops_per_gpu") return r.tflops_per_gpu;
   if (metric == "mfu") return r.mfu;
+  if (metric == "samples_per_s") return r.samples_per_s;
+  if (metric == "hfu") return r.hfu;
+  if (metric == "peak_memory_gib") return r.peak_memory_gib;
+  if (metric == "units_per_s") return r.units_per_s;
+  TRAINSIM_CHECK(false, "no result field named \"" + metric + "\"");
   return 0;
 }
 

@@ -437,20 +437,16 @@ std::vector<CalibrationProfile> read_calibration(ObjectReader& top, const Catalo
           }
           std::filesystem::path p = (*list)[i].get<std::string>();
           if (p.is_relative()) p = std::filesystem::path(base_dir) / p;
-          std::ifstream in(p);
-          if (!in) {
-            r.diagnostics().error(ptr, "cannot read calibration profile \"" + p.string() + "\"");
-            continue;
+          // The profile's own problems (its file and pointer) are reported at this entry.
+          try {
+            chosen.push_back(load_profile_file(p.string()));
+          } catch (const InputError& e) {
+            for (const auto& d : e.diagnostics()) {
+              r.diagnostics().error(ptr, d.pointer.empty() && d.message == "cannot read the file"
+                                             ? "cannot read calibration profile \"" + p.string() + "\""
+                                             : d.format());
+            }
           }
-          std::stringstream ss;
-          ss << in.rdbuf();
-          Diagnostics pd(p.string());
-          if (auto doc = parse_json_text(ss.str(), pd)) {
-            ObjectReader pr(*doc, "", pd);
-            if (pr.valid()) chosen.push_back(read_profile(pr));
-            pr.finish();
-          }
-          for (const auto& d : pd.items()) r.diagnostics().error(ptr, d.format());
         }
       }
     }

@@ -691,42 +691,51 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
   if (options.representatives) {
     const AnalyticalNetwork& net = platform.analytical_network();
     const double tol = options.equivalence_tolerance;
-    std::map<std::tuple<int, int, std::vector<int>>, TimingSignature> sig_of_comm;
     std::vector<SlotTransfers> transfers;
     for (const ProgramTemplate& p : plan.setup.programs) transfers.push_back(transfers_by_slot(p));
-    auto sig = [&](const SlotUse& use, int s, int d, int c, int t) -> const TimingSignature& {
-      const int slot = static_cast<int>(&use - slots_of_stage[s].data());
-      auto key = std::make_tuple(s, slot, members_of(use, s, d, c, t));
-      auto it = sig_of_comm.find(key);
-      if (it == sig_of_comm.end()) {
-        TimingSignature timing = timing_signature(net, cluster, std::get<2>(key), transfers[s][slot]);
-        timing.exact.push_back(static_cast<int>(use.role));
-        it = sig_of_comm.emplace(std::move(key), std::move(timing)).first;
-      }
-      return it->second;
+    auto sig = [&](int s, std::size_t slot, int d, int c, int t) {
+      const SlotUse& use = slots_of_stage[s][slot];
+      TimingSignature timing = timing_signature(net, cluster, members_of(use, s, d, c, t), transfers[s][slot]);
+      timing.exact.push_back(static_cast<int>(use.role));
+      return timing;
     };
     compact = true;
-    // A replica's signature: per stage and rank, its GPU type and the signature of each communicator.
+    // A replica's signature: per stage, its ranks' GPU types and the signature
+    // of each of their communicators (each computed once: TP per (d, c), CP per
+    // (d, t), pipeline links per rank; DP is shared by all replicas).
     std::vector<TimingSignature> replica_sig(par.dp);
     for (int s = 0; s < par.pp; ++s) {
       const auto& slots = slots_of_stage[s];
-      for (const SlotUse& use : slots) {
-        if (use.role != SlotRole::DP) continue;
-        for (int t = 1; t < par.tp && compact; ++t)
-          compact = same_timing(sig(use, s, 0, 0, t), sig(use, s, 0, 0, 0), tol);
+      for (std::size_t k = 0; k < slots.size(); ++k) {
+        if (slots[k].role != SlotRole::DP) continue;
+        const TimingSignature first = sig(s, k, 0, 0, 0);
+        for (int t = 1; t < par.tp && compact; ++t) compact = same_timing(sig(s, k, 0, 0, t), first, tol);
       }
       for (int d = 0; d < par.dp; ++d) {
+        TimingSignature& rs = replica_sig[d];
         const int type0 = cluster.gpu_type_of(gpu(s, d, 0, 0));
         for (int c = 0; c < par.cp; ++c) {
           for (int t = 0; t < par.tp; ++t) {
             const int type = cluster.gpu_type_of(gpu(s, d, c, t));
             compact = compact && type == type0;
-            replica_sig[d].exact.push_back(type);
-            for (const SlotUse& use : slots) {
-              if (use.role == SlotRole::DP) continue;
-              const TimingSignature& g = sig(use, s, d, c, t);
-              compact = compact && same_timing(g, sig(use, s, d, 0, 0), tol);
-              append(replica_sig[d], g);
+            rs.exact.push_back(type);
+          }
+        }
+        for (std::size_t k = 0; k < slots.size(); ++k) {
+          const SlotRole role = slots[k].role;
+          if (role == SlotRole::DP) continue;
+          const int nc = role == SlotRole::CP ? 1 : par.cp;  // a CP group spans c, a TP group spans t
+          const int nt = role == SlotRole::TP ? 1 : par.tp;
+          TimingSignature first;
+          for (int c = 0; c < nc; ++c) {
+            for (int t = 0; t < nt; ++t) {
+              TimingSignature g = sig(s, k, d, c, t);
+              if (c == 0 && t == 0) {
+                first = g;
+              } else {
+                compact = compact && same_timing(g, first, tol);
+              }
+              append(rs, g);
             }
           }
         }

@@ -10,29 +10,25 @@ void AnalyticalNetworkModel::bind(const std::vector<Communicator>& comms) {
   comms_ = &comms;
   shapes_.assign(comms.size(), CommShape{});
   shaped_.assign(comms.size(), 0);
-  heap_.clear();
+  durations_.assign(comms.size(), {});
 }
 
-void AnalyticalNetworkModel::start(Time now, const TransferRequest& t, std::uint64_t cookie) {
+Time AnalyticalNetworkModel::start(Time now, const TransferRequest& t, std::uint64_t) {
+  const std::uint32_t what = t.p2p ? 8 + static_cast<std::uint32_t>(t.sender) : static_cast<std::uint32_t>(t.kind);
+  auto& known = durations_[t.comm];
+  for (const Duration& d : known) {
+    if (d.what == what && d.bytes == t.bytes) return now + d.time;
+  }
   if (!shaped_[t.comm]) {
     shapes_[t.comm] = network_->shape((*comms_)[t.comm].members);
     shaped_[t.comm] = 1;
   }
   const CommShape& shape = shapes_[t.comm];
   const double bytes = static_cast<double>(t.bytes);
-  const double seconds =
-      t.p2p ? network_->p2p_seconds(shape, bytes) : network_->collective_seconds(shape, t.kind, bytes);
-  heap_.push_back(Entry{now + Time::seconds(seconds), seq_++, cookie});
-  std::push_heap(heap_.begin(), heap_.end(), later);
-}
-
-void AnalyticalNetworkModel::advance(Time now, std::vector<TransferDone>& done) {
-  while (!heap_.empty() && heap_.front().time <= now) {
-    std::pop_heap(heap_.begin(), heap_.end(), later);
-    const Entry e = heap_.back();
-    heap_.pop_back();
-    done.push_back(TransferDone{0, e.cookie, e.time});
-  }
+  const Time duration =
+      Time::seconds(t.p2p ? network_->p2p_seconds(shape, bytes) : network_->collective_seconds(shape, t.kind, bytes));
+  known.push_back(Duration{what, t.bytes, duration});
+  return now + duration;
 }
 
 void AnalyticalNetworkModel::set_link_capacity(Time, std::uint32_t link, double) {
@@ -49,7 +45,7 @@ void FlowNetworkModel::bind(const std::vector<Communicator>& comms) {
   plans_.assign(comms.size(), {});
 }
 
-void FlowNetworkModel::start(Time now, const TransferRequest& t, std::uint64_t cookie) {
+Time FlowNetworkModel::start(Time now, const TransferRequest& t, std::uint64_t cookie) {
   const std::uint32_t what = t.p2p ? 8 + static_cast<std::uint32_t>(t.sender) : static_cast<std::uint32_t>(t.kind);
   const auto key = std::make_pair(what, t.bytes);
   auto& plans = plans_[t.comm];
@@ -71,6 +67,7 @@ void FlowNetworkModel::start(Time now, const TransferRequest& t, std::uint64_t c
     plans.emplace_back(key, id);
   }
   flows_->start(now, id, cookie);
+  return Time::max();
 }
 
 void FlowNetworkModel::set_link_capacity(Time at, std::uint32_t link, double capacity) {

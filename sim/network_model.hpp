@@ -34,9 +34,11 @@ class NetworkModel {
   virtual ~NetworkModel() = default;
   // The communicators transfers will name (kept by reference until the run ends).
   virtual void bind(const std::vector<Communicator>& comms) = 0;
-  // Starts a transfer at `now` (never earlier than the last advance);
-  // `cookie` comes back with its completion.
-  virtual void start(Time now, const TransferRequest& transfer, std::uint64_t cookie) = 0;
+  // Starts a transfer at `now` (never earlier than the last advance). A model
+  // that knows the completion time at once, and never moves it (analytical),
+  // returns it and reports nothing later; otherwise it returns Time::max() and
+  // `cookie` comes back from advance() when the transfer completes.
+  virtual Time start(Time now, const TransferRequest& transfer, std::uint64_t cookie) = 0;
   // Earliest pending completion or internal event; Time::max() when idle.
   virtual Time next_event() const = 0;
   // Processes everything up to and including `now` and appends the transfers
@@ -55,33 +57,34 @@ class NetworkModel {
   virtual std::vector<std::string> warnings() const = 0;
 };
 
-// Alpha-beta time per transfer on an otherwise idle network (sim/network.hpp),
-// completions kept in a small heap of its own.
+// Alpha-beta time per transfer on an otherwise idle network (sim/network.hpp):
+// the completion is known when the transfer starts (durations cached per
+// communicator, kind and size).
 class AnalyticalNetworkModel final : public NetworkModel {
  public:
   explicit AnalyticalNetworkModel(const AnalyticalNetwork& network) : network_(&network) {}
   void bind(const std::vector<Communicator>& comms) override;
-  void start(Time now, const TransferRequest& transfer, std::uint64_t cookie) override;
-  Time next_event() const override { return heap_.empty() ? Time::max() : heap_.front().time; }
-  void advance(Time now, std::vector<TransferDone>& done) override;
+  Time start(Time now, const TransferRequest& transfer, std::uint64_t cookie) override;
+  Time next_event() const override { return Time::max(); }
+  void advance(Time, std::vector<TransferDone>&) override {}
   void set_link_capacity(Time at, std::uint32_t link, double capacity) override;
   bool needs_every_member() const override { return false; }
   const char* name() const override { return "analytical"; }
   std::vector<std::string> warnings() const override { return network_->warnings(); }
 
  private:
-  struct Entry {
-    Time time;
-    std::uint64_t seq;
-    std::uint64_t cookie;
-  };
-  static bool later(const Entry& a, const Entry& b) { return a.time > b.time || (a.time == b.time && a.seq > b.seq); }
   const AnalyticalNetwork* network_;
   const std::vector<Communicator>* comms_ = nullptr;
   std::vector<CommShape> shapes_;
   std::vector<std::uint8_t> shaped_;
-  std::vector<Entry> heap_;
-  std::uint64_t seq_ = 0;
+  // Durations computed so far per communicator, by (what, bytes); what =
+  // collective kind, or 8 + sender for a message.
+  struct Duration {
+    std::uint32_t what;
+    std::uint64_t bytes;
+    Time time;
+  };
+  std::vector<std::vector<Duration>> durations_;
 };
 
 // Collectives and messages as max-min fair flows on the cluster graph
@@ -92,7 +95,7 @@ class FlowNetworkModel final : public NetworkModel {
   // Owns its FlowCollectives over `topology` (which must outlive the model).
   FlowNetworkModel(const Cluster& cluster, Topology& topology, const std::vector<CalibrationProfile>& profiles);
   void bind(const std::vector<Communicator>& comms) override;
-  void start(Time now, const TransferRequest& transfer, std::uint64_t cookie) override;
+  Time start(Time now, const TransferRequest& transfer, std::uint64_t cookie) override;
   Time next_event() const override { return flows_->next_event(); }
   void advance(Time now, std::vector<TransferDone>& done) override { flows_->advance(now, done); }
   void set_link_capacity(Time at, std::uint32_t link, double capacity) override;

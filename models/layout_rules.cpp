@@ -130,6 +130,12 @@ std::vector<LayoutProblem> check_layout(const TransformerSpec& m, const Parallel
   if (t.seq_len % p.cp != 0) {
     problem("/parallel/cp", "expected a divisor of seq_len " + str(t.seq_len) + ", found " + str(p.cp));
   }
+  for (const auto& g : cluster.groups) {
+    if (g.node.gpu.peak(t.precision) <= 0) {
+      problem("/training/precision",
+              std::string("GPU ") + g.node.gpu.name + " has no " + to_string(t.precision) + " tensor cores");
+    }
+  }
   if (custom && out.empty()) {
     // The units must fit this layout (pp ranks, its micro-batch count) and be free of deadlock.
     PipelineSchedule s = p.custom_schedule;

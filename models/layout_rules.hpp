@@ -1,7 +1,8 @@
 #pragma once
 // The rules a parallel layout must meet to be planned: GPU count, head / FFN /
-// layer / batch / sequence divisibility, schedule and virtual stages, features
-// not modelled yet. One checker for the scenario loader, the auto-search and the planner.
+// layer / batch / sequence divisibility, schedule and virtual stages (a custom
+// schedule's units), placement, GPUs supporting the training precision,
+// features not modelled yet. One checker for the scenario loader, the auto-search and the planner.
 #include <string>
 #include <vector>
 

@@ -31,7 +31,6 @@ double layer_activation_bytes(const TransformerSpec& m, const ParallelSpec& p, c
 }
 
 double layer_weight_input_bytes(const TransformerSpec& m, const ParallelSpec& p, const TrainingSpec& tr) {
-  if (p.recompute == Recompute::Full) return 0;
   const double t = p.tp;
   const double sbh = static_cast<double>(p.micro_batch) * tr.seq_len / p.cp * m.hidden;
   const bool sp = p.sequence_parallel && p.tp > 1;
@@ -83,7 +82,7 @@ MemoryBreakdown stage_memory(const TransformerSpec& m, const ParallelSpec& p, co
   if (p.zero >= 3 && dp_group > 1) mem.buffers += 2 * 2 * m.params_per_layer() / p.tp;  // gathered layer + prefetch
 
   // Activations in flight: each forward unit adds its chunk's activations, its
-  // backward frees them (B frees all but the weight-gradient inputs, W those).
+  // backward frees them (B keeps the weight-gradient inputs until W).
   const double tokens = static_cast<double>(p.micro_batch) * tr.seq_len / p.cp;
   const double embedding_out = tokens * m.hidden * 3 / (p.sequence_parallel ? p.tp : 1);
   mem.activations = peak_activation_bytes(sched, stage, [&](int c) {
@@ -93,7 +92,7 @@ MemoryBreakdown stage_memory(const TransformerSpec& m, const ParallelSpec& p, co
     for (int l = l0; l < l0 + p.layers_of_virtual_stage(v, m.layers); ++l) {
       const ChunkActivation layer = activation_of(m.layer_kind(l));
       a.total += layer.total;
-      a.for_weights += layer.for_weights;
+      a.after_input += layer.after_input;
     }
     return a;
   });

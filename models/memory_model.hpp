@@ -17,8 +17,9 @@ struct MemoryBreakdown {
 // Activation bytes one layer keeps for backward, for one micro-batch on one rank.
 double layer_activation_bytes(const TransformerSpec& model, const ParallelSpec& par, const TrainingSpec& train);
 
-// Of those, the inputs of the weight-gradient GEMMs: what a W unit still needs
-// after its B unit (0 under full recomputation, which recomputes them).
+// The inputs of the weight-gradient GEMMs of one layer: what a W unit still
+// needs after its B unit (under full recomputation B re-creates them from the
+// checkpoint, so they are the same bytes as without recomputation).
 double layer_weight_input_bytes(const TransformerSpec& model, const ParallelSpec& par, const TrainingSpec& train);
 
 MemoryBreakdown stage_memory(const TransformerSpec& model, const ParallelSpec& par, const TrainingSpec& train,

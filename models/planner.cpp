@@ -170,16 +170,37 @@ class StageProgramBuilder {
     slots_.push_back(use);
     return b_.add_comm_slot(name);
   }
-  // The slot of the pipeline link carrying `role` traffic from stage `from` to `to`.
-  std::uint32_t pipeline_slot(SlotRole role, int from, int to) {
+  // The slot of the pipeline link carrying `role` traffic from stage `from` to
+  // `to`, and the stream its sends (or receives) run on here. Each link has a
+  // stream of its own, so messages to or from one peer never wait behind
+  // another peer's (links are FIFO, check_schedule checks their order); the
+  // first link of each kind uses the named stream (pp.send.next, ...).
+  struct PipelineLink {
+    std::uint32_t slot;
+    std::uint8_t stream;
+  };
+  PipelineLink pipeline_link(SlotRole role, int from, int to) {
     const auto key = std::make_tuple(static_cast<int>(role), from, to);
     auto it = pipeline_slots_.find(key);
     if (it != pipeline_slots_.end()) return it->second;
-    const std::string name = std::string(role == SlotRole::PipelineForward ? "pp.fwd " : "pp.bwd ") +
-                             std::to_string(from) + "->" + std::to_string(to);
+    const bool forward = role == SlotRole::PipelineForward;
+    const bool sending = from == stage_;
+    const std::string name =
+        std::string(forward ? "pp.fwd " : "pp.bwd ") + std::to_string(from) + "->" + std::to_string(to);
     const std::uint32_t slot = add_slot(name, SlotUse{role, from, to});
-    pipeline_slots_.emplace(key, slot);
-    return slot;
+    // Kinds: 0 send forward, 1 send backward, 2 receive forward, 3 receive backward.
+    const int kind = (sending ? 0 : 2) + (forward ? 0 : 1);
+    const std::uint8_t named[] = {s_.send_next, s_.send_prev, s_.recv_prev, s_.recv_next};
+    std::uint8_t stream = named[kind];
+    if (link_kind_used_[kind]) {
+      TRAINSIM_CHECK(b_.num_streams() < 250, "too many pipeline links on stage " + std::to_string(stage_));
+      stream = b_.add_stream(std::string(sending ? "pp.send." : "pp.recv.") + (forward == sending ? "next " : "prev ") +
+                             std::to_string(sending ? to : from));
+    }
+    link_kind_used_[kind] = true;
+    const PipelineLink link{slot, stream};
+    pipeline_slots_.emplace(key, link);
+    return link;
   }
 
   std::uint32_t label(const std::string& text) {
@@ -284,8 +305,8 @@ class StageProgramBuilder {
       if (from == stage_) {
         entry.push_back(fwd_out_[unit_key(u.microbatch, v - 1)]);
       } else {
-        entry.push_back(post_recv(s_.recv_prev, pipeline_slot(SlotRole::PipelineForward, from, stage_),
-                                  "F recv activations", u.microbatch));
+        const PipelineLink link = pipeline_link(SlotRole::PipelineForward, from, stage_);
+        entry.push_back(post_recv(link.stream, link.slot, "F recv activations", u.microbatch));
       }
     }
     TaskId last = kNone;
@@ -309,8 +330,8 @@ class StageProgramBuilder {
       if (to == stage_) {
         fwd_out_[unit_key(u.microbatch, v)] = last;
       } else {
-        post_send(s_.send_next, pipeline_slot(SlotRole::PipelineForward, stage_, to), "F send activations",
-                  u.microbatch, last);
+        const PipelineLink link = pipeline_link(SlotRole::PipelineForward, stage_, to);
+        post_send(link.stream, link.slot, "F send activations", u.microbatch, last);
       }
     }
   }
@@ -331,8 +352,8 @@ class StageProgramBuilder {
       if (from == stage_) {
         entry.push_back(bwd_out_[unit_key(u.microbatch, v + 1)]);
       } else {
-        entry.push_back(post_recv(s_.recv_next, pipeline_slot(SlotRole::PipelineBackward, from, stage_),
-                                  "B recv gradients", u.microbatch));
+        const PipelineLink link = pipeline_link(SlotRole::PipelineBackward, from, stage_);
+        entry.push_back(post_recv(link.stream, link.slot, "B recv gradients", u.microbatch));
       }
     }
     TaskId last = kNone;
@@ -359,6 +380,7 @@ class StageProgramBuilder {
       entry = {last};
       if (whole) layer_grads_done(layer, last, u.microbatch, reduce_grads);
     }
+    if (last == kNone && !entry.empty()) last = entry.back();  // a chunk without layers passes its input on
     if (v == 0 && whole) {
       last = emit(steps_.embedding_backward, "B ", u.microbatch, entry, false);
       if (reduce_grads && !zero3()) add_grads(steps_.embedding_grad_elements, last, u.microbatch);
@@ -370,8 +392,8 @@ class StageProgramBuilder {
       if (to == stage_) {
         bwd_out_[unit_key(u.microbatch, v)] = last;
       } else {
-        post_send(s_.send_prev, pipeline_slot(SlotRole::PipelineBackward, stage_, to), "B send gradients", u.microbatch,
-                  last);
+        const PipelineLink link = pipeline_link(SlotRole::PipelineBackward, stage_, to);
+        post_send(link.stream, link.slot, "B send gradients", u.microbatch, last);
       }
     }
   }
@@ -397,6 +419,7 @@ class StageProgramBuilder {
       entry = {last};
       layer_grads_done(layer, last, u.microbatch, reduce_grads);
     }
+    if (last == kNone && !entry.empty()) last = entry.back();
     if (v == 0) {
       last = emit(steps_.embedding_backward, "W ", u.microbatch, entry, false);
       if (reduce_grads && !zero3()) add_grads(steps_.embedding_grad_elements, last, u.microbatch);
@@ -450,7 +473,7 @@ class StageProgramBuilder {
   void emit_grad_reduce(double elements, const std::vector<TaskId>& deps, int mb) {
     const auto kind = zero_sharded_optimizer() ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce;
     b_.collective(s_.dp, slot_dp_, kind, CommClass::DP, static_cast<std::uint64_t>(elements * train_.grad_reduce_bytes),
-                  label(zero_sharded_optimizer() ? "dp.rs.grads" : "dp.ar.grads"), mb, deps);
+                  label(zero_sharded_optimizer() ? "dp.rs.grads" : "dp.ar.grads"), mb, dedupe(deps));
     dp_tasks_.push_back(b_.size() - 1);
   }
 
@@ -516,7 +539,8 @@ class StageProgramBuilder {
   Streams s_{};
   std::vector<SlotUse> slots_;
   std::uint32_t slot_tp_ = 0, slot_cp_ = 0, slot_dp_ = 0;
-  std::map<std::tuple<int, int, int>, std::uint32_t> pipeline_slots_;
+  std::map<std::tuple<int, int, int>, PipelineLink> pipeline_slots_;
+  bool link_kind_used_[4] = {false, false, false, false};
   int chunks_ = 1, V_ = 1;
   std::vector<int> vstage_, layers_, first_layer_;  // per local chunk
   // Per (micro-batch, virtual stage): the task that ends a unit whose consumer is on this same rank.

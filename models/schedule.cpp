@@ -1,6 +1,7 @@
 #include "models/schedule.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <map>
 #include <tuple>
 
@@ -85,11 +86,16 @@ PipelineSchedule builtin_schedule(ScheduleKind kind, int pp, int m, int vpp) {
 }
 
 PipelineSchedule schedule_of(const ParallelSpec& par) {
-  if (par.schedule == ScheduleKind::Custom) return par.custom_schedule;
+  if (par.schedule == ScheduleKind::Custom) {
+    PipelineSchedule s = par.custom_schedule;
+    s.microbatches = par.micro_batches();
+    return s;
+  }
   return builtin_schedule(par.schedule, par.pp, par.micro_batches(), par.vpp);
 }
 
 std::vector<std::string> check_schedule(const PipelineSchedule& s) {
+  constexpr std::size_t kMaxProblems = 20;  // beyond these, one line says how many more
   std::vector<std::string> problems;
   const int V = s.chunks();
   if (s.stages < 1 || static_cast<int>(s.units.size()) != s.stages) {
@@ -109,10 +115,24 @@ std::vector<std::string> check_schedule(const PipelineSchedule& s) {
   }
   if (!problems.empty()) return problems;
 
+  // Each rank runs m forwards per chunk it holds (counted first, so that the
+  // detailed check below allocates no more than the units given).
+  const int m = s.microbatches;
+  for (int st = 0; st < s.stages; ++st) {
+    std::int64_t forwards = 0;
+    for (const ScheduleUnit& u : s.units[st]) forwards += u.kind == UnitKind::Forward ? 1 : 0;
+    const std::int64_t expected = static_cast<std::int64_t>(m) * s.chunks_on(st);
+    if (forwards != expected) {
+      problems.push_back("pipeline rank " + std::to_string(st) + " has " + std::to_string(forwards) +
+                         " forward units, expected one per micro-batch and chunk (" + std::to_string(m) + " x " +
+                         std::to_string(s.chunks_on(st)) + " = " + std::to_string(expected) + ")");
+    }
+  }
+  if (!problems.empty()) return problems;
+
   // Shape and per-rank order: each (micro-batch, chunk) once forward, once
   // backward (whole, or B then W), F before its backward.
   enum : int { kF, kB, kW, kKinds };
-  const int m = s.microbatches;
   for (int st = 0; st < s.stages; ++st) {
     const int chunks = s.chunks_on(st);
     std::vector<int> seen(static_cast<std::size_t>(m) * chunks * kKinds, -1);
@@ -164,6 +184,11 @@ std::vector<std::string> check_schedule(const PipelineSchedule& s) {
                              " is missing");
       }
     }
+  }
+  if (problems.size() > kMaxProblems) {
+    const std::size_t more = problems.size() - kMaxProblems;
+    problems.resize(kMaxProblems);
+    problems.push_back("... and " + std::to_string(more) + " more problems of the same kind");
   }
   if (!problems.empty()) return problems;
 
@@ -249,10 +274,11 @@ double peak_activation_bytes(const PipelineSchedule& s, int stage,
         live -= a.total;
         break;
       case UnitKind::BackwardInput:
-        live -= a.total - a.for_weights;
+        live += a.after_input - a.total;
+        peak = std::max(peak, live);
         break;
       case UnitKind::BackwardWeight:
-        live -= a.for_weights;
+        live -= a.after_input;
         break;
     }
   }

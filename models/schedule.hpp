@@ -29,15 +29,17 @@ PipelineSchedule builtin_schedule(ScheduleKind kind, int pp, int m, int vpp);
 // The schedule a parallel spec asks for: its custom one, else the built-in.
 PipelineSchedule schedule_of(const ParallelSpec& par);
 
-// Activation bytes a chunk's micro-batch keeps between its forward and its
-// backward: `total` from the forward on; `for_weights` of it (the inputs of the
-// weight-gradient GEMMs) stay until the W unit when B and W are split.
+// Activation bytes a chunk's micro-batch holds: `total` from its forward to
+// its backward; when B and W are split, `after_input` from B to W (the inputs
+// of the weight-gradient GEMMs: part of `total`, or, under full
+// recomputation, re-created by B from the checkpoint).
 struct ChunkActivation {
   double total = 0;
-  double for_weights = 0;
+  double after_input = 0;
 };
 
-// Peak activation bytes on pipeline rank `stage`, walking its units in order.
+// Peak activation bytes on pipeline rank `stage`, walking its units in order
+// (sampled after every unit that allocates: F, and B when it re-creates).
 double peak_activation_bytes(const PipelineSchedule& schedule, int stage,
                              const std::function<ChunkActivation(int chunk)>& bytes_of_chunk);
 

@@ -65,6 +65,7 @@ class ProgramBuilder {
   explicit ProgramBuilder(std::string name);
 
   std::uint8_t add_stream(const std::string& name);
+  std::size_t num_streams() const { return program_.streams.size(); }
   std::uint32_t add_comm_slot(const std::string& name);
   std::uint32_t add_op(ComputeOp op);
   std::uint32_t add_label(const std::string& label);

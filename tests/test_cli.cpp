@@ -59,6 +59,7 @@ TEST_CASE("run with no scenario runs the embedded default and carries every resu
   CHECK(j["throughput"]["unit"] == "tokens");
   CHECK(j["throughput"]["per_s"].get<double>() == j["tokens_per_s"].get<double>());
   CHECK(j["fidelity"] == "analytical");
+  CHECK(j["flops_convention"] == "Megatron-LM (Narayanan et al. 2021, eq. 3)");
 }
 
 TEST_CASE("the same scenario twice gives identical results") {

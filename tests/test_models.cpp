@@ -205,7 +205,9 @@ TEST_CASE("optimizer step bytes per parameter follow the mixed-precision passes"
     train.precision = precision;
     train.grad_reduce_bytes = grad_bytes;
     train.optimizer = optimizer;
-    const Cluster cluster(toy_cluster(1, 2));
+    ClusterSpec spec = toy_cluster(1, 2);
+    spec.groups[0].node.gpu.peak_flops[static_cast<std::size_t>(precision)] = 100e12;  // the toy GPU supports it
+    const Cluster cluster(spec);
     const TrainingPlan plan = plan_training(m, par, train, cluster, PlanOptions{});
     double step = 0, norm = 0;
     for (const ComputeOp& op : plan.setup.programs.at(0).ops) {

@@ -89,10 +89,18 @@ TEST_CASE("schedules: the check names a missing unit, a W before its B, an out-o
           "pipeline rank 1: the backward (B or BW) of micro-batch 1, chunk 0 is missing\n");
   }
   SUBCASE("W before B, twice the same unit") {
-    const auto s = two_stage({F(0), W(0), B(0)}, {F(0), F(0), BW(0)}, 1);
+    const auto s = two_stage({F(0), W(0), B(0), F(1), BW(1)}, {F(0), BW(0), F(0), BW(1)}, 2);
     CHECK(joined(check_schedule(s)) ==
           "pipeline rank 0, unit 1 (W0): W before the B it belongs to\n"
-          "pipeline rank 1, unit 1 (F0): appears twice\n");
+          "pipeline rank 1, unit 2 (F0): appears twice\n"
+          "pipeline rank 1, unit 3 (BW1): backward before the forward of the same micro-batch and chunk\n"
+          "pipeline rank 1: F1 is missing\n");
+  }
+  SUBCASE("too few or too many forwards: one message per rank, before any per-unit check") {
+    const auto s = two_stage({F(0), BW(0)}, {F(0), F(1), F(2), BW(0), BW(1)}, 1000000);
+    CHECK(joined(check_schedule(s)) ==
+          "pipeline rank 0 has 1 forward units, expected one per micro-batch and chunk (1000000 x 1 = 1000000)\n"
+          "pipeline rank 1 has 3 forward units, expected one per micro-batch and chunk (1000000 x 1 = 1000000)\n");
   }
   SUBCASE("a link delivers in another order than the receiver expects") {
     const auto s = two_stage({F(1), F(0), BW(0), BW(1)}, {F(0), F(1), BW(0), BW(1)}, 2);
@@ -158,6 +166,12 @@ TEST_CASE("schedules: a custom 1F1B plans exactly as the built-in; splitting B f
   CHECK(stage_memory(m, custom, train, 0).activations ==
         doctest::Approx(stage_memory(m, par, train, 0).activations + 4 * w_inputs).epsilon(1e-12));
   CHECK(stage_memory(m, custom, train, 1).activations == stage_memory(m, par, train, 1).activations);
+  // Under full recomputation B re-creates the weight-gradient inputs from the
+  // checkpoint: deferring W keeps them alive, and costs memory there too.
+  ParallelSpec full = par, custom_full = custom;
+  full.recompute = custom_full.recompute = Recompute::Full;
+  CHECK(stage_memory(m, custom_full, train, 0).activations >
+        stage_memory(m, full, train, 0).activations + 3 * w_inputs);
 }
 
 TEST_CASE("schedules: a V-shaped chunk map runs both chunks of the turn on one rank without a transfer") {
@@ -269,4 +283,33 @@ TEST_CASE("equivalence classes: replicas on different GPU types are simulated on
   const double t_mixed = iteration_seconds(m, par, train, spec, profiles, true, &mixed);
   CHECK(mixed == 4);
   CHECK(t_mixed == iteration_seconds(m, par, train, spec, profiles, false));
+}
+
+TEST_CASE("schedules: links to different peers never block each other; a chunk without layers passes through") {
+  TransformerSpec m = fixture_model("gpt3-1.3b");
+  m.layers = 10;
+  ParallelSpec par;
+  par.pp = 3;
+  par.global_batch = 2;
+  par.schedule = ScheduleKind::Custom;
+  PipelineSchedule& s = par.custom_schedule;
+  s.stages = 3;
+  s.microbatches = 2;
+  // Rank 0 holds chunks 0 and 2, rank 1 chunks 1 and 4, rank 2 chunk 3: rank 0
+  // sends to rank 1 and to rank 2, and rank 1 receives from ranks 0 and 2.
+  s.chunk_stage = {0, 1, 0, 2, 1};
+  s.units = {{F(0), F(1), F(0, 1), F(1, 1), BW(0, 1), BW(1, 1), BW(0), BW(1)},
+             {F(0), F(0, 1), F(1), F(1, 1), BW(0, 1), BW(1, 1), BW(0), BW(1)},
+             {F(0), F(1), BW(0), BW(1)}};
+  REQUIRE(joined(check_schedule(s)).empty());
+  TrainingSpec train;
+  const std::vector<CalibrationProfile> profiles{ideal_profile()};
+  const ClusterSpec cluster = toy_cluster(1, 3);
+  const double t = iteration_seconds(m, par, train, cluster, profiles, false);  // REQUIREs completion
+  CHECK(t > 0);
+  // The middle chunk of rank 0 without layers: the planner hands activations and gradients through it.
+  par.stage_layers = {4, 2, 0, 2, 2};  // rank 0: 4 layers, rank 1: 4, rank 2: 2 (as the even split)
+  const double t_empty = iteration_seconds(m, par, train, cluster, profiles, false);
+  CHECK(t_empty > 0);
+  CHECK(t_empty == doctest::Approx(t).epsilon(0.2));
 }

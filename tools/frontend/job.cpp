@@ -53,6 +53,7 @@ JobRun run_job(const Scenario& s, Fidelity fidelity) {
   rep.simulated_ranks = static_cast<int>(plan.setup.ranks.size());
   rep.iteration_time_s = res.makespan.to_seconds();
   rep.throughput_unit = plan.throughput_unit;
+  rep.flops_convention = plan.flop_convention;
   if (rep.iteration_time_s > 0) {
     rep.samples_per_s = plan.samples_per_iteration / rep.iteration_time_s;
     rep.units_per_s = plan.units_per_iteration / rep.iteration_time_s;
@@ -65,11 +66,13 @@ JobRun run_job(const Scenario& s, Fidelity fidelity) {
   }
   if (!res.completed) {
     rep.feasible = false;
+    // Members posting different transfers is a planner bug, never bad input.
     if (res.mismatch) {
-      rep.problems.push_back("collective mismatch: members of one communicator posted different transfers");
-    } else {
-      rep.problems.push_back("deadlock: " + std::to_string(res.deadlocked_ranks) + " rank(s) can never finish");
+      std::string posts;
+      for (const WaitingTask& w : res.deadlock) posts += "; " + w.rank + " '" + w.task + "' " + w.reason;
+      TRAINSIM_CHECK(!res.mismatch, "members of one communicator posted different transfers" + posts);
     }
+    rep.problems.push_back("deadlock: " + std::to_string(res.deadlocked_ranks) + " rank(s) can never finish");
     for (const WaitingTask& w : res.deadlock) {
       rep.problems.push_back("  " + w.rank + ", stream " + w.stream + ", task '" + w.task + "': " + w.reason);
     }
@@ -195,6 +198,7 @@ nlohmann::json to_json(const JobReport& r) {
   // The workload's own throughput unit (tokens for transformers) and the fidelity the figures come from.
   out["throughput"] = {{"unit", r.throughput_unit}, {"per_s", r.units_per_s}};
   out["fidelity"] = r.fidelity;
+  out["flops_convention"] = r.flops_convention;
   return out;
 }
 

@@ -33,6 +33,7 @@ struct JobReport {
   double tokens_per_s = 0;
   std::string throughput_unit = "tokens";  // what units_per_s counts (the workload's unit)
   double units_per_s = 0;
+  std::string flops_convention;  // how model FLOPs are counted (the workload's convention)
   double samples_per_s = 0;
   double tflops_per_gpu = 0;
   double mfu = 0;

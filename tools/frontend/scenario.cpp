@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
-#include <regex>
 #include <sstream>
 
 #include "models/layout_rules.hpp"
@@ -241,6 +240,39 @@ ClusterSpec read_cluster_object(const nlohmann::json& v, const std::string& poin
   return c;
 }
 
+// A unit as custom schedules write it: F|B|W|BW, the micro-batch (up to 9
+// digits), optionally '.' and the rank's chunk (up to 4 digits).
+std::optional<ScheduleUnit> parse_unit(const std::string& text) {
+  ScheduleUnit u;
+  std::size_t pos = 0;
+  if (text.rfind("BW", 0) == 0) {
+    u.kind = UnitKind::Backward;
+    pos = 2;
+  } else if (!text.empty() && (text[0] == 'F' || text[0] == 'B' || text[0] == 'W')) {
+    u.kind = text[0] == 'F' ? UnitKind::Forward : text[0] == 'B' ? UnitKind::BackwardInput : UnitKind::BackwardWeight;
+    pos = 1;
+  } else {
+    return std::nullopt;
+  }
+  auto number = [&](std::size_t max_digits, int* out) {
+    const std::size_t start = pos;
+    long value = 0;
+    while (pos < text.size() && text[pos] >= '0' && text[pos] <= '9' && pos - start < max_digits) {
+      value = value * 10 + (text[pos] - '0');
+      ++pos;
+    }
+    *out = static_cast<int>(value);
+    return pos > start;
+  };
+  if (!number(9, &u.microbatch)) return std::nullopt;
+  if (pos < text.size() && text[pos] == '.') {
+    ++pos;
+    if (!number(4, &u.chunk)) return std::nullopt;
+  }
+  if (pos != text.size()) return std::nullopt;
+  return u;
+}
+
 // A custom pipeline schedule: {"units": [[unit, ...] per pipeline rank],
 // "chunk_stages": [rank of each model chunk, in layer order]} with units written
 // "F3", "B3", "W3", "BW3" (micro-batch 3 of the rank's chunk 0) or "F3.1" (its chunk 1).
@@ -253,7 +285,6 @@ PipelineSchedule read_custom_schedule(const nlohmann::json& v, const std::string
   if (units == nullptr || !units->is_array() || units->empty()) {
     r.error("units", "expected an array with the list of units of each pipeline rank");
   } else {
-    static const std::regex unit_re(R"(^(F|B|W|BW)([0-9]{1,9})(?:\.([0-9]{1,4}))?$)");
     for (std::size_t st = 0; st < units->size(); ++st) {
       const nlohmann::json& list = (*units)[st];
       const std::string at = json_pointer_append(r.at("units"), std::to_string(st));
@@ -263,24 +294,16 @@ PipelineSchedule read_custom_schedule(const nlohmann::json& v, const std::string
       }
       std::vector<ScheduleUnit> out;
       for (std::size_t i = 0; i < list.size(); ++i) {
-        std::smatch m;
         const std::string text = list[i].is_string() ? list[i].get<std::string>() : "";
-        if (!std::regex_match(text, m, unit_re)) {
+        const std::optional<ScheduleUnit> u = parse_unit(text);
+        if (!u) {
           diags.error(json_pointer_append(at, std::to_string(i)),
                       "expected a unit such as \"F3\" (forward), \"B3\" (input gradient), \"W3\" (weight gradient), "
                       "\"BW3\" (whole backward) or \"F3.1\" (micro-batch 3 of the rank's chunk 1), found " +
                           list[i].dump());
           continue;
         }
-        ScheduleUnit u;
-        const std::string k = m[1];
-        u.kind = k == "F"   ? UnitKind::Forward
-                 : k == "B" ? UnitKind::BackwardInput
-                 : k == "W" ? UnitKind::BackwardWeight
-                            : UnitKind::Backward;
-        u.microbatch = std::stoi(m[2]);
-        u.chunk = m[3].matched ? std::stoi(m[3]) : 0;
-        out.push_back(u);
+        out.push_back(*u);
       }
       sched.units.push_back(std::move(out));
     }
@@ -342,11 +365,13 @@ ParallelSpec read_parallel(ObjectReader& top) {
   p.dp_bucket_bytes = r.quantity("dp_bucket", Quantity::Bytes, 0, 1e3, 1e13);
   if (const nlohmann::json* sl = r.raw("stage_layers")) {
     bool ok = sl->is_array() && !sl->empty();
-    for (const auto& x : *sl) ok = ok && x.is_number_integer() && x.get<int>() >= 0;
+    for (const auto& x : *sl)
+      ok = ok && x.is_number_integer() && x.get<std::int64_t>() >= 0 && x.get<std::int64_t>() <= (1 << 24);
     if (ok) {
       p.stage_layers = sl->get<std::vector<int>>();
     } else {
-      r.error("stage_layers", "expected an array of non-negative layer counts, one per model chunk (pipeline stage)");
+      r.error("stage_layers",
+              "expected an array of layer counts in [0, 16777216], one per model chunk (pipeline stage)");
     }
   }
   if (const nlohmann::json* pl = r.raw("placement")) {
@@ -484,12 +509,6 @@ void check_consistency(Scenario& s, Diagnostics& d) {
   }
   // The layout rules live with the planner (models/layout_rules.hpp).
   for (const LayoutProblem& p : check_layout(s.model, s.parallel, s.training, s.cluster)) d.error(p.path, p.message);
-  for (const auto& g : s.cluster.groups) {
-    if (g.node.gpu.peak(s.training.precision) <= 0) {
-      d.error("/training/precision",
-              std::string("GPU ") + g.node.gpu.name + " has no " + to_string(s.training.precision) + " tensor cores");
-    }
-  }
   if (s.cluster.groups.size() > 1) {
     d.error("/cluster/groups", "clusters with several node types are not simulated by this version yet");
   }

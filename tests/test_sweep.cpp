@@ -463,13 +463,36 @@ TEST_CASE("sweep CLI: --fidelity, verify tables, output columns and report label
 
 #ifdef TRAINSIM_SOURCE_DIR
 TEST_CASE("sweep: the shipped sweep files load") {
-  for (const char* name : {"llama3-70b-1024xh100-auto.json", "llama3-70b-axes.json", "llama3-8b-two-dc-verify.json"}) {
+  for (const char* name : {"llama3-70b-1024xh100-auto.json", "llama3-70b-axes.json", "llama3-70b-two-dc-verify.json"}) {
     CAPTURE(name);
     const SweepSpec spec = load_sweep_file(std::string(TRAINSIM_SOURCE_DIR) + "/scenarios/sweeps/" + name, catalog());
     const SweepPlan plan = expand_sweep(spec, catalog());
     CHECK(!plan.points.empty());
     CHECK(plan.invalid < plan.grid);
   }
+}
+
+// The shipped two-datacenter example (docs/sweeps.md), analytical pass only:
+// on the preset's WAN the search ranks every layout with data parallelism
+// across the WAN (pp = 1) below the best one that keeps it inside a datacenter.
+TEST_CASE("sweep: on the two-datacenter preset DP across the WAN ranks below DP inside a datacenter") {
+  const SweepSpec spec =
+      load_sweep_file(std::string(TRAINSIM_SOURCE_DIR) + "/scenarios/sweeps/llama3-70b-two-dc-verify.json", catalog());
+  const SweepPlan plan = expand_sweep(spec, catalog());
+  const auto rows = run_sweep(plan.points, 2, spec, catalog());
+  double best_dp_across = 0, best_dp_inside = 0;
+  int pp1 = 0;
+  for (const SweepRow& r : rows) {
+    if (r.status != SweepStatus::Ok) continue;
+    int pp = 1;
+    for (const auto& [key, value] : r.overrides)
+      if (key == "parallel.pp") pp = value.get<int>();
+    double& best = pp == 1 ? best_dp_across : best_dp_inside;
+    best = std::max(best, r.report.tokens_per_s);
+    pp1 += pp == 1 ? 1 : 0;
+  }
+  REQUIRE(pp1 > 0);
+  CHECK(best_dp_across < 0.9 * best_dp_inside);
 }
 
 // The performance target of docs/sweeps.md; run with --no-skip -tc='*1024*'.

@@ -381,11 +381,7 @@ class StageProgramBuilder {
       if (whole) layer_grads_done(layer, last, u.microbatch, reduce_grads);
     }
     if (last == kNone && !entry.empty()) last = entry.back();  // a chunk without layers passes its input on
-    if (v == 0 && whole) {
-      last = emit(steps_.embedding_backward, "B ", u.microbatch, entry, false);
-      if (reduce_grads && !zero3()) add_grads(steps_.embedding_grad_elements, last, u.microbatch);
-    }
-    if (whole && reduce_grads && !zero3()) flush_bucket(last, u.microbatch);
+    if (whole) last = finish_weight_gradients(v, last, u.microbatch, reduce_grads, "B ");
     last_compute_ = last;
     if (v > 0) {
       const int to = sched_.chunk_stage[v - 1];
@@ -420,12 +416,20 @@ class StageProgramBuilder {
       layer_grads_done(layer, last, u.microbatch, reduce_grads);
     }
     if (last == kNone && !entry.empty()) last = entry.back();
+    last_compute_ = finish_weight_gradients(v, last, u.microbatch, reduce_grads, "W ");
+  }
+
+  // Ends a chunk's weight gradients after `last`: the embedding's (first chunk),
+  // and on the chunk's last micro-batch the flush of the gradient bucket.
+  TaskId finish_weight_gradients(int v, TaskId last, int mb, bool reduce_grads, const char* prefix) {
     if (v == 0) {
-      last = emit(steps_.embedding_backward, "W ", u.microbatch, entry, false);
-      if (reduce_grads && !zero3()) add_grads(steps_.embedding_grad_elements, last, u.microbatch);
+      std::vector<TaskId> entry;
+      if (last != kNone) entry.push_back(last);
+      last = emit(steps_.embedding_backward, prefix, mb, entry, false);
+      if (reduce_grads && !zero3()) add_grads(steps_.embedding_grad_elements, last, mb);
     }
-    if (reduce_grads && !zero3()) flush_bucket(last, u.microbatch);
-    last_compute_ = last;
+    if (reduce_grads && !zero3()) flush_bucket(last, mb);
+    return last;
   }
 
   // A layer's weight gradients of this micro-batch are done at `last`.

@@ -208,6 +208,20 @@ std::vector<std::string> check_schedule(const PipelineSchedule& s) {
         sent[{st, s.chunk_stage[to_v], fwd ? 0 : 1}].emplace_back(u.microbatch, v);
     }
   }
+  // Each link of a rank gets a stream of its own (models/planner.cpp).
+  constexpr int kMaxLinksPerRank = 64;
+  std::vector<int> links_of(s.stages, 0);
+  for (const auto& [link, order] : sent) {
+    ++links_of[std::get<0>(link)];
+    ++links_of[std::get<1>(link)];
+  }
+  for (int st = 0; st < s.stages; ++st) {
+    if (links_of[st] > kMaxLinksPerRank)
+      problems.push_back("pipeline rank " + std::to_string(st) + " exchanges messages over " +
+                         std::to_string(links_of[st]) + " links (peers x direction), at most " +
+                         std::to_string(kMaxLinksPerRank) + " are supported");
+  }
+  if (!problems.empty()) return problems;
   for (const auto& [link, order] : sent) {
     const auto& recv = received[link];
     for (std::size_t i = 0; i < order.size() && i < recv.size(); ++i) {

@@ -210,8 +210,7 @@ void Executor::try_start(std::uint32_t rank, std::uint8_t stream, Time now) {
 // Everyone is here: the transfer starts now on the network; its waiters hold
 // their streams (and the rank's SMs) until the network reports it done.
 void Executor::start_transfer(const TransferRequest& request, std::span<const Waiter> waiters, Time now) {
-  const std::uint32_t slot =
-      free_in_flight_.empty() ? static_cast<std::uint32_t>(in_flight_.size()) : free_in_flight_.back();
+  const std::uint32_t slot = new_in_flight();
   const Time end = network_->start(now, request, slot);
   for (const Waiter& w : waiters) {
     const Task& wt = setup_->programs[setup_->ranks[w.rank].program].tasks[w.task];
@@ -220,12 +219,11 @@ void Executor::start_transfer(const TransferRequest& request, std::span<const Wa
   }
   if (end != Time::max()) {
     // Known at once (analytical): the waiters' completions go straight to the queue.
+    free_in_flight_.push_back(slot);
     for (const Waiter& w : waiters) queue_.push(end, w.rank, w.task);
     return;
   }
-  const std::uint32_t taken = new_in_flight();
-  TRAINSIM_CHECK(taken == slot, "in-flight slot bookkeeping");
-  for (const Waiter& w : waiters) in_flight_[slot].push_back(w);
+  in_flight_[slot].assign(waiters.begin(), waiters.end());
   network_next_ = network_->next_event();
 }
 

@@ -14,7 +14,7 @@ void AnalyticalNetworkModel::bind(const std::vector<Communicator>& comms) {
 }
 
 Time AnalyticalNetworkModel::start(Time now, const TransferRequest& t, std::uint64_t) {
-  const std::uint32_t what = t.p2p ? 8 + static_cast<std::uint32_t>(t.sender) : static_cast<std::uint32_t>(t.kind);
+  const std::uint32_t what = t.what();
   auto& known = durations_[t.comm];
   for (const Duration& d : known) {
     if (d.what == what && d.bytes == t.bytes) return now + d.time;
@@ -46,8 +46,7 @@ void FlowNetworkModel::bind(const std::vector<Communicator>& comms) {
 }
 
 Time FlowNetworkModel::start(Time now, const TransferRequest& t, std::uint64_t cookie) {
-  const std::uint32_t what = t.p2p ? 8 + static_cast<std::uint32_t>(t.sender) : static_cast<std::uint32_t>(t.kind);
-  const auto key = std::make_pair(what, t.bytes);
+  const auto key = std::make_pair(t.what(), t.bytes);
   auto& plans = plans_[t.comm];
   PlanId id = 0;
   bool found = false;

@@ -27,6 +27,9 @@ struct TransferRequest {
   CollectiveKind kind = CollectiveKind::AllReduce;
   int sender = 0;
   std::uint64_t bytes = 0;  // collective: NCCL buffer convention; p2p: payload
+
+  // What is moved, for caches keyed by (what, bytes): the collective kind, or 8 + sender.
+  std::uint32_t what() const { return p2p ? 8 + static_cast<std::uint32_t>(sender) : static_cast<std::uint32_t>(kind); }
 };
 
 class NetworkModel {

@@ -313,3 +313,22 @@ TEST_CASE("schedules: links to different peers never block each other; a chunk w
   CHECK(t_empty > 0);
   CHECK(t_empty == doctest::Approx(t).epsilon(0.2));
 }
+
+TEST_CASE("schedules: a rank talking over more links than it has streams for is refused by name") {
+  // Chunks alternate between rank 0 and ranks 1..39: rank 0 exchanges
+  // activations and gradients with each of 39 peers in both directions: 77
+  // chunk boundaries, each a forward and a backward link (154).
+  PipelineSchedule s;
+  s.stages = 40;
+  s.microbatches = 1;
+  for (int k = 1; k < 40; ++k) {
+    s.chunk_stage.push_back(0);
+    s.chunk_stage.push_back(k);
+  }
+  s.units.resize(40);
+  for (int c = 0; c < 39; ++c) s.units[0].push_back(F(0, c));
+  for (int c = 38; c >= 0; --c) s.units[0].push_back(BW(0, c));
+  for (int k = 1; k < 40; ++k) s.units[k] = {F(0), BW(0)};
+  CHECK(joined(check_schedule(s)) ==
+        "pipeline rank 0 exchanges messages over 154 links (peers x direction), at most 64 are supported\n");
+}

@@ -106,4 +106,13 @@ MemoryBreakdown stage_memory(const TransformerSpec& m, const ParallelSpec& p, co
   return mem;
 }
 
+double optimizer_bytes_per_param(const TrainingSpec& tr) {
+  return tr.optimizer == "sgd" ? 8.0 : 12.0;  // fp32 master (+ momentum | + Adam m, v), as stage_memory counts
+}
+
+double checkpoint_bytes(const TransformerSpec& model, const TrainingSpec& tr) {
+  constexpr double kWeightBytes = 2;  // 16-bit weights, as stage_memory counts
+  return model.total_params() * (kWeightBytes + optimizer_bytes_per_param(tr));
+}
+
 }  // namespace trainsim

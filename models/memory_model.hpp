@@ -28,4 +28,10 @@ MemoryBreakdown stage_memory(const TransformerSpec& model, const ParallelSpec& p
 MemoryBreakdown stage_memory(const TransformerSpec& model, const ParallelSpec& par, const TrainingSpec& train,
                              int stage);
 
+// Bytes of optimizer state per parameter (fp32 master weights and the optimizer's moments).
+double optimizer_bytes_per_param(const TrainingSpec& tr);
+// One checkpoint of the whole model: the 16-bit weights and the optimizer state,
+// as Megatron-style checkpoints hold them (what a restart reloads).
+double checkpoint_bytes(const TransformerSpec& model, const TrainingSpec& tr);
+
 }  // namespace trainsim

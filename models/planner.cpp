@@ -665,6 +665,7 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
   plan.throughput_unit = "tokens";
   plan.samples_per_iteration = par.global_batch;
   plan.units_per_iteration = static_cast<double>(par.global_batch) * train_.seq_len;
+  plan.checkpoint_bytes = checkpoint_bytes(model, train_);
   plan.peak_dtype = train_.precision;
 
   const ModelSteps steps = build_model_steps(model, par, train_);

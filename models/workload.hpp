@@ -43,6 +43,7 @@ struct WorkloadPlan {
   std::string throughput_unit = "tokens";  // what units_per_iteration counts: tokens, samples, graphs
   double units_per_iteration = 0;
   double samples_per_iteration = 0;
+  double checkpoint_bytes = 0;     // one checkpoint of the whole job: what a restart reloads
   Dtype peak_dtype = Dtype::BF16;  // whose peak FLOP/s MFU divides by
 };
 

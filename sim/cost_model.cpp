@@ -38,7 +38,8 @@ double ComputeCostModel::seconds(const ComputeOp& op, int gpu_type, double compu
     case OpKind::MemoryBound:
       break;
   }
-  return std::max(compute_time / compute_share, mem_time) + op.kernels * p.launch_overhead.value;
+  // A perturbed GPU (a straggler, a throttled one) takes `slowdown` times as long for everything.
+  return (std::max(compute_time / compute_share, mem_time) + op.kernels * p.launch_overhead.value) * gpu.slowdown;
 }
 
 Time ComputeCostModel::duration(const ComputeOp& op, int gpu_type, double compute_share) const {

@@ -74,6 +74,21 @@ Cluster::Cluster(ClusterSpec spec) : spec_(std::move(spec)) {
       }
     }
   }
+  // A slowed GPU gets a type of its own (same name and profile, its own slowdown),
+  // so costs, equivalence classes and reports see it apart from its peers.
+  for (const GpuSlowdown& s : spec_.slowdowns) {
+    GpuSpec slowed = gpu_types_[gpu_type_of_gpu_[s.gpu]];
+    slowed.slowdown = s.factor;
+    int type = -1;
+    for (int t = 0; t < static_cast<int>(gpu_types_.size()); ++t) {
+      if (gpu_types_[t].name == slowed.name && gpu_types_[t].slowdown == slowed.slowdown) type = t;
+    }
+    if (type < 0) {
+      type = static_cast<int>(gpu_types_.size());
+      gpu_types_.push_back(slowed);
+    }
+    gpu_type_of_gpu_[s.gpu] = type;
+  }
 }
 
 }  // namespace trainsim

@@ -26,6 +26,7 @@ struct GpuSpec {
   double memory_bandwidth = 0;                  // HBM spec bandwidth, bytes/s
   double scaleup_bandwidth = 0;                 // scale-up aggregate bidirectional bytes/s per GPU
   std::string source;                           // where the figures come from
+  double slowdown = 1.0;  // kernels take this many times as long (a perturbed GPU; scenario "perturbations")
 
   double peak(Dtype d) const { return peak_flops[static_cast<std::size_t>(d)]; }
 };
@@ -76,11 +77,18 @@ struct NodeGroup {
   int count = 1;
 };
 
+// One GPU that runs slower than its type: a straggler, a throttled or degraded GPU.
+struct GpuSlowdown {
+  int gpu = 0;          // global GPU id
+  double factor = 1.0;  // its kernels take this many times as long
+};
+
 struct ClusterSpec {
   std::string name;
   std::vector<NodeGroup> groups;
   FabricSpec fabric;
   DatacenterSpec datacenters;
+  std::vector<GpuSlowdown> slowdowns;  // at most one per GPU (checked at loading)
 
   int total_gpus() const;
 };

@@ -22,6 +22,34 @@ std::string fmt(const char* f, double x) {
 }
 }  // namespace
 
+namespace {
+// Failures over the job's life, for the job the simulation found.
+ReliabilityReport job_life(const ReliabilitySpec& spec, const JobReport& rep, const WorkloadPlan& plan,
+                           const Cluster& cluster, const std::string& file) {
+  JobShape job;
+  job.gpus = rep.gpus;
+  job.nodes = cluster.num_nodes();
+  job.iteration_s = rep.iteration_time_s;
+  job.units_per_s = rep.units_per_s;
+  job.checkpoint_bytes = plan.checkpoint_bytes;
+  double nic = 0;
+  for (int n = 0; n < cluster.num_nodes(); ++n) {
+    const double bw = cluster.node_spec(n).nic_bandwidth_per_gpu();
+    nic = n == 0 ? bw : std::min(nic, bw);
+  }
+  job.peer_bandwidth_gpu = nic;
+  const double segments = reliability_segments(spec, job) * spec.trials;
+  if (!(segments <= kMaxReliabilitySegments)) {
+    throw InputError(
+        {Diagnostic{file, "/reliability/trials",
+                    "the failure model would walk through " + fmt("%.3g", segments) +
+                        " checkpoints and interruptions (trials x segments), above the limit of " +
+                        fmt("%.3g", kMaxReliabilitySegments) + "; use fewer trials or a longer checkpoint interval"}});
+  }
+  return analyse_reliability(spec, job);
+}
+}  // namespace
+
 std::unique_ptr<Workload> workload_of(const Scenario& s) {
   return std::make_unique<TransformerWorkload>(s.model, s.parallel, s.training);
 }
@@ -108,6 +136,25 @@ JobRun run_job(const Scenario& s, Fidelity fidelity) {
     }
     rep.per_stage.push_back(sr);
   }
+  if (!s.cluster.slowdowns.empty()) {
+    PerturbationReport p;
+    p.slowed_gpus = static_cast<int>(s.cluster.slowdowns.size());
+    for (const GpuSlowdown& g : s.cluster.slowdowns) p.max_slowdown = std::max(p.max_slowdown, g.factor);
+    for (std::size_t r = 0; r < plan.setup.ranks.size(); ++r) {
+      const double f = cluster.gpu_type(cluster.gpu_type_of(plan.setup.ranks[r].gpu)).slowdown;
+      if (f == p.max_slowdown && p.slowest_rank.empty()) {
+        p.slowest_rank = plan.setup.ranks[r].name;
+        p.slowest_stage = plan.stage_of_rank[r];
+      }
+    }
+    Scenario unperturbed = s;
+    unperturbed.cluster.slowdowns.clear();
+    unperturbed.reliability.reset();
+    p.unperturbed_iteration_time_s = run_job(unperturbed, fidelity).report.iteration_time_s;
+    p.lost_s = rep.iteration_time_s - p.unperturbed_iteration_time_s;
+    rep.perturbations = p;
+  }
+  if (s.reliability && rep.feasible) rep.reliability = job_life(*s.reliability, rep, plan, cluster, s.file);
   rep.wall_time_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return run;
 }
@@ -163,6 +210,38 @@ nlohmann::json breakdown_json(const TimeBreakdown& b) {
 }
 }  // namespace
 
+namespace {
+nlohmann::json reliability_json(const ReliabilityReport& r) {
+  nlohmann::json comps = nlohmann::json::array();
+  for (const auto& c : r.by_component) comps.push_back({{"component", c.component}, {"expected", c.expected}});
+  return {{"duration_days", r.duration_s / 86400},
+          {"interruptions_expected", r.interruptions_expected},
+          {"unexpected_expected", r.unexpected_expected},
+          {"planned_expected", r.planned_expected},
+          {"by_component", comps},
+          {"mtbf_h", r.mtbf_s / 3600},
+          {"checkpoint_gib", r.checkpoint_bytes / kGiB},
+          {"checkpoint_stall_s", r.checkpoint_stall_s},
+          {"checkpoint_write_s", r.checkpoint_write_s},
+          {"reload_s", r.reload_s},
+          {"restart_s", r.restart_s},
+          {"checkpoint_interval_s", r.checkpoint_interval_s},
+          {"optimal_interval_s", r.optimal_interval_s},
+          {"ettr_analytic", r.ettr_analytic},
+          {"trials", r.trials},
+          {"ettr", r.ettr_mean},
+          {"ettr_p05", r.ettr_p05},
+          {"ettr_p95", r.ettr_p95},
+          {"interruptions_mean", r.interruptions_mean},
+          {"lost_hours",
+           {{"lost_work", r.lost_work_s / 3600},
+            {"restart", r.restart_time_s / 3600},
+            {"checkpoint", r.checkpoint_time_s / 3600},
+            {"spare_wait", r.spare_wait_s / 3600}}},
+          {"goodput_per_s", r.goodput_units_per_s}};
+}
+}  // namespace
+
 nlohmann::json to_json(const JobReport& r) {
   nlohmann::json stages = nlohmann::json::array();
   for (const auto& s : r.per_stage) {
@@ -199,6 +278,16 @@ nlohmann::json to_json(const JobReport& r) {
   out["throughput"] = {{"unit", r.throughput_unit}, {"per_s", r.units_per_s}};
   out["fidelity"] = r.fidelity;
   out["flops_convention"] = r.flops_convention;
+  if (r.reliability) out["reliability"] = reliability_json(*r.reliability);
+  if (r.perturbations) {
+    const PerturbationReport& p = *r.perturbations;
+    out["perturbations"] = {{"slowed_gpus", p.slowed_gpus},
+                            {"max_slowdown", p.max_slowdown},
+                            {"slowest_rank", p.slowest_rank},
+                            {"slowest_stage", p.slowest_stage},
+                            {"unperturbed_iteration_time_s", p.unperturbed_iteration_time_s},
+                            {"lost_s", p.lost_s}};
+  }
   return out;
 }
 
@@ -222,6 +311,28 @@ std::string summary_text(const JobReport& r) {
   out += "  " + std::to_string(r.events) + " events, " + std::to_string(r.simulated_ranks) + " simulated ranks, " +
          fmt("%.3f", r.wall_time_s) + " s wall\n";
   for (const auto& w : r.warnings) out += "  warning: " + w + "\n";
+  if (r.perturbations) {
+    const PerturbationReport& p = *r.perturbations;
+    out += "  perturbations: " + std::to_string(p.slowed_gpus) + " slowed GPU(s), slowest x" +
+           fmt("%.2f", p.max_slowdown) + " (" + p.slowest_rank + ", stage " + std::to_string(p.slowest_stage) + ") | " +
+           fmt("%.3f", p.lost_s) + " s lost per iteration (" +
+           fmt("%.1f", 100 * p.lost_s / std::max(p.unperturbed_iteration_time_s, 1e-12)) + "% over " +
+           fmt("%.3f", p.unperturbed_iteration_time_s) + " s unperturbed)\n";
+  }
+  if (r.reliability) {
+    const ReliabilityReport& f = *r.reliability;
+    out += "  over " + fmt("%.0f", f.duration_s / 86400) + " days: " + fmt("%.0f", f.interruptions_expected) +
+           " interruptions expected (" + fmt("%.0f", f.unexpected_expected) + " unexpected, MTBF " +
+           fmt("%.2f", f.mtbf_s / 3600) + " h; " + fmt("%.0f", f.planned_expected) + " planned)\n";
+    out += "  checkpoint " + fmt("%.0f", f.checkpoint_bytes / kGiB) + " GiB every " +
+           fmt("%.0f", f.checkpoint_interval_s / 60) + " min (stall " + fmt("%.1f", f.checkpoint_stall_s) +
+           " s; Young/Daly optimum " + fmt("%.0f", f.optimal_interval_s / 60) + " min), restart " +
+           fmt("%.0f", (f.restart_s + f.reload_s) / 60) + " min\n";
+    out += "  effective training time " + fmt("%.1f", 100 * f.ettr_mean) + "% (" + fmt("%.1f", 100 * f.ettr_p05) + "-" +
+           fmt("%.1f", 100 * f.ettr_p95) + "% in " + std::to_string(f.trials) + " trials; analytic " +
+           fmt("%.1f", 100 * f.ettr_analytic) + "%) | goodput " + fmt("%.0f", f.goodput_units_per_s) + " " +
+           r.throughput_unit + "/s\n";
+  }
   if (!r.feasible) {
     out += "  INFEASIBLE:\n";
     for (const auto& p : r.problems) out += "  " + p + "\n";
@@ -238,6 +349,8 @@ double metric_value(const JobReport& r, const std::string& metric) {
   if (metric == "hfu") return r.hfu;
   if (metric == "peak_memory_gib") return r.peak_memory_gib;
   if (metric == "units_per_s") return r.units_per_s;
+  if (metric == "ettr") return r.reliability ? r.reliability->ettr_mean : 0.0;
+  if (metric == "goodput_per_s") return r.reliability ? r.reliability->goodput_units_per_s : 0.0;
   TRAINSIM_CHECK(false, "no result field named \"" + metric + "\"");
   return 0;
 }

@@ -3,6 +3,7 @@
 // through the placement, the executor runs them over the chosen network model,
 // and the outcome becomes the result contract of DESIGN.md §5 (summary text
 // and JSON). Nothing here knows what kind of model is trained.
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,7 @@
 
 #include "models/memory_model.hpp"
 #include "models/planner.hpp"
+#include "models/reliability.hpp"
 #include "models/workload.hpp"
 #include "sim/metrics.hpp"
 #include "tools/frontend/scenario.hpp"
@@ -24,6 +26,16 @@ struct StageReport {
   TimeBreakdown time;
   MemoryBreakdown memory;
   double memory_capacity = 0;  // bytes usable on this stage's GPU
+};
+
+// GPUs slower than their type (scenario "perturbations") and what they cost.
+struct PerturbationReport {
+  int slowed_gpus = 0;
+  double max_slowdown = 1;
+  std::string slowest_rank;  // the simulated rank on the slowest GPU: it sets the pace
+  int slowest_stage = 0;
+  double unperturbed_iteration_time_s = 0;  // the same job with every GPU as its type
+  double lost_s = 0;                        // iteration time lost to the perturbations
 };
 
 struct JobReport {
@@ -48,6 +60,8 @@ struct JobReport {
   std::uint64_t events = 0;
   double wall_time_s = 0;
   int simulated_ranks = 0;
+  std::optional<ReliabilityReport> reliability;  // with a "reliability" section and a feasible job
+  std::optional<PerturbationReport> perturbations;
 };
 
 // Everything one simulation produced: the report, and for timelines and traces

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "models/layout_rules.hpp"
+#include "tools/frontend/fault_input.hpp"
 #include "topologies/graph.hpp"
 
 namespace trainsim {
@@ -537,6 +538,8 @@ Scenario load_scenario_text(const std::string& text, const std::string& file, co
   s.parallel = read_parallel(top);
   s.training = read_training(top, s.model);
   s.expected = read_expected(top);
+  s.reliability = read_reliability(top, s.cluster);
+  read_perturbations(top, s.cluster);
   s.profiles = read_calibration(top, catalog, s.cluster, base_dir);
   top.finish();
   if (diags.ok()) check_consistency(s, diags);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "calibration/profile.hpp"
+#include "models/reliability.hpp"
 #include "models/training_spec.hpp"
 #include "tools/frontend/catalog.hpp"
 
@@ -34,6 +35,7 @@ struct Scenario {
   TrainingSpec training;
   std::vector<CalibrationProfile> profiles;  // for every GPU type in the cluster
   std::optional<Expected> expected;
+  std::optional<ReliabilitySpec> reliability;  // failures over the job's life (docs/faults.md)
 };
 
 // `overrides` are "json.path=value" strings (value parsed as JSON, else taken as a string).

@@ -308,12 +308,13 @@ std::vector<std::string> SweepPoint::set_args() const {
 }
 
 const std::vector<std::string>& sweep_metrics() {
-  static const std::vector<std::string> m{"tokens_per_s", "samples_per_s",    "tflops_per_gpu", "mfu",
-                                          "hfu",          "iteration_time_s", "peak_memory_gib"};
+  static const std::vector<std::string> m{"tokens_per_s", "samples_per_s",    "tflops_per_gpu",  "mfu",
+                                          "hfu",          "iteration_time_s", "peak_memory_gib", "ettr",
+                                          "goodput_per_s"};
   return m;
 }
 
-bool metric_lower_is_better(const std::string& metric) {
+bool metric_lower_is_better(const std::string& metric) {  // the others: higher is better
   return metric == "iteration_time_s" || metric == "peak_memory_gib";
 }
 
@@ -670,6 +671,11 @@ PointRun simulate_point(const SweepPoint& p, const SweepSpec& spec, const Catalo
   PointRun run;
   try {
     const Scenario s = load_scenario_text(spec.base_text, spec.base_file, spec.base_dir, p.set_args(), catalog);
+    if ((spec.metric == "ettr" || spec.metric == "goodput_per_s") && !s.reliability) {
+      throw InputError({Diagnostic{
+          spec.base_file, "/reliability",
+          "the sweep ranks by " + spec.metric + ", which needs a \"reliability\" section (docs/faults.md)"}});
+    }
     run.report = simulate(s, fidelity);
     run.report.wall_time_s = 0;  // host time would make the output depend on the machine
     run.status = run.report.feasible ? SweepStatus::Ok : SweepStatus::Infeasible;
@@ -864,6 +870,12 @@ void add_result_columns(nlohmann::ordered_json& j, const std::string& prefix, bo
   j[prefix + "feasible"] = ran && r.feasible;
   j[prefix + "events"] = ran ? nlohmann::ordered_json(r.events) : nlohmann::ordered_json();
   j[prefix + "simulated_ranks"] = ran ? nlohmann::ordered_json(r.simulated_ranks) : nlohmann::ordered_json();
+  if (ran && r.reliability) {  // failures over the job's life (docs/faults.md)
+    num("ettr", r.reliability->ettr_mean);
+    num("goodput_per_s", r.reliability->goodput_units_per_s);
+    num("checkpoint_interval_s", r.reliability->checkpoint_interval_s);
+    num("interruptions_expected", r.reliability->interruptions_expected);
+  }
 }
 }  // namespace
 

@@ -1,0 +1,185 @@
+// The scenario's fault sections: "perturbations" (slow GPUs inside an
+// iteration) and "reliability" (failures over the job's life), read at the
+// edge with exact errors, simulated, and reported in the summary and the JSON.
+#include <doctest/doctest.h>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tools/frontend/job.hpp"
+#include "tools/frontend/scenario.hpp"
+
+using namespace trainsim;
+
+namespace {
+
+const Catalog& catalog() {
+  static const Catalog c = load_builtin_catalog();
+  return c;
+}
+
+// GPT-3 1.3B on 16 A100.
+const char* kScenario = R"({
+  "model": "gpt3-1.3b",
+  "cluster": {"node": "dgx-a100", "nodes": 2},
+  "parallel": {"tp": 2, "pp": 2, "dp": 4, "micro_batch": 1, "global_batch": 16},
+  "training": {"seq_len": 2048}
+})";
+
+Scenario load(const std::vector<std::string>& sets) {
+  return load_scenario_text(kScenario, "s.json", "", sets, catalog());
+}
+
+std::string errors_of(const std::vector<std::string>& sets) {
+  try {
+    load(sets);
+    return "";
+  } catch (const InputError& e) {
+    std::string out;
+    for (const auto& d : e.diagnostics()) out += d.format() + "\n";
+    return out;
+  }
+}
+
+}  // namespace
+
+TEST_CASE("reliability section: defaults, results in the report and the JSON") {
+  const Scenario s = load({R"(reliability={"duration": "30d", "seed": 7})"});
+  REQUIRE(s.reliability);
+  CHECK(s.reliability->duration_s == 30 * 86400.0);
+  CHECK(s.reliability->components.size() == llama3_failure_rates().size());
+  CHECK(s.reliability->checkpoint_mode == CheckpointMode::Synchronous);
+  // 2 TB/s for 16,384 GPUs, the share of 16.
+  CHECK(s.reliability->storage_bandwidth == doctest::Approx(2e12 * 16 / 16384));
+  const JobReport r = simulate(s);
+  REQUIRE(r.reliability);
+  const ReliabilityReport& f = *r.reliability;
+  CHECK(f.checkpoint_bytes == doctest::Approx(s.model.total_params() * 14));
+  CHECK(f.checkpoint_interval_s > 0);
+  CHECK(f.ettr_mean > 0.5);
+  CHECK(f.ettr_mean < 1);
+  CHECK(f.goodput_units_per_s == doctest::Approx(r.tokens_per_s * f.ettr_mean));
+  const nlohmann::json j = to_json(r);
+  CHECK(j["reliability"]["ettr"].get<double>() == f.ettr_mean);
+  CHECK(j["reliability"]["by_component"].size() == f.by_component.size());
+  CHECK(summary_text(r).find("effective training time") != std::string::npos);
+  CHECK(metric_value(r, "ettr") == f.ettr_mean);
+  // Without the section there is no failure model.
+  CHECK(!simulate(load({})).reliability);
+}
+
+TEST_CASE("reliability section: own rates, spares and checkpoint modes") {
+  const Scenario s = load({R"(reliability={"duration": "7d", "failure_rates": [
+      {"component": "node", "per": "node", "per_day": 0.01},
+      {"component": "software", "per": "job", "per_day": 0.5, "takes_node_out": false}],
+      "planned_per_day": 0, "spare_nodes": 1, "repair_time": "12h",
+      "checkpoint": {"mode": "in-memory", "interval": "30min"}})"});
+  REQUIRE(s.reliability);
+  CHECK(s.reliability->components.size() == 2);
+  CHECK(s.reliability->components[1].scope == FailureScope::Job);
+  CHECK(!s.reliability->components[1].takes_node_out);
+  CHECK(s.reliability->spare_nodes == 1);
+  CHECK(s.reliability->repair_s == 12 * 3600.0);
+  CHECK(s.reliability->checkpoint_interval_s == 1800);
+  // In-memory copies go to a peer over the node's NICs (a DGX A100: 8 x 200 Gb/s for 8 GPUs).
+  CHECK(s.reliability->snapshot_bandwidth == doctest::Approx(25e9));
+  const JobReport r = simulate(s);
+  REQUIRE(r.reliability);
+  CHECK(r.reliability->unexpected_expected == doctest::Approx(7 * (2 * 0.01 + 0.5)));
+}
+
+TEST_CASE("reliability section: bad input names the key") {
+  CHECK(errors_of({R"(reliability={})"}).find("/reliability/duration: required") != std::string::npos);
+  CHECK(errors_of({R"(reliability={"duration": 54})"}).find("/reliability/duration") != std::string::npos);
+  CHECK(errors_of({R"(reliability={"duration": "54d", "checkpoint": {"mode": "async"}})"})
+            .find("/reliability/checkpoint/snapshot_bandwidth") != std::string::npos);
+  CHECK(errors_of({R"(reliability={"duration": "54d", "repair_time": "1d"})"}).find("/reliability/repair_time") !=
+        std::string::npos);
+  CHECK(errors_of({R"(reliability={"duration": "54d", "spare_nodes": 4})"}).find("/reliability/repair_time") !=
+        std::string::npos);
+  CHECK(errors_of({R"(reliability={"duration": "54d", "failure_rates": [{"component": "x", "per": "rack",
+      "per_day": 1}]})"})
+            .find("/reliability/failure_rates/0/per") != std::string::npos);
+  CHECK(errors_of({R"(reliability={"duration": "54d", "checkpoints": {}})"}).find("/reliability/checkpoints") !=
+        std::string::npos);
+  CHECK(errors_of({R"(reliability={"duration": "54d", "failure_rates": "weibull"})"})
+            .find("/reliability/failure_rates") != std::string::npos);
+}
+
+TEST_CASE("reliability section: a Monte Carlo too large for the bound is refused, not run") {
+  const Scenario s = load({R"(reliability={"duration": "3000d", "trials": 100000, "checkpoint": {"interval": "1s"}})"});
+  CHECK_THROWS_AS(simulate(s), InputError);
+}
+
+namespace {
+// 1,024 A100 in data parallel, gradients all-reduced after the backward (no overlap).
+const char* kDataParallel = R"({
+  "model": "gpt3-1.3b",
+  "cluster": {"node": "dgx-a100", "nodes": 128},
+  "parallel": {"tp": 1, "pp": 1, "dp": 1024, "micro_batch": 2, "global_batch": 2048, "dp_overlap": false},
+  "training": {"seq_len": 2048}
+})";
+}  // namespace
+
+TEST_CASE("one GPU at half speed in a 1,024-GPU synchronous job costs its compute again, at both fidelities") {
+  for (const Fidelity f : {Fidelity::Analytical, Fidelity::Flow}) {
+    CAPTURE(to_string(f));
+    const Scenario clean = load_scenario_text(kDataParallel, "dp.json", "", {}, catalog());
+    const Scenario slowed = load_scenario_text(kDataParallel, "dp.json", "",
+                                               {R"(perturbations={"gpus": [{"gpu": 517, "slowdown": 2}]})"}, catalog());
+    REQUIRE(slowed.cluster.slowdowns.size() == 1);
+    const JobReport a = simulate(clean, f);
+    const JobReport b = simulate(slowed, f);
+    // Every replica waits for GPU 517 at the all-reduce: the iteration grows by
+    // that GPU's compute time once more.
+    CHECK(b.iteration_time_s - a.iteration_time_s == doctest::Approx(a.breakdown.compute_s).epsilon(0.02));
+    REQUIRE(b.perturbations);
+    CHECK(b.perturbations->unperturbed_iteration_time_s == a.iteration_time_s);
+    CHECK(b.perturbations->lost_s == doctest::Approx(b.iteration_time_s - a.iteration_time_s));
+    CHECK(b.perturbations->slowest_rank.find("gpu 517") != std::string::npos);
+    CHECK(b.perturbations->max_slowdown == 2);
+  }
+}
+
+TEST_CASE("perturbations: nodes, seeded stragglers and bad input") {
+  const Scenario s =
+      load({R"(perturbations={"nodes": [{"node": 1, "slowdown": 1.5}], "gpus": [{"gpu": 8, "slowdown": 2}]})"});
+  REQUIRE(s.cluster.slowdowns.size() == 8);  // node 1 holds GPUs 8-15
+  CHECK(s.cluster.slowdowns.front().gpu == 8);
+  CHECK(s.cluster.slowdowns.front().factor == 3);  // both entries apply
+  CHECK(s.cluster.slowdowns.back().factor == 1.5);
+  const char* stragglers = R"(perturbations={"stragglers": {"count": 3, "slowdown": [1.1, 1.3], "seed": 5}})";
+  const Scenario a = load({stragglers});
+  const Scenario b = load({stragglers});
+  REQUIRE(a.cluster.slowdowns.size() == 3);
+  for (std::size_t i = 0; i < 3; ++i) {
+    CHECK(a.cluster.slowdowns[i].gpu == b.cluster.slowdowns[i].gpu);
+    CHECK(a.cluster.slowdowns[i].factor == b.cluster.slowdowns[i].factor);
+    CHECK(a.cluster.slowdowns[i].factor >= 1.1);
+    CHECK(a.cluster.slowdowns[i].factor <= 1.3);
+  }
+  CHECK(simulate(a).iteration_time_s > simulate(load({})).iteration_time_s);
+  CHECK(errors_of({R"(perturbations={"gpus": [{"gpu": 16, "slowdown": 2}]})"}).find("/perturbations/gpus/0/gpu") !=
+        std::string::npos);
+  CHECK(
+      errors_of({R"(perturbations={"gpus": [{"gpu": 1, "slowdown": 0.5}]})"}).find("/perturbations/gpus/0/slowdown") !=
+      std::string::npos);
+  CHECK(errors_of({R"(perturbations={"stragglers": {"slowdown": 1.2}})"}).find("/perturbations/stragglers") !=
+        std::string::npos);
+  CHECK(errors_of({R"(perturbations={"stragglers": {"count": 2}})"}).find("/perturbations/stragglers/slowdown") !=
+        std::string::npos);
+}
+
+TEST_CASE("the Llama 3 example: interruptions and effective training time within the published figures") {
+  // Llama 3 (arXiv:2407.21783, section 3.3.4): 466 interruptions in 54 days, effective training time above 90%.
+  const std::string path =
+      std::string(TRAINSIM_SOURCE_DIR) + "/scenarios/examples/llama3.1-405b-16384xh100-failures.json";
+  const Scenario s = load_scenario_file(path, {}, catalog());
+  const JobReport r = simulate(s);
+  REQUIRE(r.reliability);
+  CHECK(r.reliability->interruptions_mean == doctest::Approx(466).epsilon(0.2));
+  CHECK(r.reliability->ettr_mean > 0.90);
+  CHECK(r.reliability->ettr_mean < 1.0);
+}

@@ -333,7 +333,7 @@ SimulationResult Executor::run() {
       network_next_ = network_->next_event();
       for (const TransferDone& d : network_done_) {
         auto& waiters = in_flight_[d.cookie];
-        for (const Waiter& w : waiters) queue_.push(d.time, w.rank, w.task);
+        for (const Waiter& w : waiters) queue_.push_in_order(d.time, w.rank, w.task);
         waiters.clear();
         free_in_flight_.push_back(static_cast<std::uint32_t>(d.cookie));
       }

@@ -1,8 +1,23 @@
 #include "sim/event_queue.hpp"
 
+#include "sim/check.hpp"
+
 namespace trainsim {
 
+void EventQueue::push_in_order(Time time, std::uint32_t rank, std::uint32_t payload) {
+  TRAINSIM_CHECK(head_ == fifo_.size() || fifo_.back().time <= time, "push_in_order() got an earlier time");
+  if (head_ == fifo_.size()) {
+    fifo_.clear();
+    head_ = 0;
+  } else if (head_ >= 4096 && 2 * head_ >= fifo_.size()) {
+    fifo_.erase(fifo_.begin(), fifo_.begin() + static_cast<std::ptrdiff_t>(head_));
+    head_ = 0;
+  }
+  fifo_.push_back(Event{time, next_seq_++, rank, payload});
+}
+
 Event EventQueue::pop() {
+  if (from_fifo()) return fifo_[head_++];
   Event out = heap_.front();
   heap_.front() = heap_.back();
   heap_.pop_back();

@@ -35,6 +35,31 @@ Executor::Executor(const SimulationSetup& setup, const Cluster& cluster, const C
   init();
 }
 
+std::size_t estimate_run_bytes(const SimulationSetup& setup, bool flow) {
+  std::size_t tasks = 0, streams = 0, slots = 0, members = 0;
+  for (const RankProgram& r : setup.ranks) {
+    const ProgramTemplate& p = setup.programs[r.program];
+    tasks += p.tasks.size();
+    streams += p.streams.size();
+    slots += p.comm_slots.size();
+  }
+  for (const Communicator& c : setup.comms) members += c.members.size();
+  // Per stream: position, busy flag, start, the running kernel's progress,
+  // start, end and rate flag, and up to one pending event (a vector that grows
+  // by doubling may hold twice that).
+  const std::size_t per_stream = sizeof(std::uint32_t) + 1 + 3 * sizeof(Time) + sizeof(double) + 1 + 2 * sizeof(Event);
+  // Per rank: three bases, stride, finish, done count, timeline index, transfers running.
+  const std::size_t per_rank = 3 * sizeof(std::size_t) + sizeof(Time) + 4 * sizeof(std::uint32_t);
+  // Per communicator: its state, whose five deques each allocate a 64-byte map
+  // and a 512-byte block on construction (libstdc++).
+  const std::size_t per_comm = sizeof(std::deque<int>) * 5 + sizeof(std::uint64_t) + 5 * (64 + 512);
+  double bytes =
+      static_cast<double>(tasks * sizeof(std::uint32_t) + streams * per_stream + slots * sizeof(std::uint32_t) +
+                          setup.ranks.size() * per_rank + setup.comms.size() * per_comm);
+  if (flow) bytes += kFlowBytesPerMember * static_cast<double>(members);
+  return static_cast<std::size_t>(bytes);
+}
+
 void Executor::init() {
   const SimulationSetup& setup = *setup_;
   const Cluster& cluster = *cluster_;
@@ -333,7 +358,7 @@ SimulationResult Executor::run() {
       network_next_ = network_->next_event();
       for (const TransferDone& d : network_done_) {
         auto& waiters = in_flight_[d.cookie];
-        for (const Waiter& w : waiters) queue_.push(d.time, w.rank, w.task);
+        for (const Waiter& w : waiters) queue_.push_in_order(d.time, w.rank, w.task);
         waiters.clear();
         free_in_flight_.push_back(static_cast<std::uint32_t>(d.cookie));
       }

@@ -77,6 +77,20 @@ struct SimulationResult {
   bool mismatch = false;
 };
 
+// Bytes a run of `setup` will hold, estimated before it starts so that a
+// caller can refuse one that would not fit (docs/performance.md): the
+// executor's state per task, stream, slot, rank and communicator exactly, the
+// event queue at its most, and per communicator member the flow fidelity's
+// plans, routes and flows (a measured figure, `kFlowBytesPerMember`).
+std::size_t estimate_run_bytes(const SimulationSetup& setup, bool flow);
+// Measured: peak RSS minus the rest of this estimate for Llama 3.1 405B
+// (TP8 PP16) on 1,024, 2,048 and 4,096 H100 at flow fidelity grows by 477
+// bytes per communicator member (15.8, 18.9, 25.7 MB for 6,912, 13,824, 27,648 members).
+inline constexpr double kFlowBytesPerMember = 480;
+// Above this estimate the flow fidelity refuses to start: 16 GiB, the bound
+// docs/performance.md documents (a 32 GiB workstation keeps room for the rest).
+inline constexpr double kFlowMemoryLimitBytes = 16.0 * 1024 * 1024 * 1024;
+
 class Executor {
  public:
   // The network model's events interleave with the event queue in time order

@@ -140,3 +140,18 @@ TEST_CASE("flow fidelity is deterministic") {
   CHECK(a.iteration_time_s == b.iteration_time_s);
   CHECK(a.events == b.events);
 }
+
+TEST_CASE("flow fidelity refuses up front a run whose memory estimate exceeds its limit") {
+  // Llama 3.1 405B on 16,384 H100 with 2,048 micro-batches per pipeline: ~7 M
+  // tasks per stage program, x 1,024 ranks per stage: far above 16 GiB of state.
+  const Scenario s =
+      load_scenario_file(std::string(TRAINSIM_SOURCE_DIR) + "/scenarios/examples/llama3.1-405b-16384xh100.json",
+                         {"parallel.global_batch=262144"}, catalog());
+  const JobRun run = run_job(s, Fidelity::Flow);
+  CHECK_FALSE(run.report.feasible);
+  REQUIRE(run.report.problems.size() == 1);
+  const std::string& p = run.report.problems[0];
+  CHECK(p.find("flow fidelity would need about") != std::string::npos);
+  CHECK(p.find("above its limit of 16 GiB") != std::string::npos);
+  CHECK(run.result.events == 0);  // nothing was simulated
+}

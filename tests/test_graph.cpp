@@ -130,3 +130,72 @@ TEST_CASE("graph: inconsistent or disconnected descriptions are errors naming th
   REQUIRE_FALSE(problems.empty());
   CHECK(problems[0].message.find("nicless") != std::string::npos);
 }
+
+namespace {
+
+// Reference hop counts: one breadth-first search per destination over the
+// whole graph, with the routing rules spelled out (GPUs relay nothing; a GPU
+// does not reach another GPU of its node through the NIC they share when the
+// node has a scale-up switch).
+std::vector<std::uint32_t> reference_hops_to(const Topology& t, std::uint32_t dst) {
+  const auto nv = static_cast<std::uint32_t>(t.num_vertices());
+  std::vector<std::vector<std::uint32_t>> in(nv);
+  for (const TopologyLink& l : t.links()) in[l.to].push_back(l.from);
+  std::vector<std::uint32_t> d(nv, Topology::kNoRoute);
+  std::vector<std::uint32_t> queue{dst};
+  d[dst] = 0;
+  for (std::size_t q = 0; q < queue.size(); ++q) {
+    const std::uint32_t x = queue[q];
+    if (x != dst && t.vertex(x).kind == VertexKind::Gpu) continue;
+    for (std::uint32_t u : in[x]) {
+      const bool shared_nic = t.vertex(x).kind == VertexKind::Nic && t.vertex(u).kind == VertexKind::Gpu &&
+                              t.vertex(dst).kind == VertexKind::Gpu && d[x] == 1 &&
+                              t.switch_vertex(t.vertex(x).node) != kNoVertex;
+      if (!shared_nic && d[u] == Topology::kNoRoute) {
+        d[u] = d[x] + 1;
+        queue.push_back(u);
+      }
+    }
+  }
+  return d;
+}
+
+void check_hops_match_reference(const ClusterSpec& spec) {
+  Topology t{Cluster(spec)};
+  const auto nv = static_cast<std::uint32_t>(t.num_vertices());
+  for (std::uint32_t dst = 0; dst < nv; ++dst) {
+    const std::vector<std::uint32_t> ref = reference_hops_to(t, dst);
+    for (std::uint32_t v = 0; v < nv; ++v) {
+      CAPTURE(t.vertex_name(v));
+      CAPTURE(t.vertex_name(dst));
+      REQUIRE(t.hops(v, dst) == ref[v]);
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("graph: composed hop counts equal a breadth-first search per destination on every fabric") {
+  // Routes depend only on these counts (ECMP picks among neighbours one hop
+  // closer), so equal counts mean the same routes as full per-destination tables.
+  ClusterSpec rail = toy_cluster(6, 4);
+  rail.fabric.nodes_per_leaf = 2;
+  rail.fabric.spines = 3;
+  check_hops_match_reference(rail);
+  ClusterSpec fat = rail;
+  fat.fabric.kind = FabricKind::FatTree;
+  check_hops_match_reference(fat);
+  ClusterSpec shared = toy_cluster(4, 8);
+  shared.groups[0].node.nic_count = 4;  // two GPUs per NIC
+  shared.fabric.nodes_per_leaf = 2;
+  check_hops_match_reference(shared);
+  ClusterSpec two_dc = rail;
+  two_dc.datacenters.count = 2;
+  two_dc.datacenters.wan_bandwidth = 12.5e9;
+  two_dc.datacenters.wan_latency = 1e-3;
+  check_hops_match_reference(two_dc);
+  ClusterSpec no_scaleup = toy_cluster(4, 2);
+  no_scaleup.groups[0].node.scaleup = ScaleupKind::None;  // GPUs of a node meet through their NICs
+  no_scaleup.fabric.nodes_per_leaf = 2;
+  check_hops_match_reference(no_scaleup);
+}

@@ -1,8 +1,8 @@
 #include "topologies/graph.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
-#include <deque>
 #include <unordered_map>
 #include <utility>
 
@@ -146,10 +146,19 @@ struct Topology::Cache {
     }
   };
   std::unordered_map<Key, Route, KeyHash> routes;
-  std::vector<std::vector<std::uint16_t>> dist;  // per destination vertex; empty = not computed
+  // NICs and scale-up switches touch only GPUs and core switches (leaves,
+  // spines, gateways), so hop counts are kept between core switches only, one
+  // table per core target computed on first use; hops() composes the rest.
+  bool prepared = false;
+  std::vector<std::uint32_t> core_of;  // vertex -> core index; kNoVertex when not core
+  // Reverse core graph: predecessors u of core y with the hops u -> y (1, or 2
+  // through a NIC or scale-up switch).
+  std::vector<std::uint32_t> core_in_offsets;
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> core_in;
+  std::vector<std::vector<std::uint16_t>> core_dist;  // [core target][core source]; empty = not computed
+  std::vector<std::vector<std::uint32_t>> buckets;
   std::size_t dist_bytes = 0;
   std::vector<std::uint32_t> candidates;
-  std::deque<std::uint32_t> queue;
 };
 
 FabricFacts fabric_facts(const ClusterSpec& spec) {
@@ -397,7 +406,6 @@ Topology::Topology(const Cluster& cluster) : cache_(std::make_unique<Cache>()) {
       throw TopologyError(vertex_name(v) + " is not connected to any GPU");
     }
   }
-  cache_->dist.resize(nv);
 }
 
 std::string Topology::vertex_name(std::uint32_t v) const {
@@ -430,41 +438,141 @@ std::string Topology::link_name(std::uint32_t l) const {
 // it: GPU -> NIC -> GPU would take PCIe where NCCL takes NVLink. In a node
 // without scale-up links that PCIe path is the only one, and it is allowed.
 bool Topology::nic_between_gpus(std::uint32_t from, std::uint32_t nic, std::uint32_t dst,
-                                const std::vector<std::uint16_t>& dist) const {
+                                std::uint32_t nic_hops) const {
   return vertices_[nic].kind == VertexKind::Nic && vertices_[from].kind == VertexKind::Gpu &&
-         vertices_[dst].kind == VertexKind::Gpu && dist[nic] == 1 && switch_of_node_[vertices_[nic].node] != kNoVertex;
+         vertices_[dst].kind == VertexKind::Gpu && nic_hops == 1 && switch_of_node_[vertices_[nic].node] != kNoVertex;
 }
 
-const std::vector<std::uint16_t>& Topology::distances_to(std::uint32_t dst) {
-  std::vector<std::uint16_t>& dist = cache_->dist[dst];
-  if (!dist.empty()) return dist;
-  dist.assign(vertices_.size(), kUnreachable);
-  auto& q = cache_->queue;
-  q.clear();
-  dist[dst] = 0;
-  q.push_back(dst);
-  while (!q.empty()) {
-    const std::uint32_t x = q.front();
-    q.pop_front();
-    if (x != dst && vertices_[x].kind == VertexKind::Gpu) continue;  // GPUs relay nothing
-    for (std::uint32_t i = in_offsets_[x]; i < in_offsets_[x + 1]; ++i) {
-      const std::uint32_t u = links_[in_links_[i]].from;
-      if (nic_between_gpus(u, x, dst, dist)) continue;
-      if (dist[u] == kUnreachable) {
-        dist[u] = static_cast<std::uint16_t>(dist[x] + 1);
-        q.push_back(u);
+void Topology::prepare_routing() {
+  Cache& c = *cache_;
+  c.prepared = true;
+  const auto nv = static_cast<std::uint32_t>(vertices_.size());
+  auto is_core = [&](std::uint32_t v) {
+    const VertexKind k = vertices_[v].kind;
+    return k == VertexKind::Leaf || k == VertexKind::Spine || k == VertexKind::Gateway;
+  };
+  for (std::uint32_t v = 0; v < nv; ++v) {
+    if (vertices_[v].kind == VertexKind::Gpu || is_core(v)) continue;
+    for (std::uint32_t i = out_offsets_[v]; i < out_offsets_[v + 1]; ++i) {
+      const std::uint32_t u = links_[out_links_[i]].to;
+      if (vertices_[u].kind != VertexKind::Gpu && !is_core(u)) {
+        throw TopologyError("routing expects NICs and scale-up switches to link only GPUs and fabric switches, not " +
+                            link_name(out_links_[i]));
       }
     }
   }
-  cache_->dist_bytes += dist.size() * sizeof(std::uint16_t);
+  c.core_of.assign(nv, kNoVertex);
+  std::uint32_t nc = 0;
+  for (std::uint32_t v = 0; v < nv; ++v) {
+    if (is_core(v)) c.core_of[v] = nc++;
+  }
+  // Core-to-core steps: a direct link, or two links through a NIC or scale-up
+  // switch (GPUs relay nothing, so no other path joins two core switches).
+  std::vector<std::array<std::uint32_t, 3>> steps;  // (to, from, hops)
+  for (std::uint32_t v = 0; v < nv; ++v) {
+    if (c.core_of[v] == kNoVertex) continue;
+    for (std::uint32_t i = out_offsets_[v]; i < out_offsets_[v + 1]; ++i) {
+      const std::uint32_t x = links_[out_links_[i]].to;
+      if (c.core_of[x] != kNoVertex) {
+        steps.push_back({c.core_of[x], c.core_of[v], 1});
+      } else if (vertices_[x].kind != VertexKind::Gpu) {
+        for (std::uint32_t j = out_offsets_[x]; j < out_offsets_[x + 1]; ++j) {
+          const std::uint32_t y = links_[out_links_[j]].to;
+          if (y != v && c.core_of[y] != kNoVertex) steps.push_back({c.core_of[y], c.core_of[v], 2});
+        }
+      }
+    }
+  }
+  std::sort(steps.begin(), steps.end());
+  c.core_in_offsets.assign(nc + 1, 0);
+  c.core_in.clear();
+  c.core_in.reserve(steps.size());
+  for (const auto& st : steps) {
+    ++c.core_in_offsets[st[0] + 1];
+    c.core_in.emplace_back(st[1], st[2]);
+  }
+  for (std::uint32_t i = 0; i < nc; ++i) c.core_in_offsets[i + 1] += c.core_in_offsets[i];
+  c.core_dist.resize(nc);
+}
+
+const std::vector<std::uint16_t>& Topology::core_distances_to(std::uint32_t target) {
+  Cache& c = *cache_;
+  std::vector<std::uint16_t>& dist = c.core_dist[target];
+  if (!dist.empty()) return dist;
+  // Breadth-first search with steps of 1 or 2 hops: one bucket per distance.
+  dist.assign(c.core_dist.size(), kUnreachable);
+  dist[target] = 0;
+  c.buckets.assign(1, {target});
+  for (std::size_t d = 0; d < c.buckets.size(); ++d) {
+    for (std::size_t k = 0; k < c.buckets[d].size(); ++k) {
+      const std::uint32_t y = c.buckets[d][k];
+      if (dist[y] != d) continue;
+      for (std::uint32_t i = c.core_in_offsets[y]; i < c.core_in_offsets[y + 1]; ++i) {
+        const auto [u, w] = c.core_in[i];
+        const std::size_t du = d + w;
+        if (du < dist[u]) {
+          dist[u] = static_cast<std::uint16_t>(du);
+          if (c.buckets.size() <= du) c.buckets.resize(du + 1);
+          c.buckets[du].push_back(u);
+        }
+      }
+    }
+  }
+  c.dist_bytes += dist.size() * sizeof(std::uint16_t);
   return dist;
+}
+
+namespace {
+constexpr std::uint32_t kFar = Topology::kNoRoute;
+std::uint32_t plus_one(std::uint32_t h) { return h >= kFar ? kFar : h + 1; }
+}  // namespace
+
+std::uint32_t Topology::hops(std::uint32_t v, std::uint32_t t) {
+  if (v == t) return 0;
+  Cache& c = *cache_;
+  if (!c.prepared) prepare_routing();
+  std::uint32_t best = kFar;
+  if (vertices_[v].kind == VertexKind::Gpu) {
+    // A GPU starts a path: one step to the target or to a switch or NIC.
+    const bool gpu_target = vertices_[t].kind == VertexKind::Gpu;
+    for (std::uint32_t i = out_offsets_[v]; i < out_offsets_[v + 1]; ++i) {
+      const std::uint32_t u = links_[out_links_[i]].to;
+      if (u == t) return 1;
+      if (vertices_[u].kind == VertexKind::Gpu) continue;
+      const std::uint32_t hu = hops(u, t);
+      if (gpu_target && nic_between_gpus(v, u, t, hu)) continue;
+      best = std::min(best, plus_one(hu));
+    }
+    return best;
+  }
+  if (const std::uint32_t ct = c.core_of[t]; ct != kNoVertex) {
+    const std::vector<std::uint16_t>& dist = core_distances_to(ct);
+    auto core_hops = [&](std::uint32_t u) { return dist[c.core_of[u]] == kUnreachable ? kFar : dist[c.core_of[u]]; };
+    if (c.core_of[v] != kNoVertex) return core_hops(v);
+    // A NIC or scale-up switch: its next step is a core switch.
+    for (std::uint32_t i = out_offsets_[v]; i < out_offsets_[v + 1]; ++i) {
+      const std::uint32_t u = links_[out_links_[i]].to;
+      if (c.core_of[u] != kNoVertex) best = std::min(best, plus_one(core_hops(u)));
+    }
+    return best;
+  }
+  // The target is a GPU, NIC or scale-up switch: the path's last step comes
+  // from one of its neighbours that relays (not a GPU).
+  for (std::uint32_t i = in_offsets_[t]; i < in_offsets_[t + 1]; ++i) {
+    const std::uint32_t x = links_[in_links_[i]].from;
+    if (x == v) return 1;
+    if (vertices_[x].kind == VertexKind::Gpu) continue;
+    best = std::min(best, plus_one(hops(v, x)));
+  }
+  return best;
 }
 
 Route Topology::route(std::uint32_t src, std::uint32_t dst, std::uint64_t tag) {
   const Cache::Key key{src, dst, tag, kNoVertex};
   if (auto it = cache_->routes.find(key); it != cache_->routes.end()) return it->second;
-  const std::vector<std::uint16_t>& dist = distances_to(dst);
-  if (dist[src] == kUnreachable) {
+  if (!cache_->prepared) prepare_routing();
+  std::uint32_t dv = hops(src, dst);
+  if (dv >= kFar) {
     throw TopologyError("no route from " + vertex_name(src) + " to " + vertex_name(dst));
   }
   Route r;
@@ -477,10 +585,9 @@ Route Topology::route(std::uint32_t src, std::uint32_t dst, std::uint64_t tag) {
     for (std::uint32_t i = out_offsets_[v]; i < out_offsets_[v + 1]; ++i) {
       const std::uint32_t l = out_links_[i];
       const std::uint32_t u = links_[l].to;
-      if (dist[u] + 1 == dist[v] && (u == dst || vertices_[u].kind != VertexKind::Gpu) &&
-          !nic_between_gpus(v, u, dst, dist)) {
-        cand.push_back(l);
-      }
+      if (u != dst && vertices_[u].kind == VertexKind::Gpu) continue;
+      const std::uint32_t hu = hops(u, dst);
+      if (hu + 1 == dv && !nic_between_gpus(v, u, dst, hu)) cand.push_back(l);
     }
     const std::uint32_t pick =
         cand.size() == 1 ? cand[0]
@@ -488,6 +595,7 @@ Route Topology::route(std::uint32_t src, std::uint32_t dst, std::uint64_t tag) {
     route_pool_.push_back(pick);
     r.latency += links_[pick].latency;
     v = links_[pick].to;
+    --dv;
     ++hop;
   }
   r.length = static_cast<std::uint32_t>(route_pool_.size() - r.offset);

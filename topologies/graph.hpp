@@ -140,15 +140,22 @@ class Topology {
   // The first GPU of `node` whose NIC is on `rail`; -1 if none.
   int gpu_on_rail(int node, int rail) const;
   std::span<const std::uint32_t> links_of(const Route& r) const { return {route_pool_.data() + r.offset, r.length}; }
+  // Links on a shortest path from v to t that transits no other GPU (the
+  // length of route(v, t, ...)); kNoRoute when there is none.
+  static constexpr std::uint32_t kNoRoute = 1u << 30;
+  std::uint32_t hops(std::uint32_t v, std::uint32_t t);
   std::size_t cached_routes() const;
   // Bytes held by routing caches (distance tables and routes).
   std::size_t cache_bytes() const;
 
  private:
   struct Cache;
-  bool nic_between_gpus(std::uint32_t from, std::uint32_t nic, std::uint32_t dst,
-                        const std::vector<std::uint16_t>& dist) const;
-  const std::vector<std::uint16_t>& distances_to(std::uint32_t dst);
+  bool nic_between_gpus(std::uint32_t from, std::uint32_t nic, std::uint32_t dst, std::uint32_t nic_hops) const;
+  // Hop counts for routing are kept only between core switches (leaves,
+  // spines, gateways): memory grows with the square of the leaf count, not of
+  // the GPU count; hops() composes the rest from a vertex's neighbours.
+  void prepare_routing();
+  const std::vector<std::uint16_t>& core_distances_to(std::uint32_t core_target);
 
   std::vector<TopologyVertex> vertices_;
   std::vector<TopologyLink> links_;

@@ -2,13 +2,17 @@
 // docs/network.md; they never gate CI.
 #include <benchmark/benchmark.h>
 
+#include <filesystem>
 #include <fstream>
 #include <random>
 #include <span>
+#include <sstream>
 #include <string>
 
+#include "sim/executor.hpp"
 #include "sim/flow_collectives.hpp"
 #include "sim/flow_network.hpp"
+#include "tools/frontend/cli.hpp"
 #include "tools/frontend/job.hpp"
 #include "tools/frontend/scenario.hpp"
 #include "topologies/graph.hpp"
@@ -135,6 +139,72 @@ void BM_FlowMegatron1T_3072Gpu(benchmark::State& state) {
   run_flow_job(state, validation_scenario("megatron2021_t1_1008.0B"));
 }
 BENCHMARK(BM_FlowMegatron1T_3072Gpu)->Unit(benchmark::kMillisecond)->Iterations(1);
+
+// Llama 3.1 405B (scenarios/examples/llama3.1-405b-16384xh100.json: TP8 PP16,
+// 16 micro-batches per pipeline) on `gpus` H100: DP = gpus / 128, one
+// 32-node leaf per rail group as in the shipped scenario.
+Scenario llama405b_on(int gpus) {
+  const int dp = gpus / 128;
+  return load_scenario_file(std::string(TRAINSIM_SOURCE_DIR) + "/scenarios/examples/llama3.1-405b-16384xh100.json",
+                            {"parallel.dp=" + std::to_string(dp), "cluster.nodes=" + std::to_string(16 * dp),
+                             "parallel.global_batch=" + std::to_string(16 * dp)},
+                            catalog());
+}
+
+// One flow-fidelity iteration, every rank simulated. Peak RSS is the
+// process's: run one size per process (--benchmark_filter) for its figure.
+// 65,536 and 131,072 GPUs take minutes; they run only when asked for.
+void BM_FlowLlama405B(benchmark::State& state) {
+  const Scenario s = llama405b_on(static_cast<int>(state.range(0)));
+  std::uint64_t events = 0;
+  for (auto _ : state) {
+    const JobRun run = run_job(s, Fidelity::Flow);
+    events += run.report.events;
+    state.counters["estimate_GiB"] =
+        static_cast<double>(estimate_run_bytes(run.plan.setup, true)) / (1024.0 * 1024 * 1024);
+    state.counters["iter_s_flow"] = run.report.iteration_time_s;
+  }
+  state.counters["events/s"] = benchmark::Counter(static_cast<double>(events), benchmark::Counter::kIsRate);
+  state.counters["peak_rss_GiB"] = peak_rss_gib();
+}
+BENCHMARK(BM_FlowLlama405B)->Arg(16384)->Unit(benchmark::kSecond)->Iterations(1);
+BENCHMARK(BM_FlowLlama405B)
+    ->Name("BM_FlowLlama405B_Large")
+    ->Arg(65536)
+    ->Arg(131072)
+    ->Unit(benchmark::kSecond)
+    ->Iterations(1);
+
+// The analytical cost of one configuration (scenario already loaded: planning
+// and simulation of one rank per class), 128 to 1,048,576 GPUs.
+void BM_AnalyticalLlama405B(benchmark::State& state) {
+  const Scenario s = llama405b_on(static_cast<int>(state.range(0)));
+  for (auto _ : state) benchmark::DoNotOptimize(simulate(s, Fidelity::Analytical).iteration_time_s);
+}
+BENCHMARK(BM_AnalyticalLlama405B)->RangeMultiplier(8)->Range(128, 1 << 20)->Unit(benchmark::kMillisecond);
+
+// The auto-search of scenarios/sweeps/llama3-70b-1024xh100-auto.json (Llama-3
+// 70B on 1,024 H100) with its best 20 layouts simulated again at flow fidelity
+// and re-ranked, on one thread.
+void BM_SearchWithFlowVerify(benchmark::State& state) {
+  std::ifstream in(std::string(TRAINSIM_SOURCE_DIR) + "/scenarios/sweeps/llama3-70b-1024xh100-auto.json");
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string sweep = text.str();
+  const std::size_t end = sweep.rfind('}');
+  sweep = sweep.substr(0, end) + R"(, "verify": {"fidelity": "flow", "top": 20}})";
+  sweep.replace(sweep.find(R"("top_k": 10)"), 11, R"("top_k": 20)");
+  const auto dir = std::filesystem::temp_directory_path();
+  const std::string path = (dir / "bench-search-flow-verify.json").string();
+  const std::string out_csv = (dir / "bench-search-flow-verify.csv").string();
+  std::ofstream(path) << sweep;
+  for (auto _ : state) {
+    const char* argv[] = {"trainsim", "sweep", path.c_str(), "-j", "1", "--out", out_csv.c_str()};
+    std::ostringstream out, err;
+    if (run_cli(7, argv, out, err) != 0) state.SkipWithError(("sweep failed: " + err.str()).c_str());
+  }
+}
+BENCHMARK(BM_SearchWithFlowVerify)->Unit(benchmark::kSecond)->Iterations(1);
 
 }  // namespace
 

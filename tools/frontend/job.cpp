@@ -65,11 +65,23 @@ JobRun run_job(const Scenario& s, Fidelity fidelity) {
   Platform platform(s.cluster, s.profiles);
   const Cluster& cluster = platform.cluster();
   rep.gpus = cluster.num_gpus();
-  const std::unique_ptr<NetworkModel> network = platform.network_model(fidelity);
   PlanOptions opts;
-  opts.representatives = !network->needs_every_member();
+  opts.representatives = fidelity != Fidelity::Flow;  // the flow model needs every member
   run.plan = workload_of(s)->plan(platform, Placement::of(s.parallel), opts);
   const WorkloadPlan& plan = run.plan;
+  if (fidelity == Fidelity::Flow) {
+    // Refused up front rather than dying of bad_alloc midway (docs/performance.md).
+    const double need = static_cast<double>(estimate_run_bytes(plan.setup, true));
+    if (need > kFlowMemoryLimitBytes) {
+      rep.feasible = false;
+      rep.problems.push_back("flow fidelity would need about " + fmt("%.1f", need / kGiB) +
+                             " GiB, above its limit of " + fmt("%.0f", kFlowMemoryLimitBytes / kGiB) +
+                             " GiB (docs/performance.md); run at analytical fidelity or on fewer GPUs");
+      return run;
+    }
+  }
+  const std::unique_ptr<NetworkModel> network = platform.network_model(fidelity);
+  TRAINSIM_CHECK(network->needs_every_member() == !opts.representatives, "plan and network model disagree on members");
   {
     Executor exec(plan.setup, cluster, platform.costs(), *network);
     run.result = exec.run();

@@ -23,7 +23,8 @@ std::vector<std::string> check_schedule(const PipelineSchedule& schedule);
 // The built-in schedule of `kind` for `pp` ranks, `m` micro-batches and `vpp`
 // chunks per rank. Interleaved 1F1B follows Megatron-LM's ordering and needs
 // m % pp == 0 (checked at scenario loading); backward units are whole (B and
-// W together, in the layer's issue order).
+// W together, in the layer's issue order), except in the Zero Bubble
+// schedules (ZB-H1, ZB-H2: one chunk per rank, W deferred into the bubbles).
 PipelineSchedule builtin_schedule(ScheduleKind kind, int pp, int m, int vpp);
 
 // The schedule a parallel spec asks for: its custom one, else the built-in.

@@ -63,6 +63,10 @@ const char* to_string(ScheduleKind s) {
       return "1f1b";
     case ScheduleKind::Interleaved1F1B:
       return "interleaved-1f1b";
+    case ScheduleKind::ZeroBubbleH1:
+      return "zb-h1";
+    case ScheduleKind::ZeroBubbleH2:
+      return "zb-h2";
     case ScheduleKind::Custom:
       return "custom";
   }

@@ -43,7 +43,10 @@ struct TransformerSpec {
   double total_params() const;
 };
 
-enum class ScheduleKind : std::uint8_t { GPipe, OneFOneB, Interleaved1F1B, Custom };
+// ZeroBubbleH1 / ZeroBubbleH2: the handcrafted schedules of Qi et al., "Zero
+// Bubble (Almost) Pipeline Parallelism", ICLR 2024 (arXiv:2401.10241), with
+// the backward split into B and W (models/schedule.hpp).
+enum class ScheduleKind : std::uint8_t { GPipe, OneFOneB, Interleaved1F1B, ZeroBubbleH1, ZeroBubbleH2, Custom };
 
 // One unit of pipeline work on a rank: the forward, the whole backward (B and W
 // in the layer's issue order), the backward-input or the backward-weight part

@@ -105,3 +105,20 @@ TEST_CASE("placement: an order string moves ranks and so the prediction; bad pla
         "error: s.json: /parallel/placement: rank 15 is placed on GPU 99, expected 0..15\n");
   CHECK(errors_of({"parallel.placement=true"}).find("/parallel/placement: expected an order") != std::string::npos);
 }
+
+TEST_CASE("zero bubble schedules by name: zb-h1 as the same units written out, faster than 1F1B; vpp is an error") {
+  const JobReport one = simulate(load({}));
+  const JobReport h1 = simulate(load({"parallel.schedule=zb-h1"}));
+  REQUIRE(h1.feasible);
+  CHECK(h1.iteration_time_s < one.iteration_time_s);
+  // Rank 0 defers no W, rank 1 one (models/schedule.cpp): the same order written as JSON.
+  const JobReport custom = simulate(load({R"(parallel.schedule={"units": [
+      ["F0", "F1", "B0", "W0", "F2", "B1", "W1", "F3", "B2", "W2", "B3", "W3"],
+      ["F0", "B0", "F1", "B1", "W0", "F2", "B2", "W1", "F3", "B3", "W2", "W3"]]})"}));
+  CHECK(custom.iteration_time_s == h1.iteration_time_s);
+  CHECK(custom.peak_memory_gib == h1.peak_memory_gib);
+  CHECK(simulate(load({"parallel.schedule=zb-h2"})).iteration_time_s <= h1.iteration_time_s);
+  CHECK(errors_of({"parallel.schedule=zb-h1", "parallel.vpp=2"}) ==
+        "error: s.json: /parallel/schedule: vpp = 2 needs the \"interleaved-1f1b\" schedule, found \"zb-h1\"\n");
+  CHECK(errors_of({"parallel.schedule=zb-x"}).find("zb-h1") != std::string::npos);
+}

@@ -1,5 +1,7 @@
 #include "models/schedule.hpp"
 
+#include "models/zero_bubble.hpp"
+
 #include <algorithm>
 #include <cstdint>
 #include <map>
@@ -24,6 +26,8 @@ int warmup_units(ScheduleKind kind, int stage, int pp, int m, int vpp) {
     case ScheduleKind::GPipe:
     case ScheduleKind::ZeroBubbleH1:
     case ScheduleKind::ZeroBubbleH2:
+    case ScheduleKind::ZeroBubble1p:
+    case ScheduleKind::ZeroBubble2p:
     case ScheduleKind::Custom:
       return m;
     case ScheduleKind::OneFOneB:
@@ -54,53 +58,6 @@ std::vector<ScheduleUnit> builtin_order(ScheduleKind kind, int stage, int pp, in
   return order;
 }
 
-// Zero Bubble's handcrafted schedules (Qi et al., ICLR 2024, arXiv:2401.10241,
-// Section 3.1 and Figure 3), backward split into B and W. Rank i keeps up to i
-// W passes pending, which fills the cooldown with W: the last rank runs
-// F B W back to back, rank 0 defers the most.
-//  ZB-H1: the warmup of 1F1B (p-1-i forwards), so the activations in flight
-//    stay those of 1F1B; bubble (p-1)(T_F + T_B - T_W) when T_W <= T_F.
-//  ZB-H2: 2(p-1-i)+1 warmup forwards, enough to keep each rank busy until its
-//    first gradient arrives (rank 0 holds 2p-1 micro-batches); then B, W, F;
-//    rank i keeps 2i W pending: no bubble inside a rank's span when
-//    T_F = T_B = T_W, only the fill ramp of (p-1) T_F.
-std::vector<ScheduleUnit> zero_bubble_order(ScheduleKind kind, int stage, int pp, int m) {
-  std::vector<ScheduleUnit> order;
-  order.reserve(3 * static_cast<std::size_t>(m));
-  // W passes rank `stage` may keep pending: ZB-H2 defers twice as many, which
-  // turns its cooldown into the paper's parallelogram (rank 0 ends first).
-  const int deferred = kind == ScheduleKind::ZeroBubbleH1 ? stage : 2 * stage;
-  int f = 0, b = 0, w = 0;
-  auto F = [&] { order.push_back({UnitKind::Forward, f++, 0}); };
-  auto B = [&] { order.push_back({UnitKind::BackwardInput, b++, 0}); };
-  auto W = [&] { order.push_back({UnitKind::BackwardWeight, w++, 0}); };
-  if (kind == ScheduleKind::ZeroBubbleH1) {
-    for (const int warmup = std::min(pp - 1 - stage, m); f < warmup;) F();
-    while (f < m) {
-      F();
-      B();
-      if (b - w > deferred) W();
-    }
-    while (b < m) {
-      B();
-      W();
-    }
-  } else {
-    for (const int warmup = std::min(2 * (pp - 1 - stage) + 1, m); f < warmup;) F();
-    while (b < m) {
-      B();
-      if (f < m) {
-        if (b - w > deferred) W();
-        F();
-      } else {
-        W();
-      }
-    }
-  }
-  while (w < m) W();
-  return order;
-}
-
 const char* kind_letter(UnitKind k) {
   switch (k) {
     case UnitKind::Forward:
@@ -123,16 +80,60 @@ std::string to_string(const ScheduleUnit& u) {
   return s;
 }
 
+PipelineSchedule zero_bubble_family(int pp, int m, int extra_warmup, int deferral_per_rank) {
+  PipelineSchedule s;
+  s.stages = pp;
+  s.microbatches = m;
+  for (int st = 0; st < pp; ++st) {
+    s.chunk_stage.push_back(st);
+    std::vector<ScheduleUnit> order;
+    order.reserve(3 * static_cast<std::size_t>(m));
+    const int deferred = deferral_per_rank * st;  // W passes this rank may keep pending
+    int f = 0, b = 0, w = 0;
+    auto F = [&] { order.push_back({UnitKind::Forward, f++, 0}); };
+    auto B = [&] { order.push_back({UnitKind::BackwardInput, b++, 0}); };
+    auto W = [&] { order.push_back({UnitKind::BackwardWeight, w++, 0}); };
+    for (const int warmup = std::min(m, pp - st + std::min(extra_warmup, pp - 1 - st)); f < warmup;) F();
+    while (b < m) {
+      B();
+      if (f < m) {
+        if (b - w > deferred) W();
+        F();
+      } else {
+        W();
+      }
+    }
+    while (w < m) W();
+    s.units.push_back(std::move(order));
+  }
+  return s;
+}
+
 PipelineSchedule builtin_schedule(ScheduleKind kind, int pp, int m, int vpp) {
+  if (kind == ScheduleKind::ZeroBubbleH1 || kind == ScheduleKind::ZeroBubbleH2) {
+    // ZB-H1: 1F1B's warmup, rank i keeps i W pending; ZB-H2: p-1 more forwards
+    // on rank 0 (2p-1 in flight), rank i keeps 2i W pending (the paper's
+    // parallelogram: rank 0 ends first).
+    PipelineSchedule s =
+        kind == ScheduleKind::ZeroBubbleH1 ? zero_bubble_family(pp, m, 0, 1) : zero_bubble_family(pp, m, pp - 1, 2);
+    s.name = to_string(kind);
+    return s;
+  }
+  if (kind == ScheduleKind::ZeroBubble1p || kind == ScheduleKind::ZeroBubble2p) {
+    // Without the cost model's pass times (the planner has them,
+    // models/zero_bubble.hpp): equal times, W inputs counted as whole activations.
+    PipelineSchedule s =
+        zero_bubble_auto_schedule(pp, m, PassTimes{}, kind == ScheduleKind::ZeroBubble1p ? pp : 2.0 * pp, 1.0);
+    s.name = to_string(kind);
+    return s;
+  }
   PipelineSchedule s;
   s.name = to_string(kind);
   s.stages = pp;
   s.microbatches = m;
   const int chunks = kind == ScheduleKind::Interleaved1F1B ? vpp : 1;
   for (int v = 0; v < pp * chunks; ++v) s.chunk_stage.push_back(v % pp);
-  const bool zero_bubble = kind == ScheduleKind::ZeroBubbleH1 || kind == ScheduleKind::ZeroBubbleH2;
-  for (int st = 0; st < pp; ++st)
-    s.units.push_back(zero_bubble ? zero_bubble_order(kind, st, pp, m) : builtin_order(kind, st, pp, m, chunks));
+  for (int st = 0; st < pp; ++st) s.units.push_back(builtin_order(kind, st, pp, m, chunks));
   return s;
 }
 

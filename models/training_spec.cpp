@@ -67,6 +67,10 @@ const char* to_string(ScheduleKind s) {
       return "zb-h1";
     case ScheduleKind::ZeroBubbleH2:
       return "zb-h2";
+    case ScheduleKind::ZeroBubble1p:
+      return "zb-1p";
+    case ScheduleKind::ZeroBubble2p:
+      return "zb-2p";
     case ScheduleKind::Custom:
       return "custom";
   }

@@ -118,6 +118,12 @@ TEST_CASE("zero bubble schedules by name: zb-h1 as the same units written out, f
   CHECK(custom.iteration_time_s == h1.iteration_time_s);
   CHECK(custom.peak_memory_gib == h1.peak_memory_gib);
   CHECK(simulate(load({"parallel.schedule=zb-h2"})).iteration_time_s <= h1.iteration_time_s);
+  // The automatic schedules: searched with the cost model's pass times, never slower than ZB-H1.
+  const JobReport p1 = simulate(load({"parallel.schedule=zb-1p"}));
+  const JobReport p2 = simulate(load({"parallel.schedule=zb-2p"}));
+  CHECK(p1.iteration_time_s <= h1.iteration_time_s * (1 + 1e-9));
+  CHECK(p2.iteration_time_s <= p1.iteration_time_s * (1 + 1e-9));
+  CHECK(p2.peak_memory_gib >= p1.peak_memory_gib);
   CHECK(errors_of({"parallel.schedule=zb-h1", "parallel.vpp=2"}) ==
         "error: s.json: /parallel/schedule: vpp = 2 needs the \"interleaved-1f1b\" schedule, found \"zb-h1\"\n");
   CHECK(errors_of({"parallel.schedule=zb-x"}).find("zb-h1") != std::string::npos);

@@ -2,6 +2,8 @@
 // checked at the edge with the JSON pointer of the problem, and run.
 #include <doctest/doctest.h>
 
+#include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -127,4 +129,32 @@ TEST_CASE("zero bubble schedules by name: zb-h1 as the same units written out, f
   CHECK(errors_of({"parallel.schedule=zb-h1", "parallel.vpp=2"}) ==
         "error: s.json: /parallel/schedule: vpp = 2 needs the \"interleaved-1f1b\" schedule, found \"zb-h1\"\n");
   CHECK(errors_of({"parallel.schedule=zb-x"}).find("zb-h1") != std::string::npos);
+}
+
+TEST_CASE(
+    "zero bubble validation: the paper's order 1F1B < ZB-1p < ZB-2p in throughput holds for every configuration") {
+  // scenarios/validation-schedules: per configuration one scenario per schedule
+  // (tools/make-schedule-validation-scenarios); the MAPE is gated by CTest.
+  const std::filesystem::path dir = std::filesystem::path(TRAINSIM_SOURCE_DIR) / "scenarios/validation-schedules";
+  std::map<std::string, std::map<std::string, std::pair<double, double>>> by_config;  // measured, predicted
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    const Scenario s = load_scenario_file(entry.path().string(), {}, catalog());
+    REQUIRE(s.expected.has_value());
+    const std::string id = entry.path().stem().string();
+    const std::string schedule = to_string(s.parallel.schedule);
+    const std::string config = id.substr(0, id.size() - schedule.size() - 1);
+    by_config[config][schedule] = {s.expected->value, simulate(s).iteration_time_s};
+  }
+  REQUIRE(by_config.size() >= 9);
+  for (const auto& [config, runs] : by_config) {
+    CAPTURE(config);
+    REQUIRE(runs.size() == 3);
+    const auto& one = runs.at("1f1b");
+    const auto& p1 = runs.at("zb-1p");
+    const auto& p2 = runs.at("zb-2p");
+    CHECK(one.first > p1.first);  // measured iteration times
+    CHECK(p1.first > p2.first);
+    CHECK(one.second > p1.second);  // predicted
+    CHECK(p1.second > p2.second);
+  }
 }

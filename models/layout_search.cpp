@@ -28,8 +28,10 @@ LayoutSearchResult search_layouts(const TransformerSpec& m, const TrainingSpec& 
   std::int64_t gpus = 0;
   for (const auto& g : cluster.groups) gpus += static_cast<std::int64_t>(g.count) * g.node.gpus_per_node;
   const int gpus_per_node = cluster.groups.empty() ? 0 : cluster.groups.front().node.gpus_per_node;
-  const ScheduleKind flat_schedule =
-      base.schedule == ScheduleKind::GPipe ? ScheduleKind::GPipe : ScheduleKind::OneFOneB;
+  // Layouts with vpp = 1 keep the base's schedule of one chunk per rank (GPipe,
+  // 1F1B, the Zero Bubble ones); vpp > 1 runs interleaved 1F1B.
+  const bool flat_base = base.schedule != ScheduleKind::Interleaved1F1B && base.schedule != ScheduleKind::Custom;
+  const ScheduleKind flat_schedule = flat_base ? base.schedule : ScheduleKind::OneFOneB;
 
   std::vector<int> tps = ss.tp, pps = ss.pp, cps = ss.cp;
   if (cps.empty()) {

@@ -11,7 +11,9 @@
 
 #include "models/layer_steps.hpp"
 #include "models/layout_rules.hpp"
+#include "models/memory_model.hpp"
 #include "models/schedule.hpp"
+#include "models/zero_bubble.hpp"
 #include "sim/check.hpp"
 
 namespace trainsim {
@@ -636,6 +638,52 @@ void append(TimingSignature& to, const TimingSignature& from) {
   to.seconds.insert(to.seconds.end(), from.seconds.begin(), from.seconds.end());
 }
 
+// Per-pass times of one pipeline stage for the Zero Bubble scheduler: the
+// compute steps of the model's transformer layers on the cost model (the GPU
+// of the first rank), averaged over the pp stages (recomputation counts in
+// B), and one activation message on the analytical network.
+PassTimes stage_pass_times(const TransformerSpec& model, const ParallelSpec& par, const TrainingSpec& train,
+                           const ModelSteps& steps, const Platform& platform, const Placement& placement) {
+  const int first = placement.gpu(RankCoord{0, 0, 0, 0, 0});
+  const int type = platform.cluster().gpu_type_of(first);
+  auto seconds = [&](const std::vector<Step>& list, Pass pass) {
+    double t = 0;
+    for (const Step& st : list)
+      if (!st.is_comm && st.pass == pass) t += platform.costs().seconds(st.op, type);
+    return t;
+  };
+  PassTimes t;
+  t.forward = t.backward_input = t.backward_weight = 0;
+  for (int l = 0; l < model.layers; ++l) {
+    const LayerSteps& ls = steps.of(model.layer_kind(l));
+    t.forward += seconds(ls.forward, Pass::Forward) / par.pp;
+    t.backward_input += (seconds(ls.backward, Pass::BackwardInput) + seconds(ls.recompute, Pass::Forward)) / par.pp;
+    t.backward_weight += seconds(ls.backward, Pass::BackwardWeight) / par.pp;
+  }
+  if (par.pp > 1) {
+    const int next = placement.gpu(RankCoord{0, 0, 0, 0, 1});
+    const AnalyticalNetwork& net = platform.analytical_network();
+    const double tokens = static_cast<double>(par.micro_batch) * train.seq_len / par.cp;
+    const bool split = par.pp_scatter_gather || (par.sequence_parallel && par.tp > 1);
+    t.transfer = net.p2p_seconds(net.shape({first, next}), tokens * model.hidden * kActBytes / (split ? par.tp : 1));
+  }
+  return t;
+}
+
+// The schedule the planner runs: the automatic Zero Bubble schedules are
+// searched with this platform's pass times, every other one is schedule_of.
+PipelineSchedule planned_schedule(const TransformerSpec& model, const ParallelSpec& par, const TrainingSpec& train,
+                                  const ModelSteps& steps, const Platform& platform, const Placement& placement) {
+  if (par.schedule != ScheduleKind::ZeroBubble1p && par.schedule != ScheduleKind::ZeroBubble2p) return schedule_of(par);
+  const double activation = layer_activation_bytes(model, par, train);
+  const double fraction = activation > 0 ? layer_weight_input_bytes(model, par, train) / activation : 1.0;
+  const double limit = par.schedule == ScheduleKind::ZeroBubble1p ? par.pp : 2.0 * par.pp;
+  PipelineSchedule s = zero_bubble_auto_schedule(
+      par.pp, par.micro_batches(), stage_pass_times(model, par, train, steps, platform, placement), limit, fraction);
+  s.name = to_string(par.schedule);
+  return s;
+}
+
 }  // namespace
 
 TransformerWorkload::TransformerWorkload(TransformerSpec model, ParallelSpec par, TrainingSpec train)
@@ -654,7 +702,8 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
                    "the planner was given an invalid layout: " +
                        (problems.empty() ? "" : problems.front().path + ": " + problems.front().message));
   }
-  const PipelineSchedule sched = schedule_of(par);
+  const ModelSteps steps = build_model_steps(model, par, train_);
+  const PipelineSchedule sched = planned_schedule(model, par, train_, steps, platform, placement);
   {
     const std::vector<std::string> problems = check_schedule(sched);
     TRAINSIM_CHECK(problems.empty(), "invalid pipeline schedule: " + (problems.empty() ? "" : problems.front()));
@@ -668,7 +717,6 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
   plan.checkpoint_bytes = checkpoint_bytes(model, train_);
   plan.peak_dtype = train_.precision;
 
-  const ModelSteps steps = build_model_steps(model, par, train_);
   const int ranks_per_stage = par.tp * par.dp * par.cp;
   std::vector<std::vector<SlotUse>> slots_of_stage;
   for (int s = 0; s < par.pp; ++s) {

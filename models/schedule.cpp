@@ -1,5 +1,7 @@
 #include "models/schedule.hpp"
 
+#include "models/zero_bubble.hpp"
+
 #include <algorithm>
 #include <cstdint>
 #include <map>
@@ -22,6 +24,10 @@ ScheduleUnit interleaved_unit(int k, bool forward, int pp, int vpp) {
 int warmup_units(ScheduleKind kind, int stage, int pp, int m, int vpp) {
   switch (kind) {
     case ScheduleKind::GPipe:
+    case ScheduleKind::ZeroBubbleH1:
+    case ScheduleKind::ZeroBubbleH2:
+    case ScheduleKind::ZeroBubble1p:
+    case ScheduleKind::ZeroBubble2p:
     case ScheduleKind::Custom:
       return m;
     case ScheduleKind::OneFOneB:
@@ -74,7 +80,53 @@ std::string to_string(const ScheduleUnit& u) {
   return s;
 }
 
+PipelineSchedule zero_bubble_family(int pp, int m, int extra_warmup, int deferral_per_rank) {
+  PipelineSchedule s;
+  s.stages = pp;
+  s.microbatches = m;
+  for (int st = 0; st < pp; ++st) {
+    s.chunk_stage.push_back(st);
+    std::vector<ScheduleUnit> order;
+    order.reserve(3 * static_cast<std::size_t>(m));
+    const int deferred = deferral_per_rank * st;  // W passes this rank may keep pending
+    int f = 0, b = 0, w = 0;
+    auto F = [&] { order.push_back({UnitKind::Forward, f++, 0}); };
+    auto B = [&] { order.push_back({UnitKind::BackwardInput, b++, 0}); };
+    auto W = [&] { order.push_back({UnitKind::BackwardWeight, w++, 0}); };
+    for (const int warmup = std::min(m, pp - st + std::min(extra_warmup, pp - 1 - st)); f < warmup;) F();
+    while (b < m) {
+      B();
+      if (f < m) {
+        if (b - w > deferred) W();
+        F();
+      } else {
+        W();
+      }
+    }
+    while (w < m) W();
+    s.units.push_back(std::move(order));
+  }
+  return s;
+}
+
 PipelineSchedule builtin_schedule(ScheduleKind kind, int pp, int m, int vpp) {
+  if (kind == ScheduleKind::ZeroBubbleH1 || kind == ScheduleKind::ZeroBubbleH2) {
+    // ZB-H1: 1F1B's warmup, rank i keeps i W pending; ZB-H2: p-1 more forwards
+    // on rank 0 (2p-1 in flight), rank i keeps 2i W pending (the paper's
+    // parallelogram: rank 0 ends first).
+    PipelineSchedule s =
+        kind == ScheduleKind::ZeroBubbleH1 ? zero_bubble_family(pp, m, 0, 1) : zero_bubble_family(pp, m, pp - 1, 2);
+    s.name = to_string(kind);
+    return s;
+  }
+  if (kind == ScheduleKind::ZeroBubble1p || kind == ScheduleKind::ZeroBubble2p) {
+    // Without the cost model's pass times (the planner has them,
+    // models/zero_bubble.hpp): equal times, W inputs counted as whole activations.
+    PipelineSchedule s =
+        zero_bubble_auto_schedule(pp, m, PassTimes{}, kind == ScheduleKind::ZeroBubble1p ? pp : 2.0 * pp, 1.0);
+    s.name = to_string(kind);
+    return s;
+  }
   PipelineSchedule s;
   s.name = to_string(kind);
   s.stages = pp;

@@ -23,8 +23,15 @@ std::vector<std::string> check_schedule(const PipelineSchedule& schedule);
 // The built-in schedule of `kind` for `pp` ranks, `m` micro-batches and `vpp`
 // chunks per rank. Interleaved 1F1B follows Megatron-LM's ordering and needs
 // m % pp == 0 (checked at scenario loading); backward units are whole (B and
-// W together, in the layer's issue order).
+// W together, in the layer's issue order), except in the Zero Bubble
+// schedules (ZB-H1, ZB-H2: one chunk per rank, W deferred into the bubbles).
 PipelineSchedule builtin_schedule(ScheduleKind kind, int pp, int m, int vpp);
+
+// Zero Bubble schedules with one chunk per rank (Qi et al., ICLR 2024,
+// arXiv:2401.10241, Section 3): rank i runs min(m, p-i+min(extra_warmup, p-1-i))
+// forwards, then repeats B, [W], F, keeping up to deferral_per_rank * i W
+// passes pending for its cooldown. ZB-H1 is (0, 1), ZB-H2 (p-1, 2).
+PipelineSchedule zero_bubble_family(int pp, int m, int extra_warmup, int deferral_per_rank);
 
 // The schedule a parallel spec asks for: its custom one, else the built-in.
 PipelineSchedule schedule_of(const ParallelSpec& par);

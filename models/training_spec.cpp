@@ -63,6 +63,14 @@ const char* to_string(ScheduleKind s) {
       return "1f1b";
     case ScheduleKind::Interleaved1F1B:
       return "interleaved-1f1b";
+    case ScheduleKind::ZeroBubbleH1:
+      return "zb-h1";
+    case ScheduleKind::ZeroBubbleH2:
+      return "zb-h2";
+    case ScheduleKind::ZeroBubble1p:
+      return "zb-1p";
+    case ScheduleKind::ZeroBubble2p:
+      return "zb-2p";
     case ScheduleKind::Custom:
       return "custom";
   }

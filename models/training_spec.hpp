@@ -43,7 +43,21 @@ struct TransformerSpec {
   double total_params() const;
 };
 
-enum class ScheduleKind : std::uint8_t { GPipe, OneFOneB, Interleaved1F1B, Custom };
+// ZeroBubbleH1 / ZeroBubbleH2: the handcrafted schedules of Qi et al., "Zero
+// Bubble (Almost) Pipeline Parallelism", ICLR 2024 (arXiv:2401.10241), with
+// the backward split into B and W (models/schedule.hpp); ZeroBubble1p / 2p:
+// its automatic schedules under a memory limit of p or 2p micro-batches'
+// activations (models/zero_bubble.hpp).
+enum class ScheduleKind : std::uint8_t {
+  GPipe,
+  OneFOneB,
+  Interleaved1F1B,
+  ZeroBubbleH1,
+  ZeroBubbleH2,
+  ZeroBubble1p,
+  ZeroBubble2p,
+  Custom
+};
 
 // One unit of pipeline work on a rank: the forward, the whole backward (B and W
 // in the layer's issue order), the backward-input or the backward-weight part

@@ -131,6 +131,14 @@ TEST_CASE("layout search: every candidate passes the layout rules and the counts
     CHECK(c.recompute == Recompute::None);
     CHECK(c.zero == (c.dp * c.cp > 1 ? 1 : 0));
   }
+  SUBCASE("layouts with one chunk per rank keep the base's Zero Bubble schedule; vpp > 1 interleaves") {
+    ParallelSpec zb = base;
+    zb.schedule = ScheduleKind::ZeroBubbleH1;
+    const LayoutSearchResult found = search_layouts(gpt3_1_3b(), train, cluster, zb, 1e12, space);
+    REQUIRE(!found.candidates.empty());
+    for (const ParallelSpec& c : found.candidates)
+      CHECK(c.schedule == (c.vpp > 1 ? ScheduleKind::Interleaved1F1B : ScheduleKind::ZeroBubbleH1));
+  }
   SUBCASE("a small GPU memory prunes layouts before simulation") {
     const LayoutSearchResult tight = search_layouts(gpt3_1_3b(), train, cluster, base, 4e9, space);
     CHECK(tight.pruned_oom > 0);

@@ -2,6 +2,8 @@
 // checked at the edge with the JSON pointer of the problem, and run.
 #include <doctest/doctest.h>
 
+#include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -104,4 +106,55 @@ TEST_CASE("placement: an order string moves ranks and so the prediction; bad pla
   CHECK(errors_of({"parallel.placement=[0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,99]"}) ==
         "error: s.json: /parallel/placement: rank 15 is placed on GPU 99, expected 0..15\n");
   CHECK(errors_of({"parallel.placement=true"}).find("/parallel/placement: expected an order") != std::string::npos);
+}
+
+TEST_CASE("zero bubble schedules by name: zb-h1 as the same units written out, faster than 1F1B; vpp is an error") {
+  const JobReport one = simulate(load({}));
+  const JobReport h1 = simulate(load({"parallel.schedule=zb-h1"}));
+  REQUIRE(h1.feasible);
+  CHECK(h1.iteration_time_s < one.iteration_time_s);
+  // Rank 0 defers no W, rank 1 one (models/schedule.cpp): the same order written as JSON.
+  const JobReport custom = simulate(load({R"(parallel.schedule={"units": [
+      ["F0", "F1", "B0", "W0", "F2", "B1", "W1", "F3", "B2", "W2", "B3", "W3"],
+      ["F0", "B0", "F1", "B1", "W0", "F2", "B2", "W1", "F3", "B3", "W2", "W3"]]})"}));
+  CHECK(custom.iteration_time_s == h1.iteration_time_s);
+  CHECK(custom.peak_memory_gib == h1.peak_memory_gib);
+  CHECK(simulate(load({"parallel.schedule=zb-h2"})).iteration_time_s <= h1.iteration_time_s);
+  // The automatic schedules: searched with the cost model's pass times, never slower than ZB-H1.
+  const JobReport p1 = simulate(load({"parallel.schedule=zb-1p"}));
+  const JobReport p2 = simulate(load({"parallel.schedule=zb-2p"}));
+  CHECK(p1.iteration_time_s <= h1.iteration_time_s * (1 + 1e-9));
+  CHECK(p2.iteration_time_s <= p1.iteration_time_s * (1 + 1e-9));
+  CHECK(p2.peak_memory_gib >= p1.peak_memory_gib);
+  CHECK(errors_of({"parallel.schedule=zb-h1", "parallel.vpp=2"}) ==
+        "error: s.json: /parallel/schedule: vpp = 2 needs the \"interleaved-1f1b\" schedule, found \"zb-h1\"\n");
+  CHECK(errors_of({"parallel.schedule=zb-x"}).find("zb-h1") != std::string::npos);
+}
+
+TEST_CASE(
+    "zero bubble validation: the paper's order 1F1B < ZB-1p < ZB-2p in throughput holds for every configuration") {
+  // scenarios/validation-schedules: per configuration one scenario per schedule
+  // (tools/make-schedule-validation-scenarios); the MAPE is gated by CTest.
+  const std::filesystem::path dir = std::filesystem::path(TRAINSIM_SOURCE_DIR) / "scenarios/validation-schedules";
+  std::map<std::string, std::map<std::string, std::pair<double, double>>> by_config;  // measured, predicted
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    const Scenario s = load_scenario_file(entry.path().string(), {}, catalog());
+    REQUIRE(s.expected.has_value());
+    const std::string id = entry.path().stem().string();
+    const std::string schedule = to_string(s.parallel.schedule);
+    const std::string config = id.substr(0, id.size() - schedule.size() - 1);
+    by_config[config][schedule] = {s.expected->value, simulate(s).iteration_time_s};
+  }
+  REQUIRE(by_config.size() >= 9);
+  for (const auto& [config, runs] : by_config) {
+    CAPTURE(config);
+    REQUIRE(runs.size() == 3);
+    const auto& one = runs.at("1f1b");
+    const auto& p1 = runs.at("zb-1p");
+    const auto& p2 = runs.at("zb-2p");
+    CHECK(one.first > p1.first);  // measured iteration times
+    CHECK(p1.first > p2.first);
+    CHECK(one.second > p1.second);  // predicted
+    CHECK(p1.second > p2.second);
+  }
 }

@@ -558,8 +558,7 @@ void expand_auto(const SweepSpec& spec, const nlohmann::json& base, const Catalo
     ObjectReader r(base["parallel"], ptr + "/parallel", d);
     global_batch = static_cast<int>(r.integer("global_batch", 1, 1, 1 << 30, true));
     if (r.has("stage_layers")) r.error("stage_layers", "the auto-search splits layers evenly; remove stage_layers");
-    const std::string sch = r.has("schedule") ? r.string("schedule", "1f1b") : "1f1b";
-    if (sch == "gpipe") schedule = "gpipe";
+    schedule = r.choice("schedule", "1f1b", {"gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-h2", "zb-1p", "zb-2p"});
   }
   d.throw_if_errors();
 
@@ -570,7 +569,11 @@ void expand_auto(const SweepSpec& spec, const nlohmann::json& base, const Catalo
   }
   ParallelSpec base_parallel;
   base_parallel.global_batch = global_batch;
-  base_parallel.schedule = schedule == "gpipe" ? ScheduleKind::GPipe : ScheduleKind::OneFOneB;
+  base_parallel.schedule = ScheduleKind::OneFOneB;
+  for (ScheduleKind k : {ScheduleKind::GPipe, ScheduleKind::ZeroBubbleH1, ScheduleKind::ZeroBubbleH2,
+                         ScheduleKind::ZeroBubble1p, ScheduleKind::ZeroBubble2p}) {
+    if (schedule == to_string(k)) base_parallel.schedule = k;
+  }
   // Enumeration and pruning live with the layout rules (models/layout_search.hpp).
   const LayoutSearchResult found = search_layouts(s.model, s.training, s.cluster, base_parallel,
                                                   node.gpu.memory_bytes - reserved, spec.search_space);

@@ -74,6 +74,9 @@ int run_sweep_command(const CLI::App* sweep_cmd, const CLI::App* merge_cmd, cons
                       const std::string& report_path, const std::vector<std::string>& merge_inputs,
                       const std::string& merge_out, const Catalog& catalog, std::ostream& out, std::ostream& err) {
   if (merge_cmd->parsed()) {
+    std::vector<std::pair<std::string, std::string>> inputs;
+    for (const auto& in : merge_inputs) inputs.emplace_back("shard output", in);
+    check_output_paths({{"--out", merge_out}}, inputs);
     const SweepMerge m = merge_sweep_files(merge_inputs);
     write_sweep_rows(merge_out, m.rows);
     out << "merged " << m.rows.size() << " of " << m.points << " points into " << merge_out << "\n";
@@ -88,6 +91,8 @@ int run_sweep_command(const CLI::App* sweep_cmd, const CLI::App* merge_cmd, cons
   }
   (void)sweep_cmd;
   SweepSpec spec = load_sweep_file(path, catalog);
+  check_output_paths({{"--out", out_path}, {"--report", report_path}},
+                     {{"sweep file", path}, {"base scenario", spec.base_file}});
   if (!fidelity.empty()) set_sweep_fidelity(spec, fidelity == "flow" ? Fidelity::Flow : Fidelity::Analytical);
   if (spec.verify && !shard_text.empty()) {
     err << "error: " << path << ": /verify: verification re-ranks the best points of the whole sweep; "
@@ -128,17 +133,14 @@ int run_sweep_command(const CLI::App* sweep_cmd, const CLI::App* merge_cmd, cons
                                   r.verified->report.gpus, r.verified->status == SweepStatus::Ok});
       }
     }
-    std::ofstream f(report_path);
-    if (!f) {
-      err << "error: --report " << report_path << ": cannot write the file\n";
-      return kBadInput;
-    }
+    OutputFile f(report_path);
     std::string title = (spec.name.empty() ? path : spec.name) + " (" + to_string(spec.fidelity) + " fidelity";
     if (spec.verify) {
       title += "; the best " + std::to_string(spec.verify->top) + " again at " + to_string(spec.verify->fidelity) +
                " fidelity, labelled [" + to_string(spec.verify->fidelity) + "]";
     }
-    f << sweep_html_report(title + ")", pts);
+    f.stream() << sweep_html_report(title + ")", pts);
+    f.commit();
   }
   out << top_k_table(json_rows, static_cast<std::size_t>(spec.top_k), spec.metric);
   out << verified_table(json_rows, spec.metric);
@@ -292,6 +294,9 @@ int run_commands(int argc, const char* const* argv, std::ostream& out, std::ostr
       return run_sweep_command(sweep_cmd, merge_cmd, sweep_path, threads, sweep_fidelity, shard_text, sweep_out,
                                sweep_report, merge_inputs, merge_out, catalog, out, err);
     if (fit_cmd->parsed()) {
+      std::vector<std::pair<std::string, std::string>> inputs;
+      for (const auto& in : raw_paths) inputs.emplace_back("raw measurement file", in);
+      check_output_paths({{"--out", fit_out}}, inputs);
       write_profile_file(fit_profile_files(raw_paths, fit_gpu, catalog), fit_out);
       out << "wrote " << fit_out << "\n";
       return kOk;
@@ -309,7 +314,19 @@ int run_commands(int argc, const char* const* argv, std::ostream& out, std::ostr
         return kOk;
       }
       if (!rep.ok()) {
-        err << "regression: predictions moved beyond the tolerance; review and run `trainsim regress --update`\n";
+        // A scenario without a golden value is "missing", not a prediction that moved.
+        bool missing = false, moved = false;
+        for (const auto& row : rep.rows) (row.missing ? missing : moved) |= row.drifted;
+        if (missing) {
+          err << "regression: scenarios without a golden prediction in " << golden
+              << " (marked missing); record them with `trainsim regress --update`\n";
+        }
+        if (moved) {
+          err << "regression: predictions moved beyond the tolerance; review and run `trainsim regress --update`\n";
+        }
+        if (!rep.stale.empty()) {
+          err << "regression: golden entries without a scenario; remove them with `trainsim regress --update`\n";
+        }
         return kInfeasible;
       }
       return kOk;
@@ -320,6 +337,8 @@ int run_commands(int argc, const char* const* argv, std::ostream& out, std::ostr
           << s.parallel.tp << " pp " << s.parallel.pp << " dp " << s.parallel.dp << " cp " << s.parallel.cp << "\n";
       return kOk;
     }
+    check_output_paths({{"--out", out_path}, {"--trace", trace_path}, {"--report", report_path}},
+                       {{"scenario", scenario_path}});
     const Scenario s = load(scenario_path, sets, catalog);
     const JobRun job = run_job(s, fidelity == "flow" ? Fidelity::Flow : Fidelity::Analytical);
     const JobReport& rep = job.report;
@@ -333,29 +352,16 @@ int run_commands(int argc, const char* const* argv, std::ostream& out, std::ostr
           return kBadInput;
         }
       }
-      std::ofstream f(trace_path);
-      if (!f) {
-        err << "error: --trace " << trace_path << ": cannot write the file\n";
-        return kBadInput;
-      }
-      write_chrome_trace(f, job, trace_ranks);
+      OutputFile f(trace_path);
+      write_chrome_trace(f.stream(), job, trace_ranks);
+      f.commit();
     }
     if (!report_path.empty()) {
-      std::ofstream f(report_path);
-      if (!f) {
-        err << "error: --report " << report_path << ": cannot write the file\n";
-        return kBadInput;
-      }
-      f << html_report(s, job);
+      write_text_file(report_path, html_report(s, job));
     }
     const nlohmann::json j = to_json(rep);
     if (!out_path.empty()) {
-      std::ofstream f(out_path);
-      if (!f) {
-        err << "error: --out " << out_path << ": cannot write the file\n";
-        return kBadInput;
-      }
-      f << j.dump(2) << "\n";
+      write_text_file(out_path, j.dump(2) + "\n");
     }
     if (json) {
       out << j.dump(2) << "\n";

@@ -34,12 +34,12 @@ struct Golden {
 
 Golden read_golden(const std::string& path) {
   Golden g;
-  std::ifstream in(path);
-  if (!in) return g;  // no golden file yet: everything is "missing"
-  std::stringstream ss;
-  ss << in.rdbuf();
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return g;  // no golden file yet: everything is "missing"
   Diagnostics d(path);
-  auto doc = parse_json_text(ss.str(), d);
+  const std::string text = read_text_file(path, d);
+  d.throw_if_errors();
+  auto doc = parse_json_text(text, d);
   d.throw_if_errors();
   ObjectReader top(*doc, "", d);
   g.tolerance_pct = top.number("tolerance_pct", 0.5, 0, 100, true);
@@ -118,9 +118,7 @@ void write_golden(const RegressionReport& report, const std::string& golden_path
   doc["note"] =
       "Golden predictions of scenarios/regression; rewrite with `trainsim regress --update` and review the diff.";
   doc["cases"] = cases;
-  std::ofstream out(golden_path);
-  if (!out) throw InputError({Diagnostic{golden_path, "", "cannot write the golden file"}});
-  out << doc.dump(2) << "\n";
+  write_text_file(golden_path, doc.dump(2) + "\n");
 }
 
 std::string regression_table(const RegressionReport& r) {

@@ -32,11 +32,27 @@ void apply_override(nlohmann::json& doc, const std::string& spec, Diagnostics& d
   }
   const std::string path = spec.substr(0, eq);
   const std::string text = spec.substr(eq + 1);
+  std::string value_pointer;
+  for (std::size_t start = 0; start <= path.size();) {
+    const auto dot = std::min(path.find('.', start), path.size());
+    value_pointer = json_pointer_append(value_pointer, path.substr(start, dot - start));
+    start = dot + 1;
+  }
   nlohmann::json value;
-  try {
-    value = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error&) {
-    value = text;  // a bare word such as 1f1b or bf16
+  Diagnostics value_diags(diags.file());
+  if (std::optional<nlohmann::json> parsed = parse_json_text(text, value_diags, value_pointer)) {
+    value = std::move(*parsed);
+  } else if (value_diags.items().front().message.rfind("malformed JSON", 0) == 0) {
+    // Not JSON: a bare word such as 1f1b or bf16, taken as a string (which must be UTF-8).
+    if (!is_valid_utf8(text)) {
+      diags.error(value_pointer, "--set \"" + path + "=...\": the value is not valid UTF-8");
+      return;
+    }
+    value = text;
+  } else {
+    // JSON, but a number beyond double range, a duplicate key or too deep.
+    for (const Diagnostic& d : value_diags.items()) diags.error(d.pointer, "--set \"" + spec + "\": " + d.message);
+    return;
   }
   nlohmann::json* node = &doc;
   std::string pointer;
@@ -546,11 +562,13 @@ Scenario load_scenario_text(const std::string& text, const std::string& file, co
 
 Scenario load_scenario_file(const std::string& path, const std::vector<std::string>& overrides,
                             const Catalog& catalog) {
-  std::ifstream in(path);
-  if (!in) throw InputError({Diagnostic{path, "", "cannot open the scenario file"}});
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return load_scenario_text(ss.str(), path, std::filesystem::path(path).parent_path().string(), overrides, catalog);
+  Diagnostics diags(path);
+  const std::string text = read_text_file(path, diags);
+  if (!diags.ok()) {
+    const std::string& why = diags.items().front().message;
+    throw InputError({Diagnostic{path, "", why == "cannot read the file" ? "cannot open the scenario file" : why}});
+  }
+  return load_scenario_text(text, path, std::filesystem::path(path).parent_path().string(), overrides, catalog);
 }
 
 }  // namespace trainsim

@@ -32,12 +32,14 @@ std::string fmt(const char* f, double x) {
   return buf;
 }
 
-std::optional<std::string> read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return std::nullopt;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+// The file's text; nullopt with the reason when it is missing, a directory, a FIFO...
+std::optional<std::string> read_text(const std::string& path, const std::string& unreadable, std::string* why) {
+  Diagnostics d(path);
+  std::string text = read_text_file(path, d);
+  if (d.ok()) return text;
+  const std::string& reason = d.items().front().message;
+  *why = reason == "cannot read the file" ? unreadable : reason;
+  return std::nullopt;
 }
 
 std::vector<std::string> split_path(const std::string& key) {
@@ -334,12 +336,13 @@ SweepSpec load_sweep_text(const std::string& text, const std::string& file, cons
     if (base->is_string()) {
       std::filesystem::path p = base->get<std::string>();
       if (p.is_relative()) p = std::filesystem::path(base_dir) / p;
-      if (const auto t = read_text(p.string())) {
+      std::string why;
+      if (const auto t = read_text(p.string(), "cannot read the base scenario \"" + p.string() + "\"", &why)) {
         spec.base_text = *t;
         spec.base_file = p.string();
         spec.base_dir = p.parent_path().string();
       } else {
-        top.error("base", "cannot read the base scenario \"" + p.string() + "\"");
+        top.error("base", why);
       }
     } else if (base->is_object()) {
       spec.base_text = base->dump();
@@ -360,7 +363,7 @@ SweepSpec load_sweep_text(const std::string& text, const std::string& file, cons
                             describe_json_type(*axes));
     } else {
       // Axis order is the file's order (the first axis varies slowest).
-      const auto ordered = nlohmann::ordered_json::parse(text);
+      const auto ordered = *parse_ordered_json_text(text, d);
       std::size_t product = 1;
       for (const auto& item : ordered["axes"].items()) {
         const std::string& key = item.key();
@@ -436,8 +439,9 @@ void set_sweep_fidelity(SweepSpec& spec, Fidelity fidelity) {
 }
 
 SweepSpec load_sweep_file(const std::string& path, const Catalog& catalog) {
-  const auto text = read_text(path);
-  if (!text) throw InputError({Diagnostic{path, "", "cannot open the sweep file"}});
+  std::string why;
+  const auto text = read_text(path, "cannot open the sweep file", &why);
+  if (!text) throw InputError({Diagnostic{path, "", why}});
   return load_sweep_text(*text, path, std::filesystem::path(path).parent_path().string(), catalog);
 }
 
@@ -962,13 +966,51 @@ std::string format_sweep_rows(const std::vector<nlohmann::ordered_json>& rows, S
 
 void write_sweep_rows(const std::string& path, const std::vector<nlohmann::ordered_json>& rows) {
   const SweepFormat f = sweep_format_for_path(path);
-  std::ofstream out(path, std::ios::binary);
-  if (!out) throw InputError({Diagnostic{path, "", "cannot write the file"}});
-  out << format_sweep_rows(rows, f);
-  if (!out) throw InputError({Diagnostic{path, "", "cannot write the file"}});
+  write_text_file(path, format_sweep_rows(rows, f));
 }
 
 // ---- merge ----------------------------------------------------------------------
+
+namespace {
+// What is wrong with a row read back from a shard output, or "": every field the
+// merged tables read must be there with its type (a hand-edited or truncated row
+// is an error naming its line, never a crash in the table).
+std::string sweep_row_problem(const nlohmann::ordered_json& row) {
+  static const std::vector<std::string> statuses{"ok", "infeasible", "invalid", "error"};
+  auto is_status = [&](const nlohmann::ordered_json& v) {
+    return v.is_string() && std::find(statuses.begin(), statuses.end(), v.get<std::string>()) != statuses.end();
+  };
+  auto check_results = [&](const std::string& prefix) -> std::string {
+    const std::string status_key = prefix + "status";
+    if (!row.contains(status_key) || !is_status(row[status_key])) {
+      return "expected \"" + status_key + "\" to be one of \"ok\", \"infeasible\", \"invalid\", \"error\"";
+    }
+    if (!row.contains(prefix + "fidelity") || !row[prefix + "fidelity"].is_string()) {
+      return "expected \"" + prefix + "fidelity\" to be a string";
+    }
+    const std::string status = row[status_key].get<std::string>();
+    if (status == "ok" || status == "infeasible") {
+      for (const std::string& m : sweep_metrics()) {
+        if (!row.contains(prefix + m) || !row[prefix + m].is_number()) {
+          return "a row with status \"" + status + "\" needs the number \"" + prefix + m + "\"";
+        }
+      }
+    }
+    if (!row.contains(prefix + "error") || !row[prefix + "error"].is_string()) {
+      return "expected \"" + prefix + "error\" to be a string";
+    }
+    return "";
+  };
+  if (std::string p = check_results(""); !p.empty()) return p;
+  if (row.contains("verify.status") && !row["verify.status"].is_null()) {
+    if (!row.contains("verify.first_rank") || !row["verify.first_rank"].is_number_unsigned()) {
+      return "a verified row needs the rank \"verify.first_rank\"";
+    }
+    if (std::string p = check_results("verify."); !p.empty()) return p;
+  }
+  return "";
+}
+}  // namespace
 
 SweepMerge merge_sweep_texts(const std::vector<std::pair<std::string, std::string>>& files) {
   std::vector<Diagnostic> errors;
@@ -987,16 +1029,20 @@ SweepMerge merge_sweep_texts(const std::vector<std::pair<std::string, std::strin
       auto bad = [&](const std::string& msg) {
         errors.push_back(Diagnostic{name, "", "line " + std::to_string(ln) + ": " + msg});
       };
-      nlohmann::ordered_json row;
-      try {
-        row = nlohmann::ordered_json::parse(line);
-      } catch (const nlohmann::json::parse_error&) {
+      Diagnostics scratch(name);
+      std::optional<nlohmann::ordered_json> parsed = parse_ordered_json_text(line, scratch);
+      if (!parsed) {
         bad("not a JSON row of a sweep output");
         continue;
       }
+      nlohmann::ordered_json row = std::move(*parsed);
       if (!row.is_object() || !row.contains("index") || !row["index"].is_number_unsigned() || !row.contains("sweep") ||
           !row["sweep"].is_string() || !row.contains("points") || !row["points"].is_number_unsigned()) {
         bad("expected a sweep output row with \"index\", \"sweep\" and \"points\"");
+        continue;
+      }
+      if (const std::string problem = sweep_row_problem(row); !problem.empty()) {
+        bad(problem);
         continue;
       }
       const auto index = row["index"].get<std::size_t>();
@@ -1036,10 +1082,11 @@ SweepMerge merge_sweep_files(const std::vector<std::string>& paths) {
   std::vector<std::pair<std::string, std::string>> files;
   std::vector<Diagnostic> errors;
   for (const auto& p : paths) {
-    if (const auto t = read_text(p)) {
+    std::string why;
+    if (const auto t = read_text(p, "cannot open the shard output", &why)) {
       files.emplace_back(p, *t);
     } else {
-      errors.push_back(Diagnostic{p, "", "cannot open the shard output"});
+      errors.push_back(Diagnostic{p, "", why});
     }
   }
   if (!errors.empty()) throw InputError(errors);

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -12,7 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "sim/time.hpp"
 #include "tools/frontend/cli.hpp"
+#include "tools/frontend/job.hpp"
 #include "tools/frontend/scenario.hpp"
 #include "tools/frontend/sweep.hpp"
 
@@ -241,4 +244,71 @@ TEST_CASE("sweep merge validates every row and names the file and line") {
   CHECK(contains(merge_error("\n" + head + R"("status": "ok", "x": 1e999})" + "\n"), "line 2: not a JSON row"));
   // A valid invalid-point row merges.
   CHECK(merge_error(head + R"("status": "invalid", "fidelity": "analytical", "error": "bad tp"})" + "\n") == "");
+}
+
+TEST_CASE("the cluster's GPU count is bounded before its topology is built") {
+  CHECK(contains(errors_of(kGood, {"cluster.nodes=1048576"}),
+                 "/cluster/nodes: the cluster has 8388608 GPUs; at most 1048576 are simulated"));
+  CHECK(contains(
+      errors_of(kGood,
+                {R"(cluster={"groups": [{"node": "dgx-a100", "nodes": 1048576}, {"node": "dgx-a100", "nodes": 1}]})"}),
+      "/cluster/groups: the cluster has 8388616 GPUs"));
+}
+
+TEST_CASE("the integer-nanosecond clock saturates instead of wrapping, and a run that reaches it is refused") {
+  CHECK(Time::seconds(1e300) == Time::saturated());
+  CHECK(Time::seconds(std::nan("")) == Time::saturated());
+  CHECK(Time::saturated() + Time::saturated() == Time::saturated());
+  CHECK(Time::max() + Time::ns(1) == Time::max());  // "never" stays never
+  CHECK(Time::seconds(1.5) + Time::seconds(2.5) == Time::seconds(4.0));
+  // A model so large that one layer takes centuries: an error, never a wrapped time and a wrong MFU.
+  const Scenario s = load_scenario_text(R"({
+    "model": {"name": "huge", "layers": 2, "hidden": 1048576, "heads": 64, "ffn_hidden": 4194304,
+              "vocab": 16777216, "max_seq_len": 16777216},
+    "cluster": {"node": "dgx-a100", "nodes": 1},
+    "parallel": {"tp": 8, "pp": 1, "dp": 1, "micro_batch": 1073741824, "global_batch": 1073741824},
+    "training": {"seq_len": 16777216}})",
+                                        "huge.json", "", {}, catalog());
+  const JobReport r = simulate(s);
+  CHECK_FALSE(r.feasible);
+  CHECK(r.mfu == 0);
+  REQUIRE_FALSE(r.problems.empty());
+  CHECK(contains(r.problems.front(), "longer than the simulator's clock can count"));
+}
+
+TEST_CASE("micro-batches x layers per iteration are bounded at load") {
+  CHECK(contains(errors_of(kGood, {"parallel.global_batch=131072"}),
+                 "/parallel/global_batch: global_batch / (micro_batch*dp) = 32768 micro-batches of 24 layers"));
+}
+
+TEST_CASE("catalog: every category its help names works, and no GPU shows 0 TFLOP/s") {
+  const CliResult help = cli({"catalog", "--help"});
+  for (const std::string what : {"gpus", "nodes", "models", "topologies"}) {
+    CAPTURE(what);
+    CHECK(contains(help.out, what));
+    const CliResult r = cli({"catalog", what});
+    CHECK(r.code == 0);
+    CHECK_FALSE(r.out.empty());
+  }
+  const CliResult gpus = cli({"catalog", "gpus"});
+  CHECK_FALSE(contains(gpus.out, " 0 TFLOP/s"));
+  CHECK(contains(gpus.out, "V100-SXM2-32GB  125 TFLOP/s (FP16)  32 GiB"));
+  CHECK(contains(gpus.out, "H100-SXM-80GB  989 TFLOP/s  80 GiB"));
+  CHECK_FALSE(contains(gpus.out, " GB\n"));
+}
+
+TEST_CASE("a seq_len beyond the model's maximum context and a profile for a GPU not in the cluster warn") {
+  const Scenario s = load_scenario_text(kGood, "s.json", "", {"training.seq_len=4096"}, catalog());
+  REQUIRE(s.warnings.size() == 1);
+  CHECK(
+      contains(s.warnings[0], "s.json: /training/seq_len: 4096 tokens is beyond the model's maximum context of 2048"));
+  CHECK(load_scenario_text(kGood, "s.json", "", {}, catalog()).warnings.empty());
+  const CliResult r = cli({"check", "--set", "training.seq_len=4096",
+                           std::string(TRAINSIM_SOURCE_DIR) + "/scenarios/regression/gpt3-13b-gpipe-h200.json"});
+  CHECK(r.code == 0);
+  CHECK(contains(r.err, "warning: "));
+  const std::string profile = std::string(TRAINSIM_SOURCE_DIR) + "/calibration/profiles/h100-sxm-80gb.json";
+  const Scenario p = load_scenario_text(kGood, "s.json", "", {"calibration.profiles=[\"" + profile + "\"]"}, catalog());
+  REQUIRE(p.warnings.size() == 1);
+  CHECK(contains(p.warnings[0], "/calibration/profiles/0: the profile is for GPU"));
 }

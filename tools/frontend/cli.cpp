@@ -43,10 +43,13 @@ Scenario load(const std::string& path, const std::vector<std::string>& sets, con
 
 void print_catalog(const Catalog& c, const std::string& what, std::ostream& out) {
   if (what.empty() || what == "gpus") {
-    out << "GPUs (dense BF16 TFLOP/s, HBM):\n";
+    // A GPU without BF16 tensor cores (V100) shows its FP16 rate, never "0 TFLOP/s";
+    // memory in GiB, the unit of every memory figure trainsim prints.
+    out << "GPUs (dense BF16 TFLOP/s, or FP16 where marked; HBM GiB):\n";
     for (const auto& g : c.gpus) {
-      out << "  " << g.name << "  " << fmt("%.0f", g.peak(Dtype::BF16) / 1e12) << " TFLOP/s  "
-          << fmt("%.0f", g.memory_bytes / 1e9) << " GB\n";
+      const bool bf16 = g.peak(Dtype::BF16) > 0;
+      out << "  " << g.name << "  " << fmt("%.0f", g.peak(bf16 ? Dtype::BF16 : Dtype::FP16) / 1e12) << " TFLOP/s"
+          << (bf16 ? "" : " (FP16)") << "  " << fmt("%.0f", g.memory_bytes / (1024.0 * 1024 * 1024)) << " GiB\n";
     }
   }
   if (what.empty() || what == "nodes" || what == "topologies") {
@@ -237,7 +240,7 @@ int run_commands(int argc, const char* const* argv, std::ostream& out, std::ostr
 
   std::string what;
   auto* catalog_cmd = app.add_subcommand("catalog", "List the shipped presets");
-  catalog_cmd->add_option("what", what, "gpus | models | topologies")
+  catalog_cmd->add_option("what", what, "gpus | nodes | models | topologies (nodes and clusters)")
       ->check(CLI::IsMember({"gpus", "models", "topologies", "nodes"}));
 
   try {
@@ -333,6 +336,7 @@ int run_commands(int argc, const char* const* argv, std::ostream& out, std::ostr
     }
     if (check->parsed()) {
       const Scenario s = load(check_path, sets, catalog);
+      for (const auto& w : s.warnings) err << "warning: " << w << "\n";
       out << "ok: " << s.file << ": " << s.model.name << " on " << s.cluster.total_gpus() << " GPUs, tp "
           << s.parallel.tp << " pp " << s.parallel.pp << " dp " << s.parallel.dp << " cp " << s.parallel.cp << "\n";
       return kOk;
@@ -340,6 +344,7 @@ int run_commands(int argc, const char* const* argv, std::ostream& out, std::ostr
     check_output_paths({{"--out", out_path}, {"--trace", trace_path}, {"--report", report_path}},
                        {{"scenario", scenario_path}});
     const Scenario s = load(scenario_path, sets, catalog);
+    for (const auto& w : s.warnings) err << "warning: " << w << "\n";
     const JobRun job = run_job(s, fidelity == "flow" ? Fidelity::Flow : Fidelity::Analytical);
     const JobReport& rep = job.report;
     if (!trace_path.empty()) {

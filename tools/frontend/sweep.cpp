@@ -94,23 +94,26 @@ int node_gpus(const nlohmann::json& v, const Catalog& cat) {
   return scratch.ok() ? n.gpus_per_node : 0;
 }
 
-int int_or(const nlohmann::json& obj, const char* key, int fallback) {
-  if (!obj.is_object() || !obj.contains(key) || !obj[key].is_number_integer()) return fallback;
-  return obj[key].get<int>();
+// A count from the JSON before validation: fallback unless an integer in [0, 2^20],
+// so that products of counts stay far from overflow (the loader reports the rest).
+std::int64_t int_or(const nlohmann::json& obj, const char* key, std::int64_t fallback) {
+  if (!obj.is_object() || !obj.contains(key)) return fallback;
+  const std::optional<std::int64_t> x = json_integer_value(obj[key]);
+  return x && *x >= 0 && *x <= (1 << 20) ? *x : fallback;
 }
 
 // GPU count of a scenario's cluster entry, from the JSON (before validation); 0 if unknown.
-int cluster_gpus(const nlohmann::json& c, const Catalog& cat) {
+std::int64_t cluster_gpus(const nlohmann::json& c, const Catalog& cat) {
   if (c.is_string()) {
     const ClusterPreset* p = cat.find_cluster(c.get<std::string>());
     if (p == nullptr) return 0;
     const NodeSpec* n = cat.find_node(p->node);
-    return n != nullptr ? n->gpus_per_node * p->nodes : 0;
+    return n != nullptr ? static_cast<std::int64_t>(n->gpus_per_node) * p->nodes : 0;
   }
   if (!c.is_object()) return 0;
   if (c.contains("groups")) {
     if (!c["groups"].is_array()) return 0;
-    int total = 0;
+    std::int64_t total = 0;
     for (const auto& g : c["groups"]) {
       if (!g.is_object() || !g.contains("node")) return 0;
       total += node_gpus(g["node"], cat) * int_or(g, "nodes", 0);
@@ -502,9 +505,9 @@ void expand_axes(const SweepSpec& spec, const nlohmann::json& base, const Catalo
     if (derive) {
       nlohmann::json doc = base;
       for (const auto& [k, v] : p.overrides) set_key(doc, k, v);
-      const int gpus = doc.contains("cluster") ? cluster_gpus(doc["cluster"], catalog) : 0;
+      const std::int64_t gpus = doc.contains("cluster") ? cluster_gpus(doc["cluster"], catalog) : 0;
       const nlohmann::json par = doc.contains("parallel") ? doc["parallel"] : nlohmann::json::object();
-      const int per_replica = int_or(par, "tp", 1) * int_or(par, "pp", 1) * int_or(par, "cp", 1);
+      const std::int64_t per_replica = int_or(par, "tp", 1) * int_or(par, "pp", 1) * int_or(par, "cp", 1);
       if (gpus > 0 && per_replica > 0 && gpus % per_replica == 0) {
         p.overrides.emplace_back("parallel.dp", gpus / per_replica);
       }
@@ -542,9 +545,10 @@ void expand_auto(const SweepSpec& spec, const nlohmann::json& base, const Catalo
     throw InputError({Diagnostic{spec.base_file, ptr + "/cluster", "the auto-search needs the base's cluster"}});
   }
   // Probe: the base with a trivially valid layout, to read model, cluster, training, profiles.
-  const int gpus_guess = cluster_gpus(base["cluster"], catalog);
+  const std::int64_t gpus_guess = cluster_gpus(base["cluster"], catalog);
   nlohmann::json probe = base;
-  probe["parallel"] = {{"dp", std::max(gpus_guess, 1)}, {"global_batch", std::max(gpus_guess, 1)}};
+  probe["parallel"] = {{"dp", std::max<std::int64_t>(gpus_guess, 1)},
+                       {"global_batch", std::max<std::int64_t>(gpus_guess, 1)}};
   Scenario s;
   try {
     s = load_scenario_text(probe.dump(), spec.base_file, spec.base_dir, {}, catalog);

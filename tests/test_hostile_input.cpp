@@ -312,3 +312,14 @@ TEST_CASE("a seq_len beyond the model's maximum context and a profile for a GPU 
   REQUIRE(p.warnings.size() == 1);
   CHECK(contains(p.warnings[0], "/calibration/profiles/0: the profile is for GPU"));
 }
+
+TEST_CASE("docs/limits.md states the reader's bounds") {
+  std::ifstream in(std::string(TRAINSIM_SOURCE_DIR) + "/docs/limits.md");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string doc = ss.str();
+  CHECK(contains(doc, std::to_string(kMaxJsonDepth) + " levels of arrays and objects"));
+  CHECK(contains(doc, std::to_string(kMaxInputFileBytes >> 20) + " MiB"));
+  CHECK(contains(doc, "GPUs in the cluster (all groups) | at most 1,048,576"));
+  CHECK(contains(doc, "micro-batches per iteration (`global_batch / (micro_batch*dp)`) | at most 16,384"));
+}

@@ -99,6 +99,7 @@ printf '{"base": "%s", "axes": {"parallel.tp": [0, 3]}}' "$scenario" >sweep-inva
 printf '{"index": 0, "sweep": "x", "points": 1, "status": "ok", "fidelity": "analytical", "error": ""}\n' >row-missing.jsonl
 printf '{"index": 0, "sweep": "x", "points": 1, "status": 7}\n' >row-type.jsonl
 expect 2 "number beyond the range" sweep sweep-big.json
+expect 2 "none of the 2 points is a valid scenario" sweep sweep-invalid.json
 expect 2 "not a regular file" sweep fifo.json
 expect 2 "line 1" sweep merge row-missing.jsonl --out merged.jsonl
 expect 2 "line 1" sweep merge row-type.jsonl --out merged.jsonl
@@ -112,6 +113,10 @@ expect 2 "not a regular file" calibrate report fifo.json
 expect 2 "not a regular file" validate fifo.json
 expect 2 "is a directory" regress "$src/scenarios/regression" --golden dir.json
 expect 1 "missing" regress "$src/scenarios/regression" --golden no-golden.json
+# From a directory that is not the repository: the built-in regression set and validation set.
+expect 0 "tolerance" regress
+expect 2 "run it from the repository root" regress --update
+expect 0 "MAPE" validate
 
 echo "$cases hostile cases, $failures failed"
 [ "$failures" -eq 0 ]

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <string>
@@ -147,6 +148,15 @@ int run_sweep_command(const CLI::App* sweep_cmd, const CLI::App* merge_cmd, cons
   }
   out << top_k_table(json_rows, static_cast<std::size_t>(spec.top_k), spec.metric);
   out << verified_table(json_rows, spec.metric);
+  // A sweep none of whose points is a valid scenario measured nothing: an input error.
+  const bool any_ran = std::any_of(rows.begin(), rows.end(), [](const SweepRow& r) {
+    return r.status == SweepStatus::Ok || r.status == SweepStatus::Infeasible;
+  });
+  if (!rows.empty() && !any_ran) {
+    err << "error: " << path << ": none of the " << rows.size()
+        << " points is a valid scenario (see the \"error\" column of --out)\n";
+    return kBadInput;
+  }
   return kOk;
 }
 
@@ -200,8 +210,9 @@ int run_commands(int argc, const char* const* argv, std::ostream& out, std::ostr
   bool update = false;
   auto* regress_cmd =
       app.add_subcommand("regress", "Compare predictions of the regression scenarios with the golden file");
-  regress_cmd->add_option("dir", regress_dir, "Directory (or file) of regression scenarios")->capture_default_str();
-  regress_cmd->add_option("--golden", golden, "Golden predictions file")->capture_default_str();
+  auto* regress_dir_opt =
+      regress_cmd->add_option("dir", regress_dir, "Directory (or file) of regression scenarios")->capture_default_str();
+  auto* golden_opt = regress_cmd->add_option("--golden", golden, "Golden predictions file")->capture_default_str();
   regress_cmd->add_flag("--update", update, "Rewrite the golden file with the current predictions");
 
   std::string sweep_path, sweep_out, shard_text, sweep_report;
@@ -309,7 +320,18 @@ int run_commands(int argc, const char* const* argv, std::ostream& out, std::ostr
       return kOk;
     }
     if (regress_cmd->parsed()) {
-      const RegressionReport rep = regress(collect_scenarios({regress_dir}), golden, catalog);
+      // Without arguments outside the repository: the copies built into the binary.
+      std::error_code ec;
+      const bool builtin = regress_dir_opt->count() == 0 && golden_opt->count() == 0 &&
+                           !std::filesystem::exists(regress_dir, ec) && !std::filesystem::exists(golden, ec);
+      if (builtin && update) {
+        err << "error: regress --update rewrites " << golden
+            << ": run it from the repository root, or give DIR and --golden\n";
+        return kBadInput;
+      }
+      const std::string builtin_golden = builtin ? builtin_regression_golden() : "";
+      const RegressionReport rep = builtin ? regress(builtin_regression_scenarios(), golden, catalog, &builtin_golden)
+                                           : regress(collect_scenarios({regress_dir}), golden, catalog);
       out << regression_table(rep);
       if (update) {
         write_golden(rep, golden);

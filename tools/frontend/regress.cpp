@@ -1,5 +1,6 @@
 #include "tools/frontend/regress.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -11,6 +12,24 @@
 #include "tools/frontend/scenario.hpp"
 
 namespace trainsim {
+
+std::span<const EmbeddedFile> regression_files();
+
+std::vector<ScenarioText> builtin_regression_scenarios() {
+  std::vector<ScenarioText> out;
+  for (const auto& f : regression_files()) {
+    if (f.path.starts_with("scenarios/")) out.push_back(ScenarioText{std::string(f.path), std::string(f.text), ""});
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.file < b.file; });
+  return out;
+}
+
+std::string builtin_regression_golden() {
+  for (const auto& f : regression_files()) {
+    if (f.path.ends_with("regression.json") && f.path.starts_with("tests/")) return std::string(f.text);
+  }
+  return "";
+}
 
 const std::vector<std::string>& regression_metrics() {
   static const std::vector<std::string> m{"iteration_time_s", "tokens_per_s", "peak_memory_gib"};
@@ -32,12 +51,12 @@ struct Golden {
   std::map<std::string, Fidelity> fidelity;  // entries that name one
 };
 
-Golden read_golden(const std::string& path) {
+Golden read_golden(const std::string& path, const std::string* golden_text) {
   Golden g;
   std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) return g;  // no golden file yet: everything is "missing"
+  if (golden_text == nullptr && !std::filesystem::exists(path, ec)) return g;  // no golden yet: all "missing"
   Diagnostics d(path);
-  const std::string text = read_text_file(path, d);
+  const std::string text = golden_text != nullptr ? *golden_text : read_text_file(path, d);
   d.throw_if_errors();
   auto doc = parse_json_text(text, d);
   d.throw_if_errors();
@@ -72,8 +91,8 @@ double metric_of(const JobReport& r, const std::string& m) {
 }  // namespace
 
 RegressionReport regress(const std::vector<ScenarioText>& scenarios, const std::string& golden_path,
-                         const Catalog& catalog) {
-  const Golden g = read_golden(golden_path);
+                         const Catalog& catalog, const std::string* golden_text) {
+  const Golden g = read_golden(golden_path, golden_text);
   RegressionReport rep;
   rep.tolerance_pct = g.tolerance_pct;
   std::map<std::string, bool> seen;

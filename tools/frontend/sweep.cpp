@@ -1021,7 +1021,10 @@ SweepMerge merge_sweep_texts(const std::vector<std::pair<std::string, std::strin
   SweepMerge m;
   std::string sweep_id, id_from;
   std::map<std::size_t, std::string> where;  // index -> "file line N"
-  for (const auto& [name, text] : files) {
+  for (const auto& file : files) {
+    // Named references, not a structured binding: the lambda below captures them (clang < 16).
+    const std::string& name = file.first;
+    const std::string& text = file.second;
     if (name.ends_with(".csv")) {
       errors.push_back(Diagnostic{name, "", "merge reads JSONL shard outputs; write the shards with --out *.jsonl"});
       continue;

@@ -122,9 +122,7 @@ CalibrationProfile read_profile(ObjectReader& r) {
 }
 
 void write_profile_file(const nlohmann::ordered_json& profile, const std::string& path) {
-  std::ofstream f(path);
-  if (f) f << profile.dump(2) << "\n";
-  if (!f) throw InputError({Diagnostic{path, "", "cannot write the profile file"}});
+  write_text_file(path, profile.dump(2) + "\n");
 }
 
 CalibrationProfile load_profile_file(const std::string& path) {

@@ -27,6 +27,15 @@ TEST_CASE("bad quantities say why") {
   CHECK_FALSE(parse_quantity("80GiB", Quantity::Time).value.has_value());  // right unit, wrong kind
 }
 
+TEST_CASE("a quantity whose value in base units overflows a double is refused, never infinity") {
+  const auto a = parse_quantity("1e300TB", Quantity::Bytes);
+  CHECK_FALSE(a.value.has_value());
+  CHECK(a.error.find("beyond the range of a double") != std::string::npos);
+  CHECK_FALSE(parse_quantity("1e400GB/s", Quantity::Bandwidth).value.has_value());
+  CHECK_FALSE(parse_quantity("-1e300PFLOPS", Quantity::Flops).value.has_value());
+  CHECK(parse_quantity("1e300B", Quantity::Bytes).value == 1e300);
+}
+
 TEST_CASE("a number without a unit is refused unless it is 0") {
   for (const char* text : {"1", "1e3", "400", "0.5"}) {
     CAPTURE(text);

@@ -3,11 +3,13 @@
 // pointer where it is, what was expected and what was found; unknown keys are
 // errors with a did-you-mean. Callers read typed values, then check ok().
 #include <cstdint>
+#include <fstream>
 #include <initializer_list>
 #include <optional>
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -57,11 +59,62 @@ std::string describe_json_type(const nlohmann::json& v);
 // Closest candidate by edit distance, or "" when none is close.
 std::string did_you_mean(const std::string& word, const std::vector<std::string>& candidates);
 
-// Parses text; on failure adds "line L, column C: ..." at pointer "" and returns nullopt.
-std::optional<nlohmann::json> parse_json_text(const std::string& text, Diagnostics& diags);
+// Deepest nesting of arrays and objects any input may have (docs/limits.md):
+// deeper documents are refused while parsing, before anything recurses on them.
+inline constexpr int kMaxJsonDepth = 64;
+// Largest input file read (docs/limits.md).
+inline constexpr std::size_t kMaxInputFileBytes = std::size_t{64} << 20;
 
-// The whole file as text; on failure adds "cannot read the file" at pointer "" and returns "".
+// Parses text; `//` and `/* */` comments are allowed. On failure adds one error and
+// returns nullopt: a syntax error gives "line L, column C"; a number beyond double
+// range, a duplicate key or nesting deeper than kMaxJsonDepth gives its pointer.
+// `pointer` prefixes the reported pointers (a value given inside a larger document).
+std::optional<nlohmann::json> parse_json_text(const std::string& text, Diagnostics& diags,
+                                              const std::string& pointer = "");
+// The same, keeping the keys in the order of the text.
+std::optional<nlohmann::ordered_json> parse_ordered_json_text(const std::string& text, Diagnostics& diags,
+                                                              const std::string& pointer = "");
+
+// The whole file as text; on failure adds "cannot read the file" (or why: a
+// directory, a FIFO or device, larger than kMaxInputFileBytes) at pointer "" and
+// returns "". Only regular files are opened, so a read can never block forever.
 std::string read_text_file(const std::string& path, Diagnostics& diags);
+
+// An output file written whole or not at all: the bytes go to a temporary file
+// next to `path`, renamed over it by commit(); a write error or an exception
+// before commit() leaves `path` as it was. A path that exists and is not a
+// regular file (/dev/stdout, a FIFO) is written in place. Errors are InputError
+// naming the file, so they exit non-zero like any other input problem.
+class OutputFile {
+ public:
+  explicit OutputFile(std::string path);
+  ~OutputFile();
+  OutputFile(const OutputFile&) = delete;
+  OutputFile& operator=(const OutputFile&) = delete;
+  std::ostream& stream() { return out_; }
+  void commit();
+
+ private:
+  std::string path_, temp_;  // temp_ empty when writing in place
+  std::ofstream out_;
+  bool committed_ = false;
+};
+
+// Writes `text` to `path` through an OutputFile.
+void write_text_file(const std::string& path, const std::string& text);
+
+// Refuses (InputError) an output path that names one of the inputs or another
+// output of the same command: `outputs` and `inputs` are (what, path) pairs,
+// e.g. {"--out", "run.json"}; empty paths are skipped.
+void check_output_paths(const std::vector<std::pair<std::string, std::string>>& outputs,
+                        const std::vector<std::pair<std::string, std::string>>& inputs);
+
+// Whether `text` is well-formed UTF-8 (what a JSON string must hold).
+bool is_valid_utf8(const std::string& text);
+
+// The integer value of a JSON number when it is one and fits int64 (1e3 counts;
+// 2.5, 1e30 and 18446744073709551615 do not).
+std::optional<std::int64_t> json_integer_value(const nlohmann::json& v);
 
 // Reads one JSON object. Getters record errors and return the default when the
 // value is missing or wrong; finish() reports keys nobody asked for.

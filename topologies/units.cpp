@@ -111,7 +111,17 @@ ParsedQuantity parse_quantity(std::string_view text, Quantity kind) {
   }
   for (const UnitEntry& u : kUnits) {
     if (u.kind == kind && unit == u.suffix) {
-      out.value = number * u.factor;
+      const double value = number * u.factor;
+      if (!std::isfinite(value)) {
+        out.error = "\"" + std::string(text) + "\" is beyond the range of a double (about 1.8e308 " +
+                    (kind == Quantity::Bytes       ? "bytes"
+                     : kind == Quantity::Bandwidth ? "bytes/s"
+                     : kind == Quantity::Time      ? "seconds"
+                                                   : "FLOP/s") +
+                    ")";
+        return out;
+      }
+      out.value = value;
       return out;
     }
   }

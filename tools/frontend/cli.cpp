@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <string>
@@ -43,10 +44,13 @@ Scenario load(const std::string& path, const std::vector<std::string>& sets, con
 
 void print_catalog(const Catalog& c, const std::string& what, std::ostream& out) {
   if (what.empty() || what == "gpus") {
-    out << "GPUs (dense BF16 TFLOP/s, HBM):\n";
+    // A GPU without BF16 tensor cores (V100) shows its FP16 rate, never "0 TFLOP/s";
+    // memory in GiB, the unit of every memory figure trainsim prints.
+    out << "GPUs (dense BF16 TFLOP/s, or FP16 where marked; HBM GiB):\n";
     for (const auto& g : c.gpus) {
-      out << "  " << g.name << "  " << fmt("%.0f", g.peak(Dtype::BF16) / 1e12) << " TFLOP/s  "
-          << fmt("%.0f", g.memory_bytes / 1e9) << " GB\n";
+      const bool bf16 = g.peak(Dtype::BF16) > 0;
+      out << "  " << g.name << "  " << fmt("%.0f", g.peak(bf16 ? Dtype::BF16 : Dtype::FP16) / 1e12) << " TFLOP/s"
+          << (bf16 ? "" : " (FP16)") << "  " << fmt("%.0f", g.memory_bytes / (1024.0 * 1024 * 1024)) << " GiB\n";
     }
   }
   if (what.empty() || what == "nodes" || what == "topologies") {
@@ -74,6 +78,9 @@ int run_sweep_command(const CLI::App* sweep_cmd, const CLI::App* merge_cmd, cons
                       const std::string& report_path, const std::vector<std::string>& merge_inputs,
                       const std::string& merge_out, const Catalog& catalog, std::ostream& out, std::ostream& err) {
   if (merge_cmd->parsed()) {
+    std::vector<std::pair<std::string, std::string>> inputs;
+    for (const auto& in : merge_inputs) inputs.emplace_back("shard output", in);
+    check_output_paths({{"--out", merge_out}}, inputs);
     const SweepMerge m = merge_sweep_files(merge_inputs);
     write_sweep_rows(merge_out, m.rows);
     out << "merged " << m.rows.size() << " of " << m.points << " points into " << merge_out << "\n";
@@ -88,6 +95,8 @@ int run_sweep_command(const CLI::App* sweep_cmd, const CLI::App* merge_cmd, cons
   }
   (void)sweep_cmd;
   SweepSpec spec = load_sweep_file(path, catalog);
+  check_output_paths({{"--out", out_path}, {"--report", report_path}},
+                     {{"sweep file", path}, {"base scenario", spec.base_file}});
   if (!fidelity.empty()) set_sweep_fidelity(spec, fidelity == "flow" ? Fidelity::Flow : Fidelity::Analytical);
   if (spec.verify && !shard_text.empty()) {
     err << "error: " << path << ": /verify: verification re-ranks the best points of the whole sweep; "
@@ -128,20 +137,26 @@ int run_sweep_command(const CLI::App* sweep_cmd, const CLI::App* merge_cmd, cons
                                   r.verified->report.gpus, r.verified->status == SweepStatus::Ok});
       }
     }
-    std::ofstream f(report_path);
-    if (!f) {
-      err << "error: --report " << report_path << ": cannot write the file\n";
-      return kBadInput;
-    }
+    OutputFile f(report_path);
     std::string title = (spec.name.empty() ? path : spec.name) + " (" + to_string(spec.fidelity) + " fidelity";
     if (spec.verify) {
       title += "; the best " + std::to_string(spec.verify->top) + " again at " + to_string(spec.verify->fidelity) +
                " fidelity, labelled [" + to_string(spec.verify->fidelity) + "]";
     }
-    f << sweep_html_report(title + ")", pts);
+    f.stream() << sweep_html_report(title + ")", pts);
+    f.commit();
   }
   out << top_k_table(json_rows, static_cast<std::size_t>(spec.top_k), spec.metric);
   out << verified_table(json_rows, spec.metric);
+  // A sweep none of whose points is a valid scenario measured nothing: an input error.
+  const bool any_ran = std::any_of(rows.begin(), rows.end(), [](const SweepRow& r) {
+    return r.status == SweepStatus::Ok || r.status == SweepStatus::Infeasible;
+  });
+  if (!rows.empty() && !any_ran) {
+    err << "error: " << path << ": none of the " << rows.size()
+        << " points is a valid scenario (see the \"error\" column of --out)\n";
+    return kBadInput;
+  }
   return kOk;
 }
 
@@ -195,8 +210,9 @@ int run_commands(int argc, const char* const* argv, std::ostream& out, std::ostr
   bool update = false;
   auto* regress_cmd =
       app.add_subcommand("regress", "Compare predictions of the regression scenarios with the golden file");
-  regress_cmd->add_option("dir", regress_dir, "Directory (or file) of regression scenarios")->capture_default_str();
-  regress_cmd->add_option("--golden", golden, "Golden predictions file")->capture_default_str();
+  auto* regress_dir_opt =
+      regress_cmd->add_option("dir", regress_dir, "Directory (or file) of regression scenarios")->capture_default_str();
+  auto* golden_opt = regress_cmd->add_option("--golden", golden, "Golden predictions file")->capture_default_str();
   regress_cmd->add_flag("--update", update, "Rewrite the golden file with the current predictions");
 
   std::string sweep_path, sweep_out, shard_text, sweep_report;
@@ -235,7 +251,7 @@ int run_commands(int argc, const char* const* argv, std::ostream& out, std::ostr
 
   std::string what;
   auto* catalog_cmd = app.add_subcommand("catalog", "List the shipped presets");
-  catalog_cmd->add_option("what", what, "gpus | models | topologies")
+  catalog_cmd->add_option("what", what, "gpus | nodes | models | topologies (nodes and clusters)")
       ->check(CLI::IsMember({"gpus", "models", "topologies", "nodes"}));
 
   try {
@@ -292,6 +308,9 @@ int run_commands(int argc, const char* const* argv, std::ostream& out, std::ostr
       return run_sweep_command(sweep_cmd, merge_cmd, sweep_path, threads, sweep_fidelity, shard_text, sweep_out,
                                sweep_report, merge_inputs, merge_out, catalog, out, err);
     if (fit_cmd->parsed()) {
+      std::vector<std::pair<std::string, std::string>> inputs;
+      for (const auto& in : raw_paths) inputs.emplace_back("raw measurement file", in);
+      check_output_paths({{"--out", fit_out}}, inputs);
       write_profile_file(fit_profile_files(raw_paths, fit_gpu, catalog), fit_out);
       out << "wrote " << fit_out << "\n";
       return kOk;
@@ -301,7 +320,18 @@ int run_commands(int argc, const char* const* argv, std::ostream& out, std::ostr
       return kOk;
     }
     if (regress_cmd->parsed()) {
-      const RegressionReport rep = regress(collect_scenarios({regress_dir}), golden, catalog);
+      // Without arguments outside the repository: the copies built into the binary.
+      std::error_code ec;
+      const bool builtin = regress_dir_opt->count() == 0 && golden_opt->count() == 0 &&
+                           !std::filesystem::exists(regress_dir, ec) && !std::filesystem::exists(golden, ec);
+      if (builtin && update) {
+        err << "error: regress --update rewrites " << golden
+            << ": run it from the repository root, or give DIR and --golden\n";
+        return kBadInput;
+      }
+      const std::string builtin_golden = builtin ? builtin_regression_golden() : "";
+      const RegressionReport rep = builtin ? regress(builtin_regression_scenarios(), golden, catalog, &builtin_golden)
+                                           : regress(collect_scenarios({regress_dir}), golden, catalog);
       out << regression_table(rep);
       if (update) {
         write_golden(rep, golden);
@@ -309,18 +339,34 @@ int run_commands(int argc, const char* const* argv, std::ostream& out, std::ostr
         return kOk;
       }
       if (!rep.ok()) {
-        err << "regression: predictions moved beyond the tolerance; review and run `trainsim regress --update`\n";
+        // A scenario without a golden value is "missing", not a prediction that moved.
+        bool missing = false, moved = false;
+        for (const auto& row : rep.rows) (row.missing ? missing : moved) |= row.drifted;
+        if (missing) {
+          err << "regression: scenarios without a golden prediction in " << golden
+              << " (marked missing); record them with `trainsim regress --update`\n";
+        }
+        if (moved) {
+          err << "regression: predictions moved beyond the tolerance; review and run `trainsim regress --update`\n";
+        }
+        if (!rep.stale.empty()) {
+          err << "regression: golden entries without a scenario; remove them with `trainsim regress --update`\n";
+        }
         return kInfeasible;
       }
       return kOk;
     }
     if (check->parsed()) {
       const Scenario s = load(check_path, sets, catalog);
+      for (const auto& w : s.warnings) err << "warning: " << w << "\n";
       out << "ok: " << s.file << ": " << s.model.name << " on " << s.cluster.total_gpus() << " GPUs, tp "
           << s.parallel.tp << " pp " << s.parallel.pp << " dp " << s.parallel.dp << " cp " << s.parallel.cp << "\n";
       return kOk;
     }
+    check_output_paths({{"--out", out_path}, {"--trace", trace_path}, {"--report", report_path}},
+                       {{"scenario", scenario_path}});
     const Scenario s = load(scenario_path, sets, catalog);
+    for (const auto& w : s.warnings) err << "warning: " << w << "\n";
     const JobRun job = run_job(s, fidelity == "flow" ? Fidelity::Flow : Fidelity::Analytical);
     const JobReport& rep = job.report;
     if (!trace_path.empty()) {
@@ -333,29 +379,16 @@ int run_commands(int argc, const char* const* argv, std::ostream& out, std::ostr
           return kBadInput;
         }
       }
-      std::ofstream f(trace_path);
-      if (!f) {
-        err << "error: --trace " << trace_path << ": cannot write the file\n";
-        return kBadInput;
-      }
-      write_chrome_trace(f, job, trace_ranks);
+      OutputFile f(trace_path);
+      write_chrome_trace(f.stream(), job, trace_ranks);
+      f.commit();
     }
     if (!report_path.empty()) {
-      std::ofstream f(report_path);
-      if (!f) {
-        err << "error: --report " << report_path << ": cannot write the file\n";
-        return kBadInput;
-      }
-      f << html_report(s, job);
+      write_text_file(report_path, html_report(s, job));
     }
     const nlohmann::json j = to_json(rep);
     if (!out_path.empty()) {
-      std::ofstream f(out_path);
-      if (!f) {
-        err << "error: --out " << out_path << ": cannot write the file\n";
-        return kBadInput;
-      }
-      f << j.dump(2) << "\n";
+      write_text_file(out_path, j.dump(2) + "\n");
     }
     if (json) {
       out << j.dump(2) << "\n";

@@ -92,6 +92,15 @@ JobRun run_job(const Scenario& s, Fidelity fidelity) {
   rep.events = res.events;
   rep.simulated_ranks = static_cast<int>(plan.setup.ranks.size());
   rep.iteration_time_s = res.makespan.to_seconds();
+  // The figures of a run that reached the clock's limit may have saturated: refused, never reported.
+  const bool beyond_clock = res.makespan >= Time::saturated();
+  if (beyond_clock) {
+    rep.iteration_time_s = 0;
+    rep.feasible = false;
+    rep.problems.push_back(
+        "the simulated iteration would take longer than the simulator's clock can count (about 146 years); check the "
+        "model size, the batch and the calibration profile's efficiencies");
+  }
   rep.throughput_unit = plan.throughput_unit;
   rep.flops_convention = plan.flop_convention;
   if (rep.iteration_time_s > 0) {

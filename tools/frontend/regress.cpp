@@ -1,5 +1,6 @@
 #include "tools/frontend/regress.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -11,6 +12,24 @@
 #include "tools/frontend/scenario.hpp"
 
 namespace trainsim {
+
+std::span<const EmbeddedFile> regression_files();
+
+std::vector<ScenarioText> builtin_regression_scenarios() {
+  std::vector<ScenarioText> out;
+  for (const auto& f : regression_files()) {
+    if (f.path.starts_with("scenarios/")) out.push_back(ScenarioText{std::string(f.path), std::string(f.text), ""});
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.file < b.file; });
+  return out;
+}
+
+std::string builtin_regression_golden() {
+  for (const auto& f : regression_files()) {
+    if (f.path.ends_with("regression.json") && f.path.starts_with("tests/")) return std::string(f.text);
+  }
+  return "";
+}
 
 const std::vector<std::string>& regression_metrics() {
   static const std::vector<std::string> m{"iteration_time_s", "tokens_per_s", "peak_memory_gib"};
@@ -32,14 +51,14 @@ struct Golden {
   std::map<std::string, Fidelity> fidelity;  // entries that name one
 };
 
-Golden read_golden(const std::string& path) {
+Golden read_golden(const std::string& path, const std::string* golden_text) {
   Golden g;
-  std::ifstream in(path);
-  if (!in) return g;  // no golden file yet: everything is "missing"
-  std::stringstream ss;
-  ss << in.rdbuf();
+  std::error_code ec;
+  if (golden_text == nullptr && !std::filesystem::exists(path, ec)) return g;  // no golden yet: all "missing"
   Diagnostics d(path);
-  auto doc = parse_json_text(ss.str(), d);
+  const std::string text = golden_text != nullptr ? *golden_text : read_text_file(path, d);
+  d.throw_if_errors();
+  auto doc = parse_json_text(text, d);
   d.throw_if_errors();
   ObjectReader top(*doc, "", d);
   g.tolerance_pct = top.number("tolerance_pct", 0.5, 0, 100, true);
@@ -72,8 +91,8 @@ double metric_of(const JobReport& r, const std::string& m) {
 }  // namespace
 
 RegressionReport regress(const std::vector<ScenarioText>& scenarios, const std::string& golden_path,
-                         const Catalog& catalog) {
-  const Golden g = read_golden(golden_path);
+                         const Catalog& catalog, const std::string* golden_text) {
+  const Golden g = read_golden(golden_path, golden_text);
   RegressionReport rep;
   rep.tolerance_pct = g.tolerance_pct;
   std::map<std::string, bool> seen;
@@ -118,9 +137,7 @@ void write_golden(const RegressionReport& report, const std::string& golden_path
   doc["note"] =
       "Golden predictions of scenarios/regression; rewrite with `trainsim regress --update` and review the diff.";
   doc["cases"] = cases;
-  std::ofstream out(golden_path);
-  if (!out) throw InputError({Diagnostic{golden_path, "", "cannot write the golden file"}});
-  out << doc.dump(2) << "\n";
+  write_text_file(golden_path, doc.dump(2) + "\n");
 }
 
 std::string regression_table(const RegressionReport& r) {

@@ -30,8 +30,14 @@ struct RegressionReport {
 // The metrics compared for every scenario.
 const std::vector<std::string>& regression_metrics();
 
+// `golden_text`, when given, is the golden file's content (the embedded copy);
+// otherwise it is read from `golden_path` (absent: every scenario is "missing").
 RegressionReport regress(const std::vector<ScenarioText>& scenarios, const std::string& golden_path,
-                         const Catalog& catalog);
+                         const Catalog& catalog, const std::string* golden_text = nullptr);
+// scenarios/regression/*.json and tests/golden/regression.json as built into the
+// binary: `trainsim regress` without arguments outside the repository uses them.
+std::vector<ScenarioText> builtin_regression_scenarios();
+std::string builtin_regression_golden();
 // Writes the current predictions as the new golden file (keeps the tolerance and
 // each entry's fidelity).
 void write_golden(const RegressionReport& report, const std::string& golden_path);

@@ -23,6 +23,11 @@ const EmbeddedFile& default_scenario_file() {
 namespace {
 
 constexpr std::int64_t kMaxInt = 1 << 30;
+// The most GPUs a cluster may have (docs/limits.md).
+constexpr std::int64_t kMaxClusterGpus = 1 << 20;
+// The most micro-batches per iteration, and micro-batches x model layers (docs/limits.md).
+constexpr std::int64_t kMaxMicroBatches = 1 << 14;
+constexpr std::int64_t kMaxMicroBatchLayers = 1 << 20;
 
 // Applies one "a.b.c=value" override to the document.
 void apply_override(nlohmann::json& doc, const std::string& spec, Diagnostics& diags) {
@@ -33,11 +38,27 @@ void apply_override(nlohmann::json& doc, const std::string& spec, Diagnostics& d
   }
   const std::string path = spec.substr(0, eq);
   const std::string text = spec.substr(eq + 1);
+  std::string value_pointer;
+  for (std::size_t start = 0; start <= path.size();) {
+    const auto dot = std::min(path.find('.', start), path.size());
+    value_pointer = json_pointer_append(value_pointer, path.substr(start, dot - start));
+    start = dot + 1;
+  }
   nlohmann::json value;
-  try {
-    value = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error&) {
-    value = text;  // a bare word such as 1f1b or bf16
+  Diagnostics value_diags(diags.file());
+  if (std::optional<nlohmann::json> parsed = parse_json_text(text, value_diags, value_pointer)) {
+    value = std::move(*parsed);
+  } else if (value_diags.items().front().message.rfind("malformed JSON", 0) == 0) {
+    // Not JSON: a bare word such as 1f1b or bf16, taken as a string (which must be UTF-8).
+    if (!is_valid_utf8(text)) {
+      diags.error(value_pointer, "--set \"" + path + "=...\": the value is not valid UTF-8");
+      return;
+    }
+    value = text;
+  } else {
+    // JSON, but a number beyond double range, a duplicate key or too deep.
+    for (const Diagnostic& d : value_diags.items()) diags.error(d.pointer, "--set \"" + spec + "\": " + d.message);
+    return;
   }
   nlohmann::json* node = &doc;
   std::string pointer;
@@ -193,6 +214,14 @@ ClusterSpec read_cluster_object(const nlohmann::json& v, const std::string& poin
     NodeSpec n = read_scenario_node(r, "node", cat, &ok);
     const int count = static_cast<int>(r.integer("nodes", 1, 1, 1 << 20, true));
     if (ok) c.groups.push_back(NodeGroup{n, count});
+  }
+  // Work and memory grow with the GPU count: bounded before the topology is built.
+  std::int64_t gpus = 0;
+  for (const auto& g : c.groups) gpus += static_cast<std::int64_t>(g.count) * g.node.gpus_per_node;
+  if (gpus > kMaxClusterGpus) {
+    r.error(r.has("groups") ? "groups" : "nodes", "the cluster has " + std::to_string(gpus) + " GPUs; at most " +
+                                                      std::to_string(kMaxClusterGpus) +
+                                                      " are simulated (docs/limits.md)");
   }
   // The scale-out network (used at flow fidelity; docs/network.md).
   const nlohmann::json* fabric = r.raw("fabric");
@@ -451,7 +480,7 @@ std::optional<Expected> read_expected(ObjectReader& top) {
 }
 
 std::vector<CalibrationProfile> read_calibration(ObjectReader& top, const Catalog& cat, const ClusterSpec& cluster,
-                                                 const std::string& base_dir) {
+                                                 const std::string& base_dir, std::vector<std::string>& warnings) {
   std::vector<CalibrationProfile> chosen;
   if (const nlohmann::json* v = top.raw("calibration")) {
     ObjectReader r(*v, top.at("calibration"), top.diagnostics());
@@ -470,6 +499,12 @@ std::vector<CalibrationProfile> read_calibration(ObjectReader& top, const Catalo
           // The profile's own problems (its file and pointer) are reported at this entry.
           try {
             chosen.push_back(load_profile_file(p.string()));
+            bool used = false;
+            for (const auto& g : cluster.groups) used |= g.node.gpu.name == chosen.back().gpu;
+            if (!used && !cluster.groups.empty()) {
+              warnings.push_back(top.diagnostics().file() + ": " + ptr + ": the profile is for GPU \"" +
+                                 chosen.back().gpu + "\", which the cluster does not have; it is not used");
+            }
           } catch (const InputError& e) {
             for (const auto& d : e.diagnostics()) {
               r.diagnostics().error(ptr, d.pointer.empty() && d.message == "cannot read the file"
@@ -514,6 +549,18 @@ void check_consistency(Scenario& s, Diagnostics& d) {
   }
   // The layout rules live with the planner (models/layout_rules.hpp).
   for (const LayoutProblem& p : check_layout(s.model, s.parallel, s.training, s.cluster)) d.error(p.path, p.message);
+  // The simulation's work and memory grow with micro-batches x layers (every
+  // layer of every micro-batch is a task): bounded before anything is built.
+  if (d.ok()) {
+    const std::int64_t micro_batches = s.parallel.global_batch / (std::int64_t{s.parallel.micro_batch} * s.parallel.dp);
+    if (micro_batches > kMaxMicroBatches || micro_batches * s.model.layers > kMaxMicroBatchLayers) {
+      d.error("/parallel/global_batch", "global_batch / (micro_batch*dp) = " + std::to_string(micro_batches) +
+                                            " micro-batches of " + std::to_string(s.model.layers) +
+                                            " layers; at most " + std::to_string(kMaxMicroBatches) +
+                                            " micro-batches and " + std::to_string(kMaxMicroBatchLayers) +
+                                            " micro-batch layers per iteration are simulated (docs/limits.md)");
+    }
+  }
   if (s.cluster.groups.size() > 1) {
     d.error("/cluster/groups", "clusters with several node types are not simulated by this version yet");
   }
@@ -544,7 +591,12 @@ Scenario load_scenario_text(const std::string& text, const std::string& file, co
   s.expected = read_expected(top);
   s.reliability = read_reliability(top, s.cluster);
   read_perturbations(top, s.cluster);
-  s.profiles = read_calibration(top, catalog, s.cluster, base_dir);
+  s.profiles = read_calibration(top, catalog, s.cluster, base_dir, s.warnings);
+  if (s.model.max_seq_len > 0 && s.training.seq_len > s.model.max_seq_len) {
+    s.warnings.push_back(file + ": /training/seq_len: " + std::to_string(s.training.seq_len) +
+                         " tokens is beyond the model's maximum context of " + std::to_string(s.model.max_seq_len) +
+                         " (max_seq_len); the simulation assumes the model was extended to it");
+  }
   top.finish();
   if (diags.ok()) check_consistency(s, diags);
   diags.throw_if_errors();
@@ -553,11 +605,13 @@ Scenario load_scenario_text(const std::string& text, const std::string& file, co
 
 Scenario load_scenario_file(const std::string& path, const std::vector<std::string>& overrides,
                             const Catalog& catalog) {
-  std::ifstream in(path);
-  if (!in) throw InputError({Diagnostic{path, "", "cannot open the scenario file"}});
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return load_scenario_text(ss.str(), path, std::filesystem::path(path).parent_path().string(), overrides, catalog);
+  Diagnostics diags(path);
+  const std::string text = read_text_file(path, diags);
+  if (!diags.ok()) {
+    const std::string& why = diags.items().front().message;
+    throw InputError({Diagnostic{path, "", why == "cannot read the file" ? "cannot open the scenario file" : why}});
+  }
+  return load_scenario_text(text, path, std::filesystem::path(path).parent_path().string(), overrides, catalog);
 }
 
 }  // namespace trainsim

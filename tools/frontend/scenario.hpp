@@ -36,6 +36,9 @@ struct Scenario {
   std::vector<CalibrationProfile> profiles;  // for every GPU type in the cluster
   std::optional<Expected> expected;
   std::optional<ReliabilitySpec> reliability;  // failures over the job's life (docs/faults.md)
+  // Valid but suspicious (a seq_len beyond the model's context, a profile for a
+  // GPU the cluster lacks): "file: /pointer: message", printed by the CLI.
+  std::vector<std::string> warnings;
 };
 
 // `overrides` are "json.path=value" strings (value parsed as JSON, else taken as a string).

@@ -32,12 +32,14 @@ std::string fmt(const char* f, double x) {
   return buf;
 }
 
-std::optional<std::string> read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return std::nullopt;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+// The file's text; nullopt with the reason when it is missing, a directory, a FIFO...
+std::optional<std::string> read_text(const std::string& path, const std::string& unreadable, std::string* why) {
+  Diagnostics d(path);
+  std::string text = read_text_file(path, d);
+  if (d.ok()) return text;
+  const std::string& reason = d.items().front().message;
+  *why = reason == "cannot read the file" ? unreadable : reason;
+  return std::nullopt;
 }
 
 std::vector<std::string> split_path(const std::string& key) {
@@ -92,23 +94,26 @@ int node_gpus(const nlohmann::json& v, const Catalog& cat) {
   return scratch.ok() ? n.gpus_per_node : 0;
 }
 
-int int_or(const nlohmann::json& obj, const char* key, int fallback) {
-  if (!obj.is_object() || !obj.contains(key) || !obj[key].is_number_integer()) return fallback;
-  return obj[key].get<int>();
+// A count from the JSON before validation: fallback unless an integer in [0, 2^20],
+// so that products of counts stay far from overflow (the loader reports the rest).
+std::int64_t int_or(const nlohmann::json& obj, const char* key, std::int64_t fallback) {
+  if (!obj.is_object() || !obj.contains(key)) return fallback;
+  const std::optional<std::int64_t> x = json_integer_value(obj[key]);
+  return x && *x >= 0 && *x <= (1 << 20) ? *x : fallback;
 }
 
 // GPU count of a scenario's cluster entry, from the JSON (before validation); 0 if unknown.
-int cluster_gpus(const nlohmann::json& c, const Catalog& cat) {
+std::int64_t cluster_gpus(const nlohmann::json& c, const Catalog& cat) {
   if (c.is_string()) {
     const ClusterPreset* p = cat.find_cluster(c.get<std::string>());
     if (p == nullptr) return 0;
     const NodeSpec* n = cat.find_node(p->node);
-    return n != nullptr ? n->gpus_per_node * p->nodes : 0;
+    return n != nullptr ? static_cast<std::int64_t>(n->gpus_per_node) * p->nodes : 0;
   }
   if (!c.is_object()) return 0;
   if (c.contains("groups")) {
     if (!c["groups"].is_array()) return 0;
-    int total = 0;
+    std::int64_t total = 0;
     for (const auto& g : c["groups"]) {
       if (!g.is_object() || !g.contains("node")) return 0;
       total += node_gpus(g["node"], cat) * int_or(g, "nodes", 0);
@@ -335,12 +340,13 @@ SweepSpec load_sweep_text(const std::string& text, const std::string& file, cons
     if (base->is_string()) {
       std::filesystem::path p = base->get<std::string>();
       if (p.is_relative()) p = std::filesystem::path(base_dir) / p;
-      if (const auto t = read_text(p.string())) {
+      std::string why;
+      if (const auto t = read_text(p.string(), "cannot read the base scenario \"" + p.string() + "\"", &why)) {
         spec.base_text = *t;
         spec.base_file = p.string();
         spec.base_dir = p.parent_path().string();
       } else {
-        top.error("base", "cannot read the base scenario \"" + p.string() + "\"");
+        top.error("base", why);
       }
     } else if (base->is_object()) {
       spec.base_text = base->dump();
@@ -361,7 +367,7 @@ SweepSpec load_sweep_text(const std::string& text, const std::string& file, cons
                             describe_json_type(*axes));
     } else {
       // Axis order is the file's order (the first axis varies slowest).
-      const auto ordered = nlohmann::ordered_json::parse(text);
+      const auto ordered = *parse_ordered_json_text(text, d);
       std::size_t product = 1;
       for (const auto& item : ordered["axes"].items()) {
         const std::string& key = item.key();
@@ -437,8 +443,9 @@ void set_sweep_fidelity(SweepSpec& spec, Fidelity fidelity) {
 }
 
 SweepSpec load_sweep_file(const std::string& path, const Catalog& catalog) {
-  const auto text = read_text(path);
-  if (!text) throw InputError({Diagnostic{path, "", "cannot open the sweep file"}});
+  std::string why;
+  const auto text = read_text(path, "cannot open the sweep file", &why);
+  if (!text) throw InputError({Diagnostic{path, "", why}});
   return load_sweep_text(*text, path, std::filesystem::path(path).parent_path().string(), catalog);
 }
 
@@ -499,9 +506,9 @@ void expand_axes(const SweepSpec& spec, const nlohmann::json& base, const Catalo
     if (derive) {
       nlohmann::json doc = base;
       for (const auto& [k, v] : p.overrides) set_key(doc, k, v);
-      const int gpus = doc.contains("cluster") ? cluster_gpus(doc["cluster"], catalog) : 0;
+      const std::int64_t gpus = doc.contains("cluster") ? cluster_gpus(doc["cluster"], catalog) : 0;
       const nlohmann::json par = doc.contains("parallel") ? doc["parallel"] : nlohmann::json::object();
-      const int per_replica = int_or(par, "tp", 1) * int_or(par, "pp", 1) * int_or(par, "cp", 1);
+      const std::int64_t per_replica = int_or(par, "tp", 1) * int_or(par, "pp", 1) * int_or(par, "cp", 1);
       if (gpus > 0 && per_replica > 0 && gpus % per_replica == 0) {
         p.overrides.emplace_back("parallel.dp", gpus / per_replica);
       }
@@ -539,9 +546,10 @@ void expand_auto(const SweepSpec& spec, const nlohmann::json& base, const Catalo
     throw InputError({Diagnostic{spec.base_file, ptr + "/cluster", "the auto-search needs the base's cluster"}});
   }
   // Probe: the base with a trivially valid layout, to read model, cluster, training, profiles.
-  const int gpus_guess = cluster_gpus(base["cluster"], catalog);
+  const std::int64_t gpus_guess = cluster_gpus(base["cluster"], catalog);
   nlohmann::json probe = base;
-  probe["parallel"] = {{"dp", std::max(gpus_guess, 1)}, {"global_batch", std::max(gpus_guess, 1)}};
+  probe["parallel"] = {{"dp", std::max<std::int64_t>(gpus_guess, 1)},
+                       {"global_batch", std::max<std::int64_t>(gpus_guess, 1)}};
   Scenario s;
   try {
     s = load_scenario_text(probe.dump(), spec.base_file, spec.base_dir, {}, catalog);
@@ -977,20 +985,61 @@ std::string format_sweep_rows(const std::vector<nlohmann::ordered_json>& rows, S
 
 void write_sweep_rows(const std::string& path, const std::vector<nlohmann::ordered_json>& rows) {
   const SweepFormat f = sweep_format_for_path(path);
-  std::ofstream out(path, std::ios::binary);
-  if (!out) throw InputError({Diagnostic{path, "", "cannot write the file"}});
-  out << format_sweep_rows(rows, f);
-  if (!out) throw InputError({Diagnostic{path, "", "cannot write the file"}});
+  write_text_file(path, format_sweep_rows(rows, f));
 }
 
 // ---- merge ----------------------------------------------------------------------
+
+namespace {
+// What is wrong with a row read back from a shard output, or "": every field the
+// merged tables read must be there with its type (a hand-edited or truncated row
+// is an error naming its line, never a crash in the table).
+std::string sweep_row_problem(const nlohmann::ordered_json& row) {
+  static const std::vector<std::string> statuses{"ok", "infeasible", "invalid", "error"};
+  auto is_status = [&](const nlohmann::ordered_json& v) {
+    return v.is_string() && std::find(statuses.begin(), statuses.end(), v.get<std::string>()) != statuses.end();
+  };
+  auto check_results = [&](const std::string& prefix) -> std::string {
+    const std::string status_key = prefix + "status";
+    if (!row.contains(status_key) || !is_status(row[status_key])) {
+      return "expected \"" + status_key + "\" to be one of \"ok\", \"infeasible\", \"invalid\", \"error\"";
+    }
+    if (!row.contains(prefix + "fidelity") || !row[prefix + "fidelity"].is_string()) {
+      return "expected \"" + prefix + "fidelity\" to be a string";
+    }
+    const std::string status = row[status_key].get<std::string>();
+    if (status == "ok" || status == "infeasible") {
+      for (const std::string& m : sweep_metrics()) {
+        if (!row.contains(prefix + m) || !row[prefix + m].is_number()) {
+          return "a row with status \"" + status + "\" needs the number \"" + prefix + m + "\"";
+        }
+      }
+    }
+    if (!row.contains(prefix + "error") || !row[prefix + "error"].is_string()) {
+      return "expected \"" + prefix + "error\" to be a string";
+    }
+    return "";
+  };
+  if (std::string p = check_results(""); !p.empty()) return p;
+  if (row.contains("verify.status") && !row["verify.status"].is_null()) {
+    if (!row.contains("verify.first_rank") || !row["verify.first_rank"].is_number_unsigned()) {
+      return "a verified row needs the rank \"verify.first_rank\"";
+    }
+    if (std::string p = check_results("verify."); !p.empty()) return p;
+  }
+  return "";
+}
+}  // namespace
 
 SweepMerge merge_sweep_texts(const std::vector<std::pair<std::string, std::string>>& files) {
   std::vector<Diagnostic> errors;
   SweepMerge m;
   std::string sweep_id, id_from;
   std::map<std::size_t, std::string> where;  // index -> "file line N"
-  for (const auto& [name, text] : files) {
+  for (const auto& file : files) {
+    // Named references, not a structured binding: the lambda below captures them (clang < 16).
+    const std::string& name = file.first;
+    const std::string& text = file.second;
     if (name.ends_with(".csv")) {
       errors.push_back(Diagnostic{name, "", "merge reads JSONL shard outputs; write the shards with --out *.jsonl"});
       continue;
@@ -1002,16 +1051,20 @@ SweepMerge merge_sweep_texts(const std::vector<std::pair<std::string, std::strin
       auto bad = [&](const std::string& msg) {
         errors.push_back(Diagnostic{name, "", "line " + std::to_string(ln) + ": " + msg});
       };
-      nlohmann::ordered_json row;
-      try {
-        row = nlohmann::ordered_json::parse(line);
-      } catch (const nlohmann::json::parse_error&) {
+      Diagnostics scratch(name);
+      std::optional<nlohmann::ordered_json> parsed = parse_ordered_json_text(line, scratch);
+      if (!parsed) {
         bad("not a JSON row of a sweep output");
         continue;
       }
+      nlohmann::ordered_json row = std::move(*parsed);
       if (!row.is_object() || !row.contains("index") || !row["index"].is_number_unsigned() || !row.contains("sweep") ||
           !row["sweep"].is_string() || !row.contains("points") || !row["points"].is_number_unsigned()) {
         bad("expected a sweep output row with \"index\", \"sweep\" and \"points\"");
+        continue;
+      }
+      if (const std::string problem = sweep_row_problem(row); !problem.empty()) {
+        bad(problem);
         continue;
       }
       const auto index = row["index"].get<std::size_t>();
@@ -1051,10 +1104,11 @@ SweepMerge merge_sweep_files(const std::vector<std::string>& paths) {
   std::vector<std::pair<std::string, std::string>> files;
   std::vector<Diagnostic> errors;
   for (const auto& p : paths) {
-    if (const auto t = read_text(p)) {
+    std::string why;
+    if (const auto t = read_text(p, "cannot open the shard output", &why)) {
       files.emplace_back(p, *t);
     } else {
-      errors.push_back(Diagnostic{p, "", "cannot open the shard output"});
+      errors.push_back(Diagnostic{p, "", why});
     }
   }
   if (!errors.empty()) throw InputError(errors);

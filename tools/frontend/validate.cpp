@@ -18,11 +18,14 @@ namespace fs = std::filesystem;
 std::vector<ScenarioText> collect_scenarios(const std::vector<std::string>& paths) {
   std::vector<ScenarioText> out;
   auto read = [&](const fs::path& p) {
-    std::ifstream in(p);
-    if (!in) throw InputError({Diagnostic{p.string(), "", "cannot open the scenario file"}});
-    std::stringstream ss;
-    ss << in.rdbuf();
-    out.push_back(ScenarioText{p.string(), ss.str(), p.parent_path().string()});
+    Diagnostics d(p.string());
+    std::string text = read_text_file(p.string(), d);
+    if (!d.ok()) {
+      const std::string& why = d.items().front().message;
+      throw InputError(
+          {Diagnostic{p.string(), "", why == "cannot read the file" ? "cannot open the scenario file" : why}});
+    }
+    out.push_back(ScenarioText{p.string(), std::move(text), p.parent_path().string()});
   };
   for (const auto& path : paths) {
     std::error_code ec;

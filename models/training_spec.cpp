@@ -11,10 +11,26 @@ double TransformerSpec::params_per_layer() const {
   return attn + mlp_weights + norms + biases;
 }
 
+double TransformerSpec::attention_params() const {
+  const double h = hidden, d = head_dim();
+  const double attn = h * (heads * d) + 2.0 * h * (kv_heads * d) + (heads * d) * h;
+  const double norms = (rmsnorm ? 2.0 : 4.0) * h;
+  const double biases = rmsnorm ? 0.0 : (heads + 2.0 * kv_heads) * d + h;
+  return attn + norms + biases;
+}
+
 double TransformerSpec::params_of_kind(LayerKind k) const {
   switch (k) {
     case LayerKind::Dense:
       return params_per_layer();
+    case LayerKind::Moe: {
+      // Router, routed and shared experts (models/moe.hpp), no biases in the experts.
+      const double mult = mlp == MlpKind::SwiGlu ? 3.0 : 2.0;
+      return attention_params() + static_cast<double>(hidden) * moe.experts +
+             mult * hidden *
+                 (static_cast<double>(moe.experts) * moe.expert_ffn +
+                  static_cast<double>(moe.shared_experts) * moe.shared_ffn);
+    }
   }
   return params_per_layer();
 }
@@ -23,6 +39,8 @@ const char* to_string(LayerKind k) {
   switch (k) {
     case LayerKind::Dense:
       return "dense";
+    case LayerKind::Moe:
+      return "moe";
   }
   return "?";
 }

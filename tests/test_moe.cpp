@@ -1,6 +1,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -246,4 +247,25 @@ TEST_CASE("moe: bad MoE input names the path and what was expected") {
             .find("/training/routing/imbalance: expected at most ep = 8") != std::string::npos);
   CHECK(errors({"training.routing={\"distribution\": \"skewed\"}"}).find("/training/routing/distribution") !=
         std::string::npos);
+}
+
+TEST_CASE("moe validation: MoE Parallel Folding beats the coupled layout in every pair, as the paper measures") {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(TRAINSIM_SOURCE_DIR) / "scenarios" / "validation-moe";
+  int pairs = 0;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string folded = e.path().string();
+    const std::string suffix = "_mcore_folding.json";
+    if (folded.size() < suffix.size() || folded.compare(folded.size() - suffix.size(), suffix.size(), suffix) != 0)
+      continue;
+    const std::string coupled = folded.substr(0, folded.size() - suffix.size()) + "_mcore.json";
+    const Scenario f = load_scenario_file(folded, {}, catalog());
+    const Scenario c = load_scenario_file(coupled, {}, catalog());
+    REQUIRE(f.expected.has_value());
+    REQUIRE(c.expected.has_value());
+    REQUIRE(f.expected->value > c.expected->value);  // the published ordering
+    CHECK_MESSAGE(run(f).mfu > run(c).mfu, folded);
+    ++pairs;
+  }
+  CHECK(pairs == 8);
 }

@@ -10,7 +10,8 @@ foreach(var TRAINSIM MAX_MAPE MAX_ERROR)
   endif()
 endforeach()
 
-execute_process(COMMAND "${TRAINSIM}" validate --max-mape ${MAX_MAPE} --max-error ${MAX_ERROR} --json
+# Optional SCENARIOS: a directory of validation scenarios instead of the built-in set.
+execute_process(COMMAND "${TRAINSIM}" validate ${SCENARIOS} --max-mape ${MAX_MAPE} --max-error ${MAX_ERROR} --json
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 string(JSON mape ERROR_VARIABLE json_error GET "${out}" mape_pct)
 if(json_error)

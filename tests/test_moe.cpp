@@ -2,10 +2,12 @@
 
 #include <cmath>
 #include <filesystem>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "models/layer_steps.hpp"
+#include "models/layout_search.hpp"
 #include "models/moe.hpp"
 #include "sim/platform.hpp"
 #include "tools/frontend/job.hpp"
@@ -268,4 +270,37 @@ TEST_CASE("moe validation: MoE Parallel Folding beats the coupled layout in ever
     ++pairs;
   }
   CHECK(pairs == 8);
+}
+
+TEST_CASE("moe auto-search: expert parallelism and expert TP (folded and coupled) are searched") {
+  const Scenario s = load({}, R"({
+    "model": "mixtral-8x7b",
+    "cluster": {"node": "dgx-h100", "nodes": 8},
+    "parallel": {"tp": 1, "dp": 64, "global_batch": 256},
+    "training": {"seq_len": 4096, "precision": "bf16", "dropout": false}
+  })");
+  LayoutSearchSpace space;
+  space.tp = {1, 2};
+  space.pp = {2};
+  space.cp = {1};
+  space.vpp = {1};
+  space.micro_batch = {1};
+  space.zero = {1};
+  space.recompute = {Recompute::None, Recompute::Full};
+  ParallelSpec base;
+  base.global_batch = 256;
+  const LayoutSearchResult r = search_layouts(s.model, s.training, s.cluster, base, 78e9, space);
+  // tp x ep (1, 2, 4, 8) x etp (1, = tp): with tp = 1 the two expert TP options are one layout.
+  CHECK(r.grid == 2 * 4 * 2 * 2);
+  bool folded = false, coupled = false;
+  std::set<int> eps;
+  for (const ParallelSpec& p : r.candidates) {
+    eps.insert(p.ep);
+    folded |= p.tp == 2 && p.etp == 1 && p.ep > 1;
+    coupled |= p.tp == 2 && p.etp == 0 && p.ep > 1;
+    CHECK(p.sequence_parallel == (p.tp > 1));
+  }
+  CHECK(eps.size() > 1);
+  CHECK(folded);
+  CHECK(coupled);
 }

@@ -731,6 +731,11 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
   plan.samples_per_iteration = par.global_batch;
   plan.units_per_iteration = static_cast<double>(par.global_batch) * train_.seq_len;
   plan.peak_dtype = train_.precision;
+  if (model.moe.enabled()) {
+    const RoutedTokens rt = routed_tokens(model, par, train_);
+    plan.expert_rank_tokens = rt.rank_tokens;
+    plan.expert_dropped_fraction = rt.dropped_fraction;
+  }
 
   const ModelSteps steps = build_model_steps(model, par, train_);
   const int ranks_per_stage = par.tp * par.dp * par.cp;

@@ -11,6 +11,7 @@
 #include "models/moe.hpp"
 #include "sim/platform.hpp"
 #include "tools/frontend/job.hpp"
+#include "tools/frontend/report_html.hpp"
 #include "tools/frontend/scenario.hpp"
 
 using namespace trainsim;
@@ -303,4 +304,26 @@ TEST_CASE("moe auto-search: expert parallelism and expert TP (folded and coupled
   CHECK(eps.size() > 1);
   CHECK(folded);
   CHECK(coupled);
+}
+
+TEST_CASE("moe report: per-rank expert load in the JSON result and the HTML report") {
+  const Scenario s = load({"training.routing={\"distribution\": \"zipf\", \"zipf_exponent\": 1.0, \"seed\": 3}"});
+  const JobRun job = run_job(s);
+  REQUIRE(job.report.feasible);
+  const nlohmann::json j = to_json(job.report);
+  REQUIRE(j.contains("expert_load"));
+  const std::vector<double> tokens = j["expert_load"]["rank_tokens"].get<std::vector<double>>();
+  REQUIRE(tokens.size() == 8);
+  double sum = 0, top = 0;
+  for (double t : tokens) sum += t, top = std::max(top, t);
+  CHECK(sum == doctest::Approx(8 * 4096.0 * 8));  // every routed copy lands on some rank (dropless)
+  CHECK(top > sum / 8);                           // Zipf: the busiest rank is above the mean
+  const std::string html = html_report(s, job);
+  CHECK(html.find("Expert load per EP rank") != std::string::npos);
+  CHECK(html.find("routing zipf") != std::string::npos);
+  // A dense model's result has no expert load.
+  const Scenario dense = load_scenario_text(R"({"model": "gpt3-1.3b", "cluster": {"node": "dgx-a100", "nodes": 1},
+    "parallel": {"dp": 8, "global_batch": 16}, "training": {"seq_len": 2048}})",
+                                            "dense.json", "", {}, catalog());
+  CHECK_FALSE(to_json(run(dense)).contains("expert_load"));
 }

@@ -48,6 +48,8 @@ struct JobReport {
   std::uint64_t events = 0;
   double wall_time_s = 0;
   int simulated_ranks = 0;
+  std::vector<double> expert_rank_tokens;  // MoE: routed tokens per EP rank, micro-batch and MoE layer
+  double expert_dropped_fraction = 0;      // MoE: routed tokens dropped by the capacity factor
 };
 
 // Everything one simulation produced: the report, and for timelines and traces

@@ -195,8 +195,17 @@ void build_moe_layer(const TransformerSpec& m, const ParallelSpec& p, const Trai
   const double m_e = busiest / local;                      // rows of one expert's GEMM
   const double recv = rt.max_rank_tokens * h * kActBytes;  // tokens the busiest rank receives
   const double send = rt.tokens_in * k * (1 - rt.dropped_fraction) * h * kActBytes;
-  const double a2a = std::max(send, recv);                   // the slowest member paces the all-to-all
   const double permuted = rt.tokens_in * k * h * kActBytes;  // permuted copies of the input tokens
+  // alltoall: the larger of what a rank sends and what the busiest receives (the
+  // slowest member paces it). allgather: every EP rank's tokens gathered on every
+  // rank (the output buffer), the local experts' copies picked from them, and the
+  // outputs reduce-scattered back; its traffic does not depend on routing.
+  const bool allgather = p.moe_dispatcher == MoeDispatcher::AllGather;
+  const double gathered = p.ep * rt.tokens_in * h * kActBytes;
+  const double a2a = allgather ? gathered : std::max(send, recv);
+  const CollectiveKind dispatch_kind = allgather ? CollectiveKind::AllGather : CollectiveKind::AllToAll;
+  const CollectiveKind combine_kind = allgather ? CollectiveKind::ReduceScatter : CollectiveKind::AllToAll;
+  const double permute_bytes = allgather ? gathered + recv : permuted * 2;
   const bool ep_comm = p.ep > 1, etp_comm = etp > 1;
   const double act = D.tokens * D.h * kActBytes, act_norm = D.tokens_norm * D.h * kActBytes;
   const auto tp_out_kind = D.sp ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce;
@@ -210,8 +219,9 @@ void build_moe_layer(const TransformerSpec& m, const ParallelSpec& p, const Trai
     StepList L(&moe->forward, Pass::Forward);
     L.gemm("moe.router", D.attn_dtype, rt.tokens_in, E, h);
     L.memory("moe.router.topk", rt.tokens_in * E * 4 * 3);  // fp32 scores: softmax / sigmoid, top-k
-    L.memory("moe.permute", permuted * 2);
-    const int d = ep_comm ? L.comm("ep.dispatch", CollectiveKind::AllToAll, CommClass::EP, a2a) : -1;
+    if (!allgather) L.memory("moe.permute", permute_bytes);
+    const int d = ep_comm ? L.comm("ep.dispatch", dispatch_kind, CommClass::EP, a2a) : -1;
+    if (allgather) L.memory("moe.permute", permute_bytes, maybe(d));
     const int g =
         etp_comm ? L.comm("etp.ag.tokens", CollectiveKind::AllGather, CommClass::EP, etp * recv, maybe(d), false, true)
                  : -1;
@@ -221,7 +231,8 @@ void build_moe_layer(const TransformerSpec& m, const ParallelSpec& p, const Trai
     const int rs =
         etp_comm ? L.comm("etp.rs.tokens", CollectiveKind::ReduceScatter, CommClass::EP, etp * recv, {}, false, true)
                  : -1;
-    const int c = ep_comm ? L.comm("ep.combine", CollectiveKind::AllToAll, CommClass::EP, a2a, maybe(rs)) : -1;
+    if (allgather) L.memory("moe.unpermute.local", permute_bytes);  // scatter the outputs into the gathered order
+    const int c = ep_comm ? L.comm("ep.combine", combine_kind, CommClass::EP, a2a, maybe(rs)) : -1;
     int shared_out = -1;
     if (shared_f > 0) {
       const int ag = D.sp ? L.comm("tp.ag.shared", CollectiveKind::AllGather, CommClass::TP, act) : -1;
@@ -239,8 +250,9 @@ void build_moe_layer(const TransformerSpec& m, const ParallelSpec& p, const Trai
     StepList L(&moe->backward, Pass::BackwardInput);
     const auto tp_in_kind = D.sp ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce;
     L.memory("mlp.residual.bwd", act_norm * 2);
-    L.memory("moe.unpermute.bwd", permuted * 2);
-    const int cb = ep_comm ? L.comm("ep.combine.bwd", CollectiveKind::AllToAll, CommClass::EP, a2a) : -1;
+    L.memory("moe.unpermute.bwd", permute_bytes);
+    // The gradient of a reduce-scatter is an all-gather and vice versa.
+    const int cb = ep_comm ? L.comm("ep.combine.bwd", dispatch_kind, CommClass::EP, a2a) : -1;
     const int g = etp_comm ? L.comm("etp.ag.tokens.grad", CollectiveKind::AllGather, CommClass::EP, etp * recv,
                                     maybe(cb), false, true)
                            : -1;
@@ -257,7 +269,7 @@ void build_moe_layer(const TransformerSpec& m, const ParallelSpec& p, const Trai
     const int rs = etp_comm ? L.comm("etp.rs.tokens.grad", CollectiveKind::ReduceScatter, CommClass::EP, etp * recv, {},
                                      false, true)
                             : -1;
-    const int db = ep_comm ? L.comm("ep.dispatch.bwd", CollectiveKind::AllToAll, CommClass::EP, a2a, maybe(rs)) : -1;
+    const int db = ep_comm ? L.comm("ep.dispatch.bwd", combine_kind, CommClass::EP, a2a, maybe(rs)) : -1;
     int shared_in = -1;
     if (shared_f > 0) {
       const int ag = D.sp ? L.comm("tp.ag.shared.grad", CollectiveKind::AllGather, CommClass::TP, act) : -1;
@@ -273,7 +285,7 @@ void build_moe_layer(const TransformerSpec& m, const ParallelSpec& p, const Trai
       L.gemm("moe.shared.up.wgrad", D.gemm_dtype, h, shared_f * up, D.tokens, maybe(in));
       L.set_pass(Pass::BackwardInput);
     }
-    L.memory("moe.permute.bwd", permuted * 2, maybe(db));
+    L.memory("moe.permute.bwd", permute_bytes, maybe(db));
     L.gemm("moe.router.dgrad", D.attn_dtype, rt.tokens_in, h, E);
     L.set_pass(Pass::BackwardWeight);
     L.gemm("moe.router.wgrad", D.attn_dtype, h, E, rt.tokens_in);

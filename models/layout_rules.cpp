@@ -42,6 +42,12 @@ void check_moe_layout(const TransformerSpec& m, const ParallelSpec& p, const Tra
       problem("/parallel/ep",
               "expert parallelism (ep > 1) needs a mixture-of-experts model (model.moe), found ep = " + str(p.ep));
     }
+    if (p.moe_dispatcher != MoeDispatcher::AllToAll) {
+      problem("/parallel/moe_dispatcher",
+              std::string("a token dispatcher needs a mixture-of-experts model (model.moe), "
+                          "found \"") +
+                  to_string(p.moe_dispatcher) + "\"");
+    }
     if (p.etp > 0 && p.etp != p.tp) {
       problem("/parallel/etp",
               "expert tensor parallelism needs a mixture-of-experts model (model.moe), found etp = " + str(p.etp));

@@ -122,8 +122,13 @@ MemoryBreakdown stage_memory(const TransformerSpec& m, const ParallelSpec& p, co
     mem.weights += expert * 2 / (p.zero >= 3 ? edp : 1.0);
     mem.gradients += expert * tr.grad_reduce_bytes / (p.zero >= 2 ? edp : 1.0);
     mem.optimizer += expert * opt_bytes / (p.zero >= 1 ? edp : 1.0);
-    // Receive buffers of the token dispatch and combine on the busiest rank.
-    mem.buffers += 2 * routed_tokens(m, p, tr).max_rank_tokens * expert_tp(p) * m.hidden * 2.0;
+    // Receive buffers of the token dispatch and combine on the busiest rank
+    // (allgather dispatcher: every EP rank's tokens).
+    const RoutedTokens rt = routed_tokens(m, p, tr);
+    const double routed = rt.max_rank_tokens * expert_tp(p);
+    const double received =
+        p.moe_dispatcher == MoeDispatcher::AllGather ? std::max(routed, p.ep * rt.tokens_in) : routed;
+    mem.buffers += 2 * received * m.hidden * 2.0;
   }
   if (p.zero >= 3 && dp_group > 1) mem.buffers += 2 * 2 * m.params_per_layer() / p.tp;  // gathered layer + prefetch
 

@@ -17,6 +17,16 @@ const char* to_string(RouterKind r) {
   return "?";
 }
 
+const char* to_string(MoeDispatcher d) {
+  switch (d) {
+    case MoeDispatcher::AllToAll:
+      return "alltoall";
+    case MoeDispatcher::AllGather:
+      return "allgather";
+  }
+  return "?";
+}
+
 const char* to_string(RoutingDistribution d) {
   switch (d) {
     case RoutingDistribution::Uniform:

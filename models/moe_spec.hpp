@@ -31,6 +31,13 @@ struct MoeSpec {
   }
 };
 
+// Megatron-Core token dispatchers: AllToAll sends each routed copy to its
+// expert's rank (alltoall); AllGather gathers every EP rank's tokens on every
+// rank and reduce-scatters the outputs back (allgather), traffic independent of
+// routing.
+enum class MoeDispatcher : std::uint8_t { AllToAll, AllGather };
+const char* to_string(MoeDispatcher d);
+
 // How the router spreads tokens over experts. Uniform: evenly. Zipf: expert
 // of popularity rank r gets a share proportional to 1 / r^exponent, the ranks
 // dealt to experts by a seeded shuffle. Histogram: measured relative loads per

@@ -86,7 +86,8 @@ struct ParallelSpec {
   int cp = 1;   // context parallel (sequence split of attention)
   int ep = 1;   // expert parallel (MoE only): carved out of tp*cp*dp (models/moe.hpp)
   int etp = 0;  // expert tensor parallel (MoE only; 0 = tp, Megatron-Core's default)
-  int vpp = 1;  // virtual stages per pipeline rank (interleaved 1F1B)
+  MoeDispatcher moe_dispatcher = MoeDispatcher::AllToAll;  // MoE token dispatcher (models/moe_spec.hpp)
+  int vpp = 1;                                             // virtual stages per pipeline rank (interleaved 1F1B)
   ScheduleKind schedule = ScheduleKind::OneFOneB;
   int micro_batch = 1;             // sequences per micro-batch
   int global_batch = 1;            // sequences per iteration

@@ -327,3 +327,50 @@ TEST_CASE("moe report: per-rank expert load in the JSON result and the HTML repo
                                             "dense.json", "", {}, catalog());
   CHECK_FALSE(to_json(run(dense)).contains("expert_load"));
 }
+
+TEST_CASE("moe dispatchers: allgather traffic ignores routing skew, alltoall follows the busiest rank") {
+  auto dispatch_bytes = [&](const std::vector<std::string>& sets) {
+    const Scenario s = load(sets);
+    const ModelSteps steps = build_model_steps(s.model, s.parallel, s.training);
+    for (const Step& st : steps.of(LayerKind::Moe).forward) {
+      if (st.name == "ep.dispatch") return std::make_pair(st.collective, st.bytes);
+    }
+    FAIL("no dispatch step");
+    return std::make_pair(CollectiveKind::AllToAll, 0.0);
+  };
+  const std::string skew = "training.routing={\"distribution\": \"imbalance\", \"imbalance\": 3}";
+  const double h = 2048, tokens = 4096, k = 8, ep = 8;
+  const auto a2a = dispatch_bytes({});
+  const auto a2a_skewed = dispatch_bytes({skew});
+  CHECK(a2a.first == CollectiveKind::AllToAll);
+  CHECK(a2a.second == doctest::Approx(tokens * k * h * 2));
+  CHECK(a2a_skewed.second == doctest::Approx(3 * tokens * k * h * 2));  // what the busiest rank receives
+  const auto ag = dispatch_bytes({"parallel.moe_dispatcher=allgather"});
+  const auto ag_skewed = dispatch_bytes({"parallel.moe_dispatcher=allgather", skew});
+  CHECK(ag.first == CollectiveKind::AllGather);
+  CHECK(ag.second == doctest::Approx(ep * tokens * h * 2));  // every EP rank's tokens
+  CHECK(ag_skewed.second == ag.second);
+
+  // Top-2 routing over 8 ranks: alltoall moves 2 copies per token, allgather all 8 ranks' tokens.
+  const std::string top2 = "model={\"preset\": \"olmoe-1b-7b\", \"moe\": {\"top_k\": 2}}";
+  CHECK(run(load({top2})).iteration_time_s < run(load({top2, "parallel.moe_dispatcher=allgather"})).iteration_time_s);
+  // A dispatcher on a dense model is refused by name.
+  try {
+    load_scenario_text(R"({"model": "gpt3-1.3b", "cluster": {"node": "dgx-a100", "nodes": 1},
+      "parallel": {"dp": 8, "global_batch": 16, "moe_dispatcher": "allgather"}, "training": {"seq_len": 2048}})",
+                       "dense.json", "", {}, catalog());
+    FAIL("expected an input error");
+  } catch (const InputError& e) {
+    CHECK(std::string(e.what()).find("/parallel/moe_dispatcher: a token dispatcher needs a mixture-of-experts model") !=
+          std::string::npos);
+  }
+}
+
+TEST_CASE("moe: flow fidelity agrees with the analytical model on one node") {
+  const Scenario s = load({"training.routing={\"distribution\": \"zipf\", \"zipf_exponent\": 0.8, \"seed\": 1}"});
+  const double analytical = run(s).iteration_time_s;
+  const JobReport flow = simulate(s, Fidelity::Flow);
+  REQUIRE(flow.feasible);
+  CHECK(flow.iteration_time_s == doctest::Approx(analytical).epsilon(0.05));
+  CHECK(flow.breakdown.exposed_comm_s[static_cast<std::size_t>(CommClass::EP)] > 0);
+}

@@ -98,6 +98,7 @@ std::vector<int> maybe(int idx) { return idx >= 0 ? std::vector<int>{idx} : std:
 
 struct Dims {
   double b, s_local, s_full, tokens, tokens_norm, h, d, a_t, g_t, f_t, up_mult, t;
+  double d_out;  // per-head size of the attention output (MLA: the value head size; else d)
   int cp;
   bool sp, tp_comm, cp_comm, swiglu;
   Dtype gemm_dtype;
@@ -127,7 +128,68 @@ Dims dims_of(const TransformerSpec& m, const ParallelSpec& p, const TrainingSpec
   d.gemm_dtype = tr.precision;
   d.dropout = tr.dropout;
   d.attn_dtype = tr.precision == Dtype::FP8 ? Dtype::BF16 : tr.precision;
+  d.d_out = d.d;
+  if (m.mla.enabled()) {
+    // MLA attends with per-head keys of qk_nope + qk_rope and values of v_head_dim:
+    // QK^T and AV together cost what two products of their mean size cost.
+    d.d = (m.mla.qk_nope_dim + m.mla.qk_rope_dim + m.mla.v_head_dim) / 2.0;
+    d.d_out = m.mla.v_head_dim;
+    d.g_t = d.a_t;  // keys and values are up-projected for every head
+  }
   return d;
+}
+
+// MLA projections of one layer (DeepSeek-V2, arXiv:2405.04434, Section 2.1) in
+// place of the QKV GEMM: the down-projections (replicated over TP, as
+// Megatron-Core's MLA keeps them) with RMSNorms on the latents, the
+// up-projections split by heads over TP.
+void mla_projections_forward(StepList& L, const TransformerSpec& m, const Dims& D, std::vector<int> waits) {
+  const MlaSpec& a = m.mla;
+  const double qk = a.qk_nope_dim + a.qk_rope_dim;
+  if (a.q_lora_rank > 0) {
+    L.gemm("attn.q.down", D.gemm_dtype, D.tokens, a.q_lora_rank, D.h, std::move(waits));
+    waits = {};
+    L.memory("attn.q.norm", D.tokens * a.q_lora_rank * kActBytes * 2);
+    L.gemm("attn.q.up", D.gemm_dtype, D.tokens, D.a_t * qk, a.q_lora_rank);
+  } else {
+    L.gemm("attn.q", D.gemm_dtype, D.tokens, D.a_t * qk, D.h, std::move(waits));
+    waits = {};
+  }
+  L.gemm("attn.kv.down", D.gemm_dtype, D.tokens, a.kv_lora_rank + a.qk_rope_dim, D.h);
+  L.memory("attn.kv.norm", D.tokens * a.kv_lora_rank * kActBytes * 2);
+  L.gemm("attn.kv.up", D.gemm_dtype, D.tokens, D.a_t * (a.qk_nope_dim + a.v_head_dim), a.kv_lora_rank);
+}
+
+// Input gradients of the MLA projections (B); `waits` gate the first one.
+void mla_projections_dgrad(StepList& L, const TransformerSpec& m, const Dims& D, std::vector<int> waits) {
+  const MlaSpec& a = m.mla;
+  const double qk = a.qk_nope_dim + a.qk_rope_dim;
+  L.gemm("attn.kv.up.dgrad", D.gemm_dtype, D.tokens, a.kv_lora_rank, D.a_t * (a.qk_nope_dim + a.v_head_dim),
+         std::move(waits));
+  L.memory("attn.kv.norm.bwd", D.tokens * a.kv_lora_rank * kActBytes * 3);
+  L.gemm("attn.kv.down.dgrad", D.gemm_dtype, D.tokens, D.h, a.kv_lora_rank + a.qk_rope_dim);
+  if (a.q_lora_rank > 0) {
+    L.gemm("attn.q.up.dgrad", D.gemm_dtype, D.tokens, a.q_lora_rank, D.a_t * qk);
+    L.memory("attn.q.norm.bwd", D.tokens * a.q_lora_rank * kActBytes * 3);
+    L.gemm("attn.q.down.dgrad", D.gemm_dtype, D.tokens, D.h, a.q_lora_rank);
+  } else {
+    L.gemm("attn.q.dgrad", D.gemm_dtype, D.tokens, D.h, D.a_t * qk);
+  }
+}
+
+// Weight gradients of the MLA projections (W); `waits` gate the first one.
+void mla_projections_wgrad(StepList& L, const TransformerSpec& m, const Dims& D, std::vector<int> waits) {
+  const MlaSpec& a = m.mla;
+  const double qk = a.qk_nope_dim + a.qk_rope_dim;
+  L.gemm("attn.kv.up.wgrad", D.gemm_dtype, a.kv_lora_rank, D.a_t * (a.qk_nope_dim + a.v_head_dim), D.tokens,
+         std::move(waits));
+  L.gemm("attn.kv.down.wgrad", D.gemm_dtype, D.h, a.kv_lora_rank + a.qk_rope_dim, D.tokens);
+  if (a.q_lora_rank > 0) {
+    L.gemm("attn.q.up.wgrad", D.gemm_dtype, a.q_lora_rank, D.a_t * qk, D.tokens);
+    L.gemm("attn.q.down.wgrad", D.gemm_dtype, D.h, a.q_lora_rank, D.tokens);
+  } else {
+    L.gemm("attn.q.wgrad", D.gemm_dtype, D.h, D.a_t * qk, D.tokens);
+  }
 }
 
 // Attention core forward (flash: one fused kernel; unfused: QK^T, softmax, dropout, AV).
@@ -326,7 +388,11 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     StepList L(&dense.forward, Pass::Forward);
     L.memory("norm1", act_norm * 2);
     const int ag1 = D.sp ? L.comm("tp.ag.attn", CollectiveKind::AllGather, CommClass::TP, act) : -1;
-    L.gemm("attn.qkv", D.gemm_dtype, D.tokens, (D.a_t + 2 * D.g_t) * D.d, D.h, gate(ag1));
+    if (m.mla.enabled()) {
+      mla_projections_forward(L, m, D, gate(ag1));
+    } else {
+      L.gemm("attn.qkv", D.gemm_dtype, D.tokens, (D.a_t + 2 * D.g_t) * D.d, D.h, gate(ag1));
+    }
     std::vector<int> core_waits = after(ag1);
     if (m.rope) {
       L.memory("attn.rope", D.tokens * (D.a_t + D.g_t) * D.d * kActBytes * 2, core_waits);
@@ -335,7 +401,7 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     const int kv = D.cp_comm ? L.comm("cp.ag.kv", CollectiveKind::AllGather, CommClass::CP, kv_bytes) : -1;
     if (kv >= 0) core_waits.push_back(kv);
     attention_core_forward(L, D, tr.attention, core_waits);
-    L.gemm("attn.proj", D.gemm_dtype, D.tokens, D.h, D.a_t * D.d);
+    L.gemm("attn.proj", D.gemm_dtype, D.tokens, D.h, D.a_t * D.d_out);
     const int r1 = D.tp_comm ? L.comm("tp.attn.out", tp_out_kind, CommClass::TP, act, {}, ov) : -1;
     L.memory("attn.residual", act_norm * (D.dropout ? 3.5 : 3), maybe(r1));  // bias-dropout-add (+ mask)
     L.memory("norm2", act_norm * 2);
@@ -372,9 +438,9 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     // Attention block, in reverse.
     L.memory("attn.residual.bwd", act_norm * 2);
     const int g2 = D.sp ? L.comm("tp.ag.attn.grad", CollectiveKind::AllGather, CommClass::TP, act) : -1;
-    L.gemm("attn.proj.dgrad", D.gemm_dtype, D.tokens, D.a_t * D.d, D.h, gate(g2));
+    L.gemm("attn.proj.dgrad", D.gemm_dtype, D.tokens, D.a_t * D.d_out, D.h, gate(g2));
     L.set_pass(Pass::BackwardWeight);
-    L.gemm("attn.proj.wgrad", D.gemm_dtype, D.h, D.a_t * D.d, D.tokens, after(g2));
+    L.gemm("attn.proj.wgrad", D.gemm_dtype, D.h, D.a_t * D.d_out, D.tokens, after(g2));
     L.set_pass(Pass::BackwardInput);
     const double model_core = 4 * D.b * D.s_local * D.s_full * D.a_t * D.d;
     if (tr.attention != AttentionKind::Unfused) {
@@ -395,11 +461,19 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     const int rkv = D.cp_comm ? L.comm("cp.rs.kv.grad", CollectiveKind::ReduceScatter, CommClass::CP, kv_bytes) : -1;
     if (m.rope) L.memory("attn.rope.bwd", D.tokens * (D.a_t + D.g_t) * D.d * kActBytes * 2);
     const int in1 = D.sp ? L.comm("tp.ag.attn.input", CollectiveKind::AllGather, CommClass::TP, act) : -1;
-    L.gemm("attn.qkv.dgrad", D.gemm_dtype, D.tokens, D.h, (D.a_t + 2 * D.g_t) * D.d, maybe(rkv));
+    if (m.mla.enabled()) {
+      mla_projections_dgrad(L, m, D, maybe(rkv));
+    } else {
+      L.gemm("attn.qkv.dgrad", D.gemm_dtype, D.tokens, D.h, (D.a_t + 2 * D.g_t) * D.d, maybe(rkv));
+    }
     const int rs1 = D.tp_comm ? L.comm("tp.attn.in.grad", tp_in_kind, CommClass::TP, act) : -1;
     const int wg1 = p.tp_grad_overlap || D.sp ? in1 : rs1;
     L.set_pass(Pass::BackwardWeight);
-    L.gemm("attn.qkv.wgrad", D.gemm_dtype, D.h, (D.a_t + 2 * D.g_t) * D.d, D.tokens, maybe(wg1));
+    if (m.mla.enabled()) {
+      mla_projections_wgrad(L, m, D, maybe(wg1));
+    } else {
+      L.gemm("attn.qkv.wgrad", D.gemm_dtype, D.h, (D.a_t + 2 * D.g_t) * D.d, D.tokens, maybe(wg1));
+    }
     L.set_pass(Pass::BackwardInput);
     L.memory("norm1.bwd", act_norm * 4, maybe(rs1));
   }

@@ -31,6 +31,19 @@ struct MoeSpec {
   }
 };
 
+// Multi-head latent attention (DeepSeek-V2/V3): queries through an optional
+// low-rank bottleneck, keys and values up-projected per head from a shared
+// compressed latent plus a decoupled rotary key. kv_lora_rank 0 = off.
+struct MlaSpec {
+  int q_lora_rank = 0;  // 0: queries projected directly from the hidden state
+  int kv_lora_rank = 0;
+  int qk_nope_dim = 0;  // per-head query/key size without rotary embedding
+  int qk_rope_dim = 0;  // per-head rotary part (the key's is shared by all heads)
+  int v_head_dim = 0;
+
+  bool enabled() const { return kv_lora_rank > 0; }
+};
+
 // Megatron-Core token dispatchers: AllToAll sends each routed copy to its
 // expert's rank (alltoall); AllGather gathers every EP rank's tokens on every
 // rank and reduce-scatters the outputs back (allgather), traffic independent of

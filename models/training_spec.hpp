@@ -35,6 +35,7 @@ struct TransformerSpec {
   int head_dim_override = 0;           // attention head size when it is not hidden / heads (Qwen3, gpt-oss)
   std::vector<LayerKind> layer_kinds;  // one per layer; empty = every layer dense
   MoeSpec moe;                         // routed experts of the Moe layers
+  MlaSpec mla;                         // multi-head latent attention instead of (grouped-query) attention
   std::string source;
 
   LayerKind layer_kind(int layer) const { return layer_kinds.empty() ? LayerKind::Dense : layer_kinds[layer]; }

@@ -78,7 +78,7 @@ int moe_layers(const TransformerSpec& m) {
 }  // namespace
 
 TEST_CASE("moe presets: parameter counts of the model cards, dense first layers where the model has them") {
-  // Totals the model cards state (billions); MLA is modelled as MHA, so DeepSeek within 3%.
+  // Totals the model cards state (billions), within 3%.
   const std::vector<std::pair<const char*, double>> totals = {{"mixtral-8x7b", 46.7},     {"mixtral-8x22b", 141},
                                                               {"deepseek-v2-lite", 15.7}, {"deepseek-v3", 671},
                                                               {"qwen3-30b-a3b", 30.5},    {"qwen3-235b-a22b", 235},
@@ -373,4 +373,50 @@ TEST_CASE("moe: flow fidelity agrees with the analytical model on one node") {
   REQUIRE(flow.feasible);
   CHECK(flow.iteration_time_s == doctest::Approx(analytical).epsilon(0.05));
   CHECK(flow.breakdown.exposed_comm_s[static_cast<std::size_t>(CommClass::EP)] > 0);
+}
+
+TEST_CASE("multi-head latent attention: DeepSeek-V3's projections, parameters and attention sizes") {
+  const TransformerSpec& v3 = *catalog().find_model("deepseek-v3");
+  REQUIRE(v3.mla.enabled());
+  // config.json: hidden 7168, 128 heads, q_lora 1536, kv_lora 512, qk 128 + 64 rope, v 128.
+  const double attention = 7168.0 * 1536 + 1536.0 * 128 * 192  // W_DQ, W_UQ
+                           + 7168.0 * (512 + 64)               // W_DKV and the shared rotary key
+                           + 512.0 * 128 * (128 + 128)         // W_UK, W_UV
+                           + 128.0 * 128 * 7168                // W_O
+                           + 1536 + 512 + 2 * 7168.0;          // latent and layer norms
+  CHECK(v3.attention_params() == doctest::Approx(attention));
+  CHECK(v3.total_params() / 1e9 == doctest::Approx(671).epsilon(0.005));
+
+  ParallelSpec par;
+  par.tp = 2;
+  par.sequence_parallel = true;
+  TrainingSpec train;
+  train.seq_len = 4096;
+  const ModelSteps steps = build_model_steps(v3, par, train);
+  bool kv_up = false, qkv = false, proj = false;
+  for (const Step& s : steps.of(LayerKind::Moe).forward) {
+    if (s.name == "attn.kv.up") {
+      kv_up = true;
+      CHECK(s.op.n == 64 * (128 + 128));  // 64 heads per TP rank, key and value up-projections
+      CHECK(s.op.k == 512);
+    }
+    qkv |= s.name == "attn.qkv";
+    if (s.name == "attn.proj") {
+      proj = true;
+      CHECK(s.op.k == 64 * 128);  // the value head size
+    }
+    if (s.name == "attn.core") {
+      // QK^T over 192 and AV over 128 per head: 2 s^2 (192 + 128) per head, full count.
+      CHECK(s.model_flops == doctest::Approx(2.0 * 4096 * 4096 * 64 * (192 + 128)));
+    }
+  }
+  CHECK(kv_up);
+  CHECK(proj);
+  CHECK_FALSE(qkv);
+  // A model without MLA keeps its fused QKV projection.
+  const TransformerSpec& mixtral = *catalog().find_model("mixtral-8x7b");
+  bool fused = false;
+  const ModelSteps mixtral_steps = build_model_steps(mixtral, par, train);
+  for (const Step& s : mixtral_steps.of(LayerKind::Moe).forward) fused |= s.name == "attn.qkv";
+  CHECK(fused);
 }

@@ -52,6 +52,7 @@ TransformerSpec read_model(ObjectReader& r, const TransformerSpec* base) {
   m.max_seq_len = static_cast<int>(r.integer("max_seq_len", m.max_seq_len ? m.max_seq_len : 2048, 1, 1 << 24));
   m.source = r.string("source", m.source);
   m.moe = read_moe(r, m.moe, m.layers);
+  m.mla = read_mla(r, m.mla);
   m.layer_kinds = moe_layer_kinds(m);
   if (m.heads > 0 && m.head_dim_override == 0 && m.hidden % m.heads != 0)
     r.error("heads",

@@ -39,6 +39,22 @@ MoeSpec read_moe(ObjectReader& model, const MoeSpec& base, int layers) {
   return m;
 }
 
+MlaSpec read_mla(ObjectReader& model, const MlaSpec& base) {
+  MlaSpec m = base;
+  const nlohmann::json* v = model.raw("mla");
+  if (v == nullptr) return m;
+  ObjectReader r(*v, model.at("mla"), model.diagnostics());
+  if (!r.valid()) return m;
+  const bool req = !base.enabled();
+  m.q_lora_rank = static_cast<int>(r.integer("q_lora_rank", m.q_lora_rank, 0, 1 << 20));
+  m.kv_lora_rank = static_cast<int>(r.integer("kv_lora_rank", m.kv_lora_rank, 1, 1 << 20, req));
+  m.qk_nope_dim = static_cast<int>(r.integer("qk_nope_dim", m.qk_nope_dim, 1, 1 << 16, req));
+  m.qk_rope_dim = static_cast<int>(r.integer("qk_rope_dim", m.qk_rope_dim, 0, 1 << 16, req));
+  m.v_head_dim = static_cast<int>(r.integer("v_head_dim", m.v_head_dim, 1, 1 << 16, req));
+  r.finish();
+  return m;
+}
+
 RoutingSpec read_routing(ObjectReader& training) {
   RoutingSpec s;
   const nlohmann::json* v = training.raw("routing");

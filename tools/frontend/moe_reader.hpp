@@ -11,6 +11,9 @@ namespace trainsim {
 // the model's layer count, for the dense-layer check.
 MoeSpec read_moe(ObjectReader& model, const MoeSpec& base, int layers);
 
+// The "mla" object of a model reader (absent: `base` unchanged).
+MlaSpec read_mla(ObjectReader& model, const MlaSpec& base);
+
 // The "routing" object of a training reader (absent: uniform routing).
 RoutingSpec read_routing(ObjectReader& training);
 

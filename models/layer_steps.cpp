@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <utility>
 
+#include "models/moe.hpp"
+#include "sim/check.hpp"
+
 namespace trainsim {
 
 namespace {
@@ -16,8 +19,9 @@ class StepList {
   explicit StepList(std::vector<Step>* out, Pass pass) : out_(out), pass_(pass) {}
   void set_pass(Pass p) { pass_ = p; }
 
+  // `model_flops` < 0: the GEMM's own FLOPs (MoE experts count balanced routing instead).
   int gemm(const std::string& name, Dtype dtype, double m, double n, double k, std::vector<int> waits = {},
-           double count = 1) {
+           double count = 1, double model_flops = -1) {
     ComputeOp op;
     op.name = name;
     op.kind = OpKind::Gemm;
@@ -28,7 +32,7 @@ class StepList {
     op.flops = 2 * m * n * k * count;
     const double in_elem = dtype == Dtype::FP8 ? 1.0 : kActBytes;
     op.bytes = ((m * k + k * n) * in_elem + m * n * kActBytes) * count;  // output stays 16-bit
-    const double flops = op.flops;
+    const double flops = model_flops >= 0 ? model_flops : op.flops;
     const bool wgrad = name.size() > 6 && name.compare(name.size() - 6, 6, ".wgrad") == 0;
     if (dtype == Dtype::FP8 && !wgrad) {
       // Transformer Engine casts the 16-bit input (activation, or output gradient for
@@ -60,8 +64,9 @@ class StepList {
     return add_compute(std::move(op), model_flops, std::move(waits));
   }
   int comm(const std::string& name, CollectiveKind kind, CommClass cls, double bytes, std::vector<int> waits = {},
-           bool overlap_previous = false) {
+           bool overlap_previous = false, bool expert_tp_group = false) {
     Step s;
+    s.expert_tp_group = expert_tp_group;
     s.is_comm = true;
     s.overlap_previous = overlap_previous;
     s.pass = pass_;
@@ -93,6 +98,7 @@ std::vector<int> maybe(int idx) { return idx >= 0 ? std::vector<int>{idx} : std:
 
 struct Dims {
   double b, s_local, s_full, tokens, tokens_norm, h, d, a_t, g_t, f_t, up_mult, t;
+  double d_out;  // per-head size of the attention output (MLA: the value head size; else d)
   int cp;
   bool sp, tp_comm, cp_comm, swiglu;
   Dtype gemm_dtype;
@@ -122,7 +128,68 @@ Dims dims_of(const TransformerSpec& m, const ParallelSpec& p, const TrainingSpec
   d.gemm_dtype = tr.precision;
   d.dropout = tr.dropout;
   d.attn_dtype = tr.precision == Dtype::FP8 ? Dtype::BF16 : tr.precision;
+  d.d_out = d.d;
+  if (m.mla.enabled()) {
+    // MLA attends with per-head keys of qk_nope + qk_rope and values of v_head_dim:
+    // QK^T and AV together cost what two products of their mean size cost.
+    d.d = (m.mla.qk_nope_dim + m.mla.qk_rope_dim + m.mla.v_head_dim) / 2.0;
+    d.d_out = m.mla.v_head_dim;
+    d.g_t = d.a_t;  // keys and values are up-projected for every head
+  }
   return d;
+}
+
+// MLA projections of one layer (DeepSeek-V2, arXiv:2405.04434, Section 2.1) in
+// place of the QKV GEMM: the down-projections (replicated over TP, as
+// Megatron-Core's MLA keeps them) with RMSNorms on the latents, the
+// up-projections split by heads over TP.
+void mla_projections_forward(StepList& L, const TransformerSpec& m, const Dims& D, std::vector<int> waits) {
+  const MlaSpec& a = m.mla;
+  const double qk = a.qk_nope_dim + a.qk_rope_dim;
+  if (a.q_lora_rank > 0) {
+    L.gemm("attn.q.down", D.gemm_dtype, D.tokens, a.q_lora_rank, D.h, std::move(waits));
+    waits = {};
+    L.memory("attn.q.norm", D.tokens * a.q_lora_rank * kActBytes * 2);
+    L.gemm("attn.q.up", D.gemm_dtype, D.tokens, D.a_t * qk, a.q_lora_rank);
+  } else {
+    L.gemm("attn.q", D.gemm_dtype, D.tokens, D.a_t * qk, D.h, std::move(waits));
+    waits = {};
+  }
+  L.gemm("attn.kv.down", D.gemm_dtype, D.tokens, a.kv_lora_rank + a.qk_rope_dim, D.h);
+  L.memory("attn.kv.norm", D.tokens * a.kv_lora_rank * kActBytes * 2);
+  L.gemm("attn.kv.up", D.gemm_dtype, D.tokens, D.a_t * (a.qk_nope_dim + a.v_head_dim), a.kv_lora_rank);
+}
+
+// Input gradients of the MLA projections (B); `waits` gate the first one.
+void mla_projections_dgrad(StepList& L, const TransformerSpec& m, const Dims& D, std::vector<int> waits) {
+  const MlaSpec& a = m.mla;
+  const double qk = a.qk_nope_dim + a.qk_rope_dim;
+  L.gemm("attn.kv.up.dgrad", D.gemm_dtype, D.tokens, a.kv_lora_rank, D.a_t * (a.qk_nope_dim + a.v_head_dim),
+         std::move(waits));
+  L.memory("attn.kv.norm.bwd", D.tokens * a.kv_lora_rank * kActBytes * 3);
+  L.gemm("attn.kv.down.dgrad", D.gemm_dtype, D.tokens, D.h, a.kv_lora_rank + a.qk_rope_dim);
+  if (a.q_lora_rank > 0) {
+    L.gemm("attn.q.up.dgrad", D.gemm_dtype, D.tokens, a.q_lora_rank, D.a_t * qk);
+    L.memory("attn.q.norm.bwd", D.tokens * a.q_lora_rank * kActBytes * 3);
+    L.gemm("attn.q.down.dgrad", D.gemm_dtype, D.tokens, D.h, a.q_lora_rank);
+  } else {
+    L.gemm("attn.q.dgrad", D.gemm_dtype, D.tokens, D.h, D.a_t * qk);
+  }
+}
+
+// Weight gradients of the MLA projections (W); `waits` gate the first one.
+void mla_projections_wgrad(StepList& L, const TransformerSpec& m, const Dims& D, std::vector<int> waits) {
+  const MlaSpec& a = m.mla;
+  const double qk = a.qk_nope_dim + a.qk_rope_dim;
+  L.gemm("attn.kv.up.wgrad", D.gemm_dtype, a.kv_lora_rank, D.a_t * (a.qk_nope_dim + a.v_head_dim), D.tokens,
+         std::move(waits));
+  L.gemm("attn.kv.down.wgrad", D.gemm_dtype, D.h, a.kv_lora_rank + a.qk_rope_dim, D.tokens);
+  if (a.q_lora_rank > 0) {
+    L.gemm("attn.q.up.wgrad", D.gemm_dtype, a.q_lora_rank, D.a_t * qk, D.tokens);
+    L.gemm("attn.q.down.wgrad", D.gemm_dtype, D.h, a.q_lora_rank, D.tokens);
+  } else {
+    L.gemm("attn.q.wgrad", D.gemm_dtype, D.h, D.a_t * qk, D.tokens);
+  }
 }
 
 // Attention core forward (flash: one fused kernel; unfused: QK^T, softmax, dropout, AV).
@@ -141,6 +208,162 @@ void attention_core_forward(StepList& L, const Dims& D, AttentionKind kind, std:
   L.memory("attn.softmax", scores * (2 + 2));
   if (D.dropout) L.memory("attn.dropout", scores * (2 + 2 + 1));
   L.gemm("attn.av", D.attn_dtype, D.s_local, D.d, D.s_full, {}, heads);
+}
+
+std::vector<int> maybe2(int a, int b) {
+  std::vector<int> v = maybe(a);
+  if (b >= 0) v.push_back(b);
+  return v;
+}
+
+// Copies steps [from, to) of a dense list to `out`, re-indexing their waits;
+// a wait outside the copied range is a bug in the slicing.
+void append_slice(const std::vector<Step>& in, std::size_t from, std::size_t to, std::vector<Step>* out) {
+  const long shift = static_cast<long>(out->size()) - static_cast<long>(from);
+  for (std::size_t j = from; j < to; ++j) {
+    Step s = in[j];
+    for (int& w : s.waits) {
+      TRAINSIM_CHECK(w >= static_cast<int>(from) && w < static_cast<int>(to),
+                     "MoE layer: step " + s.name + " waits outside its block");
+      w = static_cast<int>(w + shift);
+    }
+    out->push_back(std::move(s));
+  }
+}
+
+std::size_t index_of(const std::vector<Step>& steps, const std::string& name) {
+  for (std::size_t j = 0; j < steps.size(); ++j) {
+    if (steps[j].name == name) return j;
+  }
+  TRAINSIM_CHECK(false, "dense layer has no step " + name);
+  return 0;
+}
+
+// A MoE layer: the dense layer's attention block, then router, permutation,
+// token dispatch (all-to-all over the EP group, all-gather over the expert TP
+// group), the local experts as one grouped GEMM per projection sized by the
+// busiest rank's tokens, combine, unpermutation and shared experts (Megatron-Core
+// MoELayer with the alltoall token dispatcher; shared experts after the routed
+// ones, its default without shared-expert overlap). Backward mirrors it.
+void build_moe_layer(const TransformerSpec& m, const ParallelSpec& p, const TrainingSpec& tr, const Dims& D,
+                     const LayerSteps& dense, LayerSteps* moe) {
+  const RoutedTokens rt = routed_tokens(m, p, tr);
+  const double h = D.h, E = m.moe.experts, k = m.moe.top_k;
+  const int etp = expert_tp(p);
+  const double local = E / p.ep;
+  const double f_e = static_cast<double>(m.moe.expert_ffn) / etp;
+  const double busiest = rt.max_rank_tokens * etp;         // tokens the busiest rank's experts compute
+  const double balanced = rt.balanced_rank_tokens * etp;   // the same without skew or drops (model FLOPs)
+  const double m_e = busiest / local;                      // rows of one expert's GEMM
+  const double recv = rt.max_rank_tokens * h * kActBytes;  // tokens the busiest rank receives
+  const double send = rt.tokens_in * k * (1 - rt.dropped_fraction) * h * kActBytes;
+  const double permuted = rt.tokens_in * k * h * kActBytes;  // permuted copies of the input tokens
+  // alltoall: the larger of what a rank sends and what the busiest receives (the
+  // slowest member paces it). allgather: every EP rank's tokens gathered on every
+  // rank (the output buffer), the local experts' copies picked from them, and the
+  // outputs reduce-scattered back; its traffic does not depend on routing.
+  const bool allgather = p.moe_dispatcher == MoeDispatcher::AllGather;
+  const double gathered = p.ep * rt.tokens_in * h * kActBytes;
+  const double a2a = allgather ? gathered : std::max(send, recv);
+  const CollectiveKind dispatch_kind = allgather ? CollectiveKind::AllGather : CollectiveKind::AllToAll;
+  const CollectiveKind combine_kind = allgather ? CollectiveKind::ReduceScatter : CollectiveKind::AllToAll;
+  const double permute_bytes = allgather ? gathered + recv : permuted * 2;
+  const bool ep_comm = p.ep > 1, etp_comm = etp > 1;
+  const double act = D.tokens * D.h * kActBytes, act_norm = D.tokens_norm * D.h * kActBytes;
+  const auto tp_out_kind = D.sp ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce;
+  const double shared_f = static_cast<double>(m.moe.shared_experts) * m.moe.shared_ffn / p.tp;
+  const double up = D.up_mult;
+  auto expert_flops = [&](double n, double kk) { return 2 * balanced * n * kk; };
+
+  // ---------------- forward ----------------
+  append_slice(dense.forward, 0, index_of(dense.forward, "norm2") + 1, &moe->forward);
+  {
+    StepList L(&moe->forward, Pass::Forward);
+    L.gemm("moe.router", D.attn_dtype, rt.tokens_in, E, h);
+    L.memory("moe.router.topk", rt.tokens_in * E * 4 * 3);  // fp32 scores: softmax / sigmoid, top-k
+    if (!allgather) L.memory("moe.permute", permute_bytes);
+    const int d = ep_comm ? L.comm("ep.dispatch", dispatch_kind, CommClass::EP, a2a) : -1;
+    if (allgather) L.memory("moe.permute", permute_bytes, maybe(d));
+    const int g =
+        etp_comm ? L.comm("etp.ag.tokens", CollectiveKind::AllGather, CommClass::EP, etp * recv, maybe(d), false, true)
+                 : -1;
+    L.gemm("moe.expert.up", D.gemm_dtype, m_e, f_e * up, h, maybe2(d, g), local, expert_flops(f_e * up, h));
+    L.memory("moe.expert.act", busiest * f_e * kActBytes * (D.swiglu ? 3 : 2));
+    L.gemm("moe.expert.down", D.gemm_dtype, m_e, h, f_e, {}, local, expert_flops(h, f_e));
+    const int rs =
+        etp_comm ? L.comm("etp.rs.tokens", CollectiveKind::ReduceScatter, CommClass::EP, etp * recv, {}, false, true)
+                 : -1;
+    if (allgather) L.memory("moe.unpermute.local", permute_bytes);  // scatter the outputs into the gathered order
+    const int c = ep_comm ? L.comm("ep.combine", combine_kind, CommClass::EP, a2a, maybe(rs)) : -1;
+    int shared_out = -1;
+    if (shared_f > 0) {
+      const int ag = D.sp ? L.comm("tp.ag.shared", CollectiveKind::AllGather, CommClass::TP, act) : -1;
+      L.gemm("moe.shared.up", D.gemm_dtype, D.tokens, shared_f * up, h, maybe2(ag, c));
+      L.memory("moe.shared.act", D.tokens * shared_f * kActBytes * (D.swiglu ? 3 : 2));
+      L.gemm("moe.shared.down", D.gemm_dtype, D.tokens, h, shared_f);
+      shared_out = D.tp_comm ? L.comm("tp.shared.out", tp_out_kind, CommClass::TP, act) : -1;
+    }
+    L.memory("moe.unpermute", permuted * 2 + rt.tokens_in * h * kActBytes, maybe2(c, shared_out));
+    L.memory("mlp.residual", act_norm * (D.dropout ? 3.5 : 3));
+  }
+
+  // ---------------- backward ----------------
+  {
+    StepList L(&moe->backward, Pass::BackwardInput);
+    const auto tp_in_kind = D.sp ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce;
+    L.memory("mlp.residual.bwd", act_norm * 2);
+    L.memory("moe.unpermute.bwd", permute_bytes);
+    // The gradient of a reduce-scatter is an all-gather and vice versa.
+    const int cb = ep_comm ? L.comm("ep.combine.bwd", dispatch_kind, CommClass::EP, a2a) : -1;
+    const int g = etp_comm ? L.comm("etp.ag.tokens.grad", CollectiveKind::AllGather, CommClass::EP, etp * recv,
+                                    maybe(cb), false, true)
+                           : -1;
+    const std::vector<int> arrived = maybe2(cb, g);
+    L.gemm("moe.expert.down.dgrad", D.gemm_dtype, m_e, f_e, h, arrived, local, expert_flops(f_e, h));
+    L.set_pass(Pass::BackwardWeight);
+    L.gemm("moe.expert.down.wgrad", D.gemm_dtype, h, f_e, m_e, arrived, local, expert_flops(h, f_e));
+    L.set_pass(Pass::BackwardInput);
+    L.memory("moe.expert.act.bwd", busiest * f_e * kActBytes * (D.swiglu ? 5 : 3));
+    L.gemm("moe.expert.up.dgrad", D.gemm_dtype, m_e, h, f_e * up, {}, local, expert_flops(h, f_e * up));
+    L.set_pass(Pass::BackwardWeight);
+    L.gemm("moe.expert.up.wgrad", D.gemm_dtype, h, f_e * up, m_e, arrived, local, expert_flops(h, f_e * up));
+    L.set_pass(Pass::BackwardInput);
+    const int rs = etp_comm ? L.comm("etp.rs.tokens.grad", CollectiveKind::ReduceScatter, CommClass::EP, etp * recv, {},
+                                     false, true)
+                            : -1;
+    const int db = ep_comm ? L.comm("ep.dispatch.bwd", combine_kind, CommClass::EP, a2a, maybe(rs)) : -1;
+    int shared_in = -1;
+    if (shared_f > 0) {
+      const int ag = D.sp ? L.comm("tp.ag.shared.grad", CollectiveKind::AllGather, CommClass::TP, act) : -1;
+      L.gemm("moe.shared.down.dgrad", D.gemm_dtype, D.tokens, shared_f, h, maybe(ag));
+      L.set_pass(Pass::BackwardWeight);
+      L.gemm("moe.shared.down.wgrad", D.gemm_dtype, h, shared_f, D.tokens, maybe(ag));
+      L.set_pass(Pass::BackwardInput);
+      L.memory("moe.shared.act.bwd", D.tokens * shared_f * kActBytes * (D.swiglu ? 5 : 3));
+      const int in = D.sp ? L.comm("tp.ag.shared.input", CollectiveKind::AllGather, CommClass::TP, act) : -1;
+      L.gemm("moe.shared.up.dgrad", D.gemm_dtype, D.tokens, h, shared_f * up);
+      shared_in = D.tp_comm ? L.comm("tp.shared.in.grad", tp_in_kind, CommClass::TP, act) : -1;
+      L.set_pass(Pass::BackwardWeight);
+      L.gemm("moe.shared.up.wgrad", D.gemm_dtype, h, shared_f * up, D.tokens, maybe(in));
+      L.set_pass(Pass::BackwardInput);
+    }
+    L.memory("moe.permute.bwd", permute_bytes, maybe(db));
+    L.gemm("moe.router.dgrad", D.attn_dtype, rt.tokens_in, h, E);
+    L.set_pass(Pass::BackwardWeight);
+    L.gemm("moe.router.wgrad", D.attn_dtype, h, E, rt.tokens_in);
+    L.set_pass(Pass::BackwardInput);
+    L.memory("norm2.bwd", act_norm * 4, maybe(shared_in));
+  }
+  append_slice(dense.backward, index_of(dense.backward, "attn.residual.bwd"), dense.backward.size(), &moe->backward);
+
+  if (p.recompute == Recompute::Full) {
+    moe->recompute = moe->forward;
+  } else {
+    moe->recompute = dense.recompute;  // selective: the attention core only
+  }
+  const MoeLayerParams params = moe_layer_params_per_rank(m, p);
+  moe->grad_elements = params.dense;
+  moe->expert_grad_elements = params.expert;
 }
 
 }  // namespace
@@ -165,7 +388,11 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     StepList L(&dense.forward, Pass::Forward);
     L.memory("norm1", act_norm * 2);
     const int ag1 = D.sp ? L.comm("tp.ag.attn", CollectiveKind::AllGather, CommClass::TP, act) : -1;
-    L.gemm("attn.qkv", D.gemm_dtype, D.tokens, (D.a_t + 2 * D.g_t) * D.d, D.h, gate(ag1));
+    if (m.mla.enabled()) {
+      mla_projections_forward(L, m, D, gate(ag1));
+    } else {
+      L.gemm("attn.qkv", D.gemm_dtype, D.tokens, (D.a_t + 2 * D.g_t) * D.d, D.h, gate(ag1));
+    }
     std::vector<int> core_waits = after(ag1);
     if (m.rope) {
       L.memory("attn.rope", D.tokens * (D.a_t + D.g_t) * D.d * kActBytes * 2, core_waits);
@@ -174,7 +401,7 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     const int kv = D.cp_comm ? L.comm("cp.ag.kv", CollectiveKind::AllGather, CommClass::CP, kv_bytes) : -1;
     if (kv >= 0) core_waits.push_back(kv);
     attention_core_forward(L, D, tr.attention, core_waits);
-    L.gemm("attn.proj", D.gemm_dtype, D.tokens, D.h, D.a_t * D.d);
+    L.gemm("attn.proj", D.gemm_dtype, D.tokens, D.h, D.a_t * D.d_out);
     const int r1 = D.tp_comm ? L.comm("tp.attn.out", tp_out_kind, CommClass::TP, act, {}, ov) : -1;
     L.memory("attn.residual", act_norm * (D.dropout ? 3.5 : 3), maybe(r1));  // bias-dropout-add (+ mask)
     L.memory("norm2", act_norm * 2);
@@ -211,9 +438,9 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     // Attention block, in reverse.
     L.memory("attn.residual.bwd", act_norm * 2);
     const int g2 = D.sp ? L.comm("tp.ag.attn.grad", CollectiveKind::AllGather, CommClass::TP, act) : -1;
-    L.gemm("attn.proj.dgrad", D.gemm_dtype, D.tokens, D.a_t * D.d, D.h, gate(g2));
+    L.gemm("attn.proj.dgrad", D.gemm_dtype, D.tokens, D.a_t * D.d_out, D.h, gate(g2));
     L.set_pass(Pass::BackwardWeight);
-    L.gemm("attn.proj.wgrad", D.gemm_dtype, D.h, D.a_t * D.d, D.tokens, after(g2));
+    L.gemm("attn.proj.wgrad", D.gemm_dtype, D.h, D.a_t * D.d_out, D.tokens, after(g2));
     L.set_pass(Pass::BackwardInput);
     const double model_core = 4 * D.b * D.s_local * D.s_full * D.a_t * D.d;
     if (tr.attention != AttentionKind::Unfused) {
@@ -234,11 +461,19 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     const int rkv = D.cp_comm ? L.comm("cp.rs.kv.grad", CollectiveKind::ReduceScatter, CommClass::CP, kv_bytes) : -1;
     if (m.rope) L.memory("attn.rope.bwd", D.tokens * (D.a_t + D.g_t) * D.d * kActBytes * 2);
     const int in1 = D.sp ? L.comm("tp.ag.attn.input", CollectiveKind::AllGather, CommClass::TP, act) : -1;
-    L.gemm("attn.qkv.dgrad", D.gemm_dtype, D.tokens, D.h, (D.a_t + 2 * D.g_t) * D.d, maybe(rkv));
+    if (m.mla.enabled()) {
+      mla_projections_dgrad(L, m, D, maybe(rkv));
+    } else {
+      L.gemm("attn.qkv.dgrad", D.gemm_dtype, D.tokens, D.h, (D.a_t + 2 * D.g_t) * D.d, maybe(rkv));
+    }
     const int rs1 = D.tp_comm ? L.comm("tp.attn.in.grad", tp_in_kind, CommClass::TP, act) : -1;
     const int wg1 = p.tp_grad_overlap || D.sp ? in1 : rs1;
     L.set_pass(Pass::BackwardWeight);
-    L.gemm("attn.qkv.wgrad", D.gemm_dtype, D.h, (D.a_t + 2 * D.g_t) * D.d, D.tokens, maybe(wg1));
+    if (m.mla.enabled()) {
+      mla_projections_wgrad(L, m, D, maybe(wg1));
+    } else {
+      L.gemm("attn.qkv.wgrad", D.gemm_dtype, D.h, (D.a_t + 2 * D.g_t) * D.d, D.tokens, maybe(wg1));
+    }
     L.set_pass(Pass::BackwardInput);
     L.memory("norm1.bwd", act_norm * 4, maybe(rs1));
   }
@@ -281,6 +516,7 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
   }
 
   dense.grad_elements = m.params_per_layer() / p.tp;
+  if (m.moe.enabled()) build_moe_layer(m, p, tr, D, dense, &out.by_kind[static_cast<std::size_t>(LayerKind::Moe)]);
   out.embedding_grad_elements = m.embedding_params() / p.tp;
   out.head_grad_elements = static_cast<double>(m.vocab) * m.hidden / p.tp;
   return out;

@@ -27,13 +27,15 @@ struct Step {
   double model_flops = 0;         // FLOPs by the Megatron-LM counting convention
   std::vector<int> waits;         // indices of earlier comm steps whose result this step needs
   bool overlap_previous = false;  // comm: start with the compute step before it (overlapped TP comm)
+  bool expert_tp_group = false;   // comm of class EP on the expert tensor-parallel group (else the EP group)
 };
 
 struct LayerSteps {
-  std::vector<Step> forward;    // one layer's forward
-  std::vector<Step> backward;   // one layer's backward (B and W steps interleaved in issue order)
-  std::vector<Step> recompute;  // re-run before backward (full: the forward; selective: attention core)
-  double grad_elements = 0;     // gradient elements of one such layer on one TP rank
+  std::vector<Step> forward;        // one layer's forward
+  std::vector<Step> backward;       // one layer's backward (B and W steps interleaved in issue order)
+  std::vector<Step> recompute;      // re-run before backward (full: the forward; selective: attention core)
+  double grad_elements = 0;         // gradient elements of one such layer on one TP rank, reduced over dp*cp
+  double expert_grad_elements = 0;  // routed-expert gradient elements on one rank, reduced over edp
 };
 
 struct ModelSteps {

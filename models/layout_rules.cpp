@@ -4,6 +4,7 @@
 #include <initializer_list>
 #include <optional>
 
+#include "models/moe.hpp"
 #include "models/placement.hpp"
 #include "models/schedule.hpp"
 
@@ -30,6 +31,58 @@ std::int64_t cluster_gpus(const ClusterSpec& cluster) {
   return n;
 }
 
+// Expert parallelism: carved out of tp*cp*dp (Megatron-Core's expert rank
+// order), whole experts per rank, TP only with sequence parallelism (Megatron-Core
+// requires it for MoE), a routing skew the EP group can hold.
+template <class Problem>
+void check_moe_layout(const TransformerSpec& m, const ParallelSpec& p, const TrainingSpec& t, Problem&& problem) {
+  const int etp = expert_tp(p);
+  if (!m.moe.enabled()) {
+    if (p.ep > 1) {
+      problem("/parallel/ep",
+              "expert parallelism (ep > 1) needs a mixture-of-experts model (model.moe), found ep = " + str(p.ep));
+    }
+    if (p.moe_dispatcher != MoeDispatcher::AllToAll) {
+      problem("/parallel/moe_dispatcher",
+              std::string("a token dispatcher needs a mixture-of-experts model (model.moe), "
+                          "found \"") +
+                  to_string(p.moe_dispatcher) + "\"");
+    }
+    if (p.etp > 0 && p.etp != p.tp) {
+      problem("/parallel/etp",
+              "expert tensor parallelism needs a mixture-of-experts model (model.moe), found etp = " + str(p.etp));
+    }
+    return;
+  }
+  if (m.moe.experts % p.ep != 0) {
+    problem("/parallel/ep", "expected a divisor of the model's " + str(m.moe.experts) + " experts, found " + str(p.ep));
+  }
+  const auto dense_ranks = product({p.tp, p.cp, p.dp});
+  const auto expert_ranks = product({p.ep, etp});
+  if (!dense_ranks || !expert_ranks || *dense_ranks % *expert_ranks != 0) {
+    problem("/parallel/ep", "ep*etp = " + str(p.ep) + "*" + str(etp) + " = " + product_text(expert_ranks) +
+                                " must divide tp*cp*dp = " + product_text(dense_ranks) +
+                                " (expert parallelism is carved out of the attention layout)");
+  }
+  if (m.moe.expert_ffn % etp != 0) {
+    problem("/parallel/etp",
+            "expected a divisor of the expert FFN size " + str(m.moe.expert_ffn) + ", found " + str(etp));
+  }
+  if (p.tp > 1 && !p.sequence_parallel) {
+    problem("/parallel/sequence_parallel",
+            "a mixture-of-experts model with tp > 1 needs sequence_parallel: true (as Megatron-Core requires)");
+  }
+  if (t.routing.distribution == RoutingDistribution::Imbalance && t.routing.imbalance > p.ep) {
+    problem("/training/routing/imbalance", "expected at most ep = " + str(p.ep) + " (all tokens on one rank), found " +
+                                               std::to_string(t.routing.imbalance));
+  }
+  if (t.routing.distribution == RoutingDistribution::Histogram &&
+      static_cast<int>(t.routing.histogram.size()) != m.moe.experts) {
+    problem("/training/routing/histogram", "expected one load per expert (" + str(m.moe.experts) + "), found " +
+                                               str(static_cast<std::int64_t>(t.routing.histogram.size())));
+  }
+}
+
 }  // namespace
 
 std::vector<LayoutProblem> check_layout(const TransformerSpec& m, const ParallelSpec& p, const TrainingSpec& t,
@@ -54,12 +107,7 @@ std::vector<LayoutProblem> check_layout(const TransformerSpec& m, const Parallel
   }
   if (!sizes_ok) return out;
 
-  // Features the model does not have yet say so by name.
-  if (p.ep > 1) {
-    problem("/parallel/ep",
-            "expert parallelism (ep > 1) needs a mixture-of-experts model; not supported yet (found ep = " + str(p.ep) +
-                ")");
-  }
+  check_moe_layout(m, p, t, problem);
 
   // The schedule and the virtual stages belong together.
   const bool interleaved = p.schedule == ScheduleKind::Interleaved1F1B;

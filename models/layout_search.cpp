@@ -46,10 +46,78 @@ LayoutSearchResult search_layouts(const TransformerSpec& m, const TrainingSpec& 
     for (int p = 1; p <= m.layers; ++p) pps.push_back(p);
   }
 
+  // Expert parallelism: explicit lists, or for a MoE model every divisor of its
+  // experts and expert TP 1 or tp (0 stands for "= tp"); dense models keep ep = 1.
+  std::vector<int> eps = ss.ep, etps = ss.etp;
+  if (eps.empty()) {
+    for (int e = 1; e <= std::max(1, m.moe.experts); ++e) {
+      if (m.moe.experts % e == 0 || e == 1) eps.push_back(e);
+    }
+  }
+  if (etps.empty()) etps = m.moe.enabled() ? std::vector<int>{1, 0} : std::vector<int>{0};
+
   const std::size_t n_sp = ss.sequence_parallel.size(), n_rc = ss.recompute.size(), n_z = ss.zero.size();
-  const std::size_t per_mb = n_sp * n_rc * n_z;
+  const std::size_t per_expert = n_sp * n_rc * n_z;
+  const std::size_t per_mb = eps.size() * etps.size() * per_expert;
   const std::size_t per_tp = pps.size() * cps.size() * ss.vpp.size() * ss.micro_batch.size() * per_mb;
   out.grid = tps.size() * per_tp;
+
+  // Every sequence-parallel, recompute and ZeRO option of a valid layout: those
+  // that fit in memory and are not dominated become candidates.
+  auto add_expert_layout = [&](ParallelSpec par) {
+    const int tp = par.tp, pp = par.pp, cp = par.cp;
+    std::set<bool> sp_seen;
+    for (bool sp_in : ss.sequence_parallel) {
+      const bool sp = sp_in && tp > 1;
+      if (!sp_seen.insert(sp).second) {
+        out.redundant += n_rc * n_z;
+        continue;
+      }
+      if (m.moe.enabled() && tp > 1 && !sp) {  // MoE with TP needs sequence parallelism (layout rules)
+        out.invalid += n_rc * n_z;
+        continue;
+      }
+      par.sequence_parallel = sp;
+      // Every (recompute, zero) of this layout that fits in memory.
+      std::vector<ParallelSpec> fits;
+      std::set<std::pair<Recompute, int>> seen;
+      for (Recompute rc : ss.recompute) {
+        for (int z_in : ss.zero) {
+          const int zero = par.dp * cp > 1 ? z_in : 0;
+          if (!seen.insert({rc, zero}).second) {
+            ++out.redundant;
+            continue;
+          }
+          par.zero = zero;
+          par.recompute = rc;
+          bool oom = false;
+          for (int st = 0; st < pp && !oom; ++st) {
+            oom = stage_memory(m, par, training, st).total() > memory_capacity;
+          }
+          if (oom) {
+            ++out.pruned_oom;
+          } else {
+            fits.push_back(par);
+          }
+        }
+      }
+      for (const ParallelSpec& o : fits) {
+        bool dominated = false;
+        if (ss.prune_dominated) {
+          for (const ParallelSpec& other : fits) {
+            const bool different = other.recompute != o.recompute || other.zero != o.zero;
+            dominated |= different && recompute_rank(other.recompute) <= recompute_rank(o.recompute) &&
+                         zero_rank(other.zero) <= zero_rank(o.zero);
+          }
+        }
+        if (dominated) {
+          ++out.pruned_dominated;
+        } else {
+          out.candidates.push_back(o);
+        }
+      }
+    }
+  };
 
   for (int tp : tps) {
     // The search keeps TP inside a node's scale-up domain (the scenario rules allow more).
@@ -73,55 +141,24 @@ LayoutSearchResult search_layouts(const TransformerSpec& m, const TrainingSpec& 
             par.vpp = vpp;
             par.schedule = vpp > 1 ? ScheduleKind::Interleaved1F1B : flat_schedule;
             par.micro_batch = mb;
-            if (!check_layout(m, par, training, cluster).empty()) {
-              out.invalid += per_mb;
-              continue;
-            }
-            std::set<bool> sp_seen;
-            for (bool sp_in : ss.sequence_parallel) {
-              const bool sp = sp_in && tp > 1;
-              if (!sp_seen.insert(sp).second) {
-                out.redundant += n_rc * n_z;
-                continue;
-              }
-              par.sequence_parallel = sp;
-              // Every (recompute, zero) of this layout that fits in memory.
-              std::vector<ParallelSpec> fits;
-              std::set<std::pair<Recompute, int>> seen;
-              for (Recompute rc : ss.recompute) {
-                for (int z_in : ss.zero) {
-                  const int zero = par.dp * cp > 1 ? z_in : 0;
-                  if (!seen.insert({rc, zero}).second) {
-                    ++out.redundant;
+            std::set<int> etp_seen;
+            for (int ep : eps) {
+              for (int etp_in : etps) {
+                par.ep = ep;
+                par.etp = etp_in;
+                if (etp_in == 0 || etp_in == tp) {
+                  // "= tp" and an explicit tp are one layout (and with ep = 1 on a dense model the only one).
+                  if (!etp_seen.insert(ep * 65536 + tp).second) {
+                    out.redundant += per_expert;
                     continue;
                   }
-                  par.zero = zero;
-                  par.recompute = rc;
-                  bool oom = false;
-                  for (int st = 0; st < pp && !oom; ++st) {
-                    oom = stage_memory(m, par, training, st).total() > memory_capacity;
-                  }
-                  if (oom) {
-                    ++out.pruned_oom;
-                  } else {
-                    fits.push_back(par);
-                  }
                 }
-              }
-              for (const ParallelSpec& o : fits) {
-                bool dominated = false;
-                if (ss.prune_dominated) {
-                  for (const ParallelSpec& other : fits) {
-                    const bool different = other.recompute != o.recompute || other.zero != o.zero;
-                    dominated |= different && recompute_rank(other.recompute) <= recompute_rank(o.recompute) &&
-                                 zero_rank(other.zero) <= zero_rank(o.zero);
-                  }
+                par.sequence_parallel = m.moe.enabled() && tp > 1;  // the options are tried below
+                if (!check_layout(m, par, training, cluster).empty()) {
+                  out.invalid += per_expert;
+                  continue;
                 }
-                if (dominated) {
-                  ++out.pruned_dominated;
-                } else {
-                  out.candidates.push_back(o);
-                }
+                add_expert_layout(par);
               }
             }
           }

@@ -16,8 +16,10 @@ inline constexpr int kMinTokensPerCpRank = 2048;
 
 // The lists the search enumerates. Empty tp: 1 .. GPUs per node; empty pp:
 // 1 .. layers; empty cp: 1, 2, 4, 8 where each CP rank keeps >= kMinTokensPerCpRank tokens.
+// MoE models (models/moe.hpp): empty ep: every divisor of the expert count; empty
+// etp: 1 and tp (folded and coupled expert TP). Dense models search ep = 1 only.
 struct LayoutSearchSpace {
-  std::vector<int> tp, pp, cp;
+  std::vector<int> tp, pp, cp, ep, etp;
   std::vector<int> vpp{1, 2, 4, 5, 8, 10};
   std::vector<int> micro_batch{1, 2, 4, 8};
   std::vector<Recompute> recompute{Recompute::None, Recompute::Selective, Recompute::Full};
@@ -33,7 +35,7 @@ struct LayoutSearchResult {
   std::size_t pruned_oom = 0;        // the memory model says out of memory on some stage
   std::size_t pruned_dominated = 0;  // a cheaper recompute / ZeRO option of the same layout fits
   // The layouts to simulate, in enumeration order (tp, pp, cp, vpp, micro_batch,
-  // sequence_parallel, recompute, zero; the first varies slowest).
+  // ep, etp, sequence_parallel, recompute, zero; the first varies slowest).
   std::vector<ParallelSpec> candidates;
 };
 

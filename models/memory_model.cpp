@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "models/moe.hpp"
 #include "models/schedule.hpp"
 
 namespace trainsim {
@@ -42,6 +43,30 @@ double layer_weight_input_bytes(const TransformerSpec& m, const ParallelSpec& p,
   return sbh * ((sp ? replicated / t : replicated) + sharded / t);
 }
 
+namespace {
+
+// A MoE layer keeps the dense layer's attention and norm activations, its
+// shared experts' as a dense MLP of their size, the router's fp32 scores, the
+// permuted tokens for unpermutation, and on the busiest rank the routed
+// tokens' expert inputs and intermediate activations (models/moe.hpp).
+ChunkActivation moe_layer_activation(const TransformerSpec& m, const ParallelSpec& p, const TrainingSpec& tr) {
+  TransformerSpec shared = m;
+  shared.ffn_hidden = m.moe.shared_experts * m.moe.shared_ffn;
+  ChunkActivation a{layer_activation_bytes(shared, p, tr), layer_weight_input_bytes(shared, p, tr)};
+  const RoutedTokens rt = routed_tokens(m, p, tr);
+  const double lin = tr.precision == Dtype::FP8 ? 1 : 2;
+  const double up = m.mlp == MlpKind::SwiGlu ? 2 : 1;
+  const double tokens = rt.max_rank_tokens * expert_tp(p);
+  const double f_e = static_cast<double>(m.moe.expert_ffn) / expert_tp(p);
+  a.after_input += tokens * (m.hidden + f_e) * lin;  // re-created by B under full recomputation
+  if (p.recompute == Recompute::Full) return a;
+  a.total += tokens * (m.hidden * lin + f_e * (2 * up + lin)) + rt.tokens_in * m.moe.experts * 4 +
+             rt.tokens_in * m.moe.top_k * m.hidden * 2.0;
+  return a;
+}
+
+}  // namespace
+
 MemoryBreakdown stage_memory(const TransformerSpec& m, const ParallelSpec& p, const TrainingSpec& tr, int stage) {
   return stage_memory(m, p, tr, schedule_of(p), stage);
 }
@@ -56,19 +81,31 @@ MemoryBreakdown stage_memory(const TransformerSpec& m, const ParallelSpec& p, co
     switch (k) {
       case LayerKind::Dense:
         return ChunkActivation{layer_activation_bytes(m, p, tr), layer_weight_input_bytes(m, p, tr)};
+      case LayerKind::Moe:
+        return moe_layer_activation(m, p, tr);
     }
     return ChunkActivation{};
   };
   bool first = false, last = false;
   double params = 0;
+  // MoE layers: their replicated part and the routed experts of this rank (already per rank).
+  double moe_dense = 0, expert = 0;
+  const MoeLayerParams moe_layer = m.moe.enabled() ? moe_layer_params_per_rank(m, p) : MoeLayerParams{};
   for (int c = 0; c < chunks; ++c) {
     const int v = sched.virtual_stage(stage, c);
     first |= v == 0;
     last |= v == last_v;
     const int l0 = p.first_layer_of_virtual_stage(v, m.layers);
-    for (int l = l0; l < l0 + p.layers_of_virtual_stage(v, m.layers); ++l) params += m.params_of_kind(m.layer_kind(l));
+    for (int l = l0; l < l0 + p.layers_of_virtual_stage(v, m.layers); ++l) {
+      if (m.layer_kind(l) == LayerKind::Moe) {
+        moe_dense += moe_layer.dense;
+        expert += moe_layer.expert;
+      } else {
+        params += m.params_of_kind(m.layer_kind(l));
+      }
+    }
   }
-  params /= p.tp;
+  params = params / p.tp + moe_dense;
   if (first) params += m.embedding_params() / p.tp;
   if (last && (!m.tied_embeddings || !first)) params += static_cast<double>(m.vocab) * m.hidden / p.tp;
   const double dp_group = static_cast<double>(p.dp) * p.cp;
@@ -79,6 +116,20 @@ MemoryBreakdown stage_memory(const TransformerSpec& m, const ParallelSpec& p, co
   mem.gradients = params * tr.grad_reduce_bytes / shard_grad;
   const double opt_bytes = tr.optimizer == "sgd" ? 8.0 : 12.0;  // fp32 master (+ momentum | + Adam m, v)
   mem.optimizer = params * opt_bytes / shard_opt;
+  if (expert > 0) {
+    // Routed experts: replicated over the expert data-parallel group only.
+    const double edp = expert_dp(p);
+    mem.weights += expert * 2 / (p.zero >= 3 ? edp : 1.0);
+    mem.gradients += expert * tr.grad_reduce_bytes / (p.zero >= 2 ? edp : 1.0);
+    mem.optimizer += expert * opt_bytes / (p.zero >= 1 ? edp : 1.0);
+    // Receive buffers of the token dispatch and combine on the busiest rank
+    // (allgather dispatcher: every EP rank's tokens).
+    const RoutedTokens rt = routed_tokens(m, p, tr);
+    const double routed = rt.max_rank_tokens * expert_tp(p);
+    const double received =
+        p.moe_dispatcher == MoeDispatcher::AllGather ? std::max(routed, p.ep * rt.tokens_in) : routed;
+    mem.buffers += 2 * received * m.hidden * 2.0;
+  }
   if (p.zero >= 3 && dp_group > 1) mem.buffers += 2 * 2 * m.params_per_layer() / p.tp;  // gathered layer + prefetch
 
   // Activations in flight: each forward unit adds its chunk's activations, its

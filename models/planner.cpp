@@ -12,6 +12,7 @@
 #include "models/layer_steps.hpp"
 #include "models/layout_rules.hpp"
 #include "models/memory_model.hpp"
+#include "models/moe.hpp"
 #include "models/schedule.hpp"
 #include "models/zero_bubble.hpp"
 #include "sim/check.hpp"
@@ -31,14 +32,16 @@ double default_bucket_elements(int dp_group) { return std::max(40e6, 1e6 * dp_gr
 
 // What a communicator slot of a stage program stands for; the planner resolves
 // it per rank into members through the placement.
-enum class SlotRole : std::uint8_t { TP, CP, DP, PipelineForward, PipelineBackward };
+// EP, ETP, EDP: the expert-parallel, expert tensor-parallel and expert
+// data-parallel groups of MoE layers (models/moe.hpp).
+enum class SlotRole : std::uint8_t { TP, CP, DP, PipelineForward, PipelineBackward, EP, ETP, EDP };
 struct SlotUse {
   SlotRole role = SlotRole::TP;
   int from = -1, to = -1;  // pipeline: sending and receiving stage (one of them is this stage)
 };
 
 struct Streams {
-  std::uint8_t compute, tp, cp, dp, send_next, send_prev, recv_prev, recv_next;
+  std::uint8_t compute, tp, cp, dp, send_next, send_prev, recv_prev, recv_next, ep;
 };
 
 // Which parts of a layer's backward a unit emits: all (B and W in issue order),
@@ -73,6 +76,13 @@ class StageProgramBuilder {
     slot_tp_ = add_slot("tp", SlotUse{SlotRole::TP});
     slot_cp_ = add_slot("cp", SlotUse{SlotRole::CP});
     slot_dp_ = add_slot("dp", SlotUse{SlotRole::DP});
+    if (model.moe.enabled()) {
+      s_.ep = b_.add_stream("ep");
+      slot_ep_ = add_slot("ep", SlotUse{SlotRole::EP});
+      slot_etp_ = add_slot("etp", SlotUse{SlotRole::ETP});
+      slot_edp_ = add_slot("edp", SlotUse{SlotRole::EDP});
+      edp_group_ = expert_dp(par);
+    }
     chunks_ = sched_.chunks_on(stage);
     V_ = sched_.chunks();
     for (int c = 0; c < chunks_; ++c) {
@@ -135,20 +145,25 @@ class StageProgramBuilder {
   void plan_param_prefetch() {
     if (!(zero_sharded_optimizer() && par_.dp_overlap)) return;
     param_bucket_of_layer_.assign(model_.layers, kNone);
-    double elems = 0;
+    double elems = 0, expert_elems = 0;
     std::vector<int> layers;
     auto flush = [&]() {
       if (layers.empty()) return;
-      const TaskId t = b_.collective(s_.dp, slot_dp_, CollectiveKind::AllGather, CommClass::DP,
-                                     static_cast<std::uint64_t>(elems * kActBytes), label("dp.ag.params"), -1, {});
+      TaskId t = b_.collective(s_.dp, slot_dp_, CollectiveKind::AllGather, CommClass::DP,
+                               static_cast<std::uint64_t>(elems * kActBytes), label("dp.ag.params"), -1, {});
+      if (expert_elems > 0 && edp_group_ > 1) {
+        t = b_.collective(s_.dp, slot_edp_, CollectiveKind::AllGather, CommClass::DP,
+                          static_cast<std::uint64_t>(expert_elems * kActBytes), label("edp.ag.params"), -1, {});
+      }
       for (int l : layers) param_bucket_of_layer_[l] = t;
       layers.clear();
-      elems = 0;
+      elems = expert_elems = 0;
     };
     for (int c = 0; c < chunks_; ++c) {
       if (first_vstage(c)) elems += steps_.embedding_grad_elements;
       for (int l = 0; l < layers_[c]; ++l) {
         elems += layer_steps(first_layer_[c] + l).grad_elements;
+        expert_elems += layer_steps(first_layer_[c] + l).expert_grad_elements;
         layers.push_back(first_layer_[c] + l);
         if (elems * kActBytes >= bucket_bytes_ / train_.grad_reduce_bytes * kActBytes) flush();
       }
@@ -219,8 +234,13 @@ class StageProgramBuilder {
     ops_.emplace(&s, id);
     return id;
   }
-  std::uint8_t comm_stream(CommClass c) const { return c == CommClass::CP ? s_.cp : s_.tp; }
-  std::uint32_t comm_slot(CommClass c) const { return c == CommClass::CP ? slot_cp_ : slot_tp_; }
+  std::uint8_t comm_stream(CommClass c) const {
+    return c == CommClass::CP ? s_.cp : c == CommClass::EP ? s_.ep : s_.tp;
+  }
+  std::uint32_t comm_slot(const Step& s) const {
+    if (s.comm_class == CommClass::EP) return s.expert_tp_group ? slot_etp_ : slot_ep_;
+    return s.comm_class == CommClass::CP ? slot_cp_ : slot_tp_;
+  }
 
   // Emits the steps of a list that pass `filter`; `entry` are extra deps of the
   // first emitted step. `ids` holds the task of each step (kNone if not
@@ -253,7 +273,7 @@ class StageProgramBuilder {
       if (s.is_comm) {
         const TaskId after = s.overlap_previous ? before_last : last_compute;
         if (after != kNone) deps.push_back(after);
-        ids[j] = b_.collective(comm_stream(s.comm_class), comm_slot(s.comm_class), s.collective, s.comm_class,
+        ids[j] = b_.collective(comm_stream(s.comm_class), comm_slot(s), s.collective, s.comm_class,
                                static_cast<std::uint64_t>(s.bytes), lbl, mb, dedupe(deps));
       } else {
         ids[j] = b_.compute(s_.compute, op_id(s), lbl, mb, dedupe(deps));
@@ -436,13 +456,21 @@ class StageProgramBuilder {
 
   // A layer's weight gradients of this micro-batch are done at `last`.
   void layer_grads_done(int layer, TaskId last, int mb, bool reduce_grads) {
+    const double expert = layer_steps(layer).expert_grad_elements;
     if (zero3()) {
       const TaskId d[] = {last};
       b_.collective(s_.dp, slot_dp_, CollectiveKind::ReduceScatter, CommClass::DP,
                     static_cast<std::uint64_t>(layer_steps(layer).grad_elements * train_.grad_reduce_bytes),
                     label("B L" + std::to_string(layer) + " dp.rs.grads"), mb, d);
       dp_tasks_.push_back(b_.size() - 1);
+      if (expert > 0 && edp_group_ > 1) {
+        b_.collective(s_.dp, slot_edp_, CollectiveKind::ReduceScatter, CommClass::DP,
+                      static_cast<std::uint64_t>(expert * train_.grad_reduce_bytes),
+                      label("B L" + std::to_string(layer) + " edp.rs.grads"), mb, d);
+        dp_tasks_.push_back(b_.size() - 1);
+      }
     } else if (reduce_grads) {
+      if (edp_group_ > 1) expert_bucket_elems_ += expert;
       add_grads(layer_steps(layer).grad_elements, last, mb);
     }
   }
@@ -451,36 +479,65 @@ class StageProgramBuilder {
   TaskId param_gather(int layer, TaskId after, int mb) {
     std::vector<TaskId> deps;
     if (after != kNone) deps.push_back(after);
-    return b_.collective(s_.dp, slot_dp_, CollectiveKind::AllGather, CommClass::DP,
-                         static_cast<std::uint64_t>(layer_steps(layer).grad_elements * kActBytes),
-                         label("L" + std::to_string(layer) + " dp.ag.params"), mb, deps);
+    TaskId t = b_.collective(s_.dp, slot_dp_, CollectiveKind::AllGather, CommClass::DP,
+                             static_cast<std::uint64_t>(layer_steps(layer).grad_elements * kActBytes),
+                             label("L" + std::to_string(layer) + " dp.ag.params"), mb, deps);
+    const double expert = layer_steps(layer).expert_grad_elements;
+    if (expert > 0 && edp_group_ > 1) {
+      t = b_.collective(s_.dp, slot_edp_, CollectiveKind::AllGather, CommClass::DP,
+                        static_cast<std::uint64_t>(expert * kActBytes),
+                        label("L" + std::to_string(layer) + " edp.ag.params"), mb, deps);
+    }
+    return t;
   }
 
+  // Dense gradients fill buckets reduced over dp*cp; routed-expert gradients
+  // (MoE) fill their own buckets, flushed with them, reduced over edp.
   void add_grads(double elements, TaskId ready, int mb) {
-    if (dp_group_ <= 1) return;
+    if (dp_group_ <= 1 && expert_bucket_elems_ <= 0) return;
     bucket_elems_ += elements;
-    if (bucket_elems_ * train_.grad_reduce_bytes >= bucket_bytes_) flush_bucket(ready, mb);
+    if ((bucket_elems_ + expert_bucket_elems_) * train_.grad_reduce_bytes >= bucket_bytes_) flush_bucket(ready, mb);
   }
 
   void flush_bucket(TaskId ready, int mb) {
-    if (dp_group_ <= 1 || bucket_elems_ <= 0) return;
+    if (dp_group_ <= 1) bucket_elems_ = 0;
+    if (bucket_elems_ <= 0 && expert_bucket_elems_ <= 0) return;
     std::vector<TaskId> deps;
     if (par_.dp_overlap) {
       deps.push_back(ready);
     } else {
       pending_buckets_.push_back(bucket_elems_);
-      bucket_elems_ = 0;
+      pending_expert_buckets_.push_back(expert_bucket_elems_);
+      bucket_elems_ = expert_bucket_elems_ = 0;
       return;
     }
-    emit_grad_reduce(bucket_elems_, deps, mb);
-    bucket_elems_ = 0;
+    emit_grad_reduce(bucket_elems_, expert_bucket_elems_, deps, mb);
+    bucket_elems_ = expert_bucket_elems_ = 0;
   }
 
-  void emit_grad_reduce(double elements, const std::vector<TaskId>& deps, int mb) {
+  void emit_grad_reduce(double elements, double expert_elements, const std::vector<TaskId>& deps, int mb) {
     const auto kind = zero_sharded_optimizer() ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce;
-    b_.collective(s_.dp, slot_dp_, kind, CommClass::DP, static_cast<std::uint64_t>(elements * train_.grad_reduce_bytes),
-                  label(zero_sharded_optimizer() ? "dp.rs.grads" : "dp.ar.grads"), mb, dedupe(deps));
-    dp_tasks_.push_back(b_.size() - 1);
+    if (elements > 0) {
+      b_.collective(s_.dp, slot_dp_, kind, CommClass::DP,
+                    static_cast<std::uint64_t>(elements * train_.grad_reduce_bytes),
+                    label(zero_sharded_optimizer() ? "dp.rs.grads" : "dp.ar.grads"), mb, dedupe(deps));
+      dp_tasks_.push_back(b_.size() - 1);
+    }
+    if (expert_elements > 0) {
+      const auto ekind = par_.zero >= 1 ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce;
+      b_.collective(s_.dp, slot_edp_, ekind, CommClass::DP,
+                    static_cast<std::uint64_t>(expert_elements * train_.grad_reduce_bytes),
+                    label(par_.zero >= 1 ? "edp.rs.grads" : "edp.ar.grads"), mb, dedupe(deps));
+      dp_tasks_.push_back(b_.size() - 1);
+    }
+  }
+
+  double local_expert_params() const {
+    double p = 0;
+    for (int c = 0; c < chunks_; ++c) {
+      for (int l = 0; l < layers_[c]; ++l) p += layer_steps(first_layer_[c] + l).expert_grad_elements;
+    }
+    return p;
   }
 
   double local_params() const {
@@ -496,12 +553,13 @@ class StageProgramBuilder {
   void finish_iteration() {
     const int mb = sched_.microbatches - 1;
     if (!par_.dp_overlap) {
-      for (double e : pending_buckets_) emit_grad_reduce(e, {last_compute_}, mb);
+      for (std::size_t i = 0; i < pending_buckets_.size(); ++i)
+        emit_grad_reduce(pending_buckets_[i], pending_expert_buckets_[i], {last_compute_}, mb);
     }
     std::vector<TaskId> deps = dp_tasks_;
     deps.push_back(last_compute_);
     const double shard = (par_.zero >= 1 ? dp_group_ : 1);
-    const double params = local_params() / shard;
+    const double params = local_params() / shard + local_expert_params() / (par_.zero >= 1 ? edp_group_ : 1);
     // Optimizer: gradient-norm pass (fp32 grads), then the update's passes over the
     // local parameters as mixed-precision optimizers run them (Megatron-LM's
     // Float16Optimizer and distributed optimizer, FSDP): 16-bit reduced gradients
@@ -524,6 +582,10 @@ class StageProgramBuilder {
       const TaskId sd[] = {st};
       b_.collective(s_.dp, slot_dp_, CollectiveKind::AllGather, CommClass::DP,
                     static_cast<std::uint64_t>(local_params() * kActBytes), label("dp.ag.params"), -1, sd);
+      if (edp_group_ > 1 && local_expert_params() > 0) {
+        b_.collective(s_.dp, slot_edp_, CollectiveKind::AllGather, CommClass::DP,
+                      static_cast<std::uint64_t>(local_expert_params() * kActBytes), label("edp.ag.params"), -1, sd);
+      }
     }
   }
 
@@ -544,7 +606,7 @@ class StageProgramBuilder {
   ProgramBuilder b_;
   Streams s_{};
   std::vector<SlotUse> slots_;
-  std::uint32_t slot_tp_ = 0, slot_cp_ = 0, slot_dp_ = 0;
+  std::uint32_t slot_tp_ = 0, slot_cp_ = 0, slot_dp_ = 0, slot_ep_ = 0, slot_etp_ = 0, slot_edp_ = 0;
   std::map<std::tuple<int, int, int>, PipelineLink> pipeline_slots_;
   bool link_kind_used_[4] = {false, false, false, false};
   int chunks_ = 1, V_ = 1;
@@ -554,6 +616,9 @@ class StageProgramBuilder {
   // B units whose W has not run yet: task ids of each layer's (and the head's) backward steps.
   std::unordered_map<std::size_t, std::vector<std::vector<TaskId>>> b_ids_;
   int dp_group_ = 1;
+  int edp_group_ = 1;  // expert data-parallel group (MoE)
+  double expert_bucket_elems_ = 0;
+  std::vector<double> pending_expert_buckets_;
   double bucket_bytes_ = 0;
   double bucket_elems_ = 0;
   std::vector<double> pending_buckets_;
@@ -716,6 +781,11 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
   plan.units_per_iteration = static_cast<double>(par.global_batch) * train_.seq_len;
   plan.checkpoint_bytes = checkpoint_bytes(model, train_);
   plan.peak_dtype = train_.precision;
+  if (model.moe.enabled()) {
+    const RoutedTokens rt = routed_tokens(model, par, train_);
+    plan.expert_rank_tokens = rt.rank_tokens;
+    plan.expert_dropped_fraction = rt.dropped_fraction;
+  }
 
   const int ranks_per_stage = par.tp * par.dp * par.cp;
   std::vector<std::vector<SlotUse>> slots_of_stage;
@@ -754,6 +824,19 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
       case SlotRole::PipelineBackward:
         m = {gpu(use.from, d, c, t), gpu(use.to, d, c, t)};
         break;
+      case SlotRole::EP:
+      case SlotRole::ETP:
+      case SlotRole::EDP: {
+        const ExpertCoord e = expert_coord(par, t, c, d);
+        const int n = use.role == SlotRole::EP ? par.ep : use.role == SlotRole::ETP ? expert_tp(par) : expert_dp(par);
+        for (int x = 0; x < n; ++x) {
+          ExpertCoord o = e;
+          (use.role == SlotRole::EP ? o.ep : use.role == SlotRole::ETP ? o.etp : o.edp) = x;
+          const DenseCoord dc = dense_coord(par, o);
+          m.push_back(gpu(s, dc.dp, dc.cp, dc.tp));
+        }
+        break;
+      }
     }
     return m;
   };
@@ -865,6 +948,15 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
                 role = "pp.bwd";
                 name =
                     "pipeline link stage " + std::to_string(use.from) + "->" + std::to_string(use.to) + " (gradients)";
+                break;
+              case SlotRole::EP:
+                role = "ep", name = "ep group " + where;
+                break;
+              case SlotRole::ETP:
+                role = "etp", name = "expert tp group " + where;
+                break;
+              case SlotRole::EDP:
+                role = "edp", name = "expert dp group " + where;
                 break;
             }
             rp.comm_of_slot.push_back(registry.get(role, members_of(use, s, d, c, t), name));

@@ -3,6 +3,7 @@
 namespace trainsim {
 
 double TransformerSpec::params_per_layer() const {
+  if (mla.enabled()) return attention_params() + (mlp == MlpKind::SwiGlu ? 3.0 : 2.0) * hidden * ffn_hidden;
   const double h = hidden, d = head_dim();
   const double attn = h * (heads * d) + 2.0 * h * (kv_heads * d) + (heads * d) * h;  // Q, K, V, output
   const double mlp_weights = (mlp == MlpKind::SwiGlu ? 3.0 : 2.0) * h * ffn_hidden;
@@ -11,10 +12,35 @@ double TransformerSpec::params_per_layer() const {
   return attn + mlp_weights + norms + biases;
 }
 
+double TransformerSpec::attention_params() const {
+  if (mla.enabled()) {
+    // DeepSeek-V2 (arXiv:2405.04434) Section 2.1: W_DQ, W_UQ (or W_Q), W_DKV and the
+    // shared rotary key W_KR, W_UK and W_UV, W_O; RMSNorms on both latents and the two layer norms.
+    const double h = hidden, a = heads, qk = mla.qk_nope_dim + mla.qk_rope_dim;
+    const double q = mla.q_lora_rank > 0 ? h * mla.q_lora_rank + mla.q_lora_rank * a * qk : h * a * qk;
+    const double kv = h * (mla.kv_lora_rank + mla.qk_rope_dim) +
+                      static_cast<double>(mla.kv_lora_rank) * a * (mla.qk_nope_dim + mla.v_head_dim);
+    return q + kv + a * mla.v_head_dim * h + mla.q_lora_rank + mla.kv_lora_rank + 2.0 * h;
+  }
+  const double h = hidden, d = head_dim();
+  const double attn = h * (heads * d) + 2.0 * h * (kv_heads * d) + (heads * d) * h;
+  const double norms = (rmsnorm ? 2.0 : 4.0) * h;
+  const double biases = rmsnorm ? 0.0 : (heads + 2.0 * kv_heads) * d + h;
+  return attn + norms + biases;
+}
+
 double TransformerSpec::params_of_kind(LayerKind k) const {
   switch (k) {
     case LayerKind::Dense:
       return params_per_layer();
+    case LayerKind::Moe: {
+      // Router, routed and shared experts (models/moe.hpp), no biases in the experts.
+      const double mult = mlp == MlpKind::SwiGlu ? 3.0 : 2.0;
+      return attention_params() + static_cast<double>(hidden) * moe.experts +
+             mult * hidden *
+                 (static_cast<double>(moe.experts) * moe.expert_ffn +
+                  static_cast<double>(moe.shared_experts) * moe.shared_ffn);
+    }
   }
   return params_per_layer();
 }
@@ -23,6 +49,8 @@ const char* to_string(LayerKind k) {
   switch (k) {
     case LayerKind::Dense:
       return "dense";
+    case LayerKind::Moe:
+      return "moe";
   }
   return "?";
 }

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "models/moe_spec.hpp"
 #include "topologies/hardware.hpp"
 
 namespace trainsim {
@@ -12,9 +13,9 @@ enum class MlpKind : std::uint8_t { Gelu, SwiGlu };
 
 // Kinds of transformer layer. A model has one kind per layer; every layer kind
 // brings its own steps (models/layer_steps.hpp), parameters and activation
-// memory. Dense (attention + MLP) today; mixture-of-experts and others plug in here.
-enum class LayerKind : std::uint8_t { Dense };
-inline constexpr std::size_t kNumLayerKinds = 1;
+// memory. Dense: attention + MLP; Moe: attention + routed experts (models/moe.hpp).
+enum class LayerKind : std::uint8_t { Dense, Moe };
+inline constexpr std::size_t kNumLayerKinds = 2;
 const char* to_string(LayerKind k);
 
 struct TransformerSpec {
@@ -31,13 +32,17 @@ struct TransformerSpec {
   bool rope = false;     // rotary position embedding (else learned positions)
   bool tied_embeddings = false;
   int max_seq_len = 0;
+  int head_dim_override = 0;           // attention head size when it is not hidden / heads (Qwen3, gpt-oss)
   std::vector<LayerKind> layer_kinds;  // one per layer; empty = every layer dense
+  MoeSpec moe;                         // routed experts of the Moe layers
+  MlaSpec mla;                         // multi-head latent attention instead of (grouped-query) attention
   std::string source;
 
   LayerKind layer_kind(int layer) const { return layer_kinds.empty() ? LayerKind::Dense : layer_kinds[layer]; }
 
-  int head_dim() const { return hidden / heads; }
+  int head_dim() const { return head_dim_override > 0 ? head_dim_override : hidden / heads; }
   double params_per_layer() const;  // weights of one dense transformer layer
+  double attention_params() const;  // attention and norms of one layer (no MLP)
   double params_of_kind(LayerKind k) const;
   double embedding_params() const;  // token (+ learned position) embedding
   double total_params() const;
@@ -94,8 +99,10 @@ struct ParallelSpec {
   int pp = 1;   // pipeline stages
   int dp = 1;   // data-parallel replicas
   int cp = 1;   // context parallel (sequence split of attention)
-  int ep = 1;   // expert parallel (MoE only)
-  int vpp = 1;  // virtual stages per pipeline rank (interleaved 1F1B)
+  int ep = 1;   // expert parallel (MoE only): carved out of tp*cp*dp (models/moe.hpp)
+  int etp = 0;  // expert tensor parallel (MoE only; 0 = tp, Megatron-Core's default)
+  MoeDispatcher moe_dispatcher = MoeDispatcher::AllToAll;  // MoE token dispatcher (models/moe_spec.hpp)
+  int vpp = 1;                                             // virtual stages per pipeline rank (interleaved 1F1B)
   ScheduleKind schedule = ScheduleKind::OneFOneB;
   int micro_batch = 1;             // sequences per micro-batch
   int global_batch = 1;            // sequences per iteration
@@ -142,6 +149,7 @@ struct TrainingSpec {
   AttentionKind attention = AttentionKind::Flash;
   int grad_reduce_bytes = 4;  // bytes per gradient element in DP reduction (Megatron-LM default: fp32)
   bool dropout = true;        // hidden/attention dropout (kernels and masks); off in Llama-style recipes
+  RoutingSpec routing;        // MoE: how unevenly tokens reach the experts
 };
 
 }  // namespace trainsim

@@ -45,6 +45,11 @@ struct WorkloadPlan {
   double samples_per_iteration = 0;
   double checkpoint_bytes = 0;     // one checkpoint of the whole job: what a restart reloads
   Dtype peak_dtype = Dtype::BF16;  // whose peak FLOP/s MFU divides by
+  // Mixture-of-experts: routed tokens each expert-parallel rank processes per
+  // micro-batch and MoE layer (the busiest sets the pace), and the share of
+  // routed tokens the capacity factor drops; empty / 0 for other workloads.
+  std::vector<double> expert_rank_tokens;
+  double expert_dropped_fraction = 0;
 };
 
 class Workload {

@@ -84,11 +84,10 @@ TEST_CASE("layout rules: a valid layout has no problem; each broken rule names i
     const std::string e = problems_text(p, toy_cluster(1, 12));
     CHECK(e == "/parallel/cp: expected a divisor of seq_len 2048, found 3\n");
   }
-  SUBCASE("expert parallelism says it is not supported, by name") {
+  SUBCASE("expert parallelism on a dense model says what it needs, by name") {
     p.ep = 4;
     CHECK(problems_text(p) ==
-          "/parallel/ep: expert parallelism (ep > 1) needs a mixture-of-experts model; not supported yet (found ep = "
-          "4)\n");
+          "/parallel/ep: expert parallelism (ep > 1) needs a mixture-of-experts model (model.moe), found ep = 4\n");
   }
   SUBCASE("products that do not fit an int are reported, not wrapped") {
     p.tp = 1 << 16;

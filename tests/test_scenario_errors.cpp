@@ -107,10 +107,10 @@ TEST_CASE("each class of bad input names the file, the JSON pointer and what was
     CHECK(e.find("/parallel: tp*pp*dp*cp = 2*2*4*3 = 48, expected the cluster's GPU count 16") != std::string::npos);
     CHECK(e.find("/parallel/cp: expected a divisor of seq_len 2048, found 3") != std::string::npos);
   }
-  SUBCASE("an unsupported feature says so by name") {
+  SUBCASE("a feature the model cannot use says so by name") {
     const std::string e = errors_of(replace(good(), "\"dp\": 4", "\"dp\": 4, \"ep\": 2"));
-    CHECK(e.find("bad.json: /parallel/ep: expert parallelism (ep > 1) needs a mixture-of-experts model; not "
-                 "supported yet (found ep = 2)") != std::string::npos);
+    CHECK(e.find("bad.json: /parallel/ep: expert parallelism (ep > 1) needs a mixture-of-experts model (model.moe), "
+                 "found ep = 2") != std::string::npos);
   }
   SUBCASE("quantities with a bad unit") {
     const std::string e =

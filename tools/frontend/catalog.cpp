@@ -4,6 +4,8 @@
 #include <cctype>
 
 #include "calibration/profile.hpp"
+#include "models/moe.hpp"
+#include "tools/frontend/moe_reader.hpp"
 
 namespace trainsim {
 
@@ -36,6 +38,7 @@ TransformerSpec read_model(ObjectReader& r, const TransformerSpec* base) {
   m.layers = static_cast<int>(r.integer("layers", m.layers, 1, 100000, req));
   m.hidden = static_cast<int>(r.integer("hidden", m.hidden, 1, 1 << 20, req));
   m.heads = static_cast<int>(r.integer("heads", m.heads, 1, 1 << 16, req));
+  m.head_dim_override = static_cast<int>(r.integer("head_dim", m.head_dim_override, 1, 1 << 16));
   m.kv_heads = static_cast<int>(r.integer("kv_heads", m.kv_heads, 1, 1 << 16));
   if (m.kv_heads == 0) m.kv_heads = m.heads;
   m.ffn_hidden = static_cast<int>(r.integer("ffn_hidden", m.ffn_hidden, 1, 1 << 22, req));
@@ -48,7 +51,10 @@ TransformerSpec read_model(ObjectReader& r, const TransformerSpec* base) {
   m.tied_embeddings = r.boolean("tied_embeddings", m.tied_embeddings);
   m.max_seq_len = static_cast<int>(r.integer("max_seq_len", m.max_seq_len ? m.max_seq_len : 2048, 1, 1 << 24));
   m.source = r.string("source", m.source);
-  if (m.heads > 0 && m.hidden % m.heads != 0)
+  m.moe = read_moe(r, m.moe, m.layers);
+  m.mla = read_mla(r, m.mla);
+  m.layer_kinds = moe_layer_kinds(m);
+  if (m.heads > 0 && m.head_dim_override == 0 && m.hidden % m.heads != 0)
     r.error("heads",
             "hidden (" + std::to_string(m.hidden) + ") must be divisible by heads (" + std::to_string(m.heads) + ")");
   if (m.kv_heads > 0 && m.heads % m.kv_heads != 0) {

@@ -91,6 +91,8 @@ JobRun run_job(const Scenario& s, Fidelity fidelity) {
 
   rep.events = res.events;
   rep.simulated_ranks = static_cast<int>(plan.setup.ranks.size());
+  rep.expert_rank_tokens = plan.expert_rank_tokens;
+  rep.expert_dropped_fraction = plan.expert_dropped_fraction;
   rep.iteration_time_s = res.makespan.to_seconds();
   // The figures of a run that reached the clock's limit may have saturated: refused, never reported.
   const bool beyond_clock = res.makespan >= Time::saturated();
@@ -298,6 +300,9 @@ nlohmann::json to_json(const JobReport& r) {
   // The workload's own throughput unit (tokens for transformers) and the fidelity the figures come from.
   out["throughput"] = {{"unit", r.throughput_unit}, {"per_s", r.units_per_s}};
   out["fidelity"] = r.fidelity;
+  if (!r.expert_rank_tokens.empty()) {
+    out["expert_load"] = {{"rank_tokens", r.expert_rank_tokens}, {"dropped_fraction", r.expert_dropped_fraction}};
+  }
   out["flops_convention"] = r.flops_convention;
   if (r.reliability) out["reliability"] = reliability_json(*r.reliability);
   if (r.perturbations) {

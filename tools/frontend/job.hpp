@@ -62,6 +62,8 @@ struct JobReport {
   int simulated_ranks = 0;
   std::optional<ReliabilityReport> reliability;  // with a "reliability" section and a feasible job
   std::optional<PerturbationReport> perturbations;
+  std::vector<double> expert_rank_tokens;  // MoE: routed tokens per EP rank, micro-batch and MoE layer
+  double expert_dropped_fraction = 0;      // MoE: routed tokens dropped by the capacity factor
 };
 
 // Everything one simulation produced: the report, and for timelines and traces

@@ -195,6 +195,15 @@ void config_section(std::string& h, const Scenario& s) {
                          std::to_string(p.zero) + ", recompute " + to_string(p.recompute) +
                          (p.sequence_parallel ? ", sequence parallel" : "") + (p.dp_overlap ? ", DP overlap" : "") +
                          (p.tp_comm_overlap ? ", TP comm overlap" : ""));
+  if (m.moe.enabled()) {
+    const MoeSpec& e = m.moe;
+    row("experts", std::to_string(e.experts) + " routed (top-" + std::to_string(e.top_k) + ", FFN " +
+                       std::to_string(e.expert_ffn) + "), " + std::to_string(e.shared_experts) + " shared, first " +
+                       std::to_string(e.dense_layers) + " layers dense, " +
+                       (e.capacity_factor > 0 ? "capacity factor " + fmt("%.2f", e.capacity_factor) : "dropless") +
+                       ", routing " + to_string(t.routing.distribution) + "; EP " + std::to_string(p.ep) +
+                       ", expert TP " + std::to_string(p.etp > 0 ? p.etp : p.tp));
+  }
   std::string cluster = s.cluster.name.empty() ? std::string() : s.cluster.name + ": ";
   for (std::size_t i = 0; i < s.cluster.groups.size(); ++i) {
     const NodeGroup& g = s.cluster.groups[i];
@@ -544,6 +553,43 @@ void memory_section(std::string& h, const JobReport& r) {
   h += "</table>\n<p class=\"note\">GiB per GPU.</p>\n";
 }
 
+// Mixture-of-experts: routed tokens each expert-parallel rank processes per
+// micro-batch and MoE layer, one bar per rank; the busiest sets the pace.
+void expert_load_section(std::string& h, const JobReport& r) {
+  const std::vector<double>& load = r.expert_rank_tokens;
+  if (load.empty()) return;
+  const double top = *std::max_element(load.begin(), load.end());
+  double mean = 0;
+  for (double t : load) mean += t;
+  mean /= static_cast<double>(load.size());
+  h += "<h2>Expert load per EP rank</h2>\n<p class=\"note\">Routed tokens each expert-parallel rank processes per "
+       "micro-batch and MoE layer (after capacity drops). Every all-to-all waits for the busiest rank, so its "
+       "count sets the time of every rank's expert GEMMs and transfers.</p>\n";
+  constexpr int kH = 160, kTop = 8, kAxisH = 30;
+  const double scale = top > 0 ? top * 1.05 : 1.0;
+  const double w = static_cast<double>(kPlotW) / static_cast<double>(load.size());
+  h +=
+      fmt("<svg class=\"chart experts\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" role=\"img\" "
+          "aria-label=\"expert load per rank\">\n",
+          kLeft + kPlotW + kRight, kTop + kH + kAxisH, kLeft + kPlotW + kRight, kTop + kH + kAxisH);
+  h += fmt("<text class=\"rl\" x=\"6\" y=\"%d\">%.0f tokens</text>", kTop + 10, scale);
+  for (std::size_t i = 0; i < load.size(); ++i) {
+    const double bh = load[i] / scale * kH;
+    h +=
+        fmt("<rect class=\"%s\" x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\"><title>EP rank %d: %.0f "
+            "tokens</title></rect>",
+            load[i] == top ? "m3" : "m0", kLeft + i * w, kTop + kH - bh, std::max(w - 1, 0.5), bh, static_cast<int>(i),
+            load[i]);
+  }
+  h += fmt("<line class=\"ax\" x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\"/>", kLeft, kTop + kH, kLeft + kPlotW, kTop + kH);
+  h += fmt("<text x=\"%d\" y=\"%d\" text-anchor=\"end\">EP rank (0 .. %d)</text>\n", kLeft + kPlotW, kTop + kH + 20,
+           static_cast<int>(load.size()) - 1);
+  h += "</svg>\n<table>\n<tr><th>EP ranks</th><th>mean tokens</th><th>busiest</th><th>busiest / mean</th>"
+       "<th>dropped</th></tr>\n";
+  h += fmt("<tr><td>%d</td><td>%.0f</td><td>%.0f</td><td>%.3f</td><td>%.1f%%</td></tr>\n</table>\n",
+           static_cast<int>(load.size()), mean, top, mean > 0 ? top / mean : 0.0, 100 * r.expert_dropped_fraction);
+}
+
 // ---- sweep report ----------------------------------------------------------------------------------------------
 
 // Tokens/s axis in tokens, thousands or millions.
@@ -718,6 +764,7 @@ std::string html_report(const Scenario& s, const JobRun& run, const HtmlReportOp
   timeline_section(h, run, options.max_timeline_rects);
   breakdown_section(h, r);
   memory_section(h, r);
+  expert_load_section(h, r);
   page_end(h);
   return h;
 }

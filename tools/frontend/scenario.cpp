@@ -7,6 +7,7 @@
 
 #include "models/layout_rules.hpp"
 #include "tools/frontend/fault_input.hpp"
+#include "tools/frontend/moe_reader.hpp"
 #include "topologies/graph.hpp"
 
 namespace trainsim {
@@ -369,6 +370,10 @@ ParallelSpec read_parallel(ObjectReader& top) {
   p.dp = static_cast<int>(r.integer("dp", 1, 1, 1 << 20));
   p.cp = static_cast<int>(r.integer("cp", 1, 1, 1 << 16));
   p.ep = static_cast<int>(r.integer("ep", 1, 1, 1 << 16));
+  p.etp = static_cast<int>(r.integer("etp", 0, 1, 1 << 16));
+  p.moe_dispatcher = r.choice("moe_dispatcher", "alltoall", {"alltoall", "allgather"}) == "allgather"
+                         ? MoeDispatcher::AllGather
+                         : MoeDispatcher::AllToAll;
   p.vpp = static_cast<int>(r.integer("vpp", 1, 1, 1 << 10));
   const nlohmann::json* sched_json = r.raw("schedule");
   if (sched_json != nullptr && sched_json->is_object()) {
@@ -447,6 +452,7 @@ TrainingSpec read_training(ObjectReader& top, const TransformerSpec& model) {
                                          : AttentionKind::Unfused;
   t.grad_reduce_bytes = r.choice("grad_reduce", "fp32", {"fp32", "bf16", "fp16"}) == "fp32" ? 4 : 2;
   t.dropout = r.boolean("dropout", true);
+  t.routing = read_routing(r);
   r.finish();
   return t;
 }

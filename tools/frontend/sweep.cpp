@@ -239,6 +239,8 @@ SearchSpace read_search_space(ObjectReader& top) {
   s.tp = read_int_list(r, "tp", {}, 1, 1 << 16);
   s.pp = read_int_list(r, "pp", {}, 1, 1 << 16);
   s.cp = read_int_list(r, "cp", {}, 1, 1 << 16);
+  s.ep = read_int_list(r, "ep", {}, 1, 1 << 16);
+  s.etp = read_int_list(r, "etp", {}, 1, 1 << 16);
   s.vpp = read_int_list(r, "vpp", s.vpp, 1, 1 << 10);
   s.micro_batch = read_int_list(r, "micro_batch", s.micro_batch, 1, 1 << 20);
   s.zero = read_int_list(r, "zero", s.zero, 0, 3);
@@ -593,6 +595,10 @@ void expand_auto(const SweepSpec& spec, const nlohmann::json& base, const Catalo
   plan.columns = {
       "parallel.tp",       "parallel.pp",          "parallel.dp",        "parallel.cp",   "parallel.vpp",
       "parallel.schedule", "parallel.micro_batch", "parallel.recompute", "parallel.zero", "parallel.sequence_parallel"};
+  if (s.model.moe.enabled()) {
+    plan.columns.push_back("parallel.ep");
+    plan.columns.push_back("parallel.etp");
+  }
   for (const ParallelSpec& c : found.candidates) {
     SweepPoint p;
     p.index = plan.points.size();
@@ -606,6 +612,10 @@ void expand_auto(const SweepSpec& spec, const nlohmann::json& base, const Catalo
                    {"parallel.recompute", to_string(c.recompute)},
                    {"parallel.zero", c.zero},
                    {"parallel.sequence_parallel", c.sequence_parallel}};
+    if (s.model.moe.enabled()) {
+      p.overrides.emplace_back("parallel.ep", c.ep);
+      p.overrides.emplace_back("parallel.etp", c.etp > 0 ? c.etp : c.tp);
+    }
     plan.points.push_back(std::move(p));
   }
 }

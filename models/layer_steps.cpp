@@ -49,11 +49,14 @@ class StepList {
     return add_compute(std::move(op), 0, std::move(waits));
   }
   int attention(const std::string& name, Dtype dtype, double exec_flops, double model_flops, double bytes,
-                std::vector<int> waits, bool backward, bool triton) {
+                std::vector<int> waits, bool backward, AttentionKind kind) {
     ComputeOp op;
     op.name = name;
     op.kind = backward ? OpKind::AttentionBackward : OpKind::Attention;
-    op.triton_attention = triton;
+    op.attention_kernel = kind == AttentionKind::FlashTriton       ? AttentionKernel::Triton
+                          : kind == AttentionKind::FlashAttention3 ? AttentionKernel::FlashAttention3
+                          : kind == AttentionKind::Cudnn           ? AttentionKernel::Cudnn
+                                                                   : AttentionKernel::FlashAttention2;
     op.dtype = dtype;
     op.flops = exec_flops;
     op.bytes = bytes;
@@ -131,8 +134,7 @@ void attention_core_forward(StepList& L, const Dims& D, AttentionKind kind, std:
   if (kind != AttentionKind::Unfused) {
     const double bytes = (D.tokens * (2 * D.a_t * D.d) + D.b * D.s_full * 2 * D.g_t * D.d) * kActBytes;
     // causal: half the tiles run
-    L.attention("attn.core", D.attn_dtype, model / 2, model, bytes, std::move(waits), false,
-                kind == AttentionKind::FlashTriton);
+    L.attention("attn.core", D.attn_dtype, model / 2, model, bytes, std::move(waits), false, kind);
     return;
   }
   const double heads = D.b * D.a_t;
@@ -219,8 +221,7 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     if (tr.attention != AttentionKind::Unfused) {
       // FlashAttention backward: recomputes QK^T and runs four GEMMs (2.5x the forward work).
       const double bytes = (D.tokens * (4 * D.a_t * D.d) + D.b * D.s_full * 4 * D.g_t * D.d) * kActBytes;
-      L.attention("attn.core.bwd", D.attn_dtype, 2.5 * model_core / 2, 2 * model_core, bytes, {}, true,
-                  tr.attention == AttentionKind::FlashTriton);
+      L.attention("attn.core.bwd", D.attn_dtype, 2.5 * model_core / 2, 2 * model_core, bytes, {}, true, tr.attention);
     } else {
       const double heads = D.b * D.a_t;
       const double scores = heads * D.s_local * D.s_full;

@@ -116,10 +116,11 @@ struct ParallelSpec {
   int micro_batches() const { return global_batch / (micro_batch * dp); }
 };
 
-// Flash: FlashAttention-2 (or cuDNN fused attention); FlashTriton: the Triton
-// FlashAttention kernel (flash_attn_triton, used e.g. by llm-foundry in 2023), the
-// same algorithm at lower throughput; Unfused: QK^T, softmax, dropout, AV kernels.
-enum class AttentionKind : std::uint8_t { Flash, FlashTriton, Unfused };
+// Flash: FlashAttention-2; FlashAttention3 and Cudnn (cuDNN fused attention, what
+// Transformer Engine runs on Hopper/Blackwell): the same fused algorithm with their own
+// profile curves; FlashTriton: the Triton FlashAttention kernel (flash_attn_triton, used
+// e.g. by llm-foundry in 2023); Unfused: QK^T, softmax, dropout, AV kernels.
+enum class AttentionKind : std::uint8_t { Flash, FlashTriton, Unfused, FlashAttention3, Cudnn };
 
 struct TrainingSpec {
   int seq_len = 2048;

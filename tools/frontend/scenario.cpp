@@ -407,10 +407,13 @@ TrainingSpec read_training(ObjectReader& top, const TransformerSpec& model) {
     if (prec == to_string(static_cast<Dtype>(d))) t.precision = static_cast<Dtype>(d);
   }
   t.optimizer = r.choice("optimizer", "adam", {"adam", "sgd"});
-  const std::string attn = r.choice("attention", "flash", {"flash", "flash-triton", "unfused"});
-  t.attention = attn == "flash"          ? AttentionKind::Flash
-                : attn == "flash-triton" ? AttentionKind::FlashTriton
-                                         : AttentionKind::Unfused;
+  const std::string attn =
+      r.choice("attention", "flash", {"flash", "flash-attention-3", "cudnn", "flash-triton", "unfused"});
+  t.attention = attn == "flash"               ? AttentionKind::Flash
+                : attn == "flash-attention-3" ? AttentionKind::FlashAttention3
+                : attn == "cudnn"             ? AttentionKind::Cudnn
+                : attn == "flash-triton"      ? AttentionKind::FlashTriton
+                                              : AttentionKind::Unfused;
   t.grad_reduce_bytes = r.choice("grad_reduce", "fp32", {"fp32", "bf16", "fp16"}) == "fp32" ? 4 : 2;
   t.dropout = r.boolean("dropout", true);
   r.finish();
@@ -504,6 +507,18 @@ void check_consistency(Scenario& s, Diagnostics& d) {
       if (prof.triton_attention_speed.value <= 0) {
         d.error("/training/attention", "\"flash-triton\" needs triton_attention_speed in the calibration profile of " +
                                            prof.gpu + ", which has none");
+      }
+    }
+  }
+  const auto family = s.training.attention == AttentionKind::Cudnn             ? AttentionKernel::Cudnn
+                      : s.training.attention == AttentionKind::FlashAttention3 ? AttentionKernel::FlashAttention3
+                                                                               : AttentionKernel::FlashAttention2;
+  if (family != AttentionKernel::FlashAttention2) {
+    const std::string key(attention_kernel_key(family));
+    for (const auto& prof : s.profiles) {
+      if (prof.attention_kernels[static_cast<std::size_t>(family)].forward.curve.empty()) {
+        d.error("/training/attention", "\"" + key + "\" needs attention_kernels." + key +
+                                           " in the calibration profile of " + prof.gpu + ", which has none");
       }
     }
   }

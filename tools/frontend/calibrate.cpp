@@ -12,6 +12,7 @@
 #include <map>
 #include <optional>
 #include <sstream>
+#include <tuple>
 #include <utility>
 
 namespace trainsim {
@@ -94,8 +95,16 @@ struct CollSample {
   std::size_t src;
 };
 
+// One fused-attention measurement: forward and backward of one call.
+struct AttnSample {
+  std::string backend;  // flash_attention | flash_attention_3 | cudnn_attention
+  double fwd_flops, fwd_tflops, bwd_tflops;
+  std::size_t src;
+};
+
 struct RawData {
   std::vector<Source> sources;
+  std::vector<AttnSample> attns;
   std::vector<GemmSample> gemms;
   std::vector<MemSample> mems;
   std::vector<std::pair<double, std::size_t>> launches;
@@ -133,6 +142,7 @@ void read_source_provenance(ObjectReader& top, Source& s) {
   add("runtime_version", "CUDA ");
   add("cublas_version", "cuBLAS ");
   add("nccl_version", "NCCL ");
+  add("framework", "");
   const std::string note = pr.string("note", "");
   if (!note.empty()) summary += "; " + note;
   s.summary = summary;
@@ -218,6 +228,39 @@ void read_collective_sweep(ObjectReader& top, std::size_t src, RawData& raw) {
     check_consistent(r, "algbw_gbps", algbw, bytes / seconds / 1e9);
     check_consistent(r, "busbw_gbps", busbw, algbw * bus_factor(coll.c_str(), ranks));
     if (d.items().size() == before) raw.colls.push_back({coll, bytes, ranks, seconds, busbw, src});
+  }
+}
+
+// {"kind": "attention_sweep"}: causal bf16 fused attention, forward FLOPs
+// 2 b h s^2 d (half of the full 4 b h s^2 d), backward 2.5x forward.
+void read_attention_sweep(ObjectReader& top, std::size_t src, RawData& raw) {
+  Diagnostics& d = top.diagnostics();
+  const nlohmann::json* pts = top.raw("points");
+  if (pts == nullptr || !pts->is_array() || pts->empty()) {
+    top.error("points", "expected a non-empty array of attention measurements" +
+                            (pts ? ", found " + describe_json_type(*pts) : std::string()));
+    return;
+  }
+  for (std::size_t i = 0; i < pts->size(); ++i) {
+    const std::size_t before = d.items().size();
+    ObjectReader r((*pts)[i], json_pointer_append(top.at("points"), i), d);
+    if (!r.valid()) continue;
+    const std::string backend =
+        r.choice("backend", "", {"flash_attention", "flash_attention_3", "cudnn_attention"}, true);
+    const auto b = static_cast<double>(r.integer("batch", 0, 1, 1 << 20, true));
+    const auto h = static_cast<double>(r.integer("heads", 0, 1, 1 << 12, true));
+    const auto hd = static_cast<double>(r.integer("head_dim", 0, 1, 1 << 12, true));
+    const auto seq = static_cast<double>(r.integer("seq", 0, 1, 1 << 24, true));
+    const double fwd_ms = r.number("fwd_ms", 0, 1e-6, 1e7, true);
+    const double bwd_ms = r.number("bwd_ms", 0, 1e-6, 1e7, true);
+    const double fwd_tflops = r.number("fwd_tflops", 0, 1e-6, 1e6, true);
+    const double bwd_tflops = r.number("bwd_tflops", 0, 1e-6, 1e6, true);
+    r.finish();
+    if (d.items().size() != before) continue;
+    const double flops = 2 * b * h * seq * seq * hd;
+    check_consistent(r, "fwd_tflops", fwd_tflops, flops / (fwd_ms * 1e-3) / 1e12);
+    check_consistent(r, "bwd_tflops", bwd_tflops, 2.5 * flops / (bwd_ms * 1e-3) / 1e12);
+    if (d.items().size() == before) raw.attns.push_back({backend, flops, fwd_tflops, bwd_tflops, src});
   }
 }
 
@@ -308,7 +351,7 @@ std::string sources_text(const RawData& raw, const std::string& kind) {
 }
 
 nlohmann::ordered_json fit_core(const std::vector<Doc>& docs, const std::string& gpu_name, const Catalog& catalog,
-                                Diagnostics& general) {
+                                const std::vector<std::string>& keep, Diagnostics& general) {
   RawData raw;
   if (docs.empty()) {
     general.error("", "no raw measurements given (kernel_profile and/or collective_sweep JSON)");
@@ -323,10 +366,11 @@ nlohmann::ordered_json fit_core(const std::vector<Doc>& docs, const std::string&
     s.diags = &d;
     ObjectReader top(*docs[i].json, "", d);
     if (top.valid()) {
-      s.kind = top.choice("kind", "", {"kernel_profile", "collective_sweep"}, true);
+      s.kind = top.choice("kind", "", {"kernel_profile", "collective_sweep", "attention_sweep"}, true);
       read_source_provenance(top, s);
       if (s.kind == "kernel_profile") read_kernel_profile(top, i, raw);
       if (s.kind == "collective_sweep") read_collective_sweep(top, i, raw);
+      if (s.kind == "attention_sweep") read_attention_sweep(top, i, raw);
       top.finish();
     }
     raw.sources.push_back(s);
@@ -464,6 +508,41 @@ nlohmann::ordered_json fit_core(const std::vector<Doc>& docs, const std::string&
             " shapes with min(M,N,K) >= 1024, smaller ones divided by gemm_min_dim), made non-decreasing; " + kp);
   }
 
+  // --- Fused attention, forward and backward, per kernel family (bf16 peak).
+  if (!raw.attns.empty()) {
+    const std::string as = sources_text(raw, "attention_sweep");
+    const double peak = gpu->peak(Dtype::BF16);
+    const std::string how = " causal bf16 attention, measured TFLOP/s / " + fmt("%.1f", peak / 1e12) +
+                            " TFLOP/s dense bf16 peak vs FLOPs of one kernel (forward 2 b h s^2 d, backward 2.5x), "
+                            "median per factor-2 bucket, made non-decreasing; ";
+    auto fit_pass = [&](const std::string& backend, bool backward) {
+      std::vector<std::pair<double, double>> s;
+      for (const AttnSample& a : raw.attns) {
+        if (a.backend != backend) continue;
+        s.emplace_back(backward ? 2.5 * a.fwd_flops : a.fwd_flops,
+                       (backward ? a.bwd_tflops : a.fwd_tflops) * 1e12 / peak);
+      }
+      auto pts = bucket_medians(s);
+      make_non_decreasing(pts);
+      return finish_points(pts, false, 1.5);
+    };
+    for (const auto& [backend, key, name] : {std::tuple{"flash_attention", "", "FlashAttention-2"},
+                                             std::tuple{"flash_attention_3", "flash-attention-3", "FlashAttention-3"},
+                                             std::tuple{"cudnn_attention", "cudnn", "cuDNN fused attention"}}) {
+      const auto fwd = fit_pass(backend, false);
+      if (fwd.empty()) continue;
+      const auto bwd = fit_pass(backend, true);
+      const std::string src = std::string("trainsim calibrate fit: ") + name;
+      if (std::string(key).empty()) {
+        prof["attention"] = curve_json(fwd, "fitted", src + " forward," + how + as);
+        prof["attention_backward"] = curve_json(bwd, "fitted", src + " backward," + how + as);
+      } else {
+        prof["attention_kernels"][key]["forward"] = curve_json(fwd, "fitted", src + " forward," + how + as);
+        prof["attention_kernels"][key]["backward"] = curve_json(bwd, "fitted", src + " backward," + how + as);
+      }
+    }
+  }
+
   // --- Memory-bound kernels: achieved / spec HBM bandwidth vs bytes moved.
   if (!raw.mems.empty()) {
     std::vector<std::pair<double, double>> s;
@@ -564,11 +643,29 @@ nlohmann::ordered_json fit_core(const std::vector<Doc>& docs, const std::string&
     }
   }
 
+  // Fields kept from the shipped profile (`--keep gemm.fp8`): its source is better supported there.
+  for (const std::string& k : keep) {
+    nlohmann::ordered_json::json_pointer ptr("/" + [&] {
+      std::string p = k;
+      std::replace(p.begin(), p.end(), '.', '/');
+      return p;
+    }());
+    if (!base->contains(ptr)) {
+      general.error("", "--keep " + k + ": the shipped profile of " + gpu->name + " has no such field");
+      continue;
+    }
+    prof[ptr] = (*base)[ptr];
+  }
+  if (!general.ok()) return {};
+
   // Description, then a check that the result reads back as a valid profile.
   std::string desc = "Fitted by trainsim calibrate fit on " + gpu->name + " from ";
   std::string from;
   for (const Source& s : raw.sources) from += (from.empty() ? "" : " and ") + s.kind + " (" + s.summary + ")";
-  prof["description"] = desc + from + "; fields not measured are copied from the shipped profile with their provenance";
+  std::string kept;
+  for (const std::string& k : keep) kept += (kept.empty() ? "" : ", ") + k;
+  prof["description"] = desc + from + "; fields not measured" + (kept.empty() ? "" : " and " + kept) +
+                        " are copied from the shipped profile with their provenance";
   prof["gpu"] = gpu->name;
 
   Diagnostics check("(fitted profile)");
@@ -584,7 +681,7 @@ nlohmann::ordered_json fit_core(const std::vector<Doc>& docs, const std::string&
 }  // namespace
 
 nlohmann::ordered_json fit_profile(const std::vector<nlohmann::json>& raw_docs, const std::string& gpu_name_or_empty,
-                                   const Catalog& catalog, Diagnostics& diags) {
+                                   const Catalog& catalog, Diagnostics& diags, const std::vector<std::string>& keep) {
   std::vector<Diagnostics> per_doc;
   per_doc.reserve(raw_docs.size());
   std::vector<Doc> docs;
@@ -593,7 +690,7 @@ nlohmann::ordered_json fit_profile(const std::vector<nlohmann::json>& raw_docs, 
     per_doc.emplace_back(raw_docs.size() == 1 ? diags.file() : label);
     docs.push_back({&raw_docs[i], label, &per_doc.back()});
   }
-  nlohmann::ordered_json out = fit_core(docs, gpu_name_or_empty, catalog, diags);
+  nlohmann::ordered_json out = fit_core(docs, gpu_name_or_empty, catalog, keep, diags);
   for (std::size_t i = 0; i < per_doc.size(); ++i) {
     for (const Diagnostic& d : per_doc[i].items()) {
       diags.error(d.pointer, raw_docs.size() == 1 ? d.message : docs[i].label + ": " + d.message);
@@ -603,7 +700,8 @@ nlohmann::ordered_json fit_profile(const std::vector<nlohmann::json>& raw_docs, 
 }
 
 nlohmann::ordered_json fit_profile_files(const std::vector<std::string>& raw_paths,
-                                         const std::string& gpu_name_or_empty, const Catalog& catalog) {
+                                         const std::string& gpu_name_or_empty, const Catalog& catalog,
+                                         const std::vector<std::string>& keep) {
   std::vector<Diagnostics> per_file;
   per_file.reserve(raw_paths.size());
   std::vector<nlohmann::json> jsons;
@@ -621,7 +719,7 @@ nlohmann::ordered_json fit_profile_files(const std::vector<std::string>& raw_pat
   if (!all.empty()) throw InputError(all);
   for (std::size_t i = 0; i < raw_paths.size(); ++i) docs.push_back({&jsons[i], raw_paths[i], &per_file[i]});
   Diagnostics general("trainsim calibrate fit");
-  nlohmann::ordered_json out = fit_core(docs, gpu_name_or_empty, catalog, general);
+  nlohmann::ordered_json out = fit_core(docs, gpu_name_or_empty, catalog, keep, general);
   for (const auto& d : per_file) all.insert(all.end(), d.items().begin(), d.items().end());
   all.insert(all.end(), general.items().begin(), general.items().end());
   if (!all.empty()) throw InputError(all);

@@ -15,21 +15,24 @@
 
 namespace trainsim {
 
-// Fits a profile from raw documents ({"kind": "kernel_profile"} and/or
-// {"kind": "collective_sweep"}). `gpu_name_or_empty` is a catalog GPU name or
+// Fits a profile from raw documents ({"kind": "kernel_profile"},
+// {"kind": "collective_sweep"} and/or {"kind": "attention_sweep"}). `gpu_name_or_empty` is a catalog GPU name or
 // alias; empty = recognised from the raw provenance's device name. Measured
 // components get kind "measured"/"fitted" and a source naming the raw
 // provenance; everything not measured is copied, provenance included, from the
 // shipped profile of that GPU. Problems go to `diags` (pointer into the raw
 // document; with several documents the message names which); the result is
-// then empty.
+// then empty. `keep` names shipped fields ("gemm.fp8", "launch_overhead") that
+// stay as shipped although measured, where the shipped source is better supported.
 nlohmann::ordered_json fit_profile(const std::vector<nlohmann::json>& raw_docs, const std::string& gpu_name_or_empty,
-                                   const Catalog& catalog, Diagnostics& diags);
+                                   const Catalog& catalog, Diagnostics& diags,
+                                   const std::vector<std::string>& keep = {});
 
-// `trainsim calibrate fit RAW.json... -o PROFILE.json [--gpu NAME]`: reads the
-// files and fits; errors carry the raw file and JSON pointer. Throws InputError.
+// `trainsim calibrate fit RAW.json... -o PROFILE.json [--gpu NAME] [--keep FIELD]...`:
+// reads the files and fits; errors carry the raw file and JSON pointer. Throws InputError.
 nlohmann::ordered_json fit_profile_files(const std::vector<std::string>& raw_paths,
-                                         const std::string& gpu_name_or_empty, const Catalog& catalog);
+                                         const std::string& gpu_name_or_empty, const Catalog& catalog,
+                                         const std::vector<std::string>& keep = {});
 
 // Reading and writing profile files (load_profile_file, write_profile_file):
 // calibration/profile_io.hpp.

@@ -223,10 +223,13 @@ int run_commands(int argc, const char* const* argv, std::ostream& out, std::ostr
   calibrate_cmd->require_subcommand(1);
   std::vector<std::string> raw_paths;
   std::string fit_out, fit_gpu;
-  auto* fit_cmd = calibrate_cmd->add_subcommand("fit", "Fit a profile from raw kernel_profile / collective_sweep JSON");
+  std::vector<std::string> fit_keep;
+  auto* fit_cmd = calibrate_cmd->add_subcommand(
+      "fit", "Fit a profile from raw kernel_profile / collective_sweep / attention_sweep JSON");
   fit_cmd->add_option("raw", raw_paths, "Raw measurement files")->required();
   fit_cmd->add_option("-o,--out", fit_out, "Profile to write")->required();
   fit_cmd->add_option("--gpu", fit_gpu, "Catalog GPU name (default: recognised from the raw provenance)");
+  fit_cmd->add_option("--keep", fit_keep, "Shipped field kept although measured (e.g. gemm.fp8); repeatable");
   std::string profile_path, against;
   auto* profile_report_cmd =
       calibrate_cmd->add_subcommand("report", "Compare a profile with the shipped one of its GPU (or --against)");
@@ -292,7 +295,7 @@ int run_commands(int argc, const char* const* argv, std::ostream& out, std::ostr
       return run_sweep_command(sweep_cmd, merge_cmd, sweep_path, threads, sweep_fidelity, shard_text, sweep_out,
                                sweep_report, merge_inputs, merge_out, catalog, out, err);
     if (fit_cmd->parsed()) {
-      write_profile_file(fit_profile_files(raw_paths, fit_gpu, catalog), fit_out);
+      write_profile_file(fit_profile_files(raw_paths, fit_gpu, catalog, fit_keep), fit_out);
       out << "wrote " << fit_out << "\n";
       return kOk;
     }

@@ -771,9 +771,22 @@ std::string compare_profiles(const CalibrationProfile& a, const CalibrationProfi
         kind_of(b.attention));
   }
   if (!a.attention_backward.curve.empty() || !b.attention_backward.curve.empty()) {
-    for (const double gf : {100.0, 1000.0}) {
+    for (const double gf : {100.0, 1000.0, 10000.0}) {
       row("  attention_backward @ " + fmt("%g", gf) + " GFLOP", curve_at(a.attention_backward, gf * 1e9),
           curve_at(b.attention_backward, gf * 1e9), kind_of(b.attention_backward));
+    }
+  }
+  for (std::size_t i = 0; i < kNumAttentionKernels; ++i) {
+    const AttentionKernelCurves &ka = a.attention_kernels[i], &kb = b.attention_kernels[i];
+    if (ka.forward.curve.empty() && kb.forward.curve.empty()) continue;
+    const std::string key(attention_kernel_key(static_cast<AttentionKernel>(i)));
+    for (const double gf : {100.0, 1000.0}) {
+      row("  " + key + " @ " + fmt("%g", gf) + " GFLOP", curve_at(ka.forward, gf * 1e9), curve_at(kb.forward, gf * 1e9),
+          kind_of(kb.forward));
+    }
+    for (const double gf : {1000.0, 10000.0}) {
+      row("  " + key + " bwd @ " + fmt("%g", gf) + " GFLOP", curve_at(ka.backward, gf * 1e9),
+          curve_at(kb.backward, gf * 1e9), kind_of(kb.backward));
     }
   }
   out << "Memory-bound efficiency (fraction of spec HBM bandwidth) by bytes moved\n";

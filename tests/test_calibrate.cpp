@@ -438,3 +438,26 @@ TEST_CASE("attention families on H200 change the attention kernels by the measur
     CHECK(error.find("attention_kernels.cudnn") != std::string::npos);
   }
 }
+
+TEST_CASE("the profiler's reference GEMM is accepted beside the GEMM table, and checked") {
+  nlohmann::json k = read_json(kKernelRaw);
+  k["reference_gemm"] = {{"dtype", "bf16"},
+                         {"m", 8192},
+                         {"n", 8192},
+                         {"k", 8192},
+                         {"tflops", 760.0},
+                         {"first_algorithm_tflops", 690.0},
+                         {"burst_tflops", 790.0},
+                         {"candidates", 8}};
+  Diagnostics ok("raw");
+  const nlohmann::ordered_json with_ref = fit_profile({k}, "", catalog(), ok);
+  CHECK(ok.ok());
+  // The curves come from the GEMM table alone.
+  Diagnostics plain("raw");
+  CHECK(with_ref["gemm"] == fit_profile({read_json(kKernelRaw)}, "", catalog(), plain)["gemm"]);
+  k["reference_gemm"]["burst_tflops"] = "fast";
+  Diagnostics bad("raw");
+  CHECK(fit_profile({k}, "", catalog(), bad).is_null());
+  REQUIRE(bad.items().size() == 1);
+  CHECK(bad.items()[0].pointer == "/reference_gemm/burst_tflops");
+}

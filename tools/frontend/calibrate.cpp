@@ -199,6 +199,18 @@ void read_kernel_profile(ObjectReader& top, std::size_t src, RawData& raw) {
   const std::size_t before = d.items().size();
   const double launch = top.number("launch_overhead_s", 0, 1e-9, 1e-3, true);
   if (d.items().size() == before) raw.launches.emplace_back(launch, src);
+  // The profiler's reference GEMM (bf16 8192^3 timed three ways): read for its
+  // types, reported by the profiler; the curves come from `gemm` alone.
+  if (const nlohmann::json* ref = top.raw("reference_gemm")) {
+    ObjectReader r(*ref, top.at("reference_gemm"), d);
+    if (r.valid()) {
+      r.choice("dtype", "", {"fp32", "tf32", "fp16", "bf16", "fp8"}, true);
+      for (const char* dim : {"m", "n", "k"}) r.integer(dim, 0, 1, 1 << 24, true);
+      for (const char* f : {"tflops", "first_algorithm_tflops", "burst_tflops"}) r.number(f, 0, 1e-6, 1e6, true);
+      r.integer("candidates", 0, 1, 1024, true);
+      r.finish();
+    }
+  }
   if (const nlohmann::json* p = top.raw("peaks"); p != nullptr && !p->is_object()) {
     top.error("peaks", "expected an object, found " + describe_json_type(*p));
   }

@@ -122,6 +122,11 @@ struct ParallelSpec {
 // e.g. by llm-foundry in 2023); Unfused: QK^T, softmax, dropout, AV kernels.
 enum class AttentionKind : std::uint8_t { Flash, FlashTriton, Unfused, FlashAttention3, Cudnn };
 
+// The training framework decides which elementwise, norm, cast and loss kernels a
+// step runs (models/layer_steps.cpp, docs/frameworks.md). Default: the fused lists
+// used before the key existed (Megatron-style), with FlashAttention-2.
+enum class Framework : std::uint8_t { Default, MegatronTe, TorchCompile, Eager, Fsdp2 };
+
 struct TrainingSpec {
   int seq_len = 2048;
   Dtype precision = Dtype::BF16;   // GEMM dtype (fp8: GEMMs in FP8, the rest in BF16)
@@ -129,6 +134,7 @@ struct TrainingSpec {
   AttentionKind attention = AttentionKind::Flash;
   int grad_reduce_bytes = 4;  // bytes per gradient element in DP reduction (Megatron-LM default: fp32)
   bool dropout = true;        // hidden/attention dropout (kernels and masks); off in Llama-style recipes
+  Framework framework = Framework::Default;
 };
 
 }  // namespace trainsim

@@ -13,7 +13,8 @@ ComputeCostModel::ComputeCostModel(const Cluster& cluster, std::vector<Calibrati
 double ComputeCostModel::seconds(const ComputeOp& op, int gpu_type, double compute_share) const {
   const GpuSpec& gpu = cluster_->gpu_type(gpu_type);
   const CalibrationProfile& p = profiles_[gpu_type];
-  const double mem_bw = gpu.memory_bandwidth * p.memory_bound.curve.at(op.bytes);
+  // The bandwidth curve is per kernel: an op of several launches moves bytes / kernels in each.
+  const double mem_bw = gpu.memory_bandwidth * p.memory_bound.curve.at(op.bytes / std::max(op.kernels, 1));
   const double mem_time = op.bytes > 0 ? op.bytes / mem_bw : 0.0;
   double compute_time = 0;
   switch (op.kind) {

@@ -414,6 +414,13 @@ TrainingSpec read_training(ObjectReader& top, const TransformerSpec& model) {
                 : attn == "cudnn"             ? AttentionKind::Cudnn
                 : attn == "flash-triton"      ? AttentionKind::FlashTriton
                                               : AttentionKind::Unfused;
+  const std::string fw =
+      r.choice("framework", "default", {"default", "megatron-te", "torch-compile", "eager", "fsdp2"});
+  t.framework = fw == "megatron-te"     ? Framework::MegatronTe
+                : fw == "torch-compile" ? Framework::TorchCompile
+                : fw == "eager"         ? Framework::Eager
+                : fw == "fsdp2"         ? Framework::Fsdp2
+                                        : Framework::Default;
   t.grad_reduce_bytes = r.choice("grad_reduce", "fp32", {"fp32", "bf16", "fp16"}) == "fp32" ? 4 : 2;
   t.dropout = r.boolean("dropout", true);
   r.finish();
@@ -501,6 +508,20 @@ std::vector<CalibrationProfile> read_calibration(ObjectReader& top, const Catalo
   return out;
 }
 
+// Megatron-Core with Transformer Engine runs cuDNN fused attention where cuDNN
+// supports the GPU (Hopper, Blackwell): the default when the scenario names that
+// framework but no attention kernel, and every GPU's profile has cuDNN curves.
+void default_attention_of_framework(ObjectReader& top, Scenario& s) {
+  const nlohmann::json* t = top.raw("training");
+  if (s.training.framework != Framework::MegatronTe || t == nullptr || !t->is_object() || t->contains("attention"))
+    return;
+  const auto cudnn = static_cast<std::size_t>(AttentionKernel::Cudnn);
+  const bool all = !s.profiles.empty() && std::all_of(s.profiles.begin(), s.profiles.end(), [&](const auto& p) {
+    return !p.attention_kernels[cudnn].forward.curve.empty();
+  });
+  if (all) s.training.attention = AttentionKind::Cudnn;
+}
+
 void check_consistency(Scenario& s, Diagnostics& d) {
   if (s.training.attention == AttentionKind::FlashTriton) {
     for (const auto& prof : s.profiles) {
@@ -553,6 +574,7 @@ Scenario load_scenario_text(const std::string& text, const std::string& file, co
   s.training = read_training(top, s.model);
   s.expected = read_expected(top);
   s.profiles = read_calibration(top, catalog, s.cluster, base_dir);
+  default_attention_of_framework(top, s);
   top.finish();
   if (diags.ok()) check_consistency(s, diags);
   diags.throw_if_errors();

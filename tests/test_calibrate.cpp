@@ -461,3 +461,55 @@ TEST_CASE("the profiler's reference GEMM is accepted beside the GEMM table, and 
   REQUIRE(bad.items().size() == 1);
   CHECK(bad.items()[0].pointer == "/reference_gemm/burst_tflops");
 }
+
+TEST_CASE("calibrate compare: predicted vs measured per kernel category of a one-GPU scenario") {
+  const std::string dir = std::string(TRAINSIM_SOURCE_DIR) + "/tests/data/measure";
+  const std::string scenario = dir + "/tiny-llama-1gpu.json";
+  const std::string measured = dir + "/step_measurement_synthetic.json";
+  const StepCategories m = read_step_measurement(measured);
+  CHECK(m.gemm == 0.0008);
+  CHECK(m.iteration == 0.002);
+  const Scenario s = load_scenario_file(scenario, {}, catalog());
+  const StepCategories p = predicted_categories(s);
+  CHECK(p.gemm > 0);
+  CHECK(p.attention > 0);
+  CHECK(p.elementwise > 0);
+  CHECK(p.optimizer > 0);
+  // One GPU, no communication: the iteration is its compute.
+  CHECK(p.iteration == doctest::Approx(p.gemm + p.attention + p.elementwise + p.optimizer).epsilon(1e-6));
+  // The eager framework's unfused kernels show up in the elementwise share.
+  const StepCategories fused =
+      predicted_categories(load_scenario_file(scenario, {"training.framework=default"}, catalog()));
+  CHECK(p.elementwise > fused.elementwise);
+  CHECK(p.gemm == fused.gemm);
+  const std::string text = compare_step(measured, scenario, catalog());
+  const auto row = text.find("\ngemm");
+  REQUIRE(row != std::string::npos);
+  char ratio[32];
+  std::snprintf(ratio, sizeof ratio, " %.3f\n", p.gemm / m.gemm);
+  CHECK(text.substr(row, text.find('\n', row + 1) - row + 1).find(ratio) != std::string::npos);
+
+  SUBCASE("a measurement without a category, and a scenario on several GPUs, are input errors") {
+    nlohmann::json bad = read_json(measured);
+    bad["categories_s"].erase("attention");
+    bad["iteration_s"] = -1;
+    const std::string path = write_temp("bad-step.json", bad);
+    std::string error;
+    try {
+      read_step_measurement(path);
+    } catch (const InputError& e) {
+      error = e.what();
+    }
+    CHECK(error.find("/categories_s/attention") != std::string::npos);
+    CHECK(error.find("/iteration_s") != std::string::npos);
+    std::filesystem::remove(path);
+    std::string multi;
+    try {
+      predicted_categories(load_scenario_file(
+          scenario, {"cluster.node.gpus_per_node=2", "parallel.dp=2", "parallel.global_batch=4"}, catalog()));
+    } catch (const InputError& e) {
+      multi = e.what();
+    }
+    CHECK(multi.find("/parallel: calibrate compare needs a one-GPU scenario") != std::string::npos);
+  }
+}

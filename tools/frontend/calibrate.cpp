@@ -2,6 +2,7 @@
 
 #include "calibration/collective_cost.hpp"
 #include "calibration/fit.hpp"
+#include "tools/frontend/job.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -870,6 +871,95 @@ std::string calibration_report(const std::string& profile_path, const std::strin
                                  "no shipped profile for \"" + b.gpu + "\" to compare with; use --against PROFILE"}});
   }
   return compare_profiles(*a, b, "shipped default profile", profile_path);
+}
+
+StepCategories read_step_measurement(const std::string& path) {
+  Diagnostics d(path);
+  const std::string text = read_text_file(path, d);
+  StepCategories c;
+  if (d.ok()) {
+    if (auto doc = parse_json_text(text, d)) {
+      ObjectReader top(*doc, "", d);
+      if (top.valid()) {
+        top.choice("kind", "", {"step_measurement"}, true);
+        if (const nlohmann::json* p = top.raw("provenance"); p == nullptr || !p->is_object()) {
+          top.error("provenance", "expected an object saying where and how the step was measured");
+        }
+        top.string("scenario", "");
+        top.integer("steps", 0, 1, 1 << 20, true);
+        c.iteration = top.number("iteration_s", 0, 1e-9, 1e6, true);
+        if (const nlohmann::json* cat = top.raw("categories_s")) {
+          ObjectReader r(*cat, top.at("categories_s"), d);
+          if (r.valid()) {
+            c.gemm = r.number("gemm", 0, 0, 1e6, true);
+            c.attention = r.number("attention", 0, 0, 1e6, true);
+            c.elementwise = r.number("elementwise", 0, 0, 1e6, true);
+            c.optimizer = r.number("optimizer", 0, 0, 1e6, true);
+            r.finish();
+          }
+        } else {
+          top.error("categories_s",
+                    "required object {gemm, attention, elementwise, optimizer} (seconds per iteration)");
+        }
+        top.finish();
+      }
+    }
+  }
+  d.throw_if_errors();
+  return c;
+}
+
+StepCategories predicted_categories(const Scenario& s) {
+  const ParallelSpec& par = s.parallel;
+  if (par.tp * par.pp * par.dp * par.cp * par.ep != 1) {
+    throw InputError({Diagnostic{s.file, "/parallel",
+                                 "calibrate compare needs a one-GPU scenario (tp, pp, dp, cp, ep all 1), like the "
+                                 "measurement; found " +
+                                     std::to_string(par.tp * par.pp * par.dp * par.cp * par.ep) + " GPUs"}});
+  }
+  const Platform platform(s.cluster, s.profiles);
+  const WorkloadPlan plan = workload_of(s)->plan(platform, Placement::of(s.parallel), PlanOptions{});
+  const ProgramTemplate& prog = plan.setup.programs.at(0);
+  const int type = platform.cluster().gpu_type_of(plan.setup.ranks[plan.recorded_rank_of_stage[0]].gpu);
+  StepCategories c;
+  for (const Task& t : prog.tasks) {
+    if (t.kind != TaskKind::Compute) continue;
+    const ComputeOp& op = prog.ops[t.ref];
+    const double sec = platform.costs().duration(op, type).to_seconds();
+    if (op.kind == OpKind::Gemm) {
+      c.gemm += sec;
+    } else if (op.kind == OpKind::Attention || op.kind == OpKind::AttentionBackward) {
+      c.attention += sec;
+    } else if (op.name.rfind("optimizer.", 0) == 0) {
+      c.optimizer += sec;
+    } else {
+      c.elementwise += sec;
+    }
+  }
+  c.iteration = simulate(s).iteration_time_s;
+  return c;
+}
+
+std::string compare_step(const std::string& measured_path, const std::string& scenario_path, const Catalog& catalog) {
+  const StepCategories m = read_step_measurement(measured_path);
+  const Scenario s = load_scenario_file(scenario_path, {}, catalog);
+  const StepCategories p = predicted_categories(s);
+  std::ostringstream out;
+  out << "Predicted (" << scenario_path << ") vs measured (" << measured_path << "), seconds per iteration\n";
+  char line[160];
+  std::snprintf(line, sizeof line, "%-14s %12s %12s %10s\n", "category", "predicted", "measured", "pred/meas");
+  out << line;
+  auto row = [&](const char* name, double pv, double mv) {
+    const std::string ratio = mv > 0 ? fmt("%.3f", pv / mv) : "-";
+    std::snprintf(line, sizeof line, "%-14s %12.6g %12.6g %10s\n", name, pv, mv, ratio.c_str());
+    out << line;
+  };
+  row("gemm", p.gemm, m.gemm);
+  row("attention", p.attention, m.attention);
+  row("elementwise", p.elementwise, m.elementwise);
+  row("optimizer", p.optimizer, m.optimizer);
+  row("iteration", p.iteration, m.iteration);
+  return out.str();
 }
 
 }  // namespace trainsim

@@ -12,6 +12,7 @@
 #include "calibration/profile_io.hpp"
 #include "tools/frontend/catalog.hpp"
 #include "tools/frontend/json_reader.hpp"
+#include "tools/frontend/scenario.hpp"
 
 namespace trainsim {
 
@@ -50,5 +51,26 @@ std::string compare_profiles(const CalibrationProfile& a, const CalibrationProfi
 // profile of the same GPU. Throws InputError.
 std::string calibration_report(const std::string& profile_path, const std::string& against_path_or_empty,
                                const Catalog& catalog);
+
+// Per-kernel-category time of one training iteration: measured on a GPU host
+// (tools/measure-step writes {"kind": "step_measurement"}) or predicted.
+struct StepCategories {
+  double gemm = 0, attention = 0, elementwise = 0, optimizer = 0;
+  double iteration = 0;  // wall time of one iteration
+};
+
+// Reads a step_measurement file strictly (errors carry the file and JSON pointer).
+// Throws InputError.
+StepCategories read_step_measurement(const std::string& path);
+
+// Predicted compute time per category of one iteration of a one-GPU scenario
+// (GEMM ops, fused attention, optimizer.*, every other memory-bound op) and its
+// iteration time. Throws InputError naming /parallel when the scenario has more
+// than one GPU.
+StepCategories predicted_categories(const Scenario& scenario);
+
+// `trainsim calibrate compare MEASURED.json SCENARIO.json`: predicted vs measured
+// per category and per iteration, with the ratio predicted / measured.
+std::string compare_step(const std::string& measured_path, const std::string& scenario_path, const Catalog& catalog);
 
 }  // namespace trainsim

@@ -235,6 +235,11 @@ int run_commands(int argc, const char* const* argv, std::ostream& out, std::ostr
       calibrate_cmd->add_subcommand("report", "Compare a profile with the shipped one of its GPU (or --against)");
   profile_report_cmd->add_option("profile", profile_path, "Profile JSON")->required();
   profile_report_cmd->add_option("--against", against, "Profile to compare with");
+  std::string measured_path, compare_scenario;
+  auto* compare_cmd = calibrate_cmd->add_subcommand(
+      "compare", "Predicted vs measured time per kernel category of a one-GPU scenario (tools/measure-step)");
+  compare_cmd->add_option("measured", measured_path, "step_measurement JSON")->required();
+  compare_cmd->add_option("scenario", compare_scenario, "Scenario JSON")->required();
 
   std::string what;
   auto* catalog_cmd = app.add_subcommand("catalog", "List the shipped presets");
@@ -301,6 +306,10 @@ int run_commands(int argc, const char* const* argv, std::ostream& out, std::ostr
     }
     if (profile_report_cmd->parsed()) {
       out << calibration_report(profile_path, against, catalog);
+      return kOk;
+    }
+    if (compare_cmd->parsed()) {
+      out << compare_step(measured_path, compare_scenario, catalog);
       return kOk;
     }
     if (regress_cmd->parsed()) {

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "calibration/attention_kernel.hpp"
 #include "topologies/embedded_file.hpp"
 #include "topologies/hardware.hpp"
 
@@ -62,6 +63,13 @@ struct LinkCalibration {
   bool operator==(const LinkCalibration&) const = default;
 };
 
+// Forward and backward efficiency curves of one fused-attention kernel family.
+struct AttentionKernelCurves {
+  CurveEntry forward;
+  CurveEntry backward;  // optional: else `forward`
+  bool operator==(const AttentionKernelCurves&) const = default;
+};
+
 struct CalibrationProfile {
   std::string gpu;          // canonical GPU name the profile describes
   std::string description;  // one line: how the profile was made
@@ -69,13 +77,16 @@ struct CalibrationProfile {
   std::array<CurveEntry, kNumDtypes> gemm;
   // Skinny-GEMM penalty: efficiency factor vs the smallest GEMM dimension.
   CurveEntry gemm_min_dim;
-  // Fused (flash) attention efficiency vs FLOPs of one attention kernel.
+  // FlashAttention-2 efficiency vs FLOPs of one attention kernel.
   CurveEntry attention;
   // The same for the fused attention backward kernel (optional: else `attention`).
   CurveEntry attention_backward;
   // Throughput of the Triton FlashAttention kernel relative to the curves above
   // (optional; needed by scenarios with attention "flash-triton").
   ValueEntry triton_attention_speed;
+  // Curves of the other fused-attention families (cuDNN, FlashAttention-3), indexed by
+  // AttentionKernel; an empty forward curve means no figure for this GPU (optional).
+  std::array<AttentionKernelCurves, kNumAttentionKernels> attention_kernels;
   // Memory-bound kernels: achieved / spec HBM bandwidth vs bytes moved.
   CurveEntry memory_bound;
   ValueEntry launch_overhead;  // seconds per kernel

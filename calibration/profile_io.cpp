@@ -73,6 +73,26 @@ ValueEntry read_value(ObjectReader& parent, const char* key, std::optional<Quant
   return e;
 }
 
+// `attention_kernels`: {"cudnn": {"forward": curve, "backward": curve}, ...}.
+void read_attention_kernels(ObjectReader& parent, CalibrationProfile& p) {
+  const nlohmann::json* v = parent.raw("attention_kernels");
+  if (v == nullptr) return;
+  ObjectReader r(*v, parent.at("attention_kernels"), parent.diagnostics());
+  if (!r.valid()) return;
+  for (std::size_t i = 0; i < kNumAttentionKernels; ++i) {
+    const std::string key(attention_kernel_key(static_cast<AttentionKernel>(i)));
+    if (key.empty()) continue;
+    const nlohmann::json* f = r.raw(key.c_str());
+    if (f == nullptr) continue;
+    ObjectReader fr(*f, r.at(key.c_str()), r.diagnostics());
+    if (!fr.valid()) continue;
+    p.attention_kernels[i].forward = read_curve(fr, "forward", true);
+    p.attention_kernels[i].backward = read_curve(fr, "backward", false);
+    fr.finish();
+  }
+  r.finish();  // unknown family names are errors
+}
+
 LinkCalibration read_link(ObjectReader& parent, const char* key) {
   LinkCalibration l;
   const nlohmann::json* v = parent.raw(key);
@@ -111,6 +131,7 @@ CalibrationProfile read_profile(ObjectReader& r) {
   p.attention = read_curve(r, "attention", true);
   p.attention_backward = read_curve(r, "attention_backward", false);
   p.triton_attention_speed = read_value(r, "triton_attention_speed", std::nullopt, 0.05, 1, false);
+  read_attention_kernels(r, p);
   p.memory_bound = read_curve(r, "memory_bound", true);
   p.launch_overhead = read_value(r, "launch_overhead", Quantity::Time, 0, 1e-3, true);
   p.compute_share_during_comm = read_value(r, "compute_share_during_comm", std::nullopt, 0.05, 1, false);
@@ -228,6 +249,16 @@ nlohmann::ordered_json profile_to_json(const CalibrationProfile& p) {
   if (present(p.attention_backward)) j["attention_backward"] = curve_to_json(p.attention_backward);
   if (present(p.triton_attention_speed))
     j["triton_attention_speed"] = value_to_json(p.triton_attention_speed, std::nullopt);
+  nlohmann::ordered_json kernels = nlohmann::ordered_json::object();
+  for (std::size_t i = 0; i < kNumAttentionKernels; ++i) {
+    const AttentionKernelCurves& k = p.attention_kernels[i];
+    if (!present(k.forward)) continue;
+    nlohmann::ordered_json f;
+    f["forward"] = curve_to_json(k.forward);
+    if (present(k.backward)) f["backward"] = curve_to_json(k.backward);
+    kernels[std::string(attention_kernel_key(static_cast<AttentionKernel>(i)))] = std::move(f);
+  }
+  if (!kernels.empty()) j["attention_kernels"] = std::move(kernels);
   j["memory_bound"] = curve_to_json(p.memory_bound);
   j["launch_overhead"] = value_to_json(p.launch_overhead, Quantity::Time);
   if (present(p.compute_share_during_comm))

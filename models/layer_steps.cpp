@@ -53,11 +53,14 @@ class StepList {
     return add_compute(std::move(op), 0, std::move(waits));
   }
   int attention(const std::string& name, Dtype dtype, double exec_flops, double model_flops, double bytes,
-                std::vector<int> waits, bool backward, bool triton) {
+                std::vector<int> waits, bool backward, AttentionKind kind) {
     ComputeOp op;
     op.name = name;
     op.kind = backward ? OpKind::AttentionBackward : OpKind::Attention;
-    op.triton_attention = triton;
+    op.attention_kernel = kind == AttentionKind::FlashTriton       ? AttentionKernel::Triton
+                          : kind == AttentionKind::FlashAttention3 ? AttentionKernel::FlashAttention3
+                          : kind == AttentionKind::Cudnn           ? AttentionKernel::Cudnn
+                                                                   : AttentionKernel::FlashAttention2;
     op.dtype = dtype;
     op.flops = exec_flops;
     op.bytes = bytes;
@@ -105,6 +108,39 @@ struct Dims {
   bool dropout;
   Dtype attn_dtype;  // attention, LM head and memory-bound work: FP8 recipes keep these in BF16
 };
+
+// Memory traffic (x the fused kernel's bytes) and launches of the elementwise, norm,
+// cast and loss kernels a framework runs; docs/frameworks.md gives each list's source.
+struct KernelRecipe {
+  double norm = 1, norm_bwd = 1;  // RMSNorm/LayerNorm
+  int norm_kernels = 1, norm_bwd_kernels = 1;
+  double rope = 1, rope_bwd = 1;
+  int rope_kernels = 1;
+  double swiglu = 1, swiglu_bwd = 1;  // SwiGLU activation (GeLU is one kernel everywhere)
+  int swiglu_kernels = 1, swiglu_bwd_kernels = 1;
+  double residual_dropout = 1;  // dropout + residual add (no dropout: one add everywhere)
+  int residual_dropout_kernels = 1;
+  double xent = 1, xent_bwd = 1;  // cross-entropy over the vocabulary
+  int xent_kernels = 1, xent_bwd_kernels = 1;
+  bool weight_casts = false;   // fp32 master weights cast to 16 bits once per forward (AMP / FSDP2)
+  bool casts_sharded = false;  // FSDP2: the cast runs on the 1/dp shard, before the all-gather, in both passes
+};
+
+KernelRecipe recipe_of(Framework f) {
+  KernelRecipe r;
+  if (f == Framework::TorchCompile) r.weight_casts = true;  // Inductor fuses the pointwise chains, not the casts
+  if (f != Framework::Eager && f != Framework::Fsdp2) return r;
+  // Eager PyTorch, op by op (Hugging Face LlamaRMSNorm, rotate_half RoPE, F.silu(gate) * up,
+  // F.cross_entropy(logits.float())); bytes per element counted in docs/frameworks.md.
+  r.norm = 9, r.norm_kernels = 8, r.norm_bwd = 9, r.norm_bwd_kernels = 12;
+  r.rope = 5, r.rope_bwd = 5, r.rope_kernels = 10;
+  r.swiglu = 10.0 / 6, r.swiglu_kernels = 2, r.swiglu_bwd = 18.0 / 10, r.swiglu_bwd_kernels = 3;
+  r.residual_dropout = 11.0 / 7, r.residual_dropout_kernels = 2;
+  r.xent = 18.0 / 10, r.xent_kernels = 3, r.xent_bwd = 22.0 / 6, r.xent_bwd_kernels = 4;
+  r.weight_casts = true;
+  r.casts_sharded = f == Framework::Fsdp2;
+  return r;
+}
 
 Dims dims_of(const TransformerSpec& m, const ParallelSpec& p, const TrainingSpec& tr) {
   Dims d{};
@@ -198,8 +234,7 @@ void attention_core_forward(StepList& L, const Dims& D, AttentionKind kind, std:
   if (kind != AttentionKind::Unfused) {
     const double bytes = (D.tokens * (2 * D.a_t * D.d) + D.b * D.s_full * 2 * D.g_t * D.d) * kActBytes;
     // causal: half the tiles run
-    L.attention("attn.core", D.attn_dtype, model / 2, model, bytes, std::move(waits), false,
-                kind == AttentionKind::FlashTriton);
+    L.attention("attn.core", D.attn_dtype, model / 2, model, bytes, std::move(waits), false, kind);
     return;
   }
   const double heads = D.b * D.a_t;
@@ -382,11 +417,21 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
   const bool ov = p.tp_comm_overlap && D.tp_comm;
   auto gate = [&](int c) { return ov ? std::vector<int>{} : maybe(c); };
   auto after = [&](int c) { return ov ? maybe(c) : std::vector<int>{}; };
+  const KernelRecipe R = recipe_of(tr.framework);
+  const double residual = act_norm * (D.dropout ? 3.5 * R.residual_dropout : 3);
+  const int residual_kernels = D.dropout ? R.residual_dropout_kernels : 1;
+  // fp32 -> 16-bit weight casts: read 4 + write 2 bytes per weight of this rank; one
+  // launch per weight matrix (QKV, projection, MLP up (gate and up), down).
+  const double cast_share = R.casts_sharded ? 1.0 / p.dp : 1.0;
+  const double cast_bytes = m.params_per_layer() / p.tp * (4 + kActBytes) * cast_share;
+  const int cast_kernels = D.swiglu ? 5 : 4;
+  const double head_cast_bytes = static_cast<double>(m.vocab) * m.hidden / p.tp * (4 + kActBytes) * cast_share;
 
   // ---------------- forward of one layer ----------------
   {
     StepList L(&dense.forward, Pass::Forward);
-    L.memory("norm1", act_norm * 2);
+    if (R.weight_casts) L.memory("amp.weight.cast", cast_bytes, {}, cast_kernels);
+    L.memory("norm1", act_norm * 2 * R.norm, {}, R.norm_kernels);
     const int ag1 = D.sp ? L.comm("tp.ag.attn", CollectiveKind::AllGather, CommClass::TP, act) : -1;
     if (m.mla.enabled()) {
       mla_projections_forward(L, m, D, gate(ag1));
@@ -395,7 +440,7 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     }
     std::vector<int> core_waits = after(ag1);
     if (m.rope) {
-      L.memory("attn.rope", D.tokens * (D.a_t + D.g_t) * D.d * kActBytes * 2, core_waits);
+      L.memory("attn.rope", D.tokens * (D.a_t + D.g_t) * D.d * kActBytes * 2 * R.rope, core_waits, R.rope_kernels);
       core_waits.clear();
     }
     const int kv = D.cp_comm ? L.comm("cp.ag.kv", CollectiveKind::AllGather, CommClass::CP, kv_bytes) : -1;
@@ -403,14 +448,15 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     attention_core_forward(L, D, tr.attention, core_waits);
     L.gemm("attn.proj", D.gemm_dtype, D.tokens, D.h, D.a_t * D.d_out);
     const int r1 = D.tp_comm ? L.comm("tp.attn.out", tp_out_kind, CommClass::TP, act, {}, ov) : -1;
-    L.memory("attn.residual", act_norm * (D.dropout ? 3.5 : 3), maybe(r1));  // bias-dropout-add (+ mask)
-    L.memory("norm2", act_norm * 2);
+    L.memory("attn.residual", residual, maybe(r1), residual_kernels);  // bias-dropout-add (+ mask)
+    L.memory("norm2", act_norm * 2 * R.norm, {}, R.norm_kernels);
     const int ag2 = D.sp ? L.comm("tp.ag.mlp", CollectiveKind::AllGather, CommClass::TP, act) : -1;
     L.gemm("mlp.up", D.gemm_dtype, D.tokens, D.f_t * D.up_mult, D.h, gate(ag2));
-    L.memory("mlp.act", D.tokens * D.f_t * kActBytes * (D.swiglu ? 3 : 2), after(ag2));
+    L.memory("mlp.act", D.tokens * D.f_t * kActBytes * (D.swiglu ? 3 * R.swiglu : 2), after(ag2),
+             D.swiglu ? R.swiglu_kernels : 1);
     L.gemm("mlp.down", D.gemm_dtype, D.tokens, D.h, D.f_t);
     const int r2 = D.tp_comm ? L.comm("tp.mlp.out", tp_out_kind, CommClass::TP, act, {}, ov) : -1;
-    L.memory("mlp.residual", act_norm * (D.dropout ? 3.5 : 3), maybe(r2));
+    L.memory("mlp.residual", residual, maybe(r2), residual_kernels);
   }
 
   // ---------------- backward of one layer ----------------
@@ -424,7 +470,8 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     L.set_pass(Pass::BackwardWeight);
     L.gemm("mlp.down.wgrad", D.gemm_dtype, D.h, D.f_t, D.tokens, after(g1));
     L.set_pass(Pass::BackwardInput);
-    L.memory("mlp.act.bwd", D.tokens * D.f_t * kActBytes * (D.swiglu ? 5 : 3));
+    L.memory("mlp.act.bwd", D.tokens * D.f_t * kActBytes * (D.swiglu ? 5 * R.swiglu_bwd : 3), {},
+             D.swiglu ? R.swiglu_bwd_kernels : 1);
     const int in2 = D.sp ? L.comm("tp.ag.mlp.input", CollectiveKind::AllGather, CommClass::TP, act) : -1;
     L.gemm("mlp.up.dgrad", D.gemm_dtype, D.tokens, D.h, D.f_t * D.up_mult);
     const int rs2 = D.tp_comm ? L.comm("tp.mlp.in.grad", tp_in_kind, CommClass::TP, act) : -1;
@@ -434,7 +481,7 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     L.set_pass(Pass::BackwardWeight);
     L.gemm("mlp.up.wgrad", D.gemm_dtype, D.h, D.f_t * D.up_mult, D.tokens, maybe(wg2));
     L.set_pass(Pass::BackwardInput);
-    L.memory("norm2.bwd", act_norm * 4, maybe(rs2));
+    L.memory("norm2.bwd", act_norm * 4 * R.norm_bwd, maybe(rs2), R.norm_bwd_kernels);
     // Attention block, in reverse.
     L.memory("attn.residual.bwd", act_norm * 2);
     const int g2 = D.sp ? L.comm("tp.ag.attn.grad", CollectiveKind::AllGather, CommClass::TP, act) : -1;
@@ -446,8 +493,7 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     if (tr.attention != AttentionKind::Unfused) {
       // FlashAttention backward: recomputes QK^T and runs four GEMMs (2.5x the forward work).
       const double bytes = (D.tokens * (4 * D.a_t * D.d) + D.b * D.s_full * 4 * D.g_t * D.d) * kActBytes;
-      L.attention("attn.core.bwd", D.attn_dtype, 2.5 * model_core / 2, 2 * model_core, bytes, {}, true,
-                  tr.attention == AttentionKind::FlashTriton);
+      L.attention("attn.core.bwd", D.attn_dtype, 2.5 * model_core / 2, 2 * model_core, bytes, {}, true, tr.attention);
     } else {
       const double heads = D.b * D.a_t;
       const double scores = heads * D.s_local * D.s_full;
@@ -459,7 +505,8 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
       L.gemm("attn.qk.wgrad", D.attn_dtype, D.s_full, D.d, D.s_local, {}, heads);
     }
     const int rkv = D.cp_comm ? L.comm("cp.rs.kv.grad", CollectiveKind::ReduceScatter, CommClass::CP, kv_bytes) : -1;
-    if (m.rope) L.memory("attn.rope.bwd", D.tokens * (D.a_t + D.g_t) * D.d * kActBytes * 2);
+    if (m.rope)
+      L.memory("attn.rope.bwd", D.tokens * (D.a_t + D.g_t) * D.d * kActBytes * 2 * R.rope_bwd, {}, R.rope_kernels);
     const int in1 = D.sp ? L.comm("tp.ag.attn.input", CollectiveKind::AllGather, CommClass::TP, act) : -1;
     if (m.mla.enabled()) {
       mla_projections_dgrad(L, m, D, maybe(rkv));
@@ -475,7 +522,8 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
       L.gemm("attn.qkv.wgrad", D.gemm_dtype, D.h, (D.a_t + 2 * D.g_t) * D.d, D.tokens, maybe(wg1));
     }
     L.set_pass(Pass::BackwardInput);
-    L.memory("norm1.bwd", act_norm * 4, maybe(rs1));
+    L.memory("norm1.bwd", act_norm * 4 * R.norm_bwd, maybe(rs1), R.norm_bwd_kernels);
+    if (R.casts_sharded) L.memory("fsdp.weight.cast.bwd", cast_bytes, {}, cast_kernels);  // re-gather for backward
   }
 
   // ---------------- recomputation before backward ----------------
@@ -499,12 +547,13 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
   {
     const double v_t = static_cast<double>(m.vocab) / p.tp;
     StepList L(&out.head_forward, Pass::Forward);
-    L.memory("final.norm", act_norm * 2);
+    if (R.weight_casts) L.memory("amp.head.cast", head_cast_bytes);
+    L.memory("final.norm", act_norm * 2 * R.norm, {}, R.norm_kernels);
     const int ag = D.sp ? L.comm("tp.ag.head", CollectiveKind::AllGather, CommClass::TP, act) : -1;
     L.gemm("head.logits", D.attn_dtype, D.tokens, v_t, D.h, maybe(ag));
-    L.memory("loss.xent", D.tokens * v_t * (kActBytes + 4 + 4));
+    L.memory("loss.xent", D.tokens * v_t * (kActBytes + 4 + 4) * R.xent, {}, R.xent_kernels);
     StepList B(&out.head_backward, Pass::BackwardInput);
-    B.memory("loss.xent.bwd", D.tokens * v_t * (4 + kActBytes));
+    B.memory("loss.xent.bwd", D.tokens * v_t * (4 + kActBytes) * R.xent_bwd, {}, R.xent_bwd_kernels);
     B.gemm("head.dgrad", D.attn_dtype, D.tokens, D.h, v_t);
     const int rs = D.tp_comm ? B.comm("tp.head.grad", D.sp ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce,
                                       CommClass::TP, act)
@@ -512,7 +561,7 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     B.set_pass(Pass::BackwardWeight);
     B.gemm("head.wgrad", D.attn_dtype, D.h, v_t, D.tokens, maybe(p.tp_grad_overlap || D.sp ? -1 : rs));
     B.set_pass(Pass::BackwardInput);
-    B.memory("final.norm.bwd", act_norm * 4, maybe(rs));
+    B.memory("final.norm.bwd", act_norm * 4 * R.norm_bwd, maybe(rs), R.norm_bwd_kernels);
   }
 
   dense.grad_elements = m.params_per_layer() / p.tp;

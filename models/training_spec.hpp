@@ -137,10 +137,16 @@ struct ParallelSpec {
   int micro_batches() const { return global_batch / (micro_batch * dp); }
 };
 
-// Flash: FlashAttention-2 (or cuDNN fused attention); FlashTriton: the Triton
-// FlashAttention kernel (flash_attn_triton, used e.g. by llm-foundry in 2023), the
-// same algorithm at lower throughput; Unfused: QK^T, softmax, dropout, AV kernels.
-enum class AttentionKind : std::uint8_t { Flash, FlashTriton, Unfused };
+// Flash: FlashAttention-2; FlashAttention3 and Cudnn (cuDNN fused attention, what
+// Transformer Engine runs on Hopper/Blackwell): the same fused algorithm with their own
+// profile curves; FlashTriton: the Triton FlashAttention kernel (flash_attn_triton, used
+// e.g. by llm-foundry in 2023); Unfused: QK^T, softmax, dropout, AV kernels.
+enum class AttentionKind : std::uint8_t { Flash, FlashTriton, Unfused, FlashAttention3, Cudnn };
+
+// The training framework decides which elementwise, norm, cast and loss kernels a
+// step runs (models/layer_steps.cpp, docs/frameworks.md). Default: the fused lists
+// used before the key existed (Megatron-style), with FlashAttention-2.
+enum class Framework : std::uint8_t { Default, MegatronTe, TorchCompile, Eager, Fsdp2 };
 
 struct TrainingSpec {
   int seq_len = 2048;
@@ -150,6 +156,7 @@ struct TrainingSpec {
   int grad_reduce_bytes = 4;  // bytes per gradient element in DP reduction (Megatron-LM default: fp32)
   bool dropout = true;        // hidden/attention dropout (kernels and masks); off in Llama-style recipes
   RoutingSpec routing;        // MoE: how unevenly tokens reach the experts
+  Framework framework = Framework::Default;
 };
 
 }  // namespace trainsim

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string>
 
+#include "calibration/attention_kernel.hpp"
 #include "topologies/hardware.hpp"
 
 namespace trainsim {
@@ -18,7 +19,7 @@ struct ComputeOp {
   double bytes = 0;                  // HBM bytes read + written
   std::int64_t m = 0, n = 0, k = 0;  // GEMM shape (per GEMM) for shape-dependent efficiency
   int kernels = 1;                   // kernel launches the op stands for
-  bool triton_attention = false;     // attention: the Triton FlashAttention kernel, not FlashAttention-2
+  AttentionKernel attention_kernel = AttentionKernel::FlashAttention2;  // attention: which fused kernel
 };
 
 }  // namespace trainsim

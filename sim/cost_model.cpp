@@ -13,7 +13,8 @@ ComputeCostModel::ComputeCostModel(const Cluster& cluster, std::vector<Calibrati
 double ComputeCostModel::seconds(const ComputeOp& op, int gpu_type, double compute_share) const {
   const GpuSpec& gpu = cluster_->gpu_type(gpu_type);
   const CalibrationProfile& p = profiles_[gpu_type];
-  const double mem_bw = gpu.memory_bandwidth * p.memory_bound.curve.at(op.bytes);
+  // The bandwidth curve is per kernel: an op of several launches moves bytes / kernels in each.
+  const double mem_bw = gpu.memory_bandwidth * p.memory_bound.curve.at(op.bytes / std::max(op.kernels, 1));
   const double mem_time = op.bytes > 0 ? op.bytes / mem_bw : 0.0;
   double compute_time = 0;
   switch (op.kind) {
@@ -27,12 +28,22 @@ double ComputeCostModel::seconds(const ComputeOp& op, int gpu_type, double compu
     }
     case OpKind::Attention:
     case OpKind::AttentionBackward: {
-      const bool bwd = op.kind == OpKind::AttentionBackward && !p.attention_backward.curve.empty();
-      const EfficiencyCurve& c = bwd ? p.attention_backward.curve : p.attention.curve;
-      const double speed = op.triton_attention ? p.triton_attention_speed.value : 1.0;
-      // Scenario loading rejects flash-triton without the profile figure.
-      TRAINSIM_CHECK(speed > 0, "Triton attention without triton_attention_speed in the profile of " + p.gpu);
-      compute_time = op.flops / (gpu.peak(op.dtype) * c.at(op.flops / std::max(op.kernels, 1)) * speed);
+      const bool backward = op.kind == OpKind::AttentionBackward;
+      const AttentionKernelCurves& family = p.attention_kernels[static_cast<std::size_t>(op.attention_kernel)];
+      const EfficiencyCurve* c = nullptr;
+      double speed = 1.0;
+      if (!family.forward.curve.empty()) {  // a family with its own curves (cuDNN, FlashAttention-3)
+        c = backward && !family.backward.curve.empty() ? &family.backward.curve : &family.forward.curve;
+      } else {
+        // Scenario loading rejects a family without curves in every GPU's profile.
+        TRAINSIM_CHECK(
+            op.attention_kernel == AttentionKernel::FlashAttention2 || op.attention_kernel == AttentionKernel::Triton,
+            "attention kernel family without curves in the profile of " + p.gpu);
+        c = backward && !p.attention_backward.curve.empty() ? &p.attention_backward.curve : &p.attention.curve;
+        speed = op.attention_kernel == AttentionKernel::Triton ? p.triton_attention_speed.value : 1.0;
+        TRAINSIM_CHECK(speed > 0, "Triton attention without triton_attention_speed in the profile of " + p.gpu);
+      }
+      compute_time = op.flops / (gpu.peak(op.dtype) * c->at(op.flops / std::max(op.kernels, 1)) * speed);
       break;
     }
     case OpKind::MemoryBound:

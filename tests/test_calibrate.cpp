@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "sim/cost_model.hpp"
 #include "tools/frontend/calibrate.hpp"
 #include "tools/frontend/job.hpp"
 #include "tools/frontend/scenario.hpp"
@@ -298,4 +299,217 @@ TEST_CASE("a fitted profile, loaded like a scenario's calibration.profiles entry
     CHECK(vs.substr(att, vs.find('\n', att) - att).find(" 1.000 ") != std::string::npos);
   }
   for (const auto& p : {fast_raw, base_profile, fast_profile}) std::filesystem::remove(p);
+}
+
+namespace {
+
+const std::string kH200Dir = std::string(TRAINSIM_SOURCE_DIR) + "/calibration/measurements/h200";
+const std::string kH200Kernels = kH200Dir + "/kernel_profile_full.json";
+const std::string kH200Attention = kH200Dir + "/attention_sweep.json";
+
+// Seconds of the first compute op called `name` in stage 0's program (no contention).
+double op_seconds(const Scenario& s, const std::string& name) {
+  const Cluster cluster(s.cluster);
+  const ComputeCostModel costs(cluster, s.profiles);
+  const TrainingPlan plan = plan_training(s.model, s.parallel, s.training, cluster, PlanOptions{});
+  for (const ComputeOp& op : plan.setup.programs.at(0).ops) {
+    if (op.name == name) return costs.seconds(op, 0);
+  }
+  FAIL("no kernel " << name);
+  return 0;
+}
+
+}  // namespace
+
+TEST_CASE("the shipped H200 profile is what calibrate fit gives from the in-repo H200 measurements") {
+  const CalibrationProfile fitted =
+      to_profile(fit_profile_files({kH200Kernels, kH200Attention}, "", catalog(), {"gemm.fp8"}));
+  const CalibrationProfile* shipped = catalog().find_profile_for_gpu("H200-SXM-141GB");
+  REQUIRE(shipped != nullptr);
+  // Sources name the raw files by the path given, so compare curves, values and kinds.
+  auto same = [](const CurveEntry& a, const CurveEntry& b) {
+    CHECK(a.curve == b.curve);
+    CHECK(a.provenance.kind == b.provenance.kind);
+  };
+  for (const Dtype d : {Dtype::BF16, Dtype::FP16, Dtype::TF32}) {
+    same(fitted.gemm[static_cast<std::size_t>(d)], shipped->gemm[static_cast<std::size_t>(d)]);
+    CHECK(shipped->gemm[static_cast<std::size_t>(d)].provenance.kind == "fitted");
+  }
+  // FP8 keeps the public cuBLASLt sweep (--keep gemm.fp8).
+  CHECK(shipped->gemm[static_cast<std::size_t>(Dtype::FP8)].provenance.kind == "measured");
+  same(fitted.gemm[static_cast<std::size_t>(Dtype::FP8)], shipped->gemm[static_cast<std::size_t>(Dtype::FP8)]);
+  same(fitted.gemm_min_dim, shipped->gemm_min_dim);
+  same(fitted.attention, shipped->attention);
+  same(fitted.attention_backward, shipped->attention_backward);
+  const auto cudnn = static_cast<std::size_t>(AttentionKernel::Cudnn);
+  same(fitted.attention_kernels[cudnn].forward, shipped->attention_kernels[cudnn].forward);
+  same(fitted.attention_kernels[cudnn].backward, shipped->attention_kernels[cudnn].backward);
+  same(fitted.memory_bound, shipped->memory_bound);
+  CHECK(fitted.launch_overhead.value == shipped->launch_overhead.value);
+  CHECK(shipped->launch_overhead.provenance.kind == "measured");
+}
+
+TEST_CASE("attention sweep: each family's curve gives back the measured TFLOP/s") {
+  const CalibrationProfile p = to_profile(fit_profile_files({kH200Attention}, "", catalog()));
+  const nlohmann::json raw = read_json(kH200Attention);
+  const double peak = catalog().find_gpu("H200-SXM-141GB")->peak(Dtype::BF16);
+  const auto& cudnn = p.attention_kernels[static_cast<std::size_t>(AttentionKernel::Cudnn)];
+  int n = 0;
+  for (const auto& pt : raw["points"]) {
+    const double flops = 2.0 * pt["batch"].get<double>() * pt["heads"].get<double>() * pt["seq"].get<double>() *
+                         pt["seq"].get<double>() * pt["head_dim"].get<double>();
+    const bool fa2 = pt["backend"] == "flash_attention";
+    const EfficiencyCurve& fwd = fa2 ? p.attention.curve : cudnn.forward.curve;
+    const EfficiencyCurve& bwd = fa2 ? p.attention_backward.curve : cudnn.backward.curve;
+    // Within 2%: the curve is a per-bucket median made non-decreasing.
+    CHECK(within(fwd.at(flops) * peak / 1e12, pt["fwd_tflops"].get<double>(), 0.02));
+    CHECK(within(bwd.at(2.5 * flops) * peak / 1e12, pt["bwd_tflops"].get<double>(), 0.02));
+    ++n;
+  }
+  CHECK(n == 12);
+  // The rest of the profile is the shipped one (no GEMM in this raw file).
+  CHECK(p.gemm[static_cast<std::size_t>(Dtype::BF16)] ==
+        catalog().find_profile_for_gpu("H200-SXM-141GB")->gemm[static_cast<std::size_t>(Dtype::BF16)]);
+
+  SUBCASE("an inconsistent figure and an unknown backend are reported with their pointers") {
+    nlohmann::json bad = raw;
+    bad["points"][1]["fwd_tflops"] = 2 * bad["points"][1]["fwd_tflops"].get<double>();
+    bad["points"][2]["backend"] = "xformers";
+    Diagnostics d("sweep.json");
+    CHECK(fit_profile({bad}, "", catalog(), d).is_null());
+    REQUIRE(d.items().size() == 2);
+    CHECK(d.items()[0].pointer == "/points/1/fwd_tflops");
+    CHECK(d.items()[1].pointer == "/points/2/backend");
+  }
+  SUBCASE("--keep names a field the shipped profile has") {
+    Diagnostics d("sweep.json");
+    CHECK(fit_profile({raw}, "", catalog(), d, {"gemm.fp4"}).is_null());
+    REQUIRE(d.items().size() == 1);
+    CHECK(d.items()[0].message.find("--keep gemm.fp4") != std::string::npos);
+  }
+}
+
+TEST_CASE("attention families on H200 change the attention kernels by the measured ratio") {
+  // 16 heads of 128, 2 x 8192 tokens per micro-batch: the forward kernel has the
+  // FLOPs of the sweep's seq-2048 point (16 x 32 heads x 2048^2), where it was measured.
+  const std::string text = R"({
+  "model": "gpt3-1.3b",
+  "cluster": {"node": "dgx-h200", "nodes": 1},
+  "parallel": {"tp": 1, "dp": 8, "micro_batch": 2, "global_batch": 64},
+  "training": {"seq_len": 8192, "precision": "bf16"}
+})";
+  auto load = [&](const std::string& attention) {
+    return load_scenario_text(text, "h200.json", "", {"training.attention=" + attention}, catalog());
+  };
+  const Scenario fa2 = load("flash"), cudnn = load("cudnn"), fa3 = load("flash-attention-3");
+  const nlohmann::json raw = read_json(kH200Attention);
+  double fwd_ratio = 0, bwd_ratio = 0;  // measured FlashAttention-2 time / cuDNN time at that point
+  for (const auto& pt : raw["points"]) {
+    if (pt["seq"] != 2048) continue;
+    fwd_ratio =
+        pt["backend"] == "flash_attention" ? pt["fwd_ms"].get<double>() : fwd_ratio / pt["fwd_ms"].get<double>();
+    bwd_ratio =
+        pt["backend"] == "flash_attention" ? pt["bwd_ms"].get<double>() : bwd_ratio / pt["bwd_ms"].get<double>();
+  }
+  REQUIRE(fwd_ratio > 1.5);
+  CHECK(op_seconds(fa2, "attn.core") / op_seconds(cudnn, "attn.core") == doctest::Approx(fwd_ratio).epsilon(0.01));
+  CHECK(op_seconds(fa2, "attn.core.bwd") / op_seconds(cudnn, "attn.core.bwd") ==
+        doctest::Approx(bwd_ratio).epsilon(0.01));
+  // GEMMs do not depend on the attention kernel.
+  CHECK(op_seconds(fa2, "mlp.up") == op_seconds(cudnn, "mlp.up"));
+  // FlashAttention-3 (derived from the paper's 1.5-2x) is faster than FlashAttention-2.
+  CHECK(op_seconds(fa3, "attn.core") < op_seconds(fa2, "attn.core") / 1.5);
+  const double t_fa2 = simulate(fa2).iteration_time_s, t_cudnn = simulate(cudnn).iteration_time_s;
+  // The iteration shortens by at most the attention time saved (1 - 1/ratio of it).
+  CHECK(t_cudnn < t_fa2);
+  CHECK(t_cudnn > t_fa2 / fwd_ratio);
+
+  SUBCASE("a family the GPU's profile has no curves for is an input error") {
+    std::string error;
+    try {
+      load_scenario_text(R"({"model": "gpt3-1.3b", "cluster": {"node": "dgx-a100", "nodes": 1},
+        "parallel": {"tp": 1, "dp": 8, "micro_batch": 1, "global_batch": 64},
+        "training": {"seq_len": 2048, "attention": "cudnn"}})",
+                         "a100.json", "", {}, catalog());
+    } catch (const InputError& e) {
+      error = e.what();
+    }
+    CHECK(error.find("a100.json: /training/attention:") != std::string::npos);
+    CHECK(error.find("attention_kernels.cudnn") != std::string::npos);
+  }
+}
+
+TEST_CASE("the profiler's reference GEMM is accepted beside the GEMM table, and checked") {
+  nlohmann::json k = read_json(kKernelRaw);
+  k["reference_gemm"] = {{"dtype", "bf16"},
+                         {"m", 8192},
+                         {"n", 8192},
+                         {"k", 8192},
+                         {"tflops", 760.0},
+                         {"first_algorithm_tflops", 690.0},
+                         {"burst_tflops", 790.0},
+                         {"candidates", 8}};
+  Diagnostics ok("raw");
+  const nlohmann::ordered_json with_ref = fit_profile({k}, "", catalog(), ok);
+  CHECK(ok.ok());
+  // The curves come from the GEMM table alone.
+  Diagnostics plain("raw");
+  CHECK(with_ref["gemm"] == fit_profile({read_json(kKernelRaw)}, "", catalog(), plain)["gemm"]);
+  k["reference_gemm"]["burst_tflops"] = "fast";
+  Diagnostics bad("raw");
+  CHECK(fit_profile({k}, "", catalog(), bad).is_null());
+  REQUIRE(bad.items().size() == 1);
+  CHECK(bad.items()[0].pointer == "/reference_gemm/burst_tflops");
+}
+
+TEST_CASE("calibrate compare: predicted vs measured per kernel category of a one-GPU scenario") {
+  const std::string dir = std::string(TRAINSIM_SOURCE_DIR) + "/tests/data/measure";
+  const std::string scenario = dir + "/tiny-llama-1gpu.json";
+  const std::string measured = dir + "/step_measurement_synthetic.json";
+  const StepCategories m = read_step_measurement(measured);
+  CHECK(m.gemm == 0.0008);
+  CHECK(m.iteration == 0.002);
+  const Scenario s = load_scenario_file(scenario, {}, catalog());
+  const StepCategories p = predicted_categories(s);
+  CHECK(p.gemm > 0);
+  CHECK(p.attention > 0);
+  CHECK(p.elementwise > 0);
+  CHECK(p.optimizer > 0);
+  // One GPU, no communication: the iteration is its compute.
+  CHECK(p.iteration == doctest::Approx(p.gemm + p.attention + p.elementwise + p.optimizer).epsilon(1e-6));
+  // The eager framework's unfused kernels show up in the elementwise share.
+  const StepCategories fused =
+      predicted_categories(load_scenario_file(scenario, {"training.framework=default"}, catalog()));
+  CHECK(p.elementwise > fused.elementwise);
+  CHECK(p.gemm == fused.gemm);
+  const std::string text = compare_step(measured, scenario, catalog());
+  const auto row = text.find("\ngemm");
+  REQUIRE(row != std::string::npos);
+  char ratio[32];
+  std::snprintf(ratio, sizeof ratio, " %.3f\n", p.gemm / m.gemm);
+  CHECK(text.substr(row, text.find('\n', row + 1) - row + 1).find(ratio) != std::string::npos);
+
+  SUBCASE("a measurement without a category, and a scenario on several GPUs, are input errors") {
+    nlohmann::json bad = read_json(measured);
+    bad["categories_s"].erase("attention");
+    bad["iteration_s"] = -1;
+    const std::string path = write_temp("bad-step.json", bad);
+    std::string error;
+    try {
+      read_step_measurement(path);
+    } catch (const InputError& e) {
+      error = e.what();
+    }
+    CHECK(error.find("/categories_s/attention") != std::string::npos);
+    CHECK(error.find("/iteration_s") != std::string::npos);
+    std::filesystem::remove(path);
+    std::string multi;
+    try {
+      predicted_categories(load_scenario_file(
+          scenario, {"cluster.node.gpus_per_node=2", "parallel.dp=2", "parallel.global_batch=4"}, catalog()));
+    } catch (const InputError& e) {
+      multi = e.what();
+    }
+    CHECK(multi.find("/parallel: calibrate compare needs a one-GPU scenario") != std::string::npos);
+  }
 }

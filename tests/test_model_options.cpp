@@ -134,3 +134,88 @@ TEST_CASE("communication beside compute slows it: FSDP with contention is slower
   CHECK(contended.iteration_time_s < free.iteration_time_s / share);
   std::filesystem::remove(std::filesystem::temp_directory_path() / file);
 }
+
+namespace {
+
+// Llama-3 8B on 8 H200 (RMSNorm, RoPE, SwiGLU, no dropout), one framework per run.
+const char* kLlama = R"({
+  "model": "llama3-8b",
+  "cluster": {"node": "dgx-h200", "nodes": 1},
+  "parallel": {"tp": 1, "dp": 8, "zero": 3, "micro_batch": 1, "global_batch": 64, "recompute": "full"},
+  "training": {"seq_len": 8192, "precision": "bf16", "dropout": false}
+})";
+
+Scenario llama(const std::vector<std::string>& sets) {
+  return load_scenario_text(kLlama, "llama.json", "", sets, catalog());
+}
+
+// The first forward op called `name` in stage 0's program.
+const ComputeOp& op_named(const TrainingPlan& plan, const std::string& name) {
+  for (const ComputeOp& op : plan.setup.programs.at(0).ops) {
+    if (op.name == name) return op;
+  }
+  FAIL("no kernel " << name);
+  static const ComputeOp none;
+  return none;
+}
+
+}  // namespace
+
+TEST_CASE("training.framework: eager PyTorch runs more and heavier elementwise kernels than fused frameworks") {
+  const Scenario def = llama({}), eager = llama({"training.framework=eager"});
+  const Scenario compiled = llama({"training.framework=torch-compile"}), fsdp2 = llama({"training.framework=fsdp2"});
+  const Cluster cluster(def.cluster);
+  auto plan = [&](const Scenario& s) { return plan_training(s.model, s.parallel, s.training, cluster, PlanOptions{}); };
+  const TrainingPlan pd = plan(def), pe = plan(eager), pc = plan(compiled), pf = plan(fsdp2);
+  // Unfused RMSNorm (8 kernels, 9x the traffic of the fused one), RoPE, SwiGLU, FP32 cross-entropy.
+  CHECK(op_named(pe, "norm1").bytes == doctest::Approx(9 * op_named(pd, "norm1").bytes));
+  CHECK(op_named(pe, "norm1").kernels == 8);
+  CHECK(op_named(pd, "norm1").kernels == 1);
+  CHECK(op_named(pe, "attn.rope").bytes > op_named(pd, "attn.rope").bytes);
+  CHECK(op_named(pe, "mlp.act").bytes > op_named(pd, "mlp.act").bytes);
+  CHECK(op_named(pe, "loss.xent").bytes > op_named(pd, "loss.xent").bytes);
+  // GEMMs are the same kernels whatever the framework.
+  CHECK(op_named(pe, "mlp.up").flops == op_named(pd, "mlp.up").flops);
+  // AMP casts every weight of the layer once per forward: 6 bytes per parameter;
+  // FSDP2 casts the 1/dp shard before its all-gather.
+  const double per_layer = def.model.params_per_layer();
+  CHECK(op_named(pe, "amp.weight.cast").bytes == doctest::Approx(per_layer * 6));
+  CHECK(op_named(pc, "amp.weight.cast").bytes == doctest::Approx(per_layer * 6));
+  CHECK(op_named(pf, "amp.weight.cast").bytes == doctest::Approx(per_layer * 6 / 8));
+  for (const ComputeOp& op : pd.setup.programs.at(0).ops) CHECK(op.name.find("cast") == std::string::npos);
+  // Torch.compile fuses the pointwise chains (fused lists) but keeps the casts.
+  CHECK(op_named(pc, "norm1").bytes == op_named(pd, "norm1").bytes);
+
+  const double t_def = simulate(def).iteration_time_s, t_eager = simulate(eager).iteration_time_s;
+  const double t_comp = simulate(compiled).iteration_time_s, t_fsdp2 = simulate(fsdp2).iteration_time_s;
+  CHECK(t_eager > t_comp);
+  CHECK(t_comp > t_def);
+  CHECK(t_fsdp2 < t_eager);  // smaller casts
+  CHECK(t_fsdp2 > t_comp);   // unfused kernels
+  // Elementwise work is a minority of a step dominated by GEMMs and attention.
+  CHECK(t_eager < 1.5 * t_def);
+}
+
+TEST_CASE("training.framework megatron-te picks cuDNN attention where the GPU's profile has it") {
+  const Scenario te = llama({"training.framework=megatron-te"});
+  CHECK(te.training.attention == AttentionKind::Cudnn);
+  CHECK(simulate(te).iteration_time_s < simulate(llama({})).iteration_time_s);
+  // A named attention kernel wins over the framework's default.
+  CHECK(llama({"training.framework=megatron-te", "training.attention=flash"}).training.attention ==
+        AttentionKind::Flash);
+  // No cuDNN curves in the A100 profile: FlashAttention-2.
+  std::string no_attention = kLlama;
+  no_attention.replace(no_attention.find("dgx-h200"), 8, "dgx-a100");
+  const Scenario a100 =
+      load_scenario_text(no_attention, "a100.json", "", {"training.framework=megatron-te"}, catalog());
+  REQUIRE(a100.profiles.at(0).gpu.find("A100") != std::string::npos);
+  CHECK(a100.training.attention == AttentionKind::Flash);
+  // An unknown framework is an input error naming the key.
+  std::string error;
+  try {
+    llama({"training.framework=jax"});
+  } catch (const InputError& e) {
+    error = e.what();
+  }
+  CHECK(error.find("/training/framework") != std::string::npos);
+}

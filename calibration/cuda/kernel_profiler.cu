@@ -173,6 +173,7 @@ struct Options {
   bool full = false;
   std::string out = "kernel_profile.json";
   int device = 0;
+  int algos = 8;  // cuBLASLt heuristic candidates timed per GEMM shape; the fastest is kept
   std::string command_line;
 };
 
@@ -256,6 +257,16 @@ struct GemmResult {
   double seconds, tflops;
 };
 
+// The reference GEMM (bf16 8192^3), timed three ways so the profile's figure can
+// be set beside what a framework matmul reports: cuBLASLt's first heuristic
+// algorithm and the fastest candidate, each sustained (CUDA graph, as every
+// profile figure), and the fastest in a short burst of eager calls at the start.
+struct GemmReference {
+  bool measured = false;
+  double first_algo_tflops = 0, best_tflops = 0, burst_tflops = 0;
+  int candidates = 0, best_index = 0;
+};
+
 std::vector<Shape> gemm_shapes(bool full) {
   std::vector<Shape> v;
   // Square sizes: the efficiency-vs-FLOPs curve.
@@ -282,14 +293,158 @@ std::vector<Shape> gemm_shapes(bool full) {
   return v;
 }
 
-void run_gemms(const Options& opt, const cudaDeviceProp& prop, cudaStream_t stream, std::vector<GemmResult>& out) {
+// One cuBLASLt GEMM problem (TN layout, FP32 accumulation) with its buffers and
+// up to `max_algos` heuristic candidates.
+class GemmProblem {
+ public:
+  GemmProblem(cublasLtHandle_t lt, const DtypeInfo& dt, const Shape& s, void* workspace, std::size_t workspace_bytes,
+              int max_algos, cudaStream_t stream)
+      : lt_(lt), s_(s), workspace_(workspace), workspace_bytes_(workspace_bytes), stream_(stream) {
+    const std::size_t a_n = static_cast<std::size_t>(s.k) * s.m, b_n = static_cast<std::size_t>(s.k) * s.n,
+                      d_n = static_cast<std::size_t>(s.m) * s.n;
+    CUDA_CHECK(cudaMalloc(&a_, a_n * dt.ab_bytes));
+    CUDA_CHECK(cudaMalloc(&b_, b_n * dt.ab_bytes));
+    CUDA_CHECK(cudaMalloc(&d_, d_n * dt.cd_bytes));
+    switch (dt.ab) {
+      case CUDA_R_16BF:
+        fill_random(static_cast<__nv_bfloat16*>(a_), a_n, 1, stream);
+        fill_random(static_cast<__nv_bfloat16*>(b_), b_n, 2, stream);
+        break;
+      case CUDA_R_16F:
+        fill_random(static_cast<__half*>(a_), a_n, 1, stream);
+        fill_random(static_cast<__half*>(b_), b_n, 2, stream);
+        break;
+      case CUDA_R_32F:
+        fill_random(static_cast<float*>(a_), a_n, 1, stream);
+        fill_random(static_cast<float*>(b_), b_n, 2, stream);
+        break;
+      default:
+        fill_random(static_cast<__nv_fp8_e4m3*>(a_), a_n, 1, stream);
+        fill_random(static_cast<__nv_fp8_e4m3*>(b_), b_n, 2, stream);
+    }
+    CUDA_CHECK(cudaMemsetAsync(d_, 0, d_n * dt.cd_bytes, stream));
+    // D (m x n, column-major) = A^T B with A stored k x m and B stored k x n
+    // ("TN", the layout FP8 tensor-core GEMMs require).
+    CUBLAS_CHECK(cublasLtMatmulDescCreate(&op_, dt.compute, CUDA_R_32F));
+    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la_, dt.ab, s.k, s.m, s.k));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb_, dt.ab, s.k, s.n, s.k));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld_, dt.cd, s.m, s.n, s.m));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref_));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref_, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                      &workspace_bytes_, sizeof workspace_bytes_));
+    heur_.resize(static_cast<std::size_t>(max_algos));
+    int found = 0;
+    status_ = cublasLtMatmulAlgoGetHeuristic(lt_, op_, la_, lb_, ld_, ld_, pref_, max_algos, heur_.data(), &found);
+    heur_.resize(status_ == CUBLAS_STATUS_SUCCESS ? static_cast<std::size_t>(found) : 0);
+    // Candidates whose workspace exceeds ours, or that failed the heuristic's own check, are dropped.
+    heur_.erase(std::remove_if(heur_.begin(), heur_.end(),
+                               [&](const cublasLtMatmulHeuristicResult_t& h) {
+                                 return h.state != CUBLAS_STATUS_SUCCESS || h.workspaceSize > workspace_bytes_;
+                               }),
+                heur_.end());
+  }
+  ~GemmProblem() {
+    cublasLtMatmulPreferenceDestroy(pref_);
+    cublasLtMatrixLayoutDestroy(la_);
+    cublasLtMatrixLayoutDestroy(lb_);
+    cublasLtMatrixLayoutDestroy(ld_);
+    cublasLtMatmulDescDestroy(op_);
+    cudaStreamSynchronize(stream_);
+    cudaFree(a_);
+    cudaFree(b_);
+    cudaFree(d_);
+  }
+  GemmProblem(const GemmProblem&) = delete;
+  GemmProblem& operator=(const GemmProblem&) = delete;
+
+  cublasStatus_t heuristic_status() const { return status_; }
+  int candidates() const { return static_cast<int>(heur_.size()); }
+  double flops() const { return 2.0 * s_.m * s_.n * s_.k; }
+  void launch(int algo) {
+    const float alpha = 1.0f, beta = 0.0f;
+    CUBLAS_CHECK(cublasLtMatmul(lt_, op_, &alpha, a_, la_, b_, lb_, &beta, d_, ld_, d_, ld_, &heur_[algo].algo,
+                                workspace_, workspace_bytes_, stream_));
+  }
+  // Index of the fastest candidate, each timed with `probe` (a short timer).
+  int fastest(Timer& probe) {
+    int best = 0;
+    double best_s = 1e300;
+    for (int i = 0; i < candidates(); ++i) {
+      const double t = probe.seconds_per_call([&](int) { launch(i); });
+      if (t < best_s) {
+        best_s = t;
+        best = i;
+      }
+    }
+    return best;
+  }
+
+ private:
+  cublasLtHandle_t lt_;
+  Shape s_;
+  void* workspace_;
+  std::size_t workspace_bytes_;
+  cudaStream_t stream_;
+  void *a_ = nullptr, *b_ = nullptr, *d_ = nullptr;
+  cublasLtMatmulDesc_t op_{};
+  cublasLtMatrixLayout_t la_{}, lb_{}, ld_{};
+  cublasLtMatmulPreference_t pref_{};
+  cublasStatus_t status_ = CUBLAS_STATUS_SUCCESS;
+  std::vector<cublasLtMatmulHeuristicResult_t> heur_;
+};
+
+// Seconds per call of `n` eager back-to-back calls after 3 warm-up calls (a framework
+// benchmark's view: short, from a GPU that has just been idle).
+double burst_seconds(GemmProblem& g, int algo, int n, cudaStream_t stream) {
+  cudaEvent_t start, stop;
+  CUDA_CHECK(cudaEventCreate(&start));
+  CUDA_CHECK(cudaEventCreate(&stop));
+  for (int i = 0; i < 3; ++i) g.launch(algo);
+  CUDA_CHECK(cudaEventRecord(start, stream));
+  for (int i = 0; i < n; ++i) g.launch(algo);
+  CUDA_CHECK(cudaEventRecord(stop, stream));
+  CUDA_CHECK(cudaEventSynchronize(stop));
+  float ms = 0;
+  CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+  CUDA_CHECK(cudaEventDestroy(start));
+  CUDA_CHECK(cudaEventDestroy(stop));
+  return ms * 1e-3 / n;
+}
+
+void run_gemms(const Options& opt, const cudaDeviceProp& prop, cudaStream_t stream, std::vector<GemmResult>& out,
+               GemmReference& ref) {
   cublasLtHandle_t lt;
   CUBLAS_CHECK(cublasLtCreate(&lt));
+  // cuBLAS recommends 32 MiB of workspace on Hopper (cuBLAS docs, cublasSetWorkspace); 64 MiB leaves
+  // no candidate out for lack of it.
   const std::size_t workspace_bytes = 64ull << 20;
   void* workspace = nullptr;
   CUDA_CHECK(cudaMalloc(&workspace, workspace_bytes));
   Timer timer(stream, opt.full ? 9 : 5, opt.full ? 20e-3 : 5e-3);
+  Timer probe(stream, 3, 2e-3);  // choosing among the candidates
   const int cc = prop.major * 10 + prop.minor;
+
+  // The reference first, from a GPU that has been idle: bf16 8192^3.
+  if (cc >= 80) {
+    GemmProblem g(lt, kDtypes[0], Shape{8192, 8192, 8192}, workspace, workspace_bytes, opt.algos, stream);
+    if (g.candidates() > 0) {
+      const int best = g.fastest(probe);
+      ref.burst_tflops = g.flops() / burst_seconds(g, best, 10, stream) / 1e12;
+      ref.first_algo_tflops = g.flops() / timer.seconds_per_call([&](int) { g.launch(0); }) / 1e12;
+      ref.best_tflops = g.flops() / timer.seconds_per_call([&](int) { g.launch(best); }) / 1e12;
+      ref.candidates = g.candidates();
+      ref.best_index = best;
+      ref.measured = true;
+      std::printf(
+          "reference gemm bf16 8192^3: %.1f TFLOP/s sustained (fastest of %d cuBLASLt candidates, #%d), "
+          "%.1f with the first heuristic algorithm, %.1f in a burst of 10 eager calls\n",
+          ref.best_tflops, ref.candidates, best, ref.first_algo_tflops, ref.burst_tflops);
+      std::fflush(stdout);
+    }
+  }
 
   for (const DtypeInfo& dt : kDtypes) {
     const std::string name = dt.name;
@@ -299,9 +454,9 @@ void run_gemms(const Options& opt, const cudaDeviceProp& prop, cudaStream_t stre
       continue;
     }
     for (const Shape& s : gemm_shapes(opt.full)) {
-      const std::size_t a_n = static_cast<std::size_t>(s.k) * s.m, b_n = static_cast<std::size_t>(s.k) * s.n,
-                        d_n = static_cast<std::size_t>(s.m) * s.n;
-      const std::size_t need = (a_n + b_n) * dt.ab_bytes + d_n * dt.cd_bytes;
+      const std::size_t need =
+          (static_cast<std::size_t>(s.k) * s.m + static_cast<std::size_t>(s.k) * s.n) * dt.ab_bytes +
+          static_cast<std::size_t>(s.m) * s.n * dt.cd_bytes;
       std::size_t free_b = 0, total_b = 0;
       CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
       if (need + (256ull << 20) > free_b) {
@@ -309,57 +464,14 @@ void run_gemms(const Options& opt, const cudaDeviceProp& prop, cudaStream_t stre
                      need / 1073741824.0);
         continue;
       }
-      void *a = nullptr, *b = nullptr, *d = nullptr;
-      CUDA_CHECK(cudaMalloc(&a, a_n * dt.ab_bytes));
-      CUDA_CHECK(cudaMalloc(&b, b_n * dt.ab_bytes));
-      CUDA_CHECK(cudaMalloc(&d, d_n * dt.cd_bytes));
-      switch (dt.ab) {
-        case CUDA_R_16BF:
-          fill_random(static_cast<__nv_bfloat16*>(a), a_n, 1, stream);
-          fill_random(static_cast<__nv_bfloat16*>(b), b_n, 2, stream);
-          break;
-        case CUDA_R_16F:
-          fill_random(static_cast<__half*>(a), a_n, 1, stream);
-          fill_random(static_cast<__half*>(b), b_n, 2, stream);
-          break;
-        case CUDA_R_32F:
-          fill_random(static_cast<float*>(a), a_n, 1, stream);
-          fill_random(static_cast<float*>(b), b_n, 2, stream);
-          break;
-        default:
-          fill_random(static_cast<__nv_fp8_e4m3*>(a), a_n, 1, stream);
-          fill_random(static_cast<__nv_fp8_e4m3*>(b), b_n, 2, stream);
-      }
-      CUDA_CHECK(cudaMemsetAsync(d, 0, d_n * dt.cd_bytes, stream));
-
-      // D (m x n, column-major) = A^T B with A stored k x m and B stored k x n
-      // ("TN", the layout FP8 tensor-core GEMMs require).
-      cublasLtMatmulDesc_t op;
-      CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, dt.compute, CUDA_R_32F));
-      const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-      CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-      CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-      cublasLtMatrixLayout_t la, lb, ld;
-      CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, dt.ab, s.k, s.m, s.k));
-      CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, dt.ab, s.k, s.n, s.k));
-      CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, dt.cd, s.m, s.n, s.m));
-      cublasLtMatmulPreference_t pref;
-      CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-      CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                        &workspace_bytes, sizeof workspace_bytes));
-      cublasLtMatmulHeuristicResult_t heur{};
-      int found = 0;
-      const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, ld, ld, pref, 1, &heur, &found);
-      if (hs == CUBLAS_STATUS_SUCCESS && found > 0) {
-        const float alpha = 1.0f, beta = 0.0f;
-        const double secs = timer.seconds_per_call([&](int) {
-          CUBLAS_CHECK(cublasLtMatmul(lt, op, &alpha, a, la, b, lb, &beta, d, ld, d, ld, &heur.algo, workspace,
-                                      workspace_bytes, stream));
-        });
-        const double flops = 2.0 * s.m * s.n * s.k;
-        out.push_back({name, s, secs, flops / secs / 1e12});
-        std::printf("gemm %-4s %6ld x %6ld x %6ld  %10.3f us  %8.1f TFLOP/s\n", dt.name, s.m, s.n, s.k, secs * 1e6,
-                    flops / secs / 1e12);
+      GemmProblem g(lt, dt, s, workspace, workspace_bytes, opt.algos, stream);
+      const cublasStatus_t hs = g.heuristic_status();
+      if (hs == CUBLAS_STATUS_SUCCESS && g.candidates() > 0) {
+        const int best = g.candidates() > 1 ? g.fastest(probe) : 0;
+        const double secs = timer.seconds_per_call([&](int) { g.launch(best); });
+        out.push_back({name, s, secs, g.flops() / secs / 1e12});
+        std::printf("gemm %-4s %6ld x %6ld x %6ld  %10.3f us  %8.1f TFLOP/s  (algorithm %d of %d)\n", dt.name, s.m, s.n,
+                    s.k, secs * 1e6, g.flops() / secs / 1e12, best, g.candidates());
         std::fflush(stdout);
       } else if (hs == CUBLAS_STATUS_SUCCESS || hs == CUBLAS_STATUS_NOT_SUPPORTED) {
         std::fprintf(stderr, "gemm %s %ldx%ldx%ld: skipped (cuBLASLt has no algorithm for it)\n", dt.name, s.m, s.n,
@@ -367,15 +479,6 @@ void run_gemms(const Options& opt, const cudaDeviceProp& prop, cudaStream_t stre
       } else {
         CUBLAS_CHECK(hs);
       }
-      CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
-      CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(la));
-      CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(lb));
-      CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(ld));
-      CUBLAS_CHECK(cublasLtMatmulDescDestroy(op));
-      CUDA_CHECK(cudaStreamSynchronize(stream));
-      CUDA_CHECK(cudaFree(a));
-      CUDA_CHECK(cudaFree(b));
-      CUDA_CHECK(cudaFree(d));
     }
   }
   CUDA_CHECK(cudaFree(workspace));
@@ -482,11 +585,12 @@ double launch_overhead(cudaStream_t stream, int repeats) {
 
 void usage(const char* argv0) {
   std::printf(
-      "usage: %s [--quick | --full] [--out FILE] [--device N]\n"
+      "usage: %s [--quick | --full] [--out FILE] [--device N] [--algos N]\n"
       "  --quick     small grid (default; sized for under 2 minutes on an H100)\n"
       "  --full      the full grid (square 512..16384, skinny and training-like shapes, memory sizes x2)\n"
       "  --out FILE  raw JSON output (default kernel_profile.json)\n"
-      "  --device N  CUDA device to measure (default 0)\n",
+      "  --device N  CUDA device to measure (default 0)\n"
+      "  --algos N   cuBLASLt heuristic algorithms timed per GEMM, the fastest kept (default 8; 1 = the first)\n",
       argv0);
 }
 
@@ -505,6 +609,12 @@ int main(int argc, char** argv) {
       opt.out = argv[++i];
     } else if (a == "--device" && i + 1 < argc) {
       opt.device = std::atoi(argv[++i]);
+    } else if (a == "--algos" && i + 1 < argc) {
+      opt.algos = std::atoi(argv[++i]);
+      if (opt.algos < 1 || opt.algos > 64) {
+        std::fprintf(stderr, "kernel_profiler: --algos %s: expected 1..64\n", argv[i]);
+        return 2;
+      }
     } else if (a == "--help" || a == "-h") {
       usage(argv[0]);
       return 0;
@@ -540,7 +650,8 @@ int main(int argc, char** argv) {
   const double launch_s = launch_overhead(stream, opt.full ? 9 : 5);
   std::printf("launch overhead %.3f us\n", launch_s * 1e6);
   std::vector<GemmResult> gemms;
-  run_gemms(opt, prop, stream, gemms);
+  GemmReference ref;
+  run_gemms(opt, prop, stream, gemms, ref);
   std::vector<MemResult> mems;
   run_memory(opt, prop, stream, mems);
   CUDA_CHECK(cudaStreamDestroy(stream));
@@ -562,8 +673,10 @@ int main(int argc, char** argv) {
   j += "    \"grid\": " + q(opt.full ? "full" : "quick") + ",\n";
   j += "    \"method\": " +
        q("CUDA events around a CUDA graph of back-to-back launches, warm-up, median of repeats; cuBLASLt TN "
-         "GEMMs with FP32 accumulation (fp8: e4m3 inputs, bf16 output); memory kernels L2-cold; launch "
-         "overhead from eager empty-kernel launches") +
+         "GEMMs with FP32 accumulation (fp8: e4m3 inputs, bf16 output), the fastest of up to " +
+         std::to_string(opt.algos) +
+         " heuristic algorithms per shape; memory kernels L2-cold; launch overhead from eager empty-kernel "
+         "launches") +
        "\n  },\n";
   j += "  \"gemm\": [";
   for (std::size_t i = 0; i < gemms.size(); ++i) {
@@ -580,6 +693,12 @@ int main(int argc, char** argv) {
   }
   j += "\n  ],\n";
   j += "  \"launch_overhead_s\": " + num(launch_s) + ",\n";
+  if (ref.measured) {
+    j += "  \"reference_gemm\": {\"dtype\": \"bf16\", \"m\": 8192, \"n\": 8192, \"k\": 8192, \"tflops\": " +
+         num(ref.best_tflops) + ", \"first_algorithm_tflops\": " + num(ref.first_algo_tflops) +
+         ", \"burst_tflops\": " + num(ref.burst_tflops) + ", \"candidates\": " + std::to_string(ref.candidates) +
+         "},\n";
+  }
   j += "  \"peaks\": {\"sm_clock_mhz\": " + num(sm_clock_khz / 1e3) +
        ", \"memory_clock_mhz\": " + num(mem_clock_khz / 1e3) +
        ", \"memory_bus_width_bits\": " + std::to_string(bus_bits) +

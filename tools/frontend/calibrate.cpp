@@ -2,6 +2,7 @@
 
 #include "calibration/collective_cost.hpp"
 #include "calibration/fit.hpp"
+#include "tools/frontend/job.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -12,6 +13,7 @@
 #include <map>
 #include <optional>
 #include <sstream>
+#include <tuple>
 #include <utility>
 
 namespace trainsim {
@@ -94,8 +96,16 @@ struct CollSample {
   std::size_t src;
 };
 
+// One fused-attention measurement: forward and backward of one call.
+struct AttnSample {
+  std::string backend;  // flash_attention | flash_attention_3 | cudnn_attention
+  double fwd_flops, fwd_tflops, bwd_tflops;
+  std::size_t src;
+};
+
 struct RawData {
   std::vector<Source> sources;
+  std::vector<AttnSample> attns;
   std::vector<GemmSample> gemms;
   std::vector<MemSample> mems;
   std::vector<std::pair<double, std::size_t>> launches;
@@ -133,6 +143,7 @@ void read_source_provenance(ObjectReader& top, Source& s) {
   add("runtime_version", "CUDA ");
   add("cublas_version", "cuBLAS ");
   add("nccl_version", "NCCL ");
+  add("framework", "");
   const std::string note = pr.string("note", "");
   if (!note.empty()) summary += "; " + note;
   s.summary = summary;
@@ -189,6 +200,18 @@ void read_kernel_profile(ObjectReader& top, std::size_t src, RawData& raw) {
   const std::size_t before = d.items().size();
   const double launch = top.number("launch_overhead_s", 0, 1e-9, 1e-3, true);
   if (d.items().size() == before) raw.launches.emplace_back(launch, src);
+  // The profiler's reference GEMM (bf16 8192^3 timed three ways): read for its
+  // types, reported by the profiler; the curves come from `gemm` alone.
+  if (const nlohmann::json* ref = top.raw("reference_gemm")) {
+    ObjectReader r(*ref, top.at("reference_gemm"), d);
+    if (r.valid()) {
+      r.choice("dtype", "", {"fp32", "tf32", "fp16", "bf16", "fp8"}, true);
+      for (const char* dim : {"m", "n", "k"}) r.integer(dim, 0, 1, 1 << 24, true);
+      for (const char* f : {"tflops", "first_algorithm_tflops", "burst_tflops"}) r.number(f, 0, 1e-6, 1e6, true);
+      r.integer("candidates", 0, 1, 1024, true);
+      r.finish();
+    }
+  }
   if (const nlohmann::json* p = top.raw("peaks"); p != nullptr && !p->is_object()) {
     top.error("peaks", "expected an object, found " + describe_json_type(*p));
   }
@@ -218,6 +241,39 @@ void read_collective_sweep(ObjectReader& top, std::size_t src, RawData& raw) {
     check_consistent(r, "algbw_gbps", algbw, bytes / seconds / 1e9);
     check_consistent(r, "busbw_gbps", busbw, algbw * bus_factor(coll.c_str(), ranks));
     if (d.items().size() == before) raw.colls.push_back({coll, bytes, ranks, seconds, busbw, src});
+  }
+}
+
+// {"kind": "attention_sweep"}: causal bf16 fused attention, forward FLOPs
+// 2 b h s^2 d (half of the full 4 b h s^2 d), backward 2.5x forward.
+void read_attention_sweep(ObjectReader& top, std::size_t src, RawData& raw) {
+  Diagnostics& d = top.diagnostics();
+  const nlohmann::json* pts = top.raw("points");
+  if (pts == nullptr || !pts->is_array() || pts->empty()) {
+    top.error("points", "expected a non-empty array of attention measurements" +
+                            (pts ? ", found " + describe_json_type(*pts) : std::string()));
+    return;
+  }
+  for (std::size_t i = 0; i < pts->size(); ++i) {
+    const std::size_t before = d.items().size();
+    ObjectReader r((*pts)[i], json_pointer_append(top.at("points"), i), d);
+    if (!r.valid()) continue;
+    const std::string backend =
+        r.choice("backend", "", {"flash_attention", "flash_attention_3", "cudnn_attention"}, true);
+    const auto b = static_cast<double>(r.integer("batch", 0, 1, 1 << 20, true));
+    const auto h = static_cast<double>(r.integer("heads", 0, 1, 1 << 12, true));
+    const auto hd = static_cast<double>(r.integer("head_dim", 0, 1, 1 << 12, true));
+    const auto seq = static_cast<double>(r.integer("seq", 0, 1, 1 << 24, true));
+    const double fwd_ms = r.number("fwd_ms", 0, 1e-6, 1e7, true);
+    const double bwd_ms = r.number("bwd_ms", 0, 1e-6, 1e7, true);
+    const double fwd_tflops = r.number("fwd_tflops", 0, 1e-6, 1e6, true);
+    const double bwd_tflops = r.number("bwd_tflops", 0, 1e-6, 1e6, true);
+    r.finish();
+    if (d.items().size() != before) continue;
+    const double flops = 2 * b * h * seq * seq * hd;
+    check_consistent(r, "fwd_tflops", fwd_tflops, flops / (fwd_ms * 1e-3) / 1e12);
+    check_consistent(r, "bwd_tflops", bwd_tflops, 2.5 * flops / (bwd_ms * 1e-3) / 1e12);
+    if (d.items().size() == before) raw.attns.push_back({backend, flops, fwd_tflops, bwd_tflops, src});
   }
 }
 
@@ -308,7 +364,7 @@ std::string sources_text(const RawData& raw, const std::string& kind) {
 }
 
 nlohmann::ordered_json fit_core(const std::vector<Doc>& docs, const std::string& gpu_name, const Catalog& catalog,
-                                Diagnostics& general) {
+                                const std::vector<std::string>& keep, Diagnostics& general) {
   RawData raw;
   if (docs.empty()) {
     general.error("", "no raw measurements given (kernel_profile and/or collective_sweep JSON)");
@@ -323,10 +379,11 @@ nlohmann::ordered_json fit_core(const std::vector<Doc>& docs, const std::string&
     s.diags = &d;
     ObjectReader top(*docs[i].json, "", d);
     if (top.valid()) {
-      s.kind = top.choice("kind", "", {"kernel_profile", "collective_sweep"}, true);
+      s.kind = top.choice("kind", "", {"kernel_profile", "collective_sweep", "attention_sweep"}, true);
       read_source_provenance(top, s);
       if (s.kind == "kernel_profile") read_kernel_profile(top, i, raw);
       if (s.kind == "collective_sweep") read_collective_sweep(top, i, raw);
+      if (s.kind == "attention_sweep") read_attention_sweep(top, i, raw);
       top.finish();
     }
     raw.sources.push_back(s);
@@ -464,6 +521,41 @@ nlohmann::ordered_json fit_core(const std::vector<Doc>& docs, const std::string&
             " shapes with min(M,N,K) >= 1024, smaller ones divided by gemm_min_dim), made non-decreasing; " + kp);
   }
 
+  // --- Fused attention, forward and backward, per kernel family (bf16 peak).
+  if (!raw.attns.empty()) {
+    const std::string as = sources_text(raw, "attention_sweep");
+    const double peak = gpu->peak(Dtype::BF16);
+    const std::string how = " causal bf16 attention, measured TFLOP/s / " + fmt("%.1f", peak / 1e12) +
+                            " TFLOP/s dense bf16 peak vs FLOPs of one kernel (forward 2 b h s^2 d, backward 2.5x), "
+                            "median per factor-2 bucket, made non-decreasing; ";
+    auto fit_pass = [&](const std::string& backend, bool backward) {
+      std::vector<std::pair<double, double>> s;
+      for (const AttnSample& a : raw.attns) {
+        if (a.backend != backend) continue;
+        s.emplace_back(backward ? 2.5 * a.fwd_flops : a.fwd_flops,
+                       (backward ? a.bwd_tflops : a.fwd_tflops) * 1e12 / peak);
+      }
+      auto pts = bucket_medians(s);
+      make_non_decreasing(pts);
+      return finish_points(pts, false, 1.5);
+    };
+    for (const auto& [backend, key, name] : {std::tuple{"flash_attention", "", "FlashAttention-2"},
+                                             std::tuple{"flash_attention_3", "flash-attention-3", "FlashAttention-3"},
+                                             std::tuple{"cudnn_attention", "cudnn", "cuDNN fused attention"}}) {
+      const auto fwd = fit_pass(backend, false);
+      if (fwd.empty()) continue;
+      const auto bwd = fit_pass(backend, true);
+      const std::string src = std::string("trainsim calibrate fit: ") + name;
+      if (std::string(key).empty()) {
+        prof["attention"] = curve_json(fwd, "fitted", src + " forward," + how + as);
+        prof["attention_backward"] = curve_json(bwd, "fitted", src + " backward," + how + as);
+      } else {
+        prof["attention_kernels"][key]["forward"] = curve_json(fwd, "fitted", src + " forward," + how + as);
+        prof["attention_kernels"][key]["backward"] = curve_json(bwd, "fitted", src + " backward," + how + as);
+      }
+    }
+  }
+
   // --- Memory-bound kernels: achieved / spec HBM bandwidth vs bytes moved.
   if (!raw.mems.empty()) {
     std::vector<std::pair<double, double>> s;
@@ -564,11 +656,29 @@ nlohmann::ordered_json fit_core(const std::vector<Doc>& docs, const std::string&
     }
   }
 
+  // Fields kept from the shipped profile (`--keep gemm.fp8`): its source is better supported there.
+  for (const std::string& k : keep) {
+    nlohmann::ordered_json::json_pointer ptr("/" + [&] {
+      std::string p = k;
+      std::replace(p.begin(), p.end(), '.', '/');
+      return p;
+    }());
+    if (!base->contains(ptr)) {
+      general.error("", "--keep " + k + ": the shipped profile of " + gpu->name + " has no such field");
+      continue;
+    }
+    prof[ptr] = (*base)[ptr];
+  }
+  if (!general.ok()) return {};
+
   // Description, then a check that the result reads back as a valid profile.
   std::string desc = "Fitted by trainsim calibrate fit on " + gpu->name + " from ";
   std::string from;
   for (const Source& s : raw.sources) from += (from.empty() ? "" : " and ") + s.kind + " (" + s.summary + ")";
-  prof["description"] = desc + from + "; fields not measured are copied from the shipped profile with their provenance";
+  std::string kept;
+  for (const std::string& k : keep) kept += (kept.empty() ? "" : ", ") + k;
+  prof["description"] = desc + from + "; fields not measured" + (kept.empty() ? "" : " and " + kept) +
+                        " are copied from the shipped profile with their provenance";
   prof["gpu"] = gpu->name;
 
   Diagnostics check("(fitted profile)");
@@ -584,7 +694,7 @@ nlohmann::ordered_json fit_core(const std::vector<Doc>& docs, const std::string&
 }  // namespace
 
 nlohmann::ordered_json fit_profile(const std::vector<nlohmann::json>& raw_docs, const std::string& gpu_name_or_empty,
-                                   const Catalog& catalog, Diagnostics& diags) {
+                                   const Catalog& catalog, Diagnostics& diags, const std::vector<std::string>& keep) {
   std::vector<Diagnostics> per_doc;
   per_doc.reserve(raw_docs.size());
   std::vector<Doc> docs;
@@ -593,7 +703,7 @@ nlohmann::ordered_json fit_profile(const std::vector<nlohmann::json>& raw_docs, 
     per_doc.emplace_back(raw_docs.size() == 1 ? diags.file() : label);
     docs.push_back({&raw_docs[i], label, &per_doc.back()});
   }
-  nlohmann::ordered_json out = fit_core(docs, gpu_name_or_empty, catalog, diags);
+  nlohmann::ordered_json out = fit_core(docs, gpu_name_or_empty, catalog, keep, diags);
   for (std::size_t i = 0; i < per_doc.size(); ++i) {
     for (const Diagnostic& d : per_doc[i].items()) {
       diags.error(d.pointer, raw_docs.size() == 1 ? d.message : docs[i].label + ": " + d.message);
@@ -603,7 +713,8 @@ nlohmann::ordered_json fit_profile(const std::vector<nlohmann::json>& raw_docs, 
 }
 
 nlohmann::ordered_json fit_profile_files(const std::vector<std::string>& raw_paths,
-                                         const std::string& gpu_name_or_empty, const Catalog& catalog) {
+                                         const std::string& gpu_name_or_empty, const Catalog& catalog,
+                                         const std::vector<std::string>& keep) {
   std::vector<Diagnostics> per_file;
   per_file.reserve(raw_paths.size());
   std::vector<nlohmann::json> jsons;
@@ -621,7 +732,7 @@ nlohmann::ordered_json fit_profile_files(const std::vector<std::string>& raw_pat
   if (!all.empty()) throw InputError(all);
   for (std::size_t i = 0; i < raw_paths.size(); ++i) docs.push_back({&jsons[i], raw_paths[i], &per_file[i]});
   Diagnostics general("trainsim calibrate fit");
-  nlohmann::ordered_json out = fit_core(docs, gpu_name_or_empty, catalog, general);
+  nlohmann::ordered_json out = fit_core(docs, gpu_name_or_empty, catalog, keep, general);
   for (const auto& d : per_file) all.insert(all.end(), d.items().begin(), d.items().end());
   all.insert(all.end(), general.items().begin(), general.items().end());
   if (!all.empty()) throw InputError(all);
@@ -673,9 +784,22 @@ std::string compare_profiles(const CalibrationProfile& a, const CalibrationProfi
         kind_of(b.attention));
   }
   if (!a.attention_backward.curve.empty() || !b.attention_backward.curve.empty()) {
-    for (const double gf : {100.0, 1000.0}) {
+    for (const double gf : {100.0, 1000.0, 10000.0}) {
       row("  attention_backward @ " + fmt("%g", gf) + " GFLOP", curve_at(a.attention_backward, gf * 1e9),
           curve_at(b.attention_backward, gf * 1e9), kind_of(b.attention_backward));
+    }
+  }
+  for (std::size_t i = 0; i < kNumAttentionKernels; ++i) {
+    const AttentionKernelCurves &ka = a.attention_kernels[i], &kb = b.attention_kernels[i];
+    if (ka.forward.curve.empty() && kb.forward.curve.empty()) continue;
+    const std::string key(attention_kernel_key(static_cast<AttentionKernel>(i)));
+    for (const double gf : {100.0, 1000.0}) {
+      row("  " + key + " @ " + fmt("%g", gf) + " GFLOP", curve_at(ka.forward, gf * 1e9), curve_at(kb.forward, gf * 1e9),
+          kind_of(kb.forward));
+    }
+    for (const double gf : {1000.0, 10000.0}) {
+      row("  " + key + " bwd @ " + fmt("%g", gf) + " GFLOP", curve_at(ka.backward, gf * 1e9),
+          curve_at(kb.backward, gf * 1e9), kind_of(kb.backward));
     }
   }
   out << "Memory-bound efficiency (fraction of spec HBM bandwidth) by bytes moved\n";
@@ -747,6 +871,95 @@ std::string calibration_report(const std::string& profile_path, const std::strin
                                  "no shipped profile for \"" + b.gpu + "\" to compare with; use --against PROFILE"}});
   }
   return compare_profiles(*a, b, "shipped default profile", profile_path);
+}
+
+StepCategories read_step_measurement(const std::string& path) {
+  Diagnostics d(path);
+  const std::string text = read_text_file(path, d);
+  StepCategories c;
+  if (d.ok()) {
+    if (auto doc = parse_json_text(text, d)) {
+      ObjectReader top(*doc, "", d);
+      if (top.valid()) {
+        top.choice("kind", "", {"step_measurement"}, true);
+        if (const nlohmann::json* p = top.raw("provenance"); p == nullptr || !p->is_object()) {
+          top.error("provenance", "expected an object saying where and how the step was measured");
+        }
+        top.string("scenario", "");
+        top.integer("steps", 0, 1, 1 << 20, true);
+        c.iteration = top.number("iteration_s", 0, 1e-9, 1e6, true);
+        if (const nlohmann::json* cat = top.raw("categories_s")) {
+          ObjectReader r(*cat, top.at("categories_s"), d);
+          if (r.valid()) {
+            c.gemm = r.number("gemm", 0, 0, 1e6, true);
+            c.attention = r.number("attention", 0, 0, 1e6, true);
+            c.elementwise = r.number("elementwise", 0, 0, 1e6, true);
+            c.optimizer = r.number("optimizer", 0, 0, 1e6, true);
+            r.finish();
+          }
+        } else {
+          top.error("categories_s",
+                    "required object {gemm, attention, elementwise, optimizer} (seconds per iteration)");
+        }
+        top.finish();
+      }
+    }
+  }
+  d.throw_if_errors();
+  return c;
+}
+
+StepCategories predicted_categories(const Scenario& s) {
+  const ParallelSpec& par = s.parallel;
+  if (par.tp * par.pp * par.dp * par.cp * par.ep != 1) {
+    throw InputError({Diagnostic{s.file, "/parallel",
+                                 "calibrate compare needs a one-GPU scenario (tp, pp, dp, cp, ep all 1), like the "
+                                 "measurement; found " +
+                                     std::to_string(par.tp * par.pp * par.dp * par.cp * par.ep) + " GPUs"}});
+  }
+  const Platform platform(s.cluster, s.profiles);
+  const WorkloadPlan plan = workload_of(s)->plan(platform, Placement::of(s.parallel), PlanOptions{});
+  const ProgramTemplate& prog = plan.setup.programs.at(0);
+  const int type = platform.cluster().gpu_type_of(plan.setup.ranks[plan.recorded_rank_of_stage[0]].gpu);
+  StepCategories c;
+  for (const Task& t : prog.tasks) {
+    if (t.kind != TaskKind::Compute) continue;
+    const ComputeOp& op = prog.ops[t.ref];
+    const double sec = platform.costs().duration(op, type).to_seconds();
+    if (op.kind == OpKind::Gemm) {
+      c.gemm += sec;
+    } else if (op.kind == OpKind::Attention || op.kind == OpKind::AttentionBackward) {
+      c.attention += sec;
+    } else if (op.name.rfind("optimizer.", 0) == 0) {
+      c.optimizer += sec;
+    } else {
+      c.elementwise += sec;
+    }
+  }
+  c.iteration = simulate(s).iteration_time_s;
+  return c;
+}
+
+std::string compare_step(const std::string& measured_path, const std::string& scenario_path, const Catalog& catalog) {
+  const StepCategories m = read_step_measurement(measured_path);
+  const Scenario s = load_scenario_file(scenario_path, {}, catalog);
+  const StepCategories p = predicted_categories(s);
+  std::ostringstream out;
+  out << "Predicted (" << scenario_path << ") vs measured (" << measured_path << "), seconds per iteration\n";
+  char line[160];
+  std::snprintf(line, sizeof line, "%-14s %12s %12s %10s\n", "category", "predicted", "measured", "pred/meas");
+  out << line;
+  auto row = [&](const char* name, double pv, double mv) {
+    const std::string ratio = mv > 0 ? fmt("%.3f", pv / mv) : "-";
+    std::snprintf(line, sizeof line, "%-14s %12.6g %12.6g %10s\n", name, pv, mv, ratio.c_str());
+    out << line;
+  };
+  row("gemm", p.gemm, m.gemm);
+  row("attention", p.attention, m.attention);
+  row("elementwise", p.elementwise, m.elementwise);
+  row("optimizer", p.optimizer, m.optimizer);
+  row("iteration", p.iteration, m.iteration);
+  return out.str();
 }
 
 }  // namespace trainsim

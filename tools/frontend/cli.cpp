@@ -239,15 +239,23 @@ int run_commands(int argc, const char* const* argv, std::ostream& out, std::ostr
   calibrate_cmd->require_subcommand(1);
   std::vector<std::string> raw_paths;
   std::string fit_out, fit_gpu;
-  auto* fit_cmd = calibrate_cmd->add_subcommand("fit", "Fit a profile from raw kernel_profile / collective_sweep JSON");
+  std::vector<std::string> fit_keep;
+  auto* fit_cmd = calibrate_cmd->add_subcommand(
+      "fit", "Fit a profile from raw kernel_profile / collective_sweep / attention_sweep JSON");
   fit_cmd->add_option("raw", raw_paths, "Raw measurement files")->required();
   fit_cmd->add_option("-o,--out", fit_out, "Profile to write")->required();
   fit_cmd->add_option("--gpu", fit_gpu, "Catalog GPU name (default: recognised from the raw provenance)");
+  fit_cmd->add_option("--keep", fit_keep, "Shipped field kept although measured (e.g. gemm.fp8); repeatable");
   std::string profile_path, against;
   auto* profile_report_cmd =
       calibrate_cmd->add_subcommand("report", "Compare a profile with the shipped one of its GPU (or --against)");
   profile_report_cmd->add_option("profile", profile_path, "Profile JSON")->required();
   profile_report_cmd->add_option("--against", against, "Profile to compare with");
+  std::string measured_path, compare_scenario;
+  auto* compare_cmd = calibrate_cmd->add_subcommand(
+      "compare", "Predicted vs measured time per kernel category of a one-GPU scenario (tools/measure-step)");
+  compare_cmd->add_option("measured", measured_path, "step_measurement JSON")->required();
+  compare_cmd->add_option("scenario", compare_scenario, "Scenario JSON")->required();
 
   std::string what;
   auto* catalog_cmd = app.add_subcommand("catalog", "List the shipped presets");
@@ -311,12 +319,16 @@ int run_commands(int argc, const char* const* argv, std::ostream& out, std::ostr
       std::vector<std::pair<std::string, std::string>> inputs;
       for (const auto& in : raw_paths) inputs.emplace_back("raw measurement file", in);
       check_output_paths({{"--out", fit_out}}, inputs);
-      write_profile_file(fit_profile_files(raw_paths, fit_gpu, catalog), fit_out);
+      write_profile_file(fit_profile_files(raw_paths, fit_gpu, catalog, fit_keep), fit_out);
       out << "wrote " << fit_out << "\n";
       return kOk;
     }
     if (profile_report_cmd->parsed()) {
       out << calibration_report(profile_path, against, catalog);
+      return kOk;
+    }
+    if (compare_cmd->parsed()) {
+      out << compare_step(measured_path, compare_scenario, catalog);
       return kOk;
     }
     if (regress_cmd->parsed()) {

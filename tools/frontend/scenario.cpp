@@ -446,10 +446,20 @@ TrainingSpec read_training(ObjectReader& top, const TransformerSpec& model) {
     if (prec == to_string(static_cast<Dtype>(d))) t.precision = static_cast<Dtype>(d);
   }
   t.optimizer = r.choice("optimizer", "adam", {"adam", "sgd"});
-  const std::string attn = r.choice("attention", "flash", {"flash", "flash-triton", "unfused"});
-  t.attention = attn == "flash"          ? AttentionKind::Flash
-                : attn == "flash-triton" ? AttentionKind::FlashTriton
-                                         : AttentionKind::Unfused;
+  const std::string attn =
+      r.choice("attention", "flash", {"flash", "flash-attention-3", "cudnn", "flash-triton", "unfused"});
+  t.attention = attn == "flash"               ? AttentionKind::Flash
+                : attn == "flash-attention-3" ? AttentionKind::FlashAttention3
+                : attn == "cudnn"             ? AttentionKind::Cudnn
+                : attn == "flash-triton"      ? AttentionKind::FlashTriton
+                                              : AttentionKind::Unfused;
+  const std::string fw =
+      r.choice("framework", "default", {"default", "megatron-te", "torch-compile", "eager", "fsdp2"});
+  t.framework = fw == "megatron-te"     ? Framework::MegatronTe
+                : fw == "torch-compile" ? Framework::TorchCompile
+                : fw == "eager"         ? Framework::Eager
+                : fw == "fsdp2"         ? Framework::Fsdp2
+                                        : Framework::Default;
   t.grad_reduce_bytes = r.choice("grad_reduce", "fp32", {"fp32", "bf16", "fp16"}) == "fp32" ? 4 : 2;
   t.dropout = r.boolean("dropout", true);
   t.routing = read_routing(r);
@@ -544,12 +554,38 @@ std::vector<CalibrationProfile> read_calibration(ObjectReader& top, const Catalo
   return out;
 }
 
+// Megatron-Core with Transformer Engine runs cuDNN fused attention where cuDNN
+// supports the GPU (Hopper, Blackwell): the default when the scenario names that
+// framework but no attention kernel, and every GPU's profile has cuDNN curves.
+void default_attention_of_framework(ObjectReader& top, Scenario& s) {
+  const nlohmann::json* t = top.raw("training");
+  if (s.training.framework != Framework::MegatronTe || t == nullptr || !t->is_object() || t->contains("attention"))
+    return;
+  const auto cudnn = static_cast<std::size_t>(AttentionKernel::Cudnn);
+  const bool all = !s.profiles.empty() && std::all_of(s.profiles.begin(), s.profiles.end(), [&](const auto& p) {
+    return !p.attention_kernels[cudnn].forward.curve.empty();
+  });
+  if (all) s.training.attention = AttentionKind::Cudnn;
+}
+
 void check_consistency(Scenario& s, Diagnostics& d) {
   if (s.training.attention == AttentionKind::FlashTriton) {
     for (const auto& prof : s.profiles) {
       if (prof.triton_attention_speed.value <= 0) {
         d.error("/training/attention", "\"flash-triton\" needs triton_attention_speed in the calibration profile of " +
                                            prof.gpu + ", which has none");
+      }
+    }
+  }
+  const auto family = s.training.attention == AttentionKind::Cudnn             ? AttentionKernel::Cudnn
+                      : s.training.attention == AttentionKind::FlashAttention3 ? AttentionKernel::FlashAttention3
+                                                                               : AttentionKernel::FlashAttention2;
+  if (family != AttentionKernel::FlashAttention2) {
+    const std::string key(attention_kernel_key(family));
+    for (const auto& prof : s.profiles) {
+      if (prof.attention_kernels[static_cast<std::size_t>(family)].forward.curve.empty()) {
+        d.error("/training/attention", "\"" + key + "\" needs attention_kernels." + key +
+                                           " in the calibration profile of " + prof.gpu + ", which has none");
       }
     }
   }
@@ -603,6 +639,7 @@ Scenario load_scenario_text(const std::string& text, const std::string& file, co
                          " tokens is beyond the model's maximum context of " + std::to_string(s.model.max_seq_len) +
                          " (max_seq_len); the simulation assumes the model was extended to it");
   }
+  default_attention_of_framework(top, s);
   top.finish();
   if (diags.ok()) check_consistency(s, diags);
   diags.throw_if_errors();

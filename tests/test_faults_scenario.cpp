@@ -183,3 +183,38 @@ TEST_CASE("the Llama 3 example: interruptions and effective training time within
   CHECK(r.reliability->ettr_mean > 0.90);
   CHECK(r.reliability->ettr_mean < 1.0);
 }
+
+TEST_CASE("a degraded spine link shows up in the flow breakdown; the analytical model refuses it") {
+  // 8 DGX H100 under 4 leaf groups of 2 nodes and one spine: the gradient
+  // all-reduce of 64 ranks crosses the spine.
+  const char* spine = R"({
+    "model": "gpt3-1.3b",
+    "cluster": {"node": "dgx-h100", "nodes": 8,
+                "fabric": {"kind": "rail-optimized", "nodes_per_leaf": 2, "spines": 1}},
+    "parallel": {"tp": 1, "pp": 1, "dp": 64, "micro_batch": 2, "global_batch": 128, "dp_overlap": false},
+    "training": {"seq_len": 2048}
+  })";
+  auto load_spine = [&](const std::vector<std::string>& sets) {
+    return load_scenario_text(spine, "spine.json", "", sets, catalog());
+  };
+  const char* quarter =
+      R"(perturbations={"links": [{"from": "leaf rail 0 group 0", "to": "spine 0", "capacity": 0.25}]})";
+  const JobReport clean = simulate(load_spine({}), Fidelity::Flow);
+  const JobReport degraded = simulate(load_spine({quarter}), Fidelity::Flow);
+  const auto dp = static_cast<std::size_t>(CommClass::DP);
+  CHECK(degraded.breakdown.exposed_comm_s[dp] > clean.breakdown.exposed_comm_s[dp] * 1.2);
+  REQUIRE(degraded.perturbations);
+  CHECK(degraded.perturbations->degraded_links == 1);
+  CHECK(degraded.perturbations->lost_s == doctest::Approx(degraded.iteration_time_s - clean.iteration_time_s));
+  // Degraded only after the iteration's compute: the same as not degraded.
+  const JobReport late = simulate(
+      load_spine({R"(perturbations={"links": [{"from": "spine 0", "to": "leaf rail 0 group 0", "capacity": 0.25,
+                   "start": "10s"}]})"}),
+      Fidelity::Flow);
+  CHECK(late.iteration_time_s == clean.iteration_time_s);
+  CHECK_THROWS_AS(simulate(load_spine({quarter}), Fidelity::Analytical), InputError);
+  CHECK_THROWS_AS(
+      simulate(load_spine({R"(perturbations={"links": [{"from": "leaf 9", "to": "spine 0", "capacity": 0.5}]})"}),
+               Fidelity::Flow),
+      InputError);
+}

@@ -47,7 +47,7 @@ constexpr double kMaxSlowdown = 1000;
 
 }  // namespace
 
-void read_perturbations(ObjectReader& top, ClusterSpec& cluster) {
+void read_perturbations(ObjectReader& top, ClusterSpec& cluster, std::vector<LinkPerturbation>& links) {
   const nlohmann::json* v = top.raw("perturbations");
   if (v == nullptr) return;
   ObjectReader r(*v, top.at("perturbations"), top.diagnostics());
@@ -132,6 +132,27 @@ void read_perturbations(ObjectReader& top, ClusterSpec& cluster) {
         std::swap(ids[i], ids[j]);
         const double f = lo + (hi - lo) * uniform();
         factor[ids[i]] = (factor.count(ids[i]) ? factor[ids[i]] : 1.0) * f;
+      }
+    }
+  }
+  if (const nlohmann::json* list = r.raw("links")) {
+    if (!list->is_array()) {
+      r.error("links", "expected an array of {\"from\", \"to\", \"capacity\"}");
+    } else {
+      for (std::size_t i = 0; i < list->size(); ++i) {
+        const std::string at = r.at("links") + "/" + std::to_string(i);
+        ObjectReader e((*list)[i], at, r.diagnostics());
+        if (!e.valid()) continue;
+        LinkPerturbation lp;
+        lp.pointer = at;
+        lp.from = e.string("from", "", true);
+        lp.to = e.string("to", "", true);
+        lp.capacity_factor = e.number("capacity", 1, 1e-6, 1, true);
+        lp.start_s = e.quantity("start", Quantity::Time, 0, 0, 1e9);
+        lp.end_s = e.has("end") ? e.quantity("end", Quantity::Time, -1, 0, 1e9) : -1;
+        if (lp.end_s >= 0 && lp.end_s <= lp.start_s) e.error("end", "expected an end after the start");
+        e.finish();
+        links.push_back(lp);
       }
     }
   }

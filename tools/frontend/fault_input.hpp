@@ -4,6 +4,8 @@
 // iteration: given, or sampled stragglers) become the cluster's slowdowns;
 // "reliability" (failures over the job's life) becomes a ReliabilitySpec.
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "models/reliability.hpp"
 #include "topologies/hardware.hpp"
@@ -13,7 +15,19 @@ namespace trainsim {
 
 std::optional<ReliabilitySpec> read_reliability(ObjectReader& top, const ClusterSpec& cluster);
 
-// Fills cluster.slowdowns (one entry per slowed GPU, factors of several entries multiplied).
-void read_perturbations(ObjectReader& top, ClusterSpec& cluster);
+// A link of the cluster's topology (both directions) at a share of its capacity
+// from `start_s` to `end_s`; resolved against the topology when the flow
+// fidelity runs (the analytical model has no links).
+struct LinkPerturbation {
+  std::string from, to;  // vertex names as the topology gives them (docs/network.md)
+  double capacity_factor = 1;
+  double start_s = 0;
+  double end_s = -1;    // -1: to the end of the iteration
+  std::string pointer;  // "/perturbations/links/i", for errors at run time
+};
+
+// Fills cluster.slowdowns (one entry per slowed GPU, factors of several
+// entries multiplied) and `links`.
+void read_perturbations(ObjectReader& top, ClusterSpec& cluster, std::vector<LinkPerturbation>& links);
 
 }  // namespace trainsim

@@ -48,6 +48,35 @@ ReliabilityReport job_life(const ReliabilitySpec& spec, const JobReport& rep, co
   }
   return analyse_reliability(spec, job);
 }
+
+// Degraded links change their capacity in the flow network at the given times.
+void apply_link_perturbations(const Scenario& s, Fidelity fidelity, Platform& platform, NetworkModel& network) {
+  if (s.link_perturbations.empty()) return;
+  if (fidelity != Fidelity::Flow) {
+    throw InputError({Diagnostic{s.file, s.link_perturbations.front().pointer,
+                                 "a degraded link needs --fidelity flow: the analytical model has no links "
+                                 "(docs/faults.md)"}});
+  }
+  const Topology& topo = platform.topology();
+  for (const LinkPerturbation& lp : s.link_perturbations) {
+    bool found = false;
+    for (std::uint32_t l = 0; l < topo.num_links(); ++l) {
+      const TopologyLink& link = topo.link(l);
+      const std::string a = topo.vertex_name(link.from), b = topo.vertex_name(link.to);
+      if (!((a == lp.from && b == lp.to) || (a == lp.to && b == lp.from))) continue;
+      found = true;
+      network.set_link_capacity(Time::seconds(lp.start_s), l, link.capacity * lp.capacity_factor);
+      if (lp.end_s >= 0) network.set_link_capacity(Time::seconds(lp.end_s), l, link.capacity);
+    }
+    if (!found) {
+      throw InputError({Diagnostic{s.file, lp.pointer,
+                                   "no link joins \"" + lp.from + "\" and \"" + lp.to +
+                                       "\" in the cluster's topology (vertices are named like \"" +
+                                       topo.vertex_name(topo.link(topo.num_links() - 1).from) + "\" or \"" +
+                                       topo.vertex_name(topo.link(0).to) + "\", docs/network.md)"}});
+    }
+  }
+}
 }  // namespace
 
 std::unique_ptr<Workload> workload_of(const Scenario& s) {
@@ -82,6 +111,7 @@ JobRun run_job(const Scenario& s, Fidelity fidelity) {
   }
   const std::unique_ptr<NetworkModel> network = platform.network_model(fidelity);
   TRAINSIM_CHECK(network->needs_every_member() == !opts.representatives, "plan and network model disagree on members");
+  apply_link_perturbations(s, fidelity, platform, *network);
   {
     Executor exec(plan.setup, cluster, platform.costs(), *network);
     run.result = exec.run();
@@ -159,8 +189,9 @@ JobRun run_job(const Scenario& s, Fidelity fidelity) {
     }
     rep.per_stage.push_back(sr);
   }
-  if (!s.cluster.slowdowns.empty()) {
+  if (!s.cluster.slowdowns.empty() || !s.link_perturbations.empty()) {
     PerturbationReport p;
+    p.degraded_links = static_cast<int>(s.link_perturbations.size());
     p.slowed_gpus = static_cast<int>(s.cluster.slowdowns.size());
     for (const GpuSlowdown& g : s.cluster.slowdowns) p.max_slowdown = std::max(p.max_slowdown, g.factor);
     for (std::size_t r = 0; r < plan.setup.ranks.size(); ++r) {
@@ -172,6 +203,7 @@ JobRun run_job(const Scenario& s, Fidelity fidelity) {
     }
     Scenario unperturbed = s;
     unperturbed.cluster.slowdowns.clear();
+    unperturbed.link_perturbations.clear();
     unperturbed.reliability.reset();
     p.unperturbed_iteration_time_s = run_job(unperturbed, fidelity).report.iteration_time_s;
     p.lost_s = rep.iteration_time_s - p.unperturbed_iteration_time_s;
@@ -308,6 +340,7 @@ nlohmann::json to_json(const JobReport& r) {
   if (r.perturbations) {
     const PerturbationReport& p = *r.perturbations;
     out["perturbations"] = {{"slowed_gpus", p.slowed_gpus},
+                            {"degraded_links", p.degraded_links},
                             {"max_slowdown", p.max_slowdown},
                             {"slowest_rank", p.slowest_rank},
                             {"slowest_stage", p.slowest_stage},
@@ -339,9 +372,13 @@ std::string summary_text(const JobReport& r) {
   for (const auto& w : r.warnings) out += "  warning: " + w + "\n";
   if (r.perturbations) {
     const PerturbationReport& p = *r.perturbations;
-    out += "  perturbations: " + std::to_string(p.slowed_gpus) + " slowed GPU(s), slowest x" +
-           fmt("%.2f", p.max_slowdown) + " (" + p.slowest_rank + ", stage " + std::to_string(p.slowest_stage) + ") | " +
-           fmt("%.3f", p.lost_s) + " s lost per iteration (" +
+    out += "  perturbations: " + std::to_string(p.slowed_gpus) + " slowed GPU(s)";
+    if (p.slowed_gpus > 0) {
+      out += ", slowest x" + fmt("%.2f", p.max_slowdown) + " (" + p.slowest_rank + ", stage " +
+             std::to_string(p.slowest_stage) + ")";
+    }
+    if (p.degraded_links > 0) out += ", " + std::to_string(p.degraded_links) + " degraded link(s)";
+    out += " | " + fmt("%.3f", p.lost_s) + " s lost per iteration (" +
            fmt("%.1f", 100 * p.lost_s / std::max(p.unperturbed_iteration_time_s, 1e-12)) + "% over " +
            fmt("%.3f", p.unperturbed_iteration_time_s) + " s unperturbed)\n";
   }

@@ -31,6 +31,7 @@ struct StageReport {
 // GPUs slower than their type (scenario "perturbations") and what they cost.
 struct PerturbationReport {
   int slowed_gpus = 0;
+  int degraded_links = 0;  // "links" entries (flow fidelity)
   double max_slowdown = 1;
   std::string slowest_rank;  // the simulated rank on the slowest GPU: it sets the pace
   int slowest_stage = 0;

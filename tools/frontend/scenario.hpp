@@ -10,6 +10,7 @@
 #include "models/reliability.hpp"
 #include "models/training_spec.hpp"
 #include "tools/frontend/catalog.hpp"
+#include "tools/frontend/fault_input.hpp"
 
 namespace trainsim {
 
@@ -35,7 +36,8 @@ struct Scenario {
   TrainingSpec training;
   std::vector<CalibrationProfile> profiles;  // for every GPU type in the cluster
   std::optional<Expected> expected;
-  std::optional<ReliabilitySpec> reliability;  // failures over the job's life (docs/faults.md)
+  std::optional<ReliabilitySpec> reliability;        // failures over the job's life (docs/faults.md)
+  std::vector<LinkPerturbation> link_perturbations;  // degraded links (flow fidelity)
   // Valid but suspicious (a seq_len beyond the model's context, a profile for a
   // GPU the cluster lacks): "file: /pointer: message", printed by the CLI.
   std::vector<std::string> warnings;

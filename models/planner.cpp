@@ -674,10 +674,19 @@ struct TimingSignature {
   std::vector<double> seconds;
 };
 
+// The GPU type as the network sees it: types that differ only by a slowdown
+// (perturbations) share their figures and profile, so their first one.
+int network_type(const Cluster& cluster, int type) {
+  for (int t = 0; t < type; ++t) {
+    if (cluster.gpu_type(t).name == cluster.gpu_type(type).name) return t;
+  }
+  return type;
+}
+
 TimingSignature timing_signature(const AnalyticalNetwork& net, const Cluster& cluster, const std::vector<int>& members,
                                  const std::set<std::pair<int, std::uint64_t>>& transfers) {
   TimingSignature sig;
-  for (int g : members) sig.exact.push_back(cluster.gpu_type_of(g));
+  for (int g : members) sig.exact.push_back(network_type(cluster, cluster.gpu_type_of(g)));
   if (members.size() < 2) return sig;
   const CommShape shape = net.shape(members);
   for (const auto& [kind, bytes] : transfers) {
@@ -845,9 +854,15 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
   // stage, its ranks share a GPU type and their TP, CP and pipeline
   // communicators time alike (and each stage's DP communicators do): one rank
   // then stands for the replica. Replicas with equal signatures stand for each
-  // other. If any replica is not compact, every rank of the simulated replicas runs.
+  // other. A replica that is not compact (mixed GPU kinds, an irregular
+  // group) runs every rank; the compact ones still run one. GPUs that differ
+  // only by a slowdown (perturbations) keep a replica compact: its rank on a
+  // stage then runs at the pace of the slowest GPU of its TP/CP group, which
+  // the group's collectives after every layer impose on all its members.
   std::vector<char> replica_simulated(par.dp, 1);
-  bool compact = false;
+  std::vector<char> replica_compact(par.dp, 0);
+  // The slowest GPU type of each (stage, replica) group, for compact ranks.
+  std::vector<int> slowest_type(static_cast<std::size_t>(par.pp) * par.dp, -1);
   if (options.representatives) {
     const AnalyticalNetwork& net = platform.analytical_network();
     const double tol = options.equivalence_tolerance;
@@ -859,7 +874,8 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
       timing.exact.push_back(static_cast<int>(use.role));
       return timing;
     };
-    compact = true;
+    bool dp_uniform = true;
+    std::vector<char> uniform(par.dp, 1);
     // A replica's signature: per stage, its ranks' GPU types and the signature
     // of each of their communicators (each computed once: TP per (d, c), CP per
     // (d, t), pipeline links per rank; DP is shared by all replicas).
@@ -869,7 +885,7 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
       for (std::size_t k = 0; k < slots.size(); ++k) {
         if (slots[k].role != SlotRole::DP) continue;
         const TimingSignature first = sig(s, k, 0, 0, 0);
-        for (int t = 1; t < par.tp && compact; ++t) compact = same_timing(sig(s, k, 0, 0, t), first, tol);
+        for (int t = 1; t < par.tp && dp_uniform; ++t) dp_uniform = same_timing(sig(s, k, 0, 0, t), first, tol);
       }
       for (int d = 0; d < par.dp; ++d) {
         TimingSignature& rs = replica_sig[d];
@@ -877,7 +893,9 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
         for (int c = 0; c < par.cp; ++c) {
           for (int t = 0; t < par.tp; ++t) {
             const int type = cluster.gpu_type_of(gpu(s, d, c, t));
-            compact = compact && type == type0;
+            uniform[d] = uniform[d] && cluster.gpu_type(type).name == cluster.gpu_type(type0).name;
+            int& slow = slowest_type[static_cast<std::size_t>(s) * par.dp + d];
+            if (slow < 0 || cluster.gpu_type(type).slowdown > cluster.gpu_type(slow).slowdown) slow = type;
             rs.exact.push_back(type);
           }
         }
@@ -893,7 +911,7 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
               if (c == 0 && t == 0) {
                 first = g;
               } else {
-                compact = compact && same_timing(g, first, tol);
+                uniform[d] = uniform[d] && same_timing(g, first, tol);
               }
               append(rs, g);
             }
@@ -908,10 +926,9 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
       for (int r : representatives) covered = covered || same_timing(replica_sig[d], replica_sig[r], tol);
       replica_simulated[d] = covered ? 0 : 1;
       if (!covered) representatives.push_back(d);
+      replica_compact[d] = dp_uniform && uniform[d] ? 1 : 0;
     }
   }
-  const int cps = compact ? 1 : par.cp;
-  const int tps = compact ? 1 : par.tp;
 
   CommunicatorRegistry registry(&plan.setup.comms);
   std::vector<char> gpu_simulated(cluster.num_gpus(), 0);
@@ -920,11 +937,14 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
     const std::string where = "[stage " + std::to_string(s) + "]";
     for (int d = 0; d < par.dp; ++d) {
       if (!replica_simulated[d]) continue;
+      const int cps = replica_compact[d] ? 1 : par.cp;
+      const int tps = replica_compact[d] ? 1 : par.tp;
       for (int c = 0; c < cps; ++c) {
         for (int t = 0; t < tps; ++t) {
           RankProgram rp;
           rp.program = static_cast<std::uint32_t>(s);
           rp.gpu = gpu(s, d, c, t);
+          if (replica_compact[d]) rp.gpu_type = slowest_type[static_cast<std::size_t>(s) * par.dp + d];
           rp.name = "stage " + std::to_string(s) + " (dp " + std::to_string(d) + ", cp " + std::to_string(c) + ", tp " +
                     std::to_string(t) + ", gpu " + std::to_string(rp.gpu) + ")";
           rp.record = plan.recorded_rank_of_stage[s] < 0;

@@ -130,7 +130,7 @@ void Executor::init() {
 
 Time Executor::op_duration(std::uint32_t rank, std::uint32_t op, bool contended) {
   const RankProgram& rp = setup_->ranks[rank];
-  const int type = cluster_->gpu_type_of(rp.gpu);
+  const int type = rp.gpu_type >= 0 ? rp.gpu_type : cluster_->gpu_type_of(rp.gpu);
   auto& cache = op_cost_cache_[rp.program * static_cast<std::size_t>(cluster_->num_gpu_types()) + type];
   if (cache.empty()) {
     const ProgramTemplate& p = setup_->programs[rp.program];

@@ -33,6 +33,9 @@ struct RankProgram {
   int gpu = 0;                              // global GPU id (placement, GPU type)
   std::vector<std::uint32_t> comm_of_slot;  // communicator id for each slot of the program
   bool record = false;                      // keep this rank's timeline
+  // Kernel costs of this GPU type instead of the GPU's own (when >= 0): a rank
+  // that stands for its TP/CP group runs at the pace of its slowest member.
+  int gpu_type = -1;
 };
 
 struct SimulationSetup {

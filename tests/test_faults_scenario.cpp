@@ -218,3 +218,33 @@ TEST_CASE("a degraded spine link shows up in the flow breakdown; the analytical 
                Fidelity::Flow),
       InputError);
 }
+
+TEST_CASE("stragglers in TP groups: one rank per group at its slowest member's pace, as simulating every rank") {
+  // 64 H100: TP 8, PP 2, DP 4, with 3 seeded stragglers.
+  const char* tp = R"({
+    "model": "gpt3-6.7b",
+    "cluster": {"node": "dgx-h100", "nodes": 8},
+    "parallel": {"tp": 8, "pp": 2, "dp": 4, "micro_batch": 1, "global_batch": 32},
+    "training": {"seq_len": 2048},
+    "perturbations": {"stragglers": {"count": 3, "slowdown": [1.2, 1.5], "seed": 11}}
+  })";
+  const Scenario s = load_scenario_text(tp, "tp.json", "", {}, catalog());
+  REQUIRE(s.cluster.slowdowns.size() == 3);
+  Platform platform(s.cluster, s.profiles);
+  auto makespan = [&](bool representatives) {
+    PlanOptions opts;
+    opts.representatives = representatives;
+    const WorkloadPlan plan = workload_of(s)->plan(platform, Placement::of(s.parallel), opts);
+    const std::unique_ptr<NetworkModel> network = platform.network_model(Fidelity::Analytical);
+    Executor exec(plan.setup, platform.cluster(), platform.costs(), *network);
+    const SimulationResult r = exec.run();
+    REQUIRE(r.completed);
+    return std::make_pair(r.makespan.to_seconds(), plan.setup.ranks.size());
+  };
+  const auto [every, every_ranks] = makespan(false);
+  const auto [compact, compact_ranks] = makespan(true);
+  CHECK(every_ranks == 64);
+  CHECK(compact_ranks <= 8);  // at most one rank per (stage, replica)
+  CHECK(compact == doctest::Approx(every).epsilon(0.005));
+  CHECK(compact > simulate(load_scenario_text(tp, "tp.json", "", {"perturbations={}"}, catalog())).iteration_time_s);
+}

@@ -195,7 +195,8 @@ JobRun run_job(const Scenario& s, Fidelity fidelity) {
     p.slowed_gpus = static_cast<int>(s.cluster.slowdowns.size());
     for (const GpuSlowdown& g : s.cluster.slowdowns) p.max_slowdown = std::max(p.max_slowdown, g.factor);
     for (std::size_t r = 0; r < plan.setup.ranks.size(); ++r) {
-      const double f = cluster.gpu_type(cluster.gpu_type_of(plan.setup.ranks[r].gpu)).slowdown;
+      const RankProgram& rank = plan.setup.ranks[r];
+      const double f = cluster.gpu_type(rank.gpu_type >= 0 ? rank.gpu_type : cluster.gpu_type_of(rank.gpu)).slowdown;
       if (f == p.max_slowdown && p.slowest_rank.empty()) {
         p.slowest_rank = plan.setup.ranks[r].name;
         p.slowest_stage = plan.stage_of_rank[r];

@@ -1,6 +1,7 @@
 #pragma once
 // What is trained and how: the transformer's dimensions, the parallel
 // strategy and the training settings. Filled from validated scenario JSON.
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -134,7 +135,9 @@ struct ParallelSpec {
   int virtual_stages() const;
   int layers_of_virtual_stage(int v, int model_layers) const;
   int first_layer_of_virtual_stage(int v, int model_layers) const;
-  int micro_batches() const { return global_batch / (micro_batch * dp); }
+  int micro_batches() const {  // the product in 64 bits: the layout rules check it after first use
+    return static_cast<int>(global_batch / (static_cast<std::int64_t>(micro_batch) * dp));
+  }
 };
 
 // Flash: FlashAttention-2; FlashAttention3 and Cudnn (cuDNN fused attention, what

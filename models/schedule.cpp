@@ -93,7 +93,8 @@ PipelineSchedule zero_bubble_family(int pp, int m, int extra_warmup, int deferra
     auto F = [&] { order.push_back({UnitKind::Forward, f++, 0}); };
     auto B = [&] { order.push_back({UnitKind::BackwardInput, b++, 0}); };
     auto W = [&] { order.push_back({UnitKind::BackwardWeight, w++, 0}); };
-    for (const int warmup = std::min(m, pp - st + std::min(extra_warmup, pp - 1 - st)); f < warmup;) F();
+    const int warmup = std::min(m, pp - st + std::min(extra_warmup, pp - 1 - st));
+    while (f < warmup) F();
     while (b < m) {
       B();
       if (f < m) {

@@ -8,17 +8,13 @@
 #include <string>
 #include <vector>
 
+#include "scenario_fixtures.hpp"
 #include "tools/frontend/job.hpp"
 #include "tools/frontend/scenario.hpp"
 
 using namespace trainsim;
 
 namespace {
-
-const Catalog& catalog() {
-  static const Catalog c = load_builtin_catalog();
-  return c;
-}
 
 // GPT-3 1.3B on 16 A100.
 const char* kScenario = R"({
@@ -29,19 +25,10 @@ const char* kScenario = R"({
 })";
 
 Scenario load(const std::vector<std::string>& sets) {
-  return load_scenario_text(kScenario, "s.json", "", sets, catalog());
+  return load_scenario_text(kScenario, "s.json", "", sets, testing::catalog());
 }
 
-std::string errors_of(const std::vector<std::string>& sets) {
-  try {
-    load(sets);
-    return "";
-  } catch (const InputError& e) {
-    std::string out;
-    for (const auto& d : e.diagnostics()) out += d.format() + "\n";
-    return out;
-  }
-}
+std::string errors_of(const std::vector<std::string>& sets) { return testing::errors_of(kScenario, sets); }
 
 }  // namespace
 
@@ -126,9 +113,9 @@ const char* kDataParallel = R"({
 TEST_CASE("one GPU at half speed in a 1,024-GPU synchronous job costs its compute again, at both fidelities") {
   for (const Fidelity f : {Fidelity::Analytical, Fidelity::Flow}) {
     CAPTURE(to_string(f));
-    const Scenario clean = load_scenario_text(kDataParallel, "dp.json", "", {}, catalog());
-    const Scenario slowed = load_scenario_text(kDataParallel, "dp.json", "",
-                                               {R"(perturbations={"gpus": [{"gpu": 517, "slowdown": 2}]})"}, catalog());
+    const Scenario clean = load_scenario_text(kDataParallel, "dp.json", "", {}, testing::catalog());
+    const Scenario slowed = load_scenario_text(
+        kDataParallel, "dp.json", "", {R"(perturbations={"gpus": [{"gpu": 517, "slowdown": 2}]})"}, testing::catalog());
     REQUIRE(slowed.cluster.slowdowns.size() == 1);
     const JobReport a = simulate(clean, f);
     const JobReport b = simulate(slowed, f);
@@ -176,7 +163,7 @@ TEST_CASE("the Llama 3 example: interruptions and effective training time within
   // Llama 3 (arXiv:2407.21783, section 3.3.4): 466 interruptions in 54 days, effective training time above 90%.
   const std::string path =
       std::string(TRAINSIM_SOURCE_DIR) + "/scenarios/examples/llama3.1-405b-16384xh100-failures.json";
-  const Scenario s = load_scenario_file(path, {}, catalog());
+  const Scenario s = load_scenario_file(path, {}, testing::catalog());
   const JobReport r = simulate(s);
   REQUIRE(r.reliability);
   CHECK(r.reliability->interruptions_mean == doctest::Approx(466).epsilon(0.2));
@@ -195,7 +182,7 @@ TEST_CASE("a degraded spine link shows up in the flow breakdown; the analytical 
     "training": {"seq_len": 2048}
   })";
   auto load_spine = [&](const std::vector<std::string>& sets) {
-    return load_scenario_text(spine, "spine.json", "", sets, catalog());
+    return load_scenario_text(spine, "spine.json", "", sets, testing::catalog());
   };
   const char* quarter =
       R"(perturbations={"links": [{"from": "leaf rail 0 group 0", "to": "spine 0", "capacity": 0.25}]})";
@@ -228,7 +215,7 @@ TEST_CASE("stragglers in TP groups: one rank per group at its slowest member's p
     "training": {"seq_len": 2048},
     "perturbations": {"stragglers": {"count": 3, "slowdown": [1.2, 1.5], "seed": 11}}
   })";
-  const Scenario s = load_scenario_text(tp, "tp.json", "", {}, catalog());
+  const Scenario s = load_scenario_text(tp, "tp.json", "", {}, testing::catalog());
   REQUIRE(s.cluster.slowdowns.size() == 3);
   Platform platform(s.cluster, s.profiles);
   auto makespan = [&](bool representatives) {
@@ -246,5 +233,6 @@ TEST_CASE("stragglers in TP groups: one rank per group at its slowest member's p
   CHECK(every_ranks == 64);
   CHECK(compact_ranks <= 8);  // at most one rank per (stage, replica)
   CHECK(compact == doctest::Approx(every).epsilon(0.005));
-  CHECK(compact > simulate(load_scenario_text(tp, "tp.json", "", {"perturbations={}"}, catalog())).iteration_time_s);
+  CHECK(compact >
+        simulate(load_scenario_text(tp, "tp.json", "", {"perturbations={}"}, testing::catalog())).iteration_time_s);
 }

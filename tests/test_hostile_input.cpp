@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "scenario_fixtures.hpp"
 #include "sim/time.hpp"
 #include "tools/frontend/cli.hpp"
 #include "tools/frontend/job.hpp"
@@ -20,13 +21,9 @@
 #include "tools/frontend/sweep.hpp"
 
 using namespace trainsim;
+using namespace trainsim::testing;
 
 namespace {
-
-const Catalog& catalog() {
-  static const Catalog c = load_builtin_catalog();
-  return c;
-}
 
 const char* kGood = R"({
   "model": "gpt3-1.3b",
@@ -34,21 +31,6 @@ const char* kGood = R"({
   "parallel": {"tp": 2, "pp": 2, "dp": 4, "micro_batch": 1, "global_batch": 32},
   "training": {"seq_len": 2048}
 })";
-
-std::string errors_of(const std::string& text, const std::vector<std::string>& sets = {}) {
-  try {
-    load_scenario_text(text, "bad.json", "", sets, catalog());
-    return "";
-  } catch (const InputError& e) {
-    return e.what();
-  }
-}
-
-std::string replace(std::string s, const std::string& from, const std::string& to) {
-  const auto pos = s.find(from);
-  REQUIRE(pos != std::string::npos);
-  return s.replace(pos, from.size(), to);
-}
 
 struct CliResult {
   int code;

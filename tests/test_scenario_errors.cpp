@@ -7,17 +7,14 @@
 #include <string>
 #include <vector>
 
+#include "scenario_fixtures.hpp"
 #include "tools/frontend/cli.hpp"
 #include "tools/frontend/scenario.hpp"
 
 using namespace trainsim;
+using namespace trainsim::testing;
 
 namespace {
-
-const Catalog& catalog() {
-  static const Catalog c = load_builtin_catalog();
-  return c;
-}
 
 // A valid scenario; each subcase breaks one thing.
 std::string good() {
@@ -27,22 +24,6 @@ std::string good() {
   "parallel": {"tp": 2, "pp": 2, "dp": 4, "micro_batch": 1, "global_batch": 32},
   "training": {"seq_len": 2048}
 })";
-}
-
-std::string replace(std::string s, const std::string& from, const std::string& to) {
-  const auto pos = s.find(from);
-  REQUIRE(pos != std::string::npos);
-  return s.replace(pos, from.size(), to);
-}
-
-// Loads text; returns all diagnostics formatted, one per line ("" if valid).
-std::string errors_of(const std::string& text, const std::vector<std::string>& sets = {}) {
-  try {
-    load_scenario_text(text, "bad.json", "", sets, catalog());
-    return "";
-  } catch (const InputError& e) {
-    return e.what();
-  }
 }
 
 }  // namespace

@@ -7,17 +7,13 @@
 #include <string>
 #include <vector>
 
+#include "scenario_fixtures.hpp"
 #include "tools/frontend/job.hpp"
 #include "tools/frontend/scenario.hpp"
 
 using namespace trainsim;
 
 namespace {
-
-const Catalog& catalog() {
-  static const Catalog c = load_builtin_catalog();
-  return c;
-}
 
 // GPT-3 1.3B on 16 A100: tp 2, pp 2, dp 4, 4 micro-batches per replica.
 const char* kScenario = R"({
@@ -28,7 +24,7 @@ const char* kScenario = R"({
 })";
 
 Scenario load(const std::vector<std::string>& sets) {
-  return load_scenario_text(kScenario, "s.json", "", sets, catalog());
+  return load_scenario_text(kScenario, "s.json", "", sets, testing::catalog());
 }
 
 std::string errors_of(const std::vector<std::string>& sets) {
@@ -138,7 +134,7 @@ TEST_CASE(
   const std::filesystem::path dir = std::filesystem::path(TRAINSIM_SOURCE_DIR) / "scenarios/validation-schedules";
   std::map<std::string, std::map<std::string, std::pair<double, double>>> by_config;  // measured, predicted
   for (const auto& entry : std::filesystem::directory_iterator(dir)) {
-    const Scenario s = load_scenario_file(entry.path().string(), {}, catalog());
+    const Scenario s = load_scenario_file(entry.path().string(), {}, testing::catalog());
     REQUIRE(s.expected.has_value());
     const std::string id = entry.path().stem().string();
     const std::string schedule = to_string(s.parallel.schedule);

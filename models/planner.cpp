@@ -674,19 +674,10 @@ struct TimingSignature {
   std::vector<double> seconds;
 };
 
-// The GPU type as the network sees it: types that differ only by a slowdown
-// (perturbations) share their figures and profile, so their first one.
-int network_type(const Cluster& cluster, int type) {
-  for (int t = 0; t < type; ++t) {
-    if (cluster.gpu_type(t).name == cluster.gpu_type(type).name) return t;
-  }
-  return type;
-}
-
 TimingSignature timing_signature(const AnalyticalNetwork& net, const Cluster& cluster, const std::vector<int>& members,
                                  const std::set<std::pair<int, std::uint64_t>>& transfers) {
   TimingSignature sig;
-  for (int g : members) sig.exact.push_back(network_type(cluster, cluster.gpu_type_of(g)));
+  for (int g : members) sig.exact.push_back(cluster.base_gpu_type(cluster.gpu_type_of(g)));
   if (members.size() < 2) return sig;
   const CommShape shape = net.shape(members);
   for (const auto& [kind, bytes] : transfers) {
@@ -893,7 +884,7 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
         for (int c = 0; c < par.cp; ++c) {
           for (int t = 0; t < par.tp; ++t) {
             const int type = cluster.gpu_type_of(gpu(s, d, c, t));
-            uniform[d] = uniform[d] && cluster.gpu_type(type).name == cluster.gpu_type(type0).name;
+            uniform[d] = uniform[d] && cluster.base_gpu_type(type) == cluster.base_gpu_type(type0);
             int& slow = slowest_type[static_cast<std::size_t>(s) * par.dp + d];
             if (slow < 0 || cluster.gpu_type(type).slowdown > cluster.gpu_type(slow).slowdown) slow = type;
             rs.exact.push_back(type);

@@ -155,6 +155,12 @@ TEST_CASE("perturbations: nodes, seeded stragglers and bad input") {
       std::string::npos);
   CHECK(errors_of({R"(perturbations={"stragglers": {"slowdown": 1.2}})"}).find("/perturbations/stragglers") !=
         std::string::npos);
+  // Each slowed GPU may be a GPU type of its own: their number is bounded (docs/limits.md).
+  const std::string many = testing::errors_of(
+      R"({"model": "gpt3-1.3b", "cluster": {"node": "dgx-a100", "nodes": 8200},
+          "parallel": {"tp": 8, "pp": 1, "dp": 8200, "micro_batch": 1, "global_batch": 8200},
+          "training": {"seq_len": 2048}, "perturbations": {"stragglers": {"fraction": 1, "slowdown": [1, 2]}}})");
+  CHECK(many.find("/perturbations: slows 65600 GPUs, above the limit of 65536") != std::string::npos);
   CHECK(errors_of({R"(perturbations={"stragglers": {"count": 2}})"}).find("/perturbations/stragglers/slowdown") !=
         std::string::npos);
 }

@@ -1,5 +1,6 @@
 #include "topologies/hardware.hpp"
 
+#include <map>
 #include <utility>
 
 namespace trainsim {
@@ -74,20 +75,21 @@ Cluster::Cluster(ClusterSpec spec) : spec_(std::move(spec)) {
       }
     }
   }
+  base_type_.resize(gpu_types_.size());
+  for (int t = 0; t < static_cast<int>(gpu_types_.size()); ++t) base_type_[t] = t;
   // A slowed GPU gets a type of its own (same name and profile, its own slowdown),
   // so costs, equivalence classes and reports see it apart from its peers.
+  std::map<std::pair<int, double>, int> slowed;  // (base type, factor) -> type
   for (const GpuSlowdown& s : spec_.slowdowns) {
-    GpuSpec slowed = gpu_types_[gpu_type_of_gpu_[s.gpu]];
-    slowed.slowdown = s.factor;
-    int type = -1;
-    for (int t = 0; t < static_cast<int>(gpu_types_.size()); ++t) {
-      if (gpu_types_[t].name == slowed.name && gpu_types_[t].slowdown == slowed.slowdown) type = t;
+    const int base = gpu_type_of_gpu_[s.gpu];
+    const auto [it, fresh] = slowed.try_emplace({base, s.factor}, static_cast<int>(gpu_types_.size()));
+    if (fresh) {
+      GpuSpec slowed_gpu = gpu_types_[base];
+      slowed_gpu.slowdown = s.factor;
+      gpu_types_.push_back(slowed_gpu);
+      base_type_.push_back(base);
     }
-    if (type < 0) {
-      type = static_cast<int>(gpu_types_.size());
-      gpu_types_.push_back(slowed);
-    }
-    gpu_type_of_gpu_[s.gpu] = type;
+    gpu_type_of_gpu_[s.gpu] = it->second;
   }
 }
 

@@ -109,6 +109,9 @@ class Cluster {
   int gpu_type_of(int gpu) const { return gpu_type_of_gpu_[gpu]; }
   int num_gpu_types() const { return static_cast<int>(gpu_types_.size()); }
   const GpuSpec& gpu_type(int type) const { return gpu_types_[type]; }
+  // The type a slowed GPU's type was made from (itself for a type of the catalog):
+  // what the network sees, since a slowdown changes no figure of its links.
+  int base_gpu_type(int type) const { return base_type_[type]; }
 
  private:
   ClusterSpec spec_;
@@ -116,6 +119,7 @@ class Cluster {
   std::vector<int> node_of_gpu_;      // gpu -> node
   std::vector<int> gpu_type_of_gpu_;  // gpu -> dense type id
   std::vector<GpuSpec> gpu_types_;
+  std::vector<int> base_type_;  // type -> the unslowed type it was made from
 };
 
 // JSON presets compiled into the binary (topologies/catalog/*.json).

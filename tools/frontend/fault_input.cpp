@@ -44,6 +44,8 @@ std::vector<ComponentFailureRate> read_rates(ObjectReader& r) {
 }
 
 constexpr double kMaxSlowdown = 1000;
+// Each slowed GPU may be a GPU type of its own; the cost caches grow with types.
+constexpr std::size_t kMaxSlowedGpus = 65536;
 
 }  // namespace
 
@@ -55,7 +57,8 @@ void read_perturbations(ObjectReader& top, ClusterSpec& cluster, std::vector<Lin
   const int gpus = cluster.total_gpus();
   int nodes = 0;
   for (const NodeGroup& g : cluster.groups) nodes += g.count;
-  std::map<int, double> factor;  // gpu -> slowdown
+  std::map<int, double> factor;  // gpu -> slowdown; entries naming one GPU multiply
+  auto slow = [&factor](int gpu, double f) { factor.try_emplace(gpu, 1.0).first->second *= f; };
   auto entries = [&](const char* key, const char* id_key, int count) {
     const nlohmann::json* list = r.raw(key);
     if (list == nullptr) return std::vector<std::pair<int, double>>{};
@@ -74,7 +77,7 @@ void read_perturbations(ObjectReader& top, ClusterSpec& cluster, std::vector<Lin
     }
     return out;
   };
-  for (const auto& [gpu, f] : entries("gpus", "gpu", gpus)) factor[gpu] = (factor.count(gpu) ? factor[gpu] : 1.0) * f;
+  for (const auto& [gpu, f] : entries("gpus", "gpu", gpus)) slow(gpu, f);
   // Node ids count nodes in group order; a node's GPUs are consecutive (topologies/hardware.hpp).
   for (const auto& [node, f] : entries("nodes", "node", nodes)) {
     int first = 0;
@@ -82,8 +85,7 @@ void read_perturbations(ObjectReader& top, ClusterSpec& cluster, std::vector<Lin
     for (const NodeGroup& g : cluster.groups) {
       if (n < g.count) {
         first += n * g.node.gpus_per_node;
-        for (int l = 0; l < g.node.gpus_per_node; ++l)
-          factor[first + l] = (factor.count(first + l) ? factor[first + l] : 1.0) * f;
+        for (int l = 0; l < g.node.gpus_per_node; ++l) slow(first + l, f);
         break;
       }
       first += g.count * g.node.gpus_per_node;
@@ -131,7 +133,7 @@ void read_perturbations(ObjectReader& top, ClusterSpec& cluster, std::vector<Lin
         const int j = i + static_cast<int>(uniform() * (gpus - i));
         std::swap(ids[i], ids[j]);
         const double f = lo + (hi - lo) * uniform();
-        factor[ids[i]] = (factor.count(ids[i]) ? factor[ids[i]] : 1.0) * f;
+        slow(ids[i], f);
       }
     }
   }
@@ -155,6 +157,10 @@ void read_perturbations(ObjectReader& top, ClusterSpec& cluster, std::vector<Lin
         links.push_back(lp);
       }
     }
+  }
+  if (factor.size() > kMaxSlowedGpus) {
+    r.diagnostics().error(r.pointer(), "slows " + std::to_string(factor.size()) + " GPUs, above the limit of " +
+                                           std::to_string(kMaxSlowedGpus) + " (docs/limits.md)");
   }
   r.finish();
   for (const auto& [gpu, f] : factor) {

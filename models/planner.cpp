@@ -884,7 +884,12 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
         for (int c = 0; c < par.cp; ++c) {
           for (int t = 0; t < par.tp; ++t) {
             const int type = cluster.gpu_type_of(gpu(s, d, c, t));
-            uniform[d] = uniform[d] && cluster.base_gpu_type(type) == cluster.base_gpu_type(type0);
+            // Slowdown windows change a GPU's pace within the iteration, so a
+            // group mixing them with other GPUs runs every member.
+            const bool windowed =
+                !cluster.gpu_type(type).slowdown_windows.empty() || !cluster.gpu_type(type0).slowdown_windows.empty();
+            uniform[d] = uniform[d] && cluster.base_gpu_type(type) == cluster.base_gpu_type(type0) &&
+                         (!windowed || type == type0);
             int& slow = slowest_type[static_cast<std::size_t>(s) * par.dp + d];
             if (slow < 0 || cluster.gpu_type(type).slowdown > cluster.gpu_type(slow).slowdown) slow = type;
             rs.exact.push_back(type);

@@ -117,12 +117,31 @@ void Executor::init() {
     const double share = costs_->profile(t).compute_share_during_comm.value;
     contention_ |= share > 0 && share < 1.0;
   }
-  if (contention_) {
-    comm_active_.assign(nr, 0);
+  windows_of_type_.resize(static_cast<std::size_t>(cluster.num_gpu_types()));
+  for (int t = 0; t < cluster.num_gpu_types(); ++t) {
+    for (const SlowdownWindow& w : cluster.gpu_type(t).slowdown_windows) {
+      const ClockWindow cw{Time::seconds(w.start_s), Time::seconds(w.end_s), w.factor};
+      if (cw.end <= cw.start) continue;
+      windows_of_type_[t].push_back(cw);
+      window_changes_.push_back(cw.start);
+      window_changes_.push_back(cw.end);
+    }
+  }
+  std::sort(window_changes_.begin(), window_changes_.end());
+  window_changes_.erase(std::unique(window_changes_.begin(), window_changes_.end()), window_changes_.end());
+  for (std::size_t r = 0; r < nr; ++r) {
+    const RankProgram& rp = setup.ranks[r];
+    const int type = rp.gpu_type >= 0 ? rp.gpu_type : cluster.gpu_type_of(rp.gpu);
+    if (!windows_of_type_[type].empty()) windowed_ranks_.push_back(static_cast<std::uint32_t>(r));
+  }
+  retiming_ = contention_ || !windowed_ranks_.empty();
+  if (contention_) comm_active_.assign(nr, 0);
+  if (retiming_) {
     run_frac_.assign(streams, 0.0);
     run_since_.assign(streams, Time{});
     run_end_.assign(streams, Time{});
     run_slow_.assign(streams, 0);
+    run_factor_.assign(streams, 1.0);
   }
   result_.finish.assign(nr, Time{});
   network_->bind(setup.comms);
@@ -144,17 +163,32 @@ Time Executor::op_duration(std::uint32_t rank, std::uint32_t op, bool contended)
   return cache[2 * static_cast<std::size_t>(op) + (contended ? 1 : 0)];
 }
 
+// The product of the rank's GPU's slowdown windows in force at `now`.
+double Executor::window_factor(std::uint32_t rank, Time now) const {
+  if (windowed_ranks_.empty()) return 1.0;
+  const RankProgram& rp = setup_->ranks[rank];
+  const int type = rp.gpu_type >= 0 ? rp.gpu_type : cluster_->gpu_type_of(rp.gpu);
+  double f = 1.0;
+  for (const ClockWindow& w : windows_of_type_[type]) {
+    if (now >= w.start && now < w.end) f *= w.factor;
+  }
+  return f;
+}
+
 void Executor::start_compute(std::uint32_t rank, std::uint32_t task, std::uint32_t op, Time now) {
-  if (!contention_) {
+  if (!retiming_) {
     queue_.push(now + op_duration(rank, op, false), rank, task);
     return;
   }
   const std::size_t si = stream_at(rank, setup_->programs[setup_->ranks[rank].program].tasks[task].stream);
-  const bool slow = comm_active_[rank] > 0;
+  const bool slow = contention_ && comm_active_[rank] > 0;
+  const double factor = window_factor(rank, now);
   run_frac_[si] = 0;
   run_since_[si] = now;
   run_slow_[si] = slow ? 1 : 0;
-  run_end_[si] = now + op_duration(rank, op, slow);
+  run_factor_[si] = factor;
+  const Time d = op_duration(rank, op, slow);
+  run_end_[si] = now + (factor == 1.0 ? d : Time::ns(std::llround(static_cast<double>(d.count_ns()) * factor)));
   queue_.push(run_end_[si], rank, task);
 }
 
@@ -170,18 +204,22 @@ void Executor::comm_finished(std::uint32_t rank, Time now) {
 // rate and move each running kernel's completion to where the new rate puts it.
 void Executor::retime_compute(std::uint32_t rank, Time now) {
   const ProgramTemplate& p = setup_->programs[setup_->ranks[rank].program];
-  const bool slow = comm_active_[rank] > 0;
+  const bool slow = contention_ && comm_active_[rank] > 0;
+  const double factor = window_factor(rank, now);
   for (std::uint32_t s = 0; s < p.streams.size(); ++s) {
     const std::size_t si = stream_at(rank, s);
-    if (!stream_busy_[si] || run_slow_[si] == (slow ? 1 : 0)) continue;
+    if (!stream_busy_[si] || (run_slow_[si] == (slow ? 1 : 0) && run_factor_[si] == factor)) continue;
     const Task& t = p.tasks[p.stream(s)[stream_pos_[si]]];
     if (t.kind != TaskKind::Compute) continue;
-    const double old_d = static_cast<double>(op_duration(rank, t.ref, run_slow_[si] != 0).count_ns());
-    const double new_d = static_cast<double>(op_duration(rank, t.ref, slow).count_ns());
+    double old_d = static_cast<double>(op_duration(rank, t.ref, run_slow_[si] != 0).count_ns());
+    double new_d = static_cast<double>(op_duration(rank, t.ref, slow).count_ns());
+    if (run_factor_[si] != 1.0) old_d *= run_factor_[si];
+    if (factor != 1.0) new_d *= factor;
     if (old_d > 0)
       run_frac_[si] = std::min(1.0, run_frac_[si] + static_cast<double>((now - run_since_[si]).count_ns()) / old_d);
     run_since_[si] = now;
     run_slow_[si] = slow ? 1 : 0;
+    run_factor_[si] = factor;
     const Time end = now + Time::ns(static_cast<std::int64_t>(std::llround((1.0 - run_frac_[si]) * new_d)));
     if (end != run_end_[si]) {
       run_end_[si] = end;
@@ -192,7 +230,7 @@ void Executor::retime_compute(std::uint32_t rank, Time now) {
 
 // A compute completion superseded by a later retime.
 bool Executor::stale(const Event& e) const {
-  if (!contention_) return false;
+  if (!retiming_) return false;
   const ProgramTemplate& p = setup_->programs[setup_->ranks[e.rank].program];
   const Task& t = p.tasks[e.payload];
   if (t.kind != TaskKind::Compute) return false;
@@ -350,6 +388,14 @@ SimulationResult Executor::run() {
   network_next_ = network_->next_event();
   while (!stop_) {
     const Time tq = queue_.empty() ? Time::max() : queue_.top().time;
+    // A slowdown window opens or closes: re-time the affected ranks' running
+    // kernels before anything else happens at that instant.
+    if (next_window_change_ < window_changes_.size() &&
+        window_changes_[next_window_change_] <= std::min(tq, network_next_)) {
+      const Time tw = window_changes_[next_window_change_++];
+      for (std::uint32_t r : windowed_ranks_) retime_compute(r, tw);
+      continue;
+    }
     if (network_next_ <= tq) {
       if (network_next_ == Time::max()) break;
       // Network first at equal times; its completions join the queue in order.

@@ -134,6 +134,7 @@ class Executor {
   void comm_started(std::uint32_t rank, Time now);
   void comm_finished(std::uint32_t rank, Time now);
   void retime_compute(std::uint32_t rank, Time now);
+  double window_factor(std::uint32_t rank, Time now) const;
   bool stale(const Event& e) const;
   void record(std::uint32_t rank, std::uint32_t task, Time start, Time end, std::uint8_t category);
   std::vector<WaitingTask> describe_deadlock(std::size_t* ranks_waiting) const;
@@ -175,6 +176,20 @@ class Executor {
   std::vector<double> run_frac_;
   std::vector<Time> run_since_, run_end_;
   std::vector<std::uint8_t> run_slow_;
+  // Slowdown windows (GpuSpec::slowdown_windows): the ranks on a GPU type that
+  // has them, each type's windows in the integer clock, and the instants at
+  // which a factor changes (where those ranks' running kernels are re-timed).
+  // `retiming_`: running kernels' rates can change (contention or windows).
+  bool retiming_ = false;
+  std::vector<std::uint32_t> windowed_ranks_;
+  struct ClockWindow {
+    Time start, end;
+    double factor = 1;
+  };
+  std::vector<std::vector<ClockWindow>> windows_of_type_;
+  std::vector<Time> window_changes_;
+  std::size_t next_window_change_ = 0;
+  std::vector<double> run_factor_;
   std::vector<int> timeline_of_rank_;
   SimulationResult result_;
   EventQueue queue_;

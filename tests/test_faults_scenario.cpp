@@ -242,3 +242,109 @@ TEST_CASE("stragglers in TP groups: one rank per group at its slowest member's p
   CHECK(compact >
         simulate(load_scenario_text(tp, "tp.json", "", {"perturbations={}"}, testing::catalog())).iteration_time_s);
 }
+
+namespace {
+// One H100 runs GPT-3 1.3B alone: the iteration is its compute, nothing to wait for.
+const char* kOneGpu = R"({
+  "model": "gpt3-1.3b",
+  "cluster": {"node": {"preset": "dgx-h100", "gpus_per_node": 1}, "nodes": 1},
+  "parallel": {"tp": 1, "pp": 1, "dp": 1, "micro_batch": 1, "global_batch": 4},
+  "training": {"seq_len": 2048}
+})";
+
+std::string window(int gpu, double slowdown, double start_s, double end_s) {
+  char buf[200];
+  std::snprintf(buf, sizeof buf,
+                R"(perturbations={"gpus": [{"gpu": %d, "slowdown": %g, "start": "%.9fs", "end": "%.9fs"}]})", gpu,
+                slowdown, start_s, end_s);
+  return buf;
+}
+}  // namespace
+
+TEST_CASE("a slowdown window: kernels run slower only while it lasts, re-timed when it opens and closes") {
+  const JobReport clean = simulate(load_scenario_text(kOneGpu, "one.json", "", {}, testing::catalog()));
+  const double c = clean.iteration_time_s;
+  REQUIRE(c > 0);
+  // 2x over the first half of the iteration: half of that half's work is done
+  // in it, the rest at full speed after, so the iteration takes c + c/4.
+  const Scenario half = load_scenario_text(kOneGpu, "one.json", "", {window(0, 2, 0, c / 2)}, testing::catalog());
+  REQUIRE(half.cluster.slowdowns.size() == 1);
+  CHECK(half.cluster.slowdowns[0].factor == 1);
+  REQUIRE(half.cluster.slowdowns[0].windows.size() == 1);
+  CHECK(simulate(half).iteration_time_s == doctest::Approx(1.25 * c).epsilon(1e-6));
+  // A window in the middle: c + (window length) / 2 for a factor of 2.
+  const Scenario middle = load_scenario_text(kOneGpu, "one.json", "", {window(0, 2, c / 4, c / 2)}, testing::catalog());
+  CHECK(simulate(middle).iteration_time_s == doctest::Approx(c + c / 8).epsilon(1e-6));
+  // A window after the iteration changes nothing; one without an end is a static slowdown.
+  CHECK(simulate(load_scenario_text(kOneGpu, "one.json", "", {window(0, 3, 2 * c, 3 * c)}, testing::catalog()))
+            .iteration_time_s == c);
+  const JobReport open = simulate(load_scenario_text(
+      kOneGpu, "one.json", "", {R"(perturbations={"gpus": [{"gpu": 0, "slowdown": 2, "start": "0s"}]})"},
+      testing::catalog()));
+  CHECK(open.iteration_time_s == doctest::Approx(2 * c).epsilon(1e-6));
+  REQUIRE(open.perturbations);
+  CHECK(open.perturbations->max_slowdown == 2);
+  // Bad windows name the entry.
+  CHECK(testing::errors_of(kOneGpu, {window(0, 2, 1, 0.5)}).find("/perturbations/gpus/0/end") != std::string::npos);
+}
+
+TEST_CASE("a slowdown window on one GPU of a 1,024-GPU job costs the work it slowed, at both fidelities") {
+  for (const Fidelity f : {Fidelity::Analytical, Fidelity::Flow}) {
+    CAPTURE(to_string(f));
+    const JobReport a = simulate(load_scenario_text(kDataParallel, "dp.json", "", {}, testing::catalog()), f);
+    const double c = a.breakdown.compute_s;
+    // 2x over the GPU's whole compute: it does half of it inside the window and
+    // the other half after, c / 2 late at the all-reduce every replica waits on.
+    const JobReport b =
+        simulate(load_scenario_text(kDataParallel, "dp.json", "", {window(517, 2, 0, c)}, testing::catalog()), f);
+    CHECK(b.iteration_time_s - a.iteration_time_s == doctest::Approx(c / 2).epsilon(0.02));
+    REQUIRE(b.perturbations);
+    CHECK(b.perturbations->slowest_rank.find("gpu 517") != std::string::npos);
+  }
+}
+
+TEST_CASE("perturbations: the time each entry costs on its own") {
+  const Scenario s = load({R"(perturbations={"gpus": [{"gpu": 8, "slowdown": 2}, {"gpu": 3, "slowdown": 1.2}]})"});
+  REQUIRE(s.perturbation_sources.size() == 2);
+  const JobReport r = simulate(s);
+  REQUIRE(r.perturbations);
+  const PerturbationReport& p = *r.perturbations;
+  REQUIRE(p.each.size() == 2);
+  CHECK(p.each[0].pointer == "/perturbations/gpus/0");
+  CHECK(p.each[1].pointer == "/perturbations/gpus/1");
+  CHECK(p.each[0].lost_s > p.each[1].lost_s);
+  CHECK(p.each[1].lost_s > 0);
+  // An entry's cost is the job with that entry alone.
+  const JobReport alone = simulate(load({R"(perturbations={"gpus": [{"gpu": 3, "slowdown": 1.2}]})"}));
+  CHECK(p.each[1].lost_s == doctest::Approx(alone.perturbations->lost_s));
+  // Both slow the same job, whose pace the slower sets; the total is at least the larger.
+  CHECK(p.lost_s >= p.each[0].lost_s * 0.999);
+  CHECK(to_json(r)["perturbations"]["each"].size() == 2);
+  CHECK(summary_text(r).find("/perturbations/gpus/1 alone") != std::string::npos);
+}
+
+TEST_CASE("a slowdown window inside a TP group: the group runs every member, as simulating every rank") {
+  const char* tp = R"({
+    "model": "gpt3-6.7b",
+    "cluster": {"node": "dgx-h100", "nodes": 4},
+    "parallel": {"tp": 8, "pp": 2, "dp": 2, "micro_batch": 1, "global_batch": 16},
+    "training": {"seq_len": 2048},
+    "perturbations": {"gpus": [{"gpu": 3, "slowdown": 3, "start": "0.05s", "end": "0.4s"}]}
+  })";
+  const Scenario s = load_scenario_text(tp, "tp.json", "", {}, testing::catalog());
+  Platform platform(s.cluster, s.profiles);
+  auto makespan = [&](bool representatives) {
+    PlanOptions opts;
+    opts.representatives = representatives;
+    const WorkloadPlan plan = workload_of(s)->plan(platform, Placement::of(s.parallel), opts);
+    const std::unique_ptr<NetworkModel> network = platform.network_model(Fidelity::Analytical);
+    Executor exec(plan.setup, platform.cluster(), platform.costs(), *network);
+    const SimulationResult r = exec.run();
+    REQUIRE(r.completed);
+    return r.makespan.to_seconds();
+  };
+  const double every = makespan(false);
+  CHECK(makespan(true) == doctest::Approx(every).epsilon(0.005));
+  CHECK(every >
+        simulate(load_scenario_text(tp, "tp.json", "", {"perturbations={}"}, testing::catalog())).iteration_time_s);
+}

@@ -1,9 +1,25 @@
 #include "topologies/hardware.hpp"
 
+#include <algorithm>
 #include <map>
+#include <tuple>
 #include <utility>
 
 namespace trainsim {
+
+double GpuSpec::window_slowdown_at(double t_s) const {
+  double f = 1.0;
+  for (const SlowdownWindow& w : slowdown_windows) {
+    if (t_s >= w.start_s && t_s < w.end_s) f *= w.factor;
+  }
+  return f;
+}
+
+double GpuSpec::peak_slowdown() const {
+  double worst = 1.0;
+  for (const SlowdownWindow& w : slowdown_windows) worst = std::max(worst, window_slowdown_at(w.start_s));
+  return slowdown * worst;
+}
 
 const char* to_string(Dtype d) {
   switch (d) {
@@ -79,13 +95,14 @@ Cluster::Cluster(ClusterSpec spec) : spec_(std::move(spec)) {
   for (int t = 0; t < static_cast<int>(gpu_types_.size()); ++t) base_type_[t] = t;
   // A slowed GPU gets a type of its own (same name and profile, its own slowdown),
   // so costs, equivalence classes and reports see it apart from its peers.
-  std::map<std::pair<int, double>, int> slowed;  // (base type, factor) -> type
+  std::map<std::tuple<int, double, std::vector<SlowdownWindow>>, int> slowed;  // (base type, factor, windows) -> type
   for (const GpuSlowdown& s : spec_.slowdowns) {
     const int base = gpu_type_of_gpu_[s.gpu];
-    const auto [it, fresh] = slowed.try_emplace({base, s.factor}, static_cast<int>(gpu_types_.size()));
+    const auto [it, fresh] = slowed.try_emplace({base, s.factor, s.windows}, static_cast<int>(gpu_types_.size()));
     if (fresh) {
       GpuSpec slowed_gpu = gpu_types_[base];
       slowed_gpu.slowdown = s.factor;
+      slowed_gpu.slowdown_windows = s.windows;
       gpu_types_.push_back(slowed_gpu);
       base_type_.push_back(base);
     }

@@ -3,6 +3,7 @@
 // and clusters of node groups. Filled from validated JSON at the edge; the
 // simulator trusts these values. All rates in SI base units (FLOP/s, bytes/s).
 #include <array>
+#include <compare>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -17,6 +18,15 @@ inline constexpr std::size_t kNumDtypes = 5;
 const char* to_string(Dtype d);
 std::size_t bytes_per_element(Dtype d);
 
+// A slowdown from `start_s` (inclusive) to `end_s` (exclusive), seconds into the iteration.
+struct SlowdownWindow {
+  double start_s = 0;
+  double end_s = 0;
+  double factor = 1.0;
+  bool operator==(const SlowdownWindow&) const = default;
+  auto operator<=>(const SlowdownWindow&) const = default;
+};
+
 struct GpuSpec {
   std::string name;                             // canonical name, e.g. "H100-SXM-80GB"
   std::string vendor;                           // "nvidia" | "amd"
@@ -27,8 +37,15 @@ struct GpuSpec {
   double scaleup_bandwidth = 0;                 // scale-up aggregate bidirectional bytes/s per GPU
   std::string source;                           // where the figures come from
   double slowdown = 1.0;  // kernels take this many times as long (a perturbed GPU; scenario "perturbations")
+  // Slowdowns that hold only within part of the iteration (thermal throttling,
+  // a transient straggler), on top of `slowdown`; sorted by start, may overlap.
+  std::vector<SlowdownWindow> slowdown_windows;
 
   double peak(Dtype d) const { return peak_flops[static_cast<std::size_t>(d)]; }
+  // The factor of `slowdown_windows` in force at `t_s` seconds into the iteration.
+  double window_slowdown_at(double t_s) const;
+  // The largest factor it ever runs at: `slowdown` times the worst overlap of windows.
+  double peak_slowdown() const;
 };
 
 enum class ScaleupKind : std::uint8_t { NVSwitch, Direct, PCIe, None };
@@ -79,8 +96,9 @@ struct NodeGroup {
 
 // One GPU that runs slower than its type: a straggler, a throttled or degraded GPU.
 struct GpuSlowdown {
-  int gpu = 0;          // global GPU id
-  double factor = 1.0;  // its kernels take this many times as long
+  int gpu = 0;                          // global GPU id
+  double factor = 1.0;                  // its kernels take this many times as long
+  std::vector<SlowdownWindow> windows;  // and this much more within each window
 };
 
 struct ClusterSpec {

@@ -1,5 +1,6 @@
 #include "tools/frontend/fault_input.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <random>
@@ -46,10 +47,13 @@ std::vector<ComponentFailureRate> read_rates(ObjectReader& r) {
 constexpr double kMaxSlowdown = 1000;
 // Each slowed GPU may be a GPU type of its own; the cost caches grow with types.
 constexpr std::size_t kMaxSlowedGpus = 65536;
+// Slowdown windows lie within the first 10^9 s of the iteration (as link windows do).
+constexpr double kMaxWindowEnd = 1e9;
 
 }  // namespace
 
-void read_perturbations(ObjectReader& top, ClusterSpec& cluster, std::vector<LinkPerturbation>& links) {
+void read_perturbations(ObjectReader& top, ClusterSpec& cluster, std::vector<LinkPerturbation>& links,
+                        std::vector<PerturbationSource>& sources) {
   const nlohmann::json* v = top.raw("perturbations");
   if (v == nullptr) return;
   ObjectReader r(*v, top.at("perturbations"), top.diagnostics());
@@ -57,40 +61,77 @@ void read_perturbations(ObjectReader& top, ClusterSpec& cluster, std::vector<Lin
   const int gpus = cluster.total_gpus();
   int nodes = 0;
   for (const NodeGroup& g : cluster.groups) nodes += g.count;
-  std::map<int, double> factor;  // gpu -> slowdown; entries naming one GPU multiply
-  auto slow = [&factor](int gpu, double f) { factor.try_emplace(gpu, 1.0).first->second *= f; };
+  // gpu -> its slowdown: static factors of entries naming one GPU multiply,
+  // windowed ones are listed (GpuSpec::window_slowdown_at multiplies them).
+  std::map<int, GpuSlowdown> slowed;
+  auto slow = [&slowed](PerturbationSource& src, int gpu, double f, const std::optional<SlowdownWindow>& window) {
+    GpuSlowdown& all = slowed.try_emplace(gpu, GpuSlowdown{gpu, 1.0, {}}).first->second;
+    GpuSlowdown one{gpu, 1.0, {}};
+    if (window) {
+      all.windows.push_back(*window);
+      one.windows.push_back(*window);
+    } else {
+      all.factor *= f;
+      one.factor = f;
+    }
+    src.slowdowns.push_back(one);
+  };
+  struct Entry {
+    int id = 0;
+    double factor = 1;
+    std::optional<SlowdownWindow> window;
+    std::string pointer;
+  };
   auto entries = [&](const char* key, const char* id_key, int count) {
     const nlohmann::json* list = r.raw(key);
-    if (list == nullptr) return std::vector<std::pair<int, double>>{};
-    std::vector<std::pair<int, double>> out;
+    if (list == nullptr) return std::vector<Entry>{};
+    std::vector<Entry> out;
     if (!list->is_array()) {
       r.error(key, std::string("expected an array of {\"") + id_key + "\", \"slowdown\"}");
       return out;
     }
     for (std::size_t i = 0; i < list->size(); ++i) {
-      ObjectReader e((*list)[i], r.at(key) + "/" + std::to_string(i), r.diagnostics());
+      const std::string at = r.at(key) + "/" + std::to_string(i);
+      ObjectReader e((*list)[i], at, r.diagnostics());
       if (!e.valid()) continue;
-      const int id = static_cast<int>(e.integer(id_key, 0, 0, std::max(0, count - 1), true));
-      const double f = e.number("slowdown", 1, 1, kMaxSlowdown, true);
+      Entry en;
+      en.pointer = at;
+      en.id = static_cast<int>(e.integer(id_key, 0, 0, std::max(0, count - 1), true));
+      en.factor = e.number("slowdown", 1, 1, kMaxSlowdown, true);
+      if (e.has("start") || e.has("end")) {
+        // A slowdown for part of the iteration (thermal throttling, a transient straggler).
+        SlowdownWindow w;
+        w.factor = en.factor;
+        w.start_s = e.quantity("start", Quantity::Time, 0, 0, kMaxWindowEnd);
+        w.end_s = e.quantity("end", Quantity::Time, kMaxWindowEnd, 0, kMaxWindowEnd);
+        if (w.end_s <= w.start_s) e.error("end", "expected an end after the start");
+        en.window = w;
+      }
       e.finish();
-      out.emplace_back(id, f);
+      out.push_back(en);
     }
     return out;
   };
-  for (const auto& [gpu, f] : entries("gpus", "gpu", gpus)) slow(gpu, f);
+  for (const Entry& en : entries("gpus", "gpu", gpus)) {
+    PerturbationSource src{en.pointer, {}, -1};
+    slow(src, en.id, en.factor, en.window);
+    sources.push_back(std::move(src));
+  }
   // Node ids count nodes in group order; a node's GPUs are consecutive (topologies/hardware.hpp).
-  for (const auto& [node, f] : entries("nodes", "node", nodes)) {
+  for (const Entry& en : entries("nodes", "node", nodes)) {
+    PerturbationSource src{en.pointer, {}, -1};
     int first = 0;
-    int n = node;
+    int n = en.id;
     for (const NodeGroup& g : cluster.groups) {
       if (n < g.count) {
         first += n * g.node.gpus_per_node;
-        for (int l = 0; l < g.node.gpus_per_node; ++l) slow(first + l, f);
+        for (int l = 0; l < g.node.gpus_per_node; ++l) slow(src, first + l, en.factor, en.window);
         break;
       }
       first += g.count * g.node.gpus_per_node;
       n -= g.count;
     }
+    sources.push_back(std::move(src));
   }
   if (const nlohmann::json* st = r.raw("stragglers")) {
     ObjectReader sr(*st, r.at("stragglers"), r.diagnostics());
@@ -129,12 +170,17 @@ void read_perturbations(ObjectReader& top, ClusterSpec& cluster, std::vector<Lin
       auto uniform = [&rng] { return static_cast<double>(rng() >> 11) * 0x1.0p-53; };
       std::vector<int> ids(static_cast<std::size_t>(gpus));
       for (int g = 0; g < gpus; ++g) ids[g] = g;
+      PerturbationSource src{r.at("stragglers"), {}, -1};
       for (int i = 0; i < count; ++i) {
         const int j = i + static_cast<int>(uniform() * (gpus - i));
         std::swap(ids[i], ids[j]);
         const double f = lo + (hi - lo) * uniform();
-        slow(ids[i], f);
+        slow(src, ids[i], f, std::nullopt);
       }
+      // Sorted by GPU, as the cluster's list is.
+      std::sort(src.slowdowns.begin(), src.slowdowns.end(),
+                [](const GpuSlowdown& a, const GpuSlowdown& b) { return a.gpu < b.gpu; });
+      if (count > 0) sources.push_back(std::move(src));
     }
   }
   if (const nlohmann::json* list = r.raw("links")) {
@@ -154,17 +200,22 @@ void read_perturbations(ObjectReader& top, ClusterSpec& cluster, std::vector<Lin
         lp.end_s = e.has("end") ? e.quantity("end", Quantity::Time, -1, 0, 1e9) : -1;
         if (lp.end_s >= 0 && lp.end_s <= lp.start_s) e.error("end", "expected an end after the start");
         e.finish();
+        sources.push_back(PerturbationSource{at, {}, static_cast<int>(links.size())});
         links.push_back(lp);
       }
     }
   }
-  if (factor.size() > kMaxSlowedGpus) {
-    r.diagnostics().error(r.pointer(), "slows " + std::to_string(factor.size()) + " GPUs, above the limit of " +
+  if (slowed.size() > kMaxSlowedGpus) {
+    r.diagnostics().error(r.pointer(), "slows " + std::to_string(slowed.size()) + " GPUs, above the limit of " +
                                            std::to_string(kMaxSlowedGpus) + " (docs/limits.md)");
   }
   r.finish();
-  for (const auto& [gpu, f] : factor) {
-    if (f != 1.0) cluster.slowdowns.push_back({gpu, f});
+  for (auto& [gpu, sl] : slowed) {
+    std::sort(sl.windows.begin(), sl.windows.end());
+    if (sl.factor != 1.0 || !sl.windows.empty()) cluster.slowdowns.push_back(sl);
+  }
+  for (PerturbationSource& src : sources) {
+    std::erase_if(src.slowdowns, [](const GpuSlowdown& g) { return g.factor == 1.0 && g.windows.empty(); });
   }
 }
 

@@ -26,8 +26,18 @@ struct LinkPerturbation {
   std::string pointer;  // "/perturbations/links/i", for errors at run time
 };
 
-// Fills cluster.slowdowns (one entry per slowed GPU, factors of several
-// entries multiplied) and `links`.
-void read_perturbations(ObjectReader& top, ClusterSpec& cluster, std::vector<LinkPerturbation>& links);
+// One entry of the section (a "gpus", "nodes" or "links" entry, or the
+// straggler draw) and what it alone does, so a report can give the time each
+// perturbation costs on its own.
+struct PerturbationSource {
+  std::string pointer;                 // "/perturbations/gpus/0", "/perturbations/stragglers", ...
+  std::vector<GpuSlowdown> slowdowns;  // the GPUs this entry slows (one per GPU)
+  int link = -1;                       // or the index of its link in `links`
+};
+
+// Fills cluster.slowdowns (one entry per slowed GPU: the static factors of
+// several entries multiplied, their windows listed), `links` and `sources`.
+void read_perturbations(ObjectReader& top, ClusterSpec& cluster, std::vector<LinkPerturbation>& links,
+                        std::vector<PerturbationSource>& sources);
 
 }  // namespace trainsim

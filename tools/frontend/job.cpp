@@ -193,10 +193,13 @@ JobRun run_job(const Scenario& s, Fidelity fidelity) {
     PerturbationReport p;
     p.degraded_links = static_cast<int>(s.link_perturbations.size());
     p.slowed_gpus = static_cast<int>(s.cluster.slowdowns.size());
-    for (const GpuSlowdown& g : s.cluster.slowdowns) p.max_slowdown = std::max(p.max_slowdown, g.factor);
+    for (const GpuSlowdown& g : s.cluster.slowdowns) {
+      p.max_slowdown = std::max(p.max_slowdown, cluster.gpu_type(cluster.gpu_type_of(g.gpu)).peak_slowdown());
+    }
     for (std::size_t r = 0; r < plan.setup.ranks.size(); ++r) {
       const RankProgram& rank = plan.setup.ranks[r];
-      const double f = cluster.gpu_type(rank.gpu_type >= 0 ? rank.gpu_type : cluster.gpu_type_of(rank.gpu)).slowdown;
+      const double f =
+          cluster.gpu_type(rank.gpu_type >= 0 ? rank.gpu_type : cluster.gpu_type_of(rank.gpu)).peak_slowdown();
       if (f == p.max_slowdown && p.slowest_rank.empty()) {
         p.slowest_rank = plan.setup.ranks[r].name;
         p.slowest_stage = plan.stage_of_rank[r];
@@ -205,9 +208,23 @@ JobRun run_job(const Scenario& s, Fidelity fidelity) {
     Scenario unperturbed = s;
     unperturbed.cluster.slowdowns.clear();
     unperturbed.link_perturbations.clear();
+    unperturbed.perturbation_sources.clear();
     unperturbed.reliability.reset();
     p.unperturbed_iteration_time_s = run_job(unperturbed, fidelity).report.iteration_time_s;
     p.lost_s = rep.iteration_time_s - p.unperturbed_iteration_time_s;
+    const std::vector<PerturbationSource>& sources = s.perturbation_sources;
+    p.entries = static_cast<int>(sources.size());
+    if (sources.size() == 1) {
+      p.each.push_back({sources.front().pointer, p.lost_s});
+    } else if (sources.size() <= kMaxAttributedPerturbations) {
+      for (const PerturbationSource& src : sources) {
+        Scenario alone = unperturbed;
+        alone.cluster.slowdowns = src.slowdowns;
+        if (src.link >= 0) alone.link_perturbations.push_back(s.link_perturbations[src.link]);
+        const double t = run_job(alone, fidelity).report.iteration_time_s;
+        p.each.push_back({src.pointer, t - p.unperturbed_iteration_time_s});
+      }
+    }
     rep.perturbations = p;
   }
   if (s.reliability && rep.feasible) rep.reliability = job_life(*s.reliability, rep, plan, cluster, s.file);
@@ -347,6 +364,10 @@ nlohmann::json to_json(const JobReport& r) {
                             {"slowest_stage", p.slowest_stage},
                             {"unperturbed_iteration_time_s", p.unperturbed_iteration_time_s},
                             {"lost_s", p.lost_s}};
+    nlohmann::json each = nlohmann::json::array();
+    for (const PerturbationReport::Source& src : p.each)
+      each.push_back({{"entry", src.pointer}, {"lost_s", src.lost_s}});
+    out["perturbations"]["each"] = each;
   }
   return out;
 }
@@ -382,6 +403,14 @@ std::string summary_text(const JobReport& r) {
     out += " | " + fmt("%.3f", p.lost_s) + " s lost per iteration (" +
            fmt("%.1f", 100 * p.lost_s / std::max(p.unperturbed_iteration_time_s, 1e-12)) + "% over " +
            fmt("%.3f", p.unperturbed_iteration_time_s) + " s unperturbed)\n";
+    if (p.each.size() > 1) {
+      for (const PerturbationReport::Source& src : p.each) {
+        out += "    " + src.pointer + " alone: " + fmt("%.3f", src.lost_s) + " s lost\n";
+      }
+    } else if (p.each.empty() && p.entries > 1) {
+      out += "    " + std::to_string(p.entries) + " entries: above " + std::to_string(kMaxAttributedPerturbations) +
+             ", not costed one by one\n";
+    }
   }
   if (r.reliability) {
     const ReliabilityReport& f = *r.reliability;

@@ -37,7 +37,17 @@ struct PerturbationReport {
   int slowest_stage = 0;
   double unperturbed_iteration_time_s = 0;  // the same job with every GPU as its type
   double lost_s = 0;                        // iteration time lost to the perturbations
+  // Each entry's cost on its own (the job with only that entry), when the
+  // section has at most kMaxAttributedPerturbations entries; the costs need
+  // not add up to `lost_s`: the slowest member of a group sets its pace.
+  struct Source {
+    std::string pointer;
+    double lost_s = 0;
+  };
+  std::vector<Source> each;
+  int entries = 0;  // entries of the section (each empty when above the limit)
 };
+inline constexpr std::size_t kMaxAttributedPerturbations = 16;
 
 struct JobReport {
   std::string scenario;

@@ -632,7 +632,7 @@ Scenario load_scenario_text(const std::string& text, const std::string& file, co
   s.training = read_training(top, s.model);
   s.expected = read_expected(top);
   s.reliability = read_reliability(top, s.cluster);
-  read_perturbations(top, s.cluster, s.link_perturbations);
+  read_perturbations(top, s.cluster, s.link_perturbations, s.perturbation_sources);
   s.profiles = read_calibration(top, catalog, s.cluster, base_dir, s.warnings);
   if (s.model.max_seq_len > 0 && s.training.seq_len > s.model.max_seq_len) {
     s.warnings.push_back(file + ": /training/seq_len: " + std::to_string(s.training.seq_len) +

@@ -36,8 +36,9 @@ struct Scenario {
   TrainingSpec training;
   std::vector<CalibrationProfile> profiles;  // for every GPU type in the cluster
   std::optional<Expected> expected;
-  std::optional<ReliabilitySpec> reliability;        // failures over the job's life (docs/faults.md)
-  std::vector<LinkPerturbation> link_perturbations;  // degraded links (flow fidelity)
+  std::optional<ReliabilitySpec> reliability;            // failures over the job's life (docs/faults.md)
+  std::vector<LinkPerturbation> link_perturbations;      // degraded links (flow fidelity)
+  std::vector<PerturbationSource> perturbation_sources;  // each entry of "perturbations" and what it alone does
   // Valid but suspicious (a seq_len beyond the model's context, a profile for a
   // GPU the cluster lacks): "file: /pointer: message", printed by the CLI.
   std::vector<std::string> warnings;

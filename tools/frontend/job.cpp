@@ -9,6 +9,7 @@
 #include "sim/check.hpp"
 #include "sim/executor.hpp"
 #include "sim/platform.hpp"
+#include "tools/frontend/diloco_job.hpp"
 
 namespace trainsim {
 
@@ -86,6 +87,7 @@ std::unique_ptr<Workload> workload_of(const Scenario& s) {
 JobReport simulate(const Scenario& s, Fidelity fidelity) { return run_job(s, fidelity).report; }
 
 JobRun run_job(const Scenario& s, Fidelity fidelity) {
+  if (s.diloco) return run_diloco_job(s, fidelity);
   const auto t0 = std::chrono::steady_clock::now();
   JobRun run;
   JobReport& rep = run.report;
@@ -348,6 +350,24 @@ nlohmann::json to_json(const JobReport& r) {
                             {"unperturbed_iteration_time_s", p.unperturbed_iteration_time_s},
                             {"lost_s", p.lost_s}};
   }
+  if (r.diloco) {
+    const DilocoReport& d = *r.diloco;
+    out["diloco"] = {{"sites", d.sites},
+                     {"inner_steps", d.spec.inner_steps},
+                     {"outer_precision", d.spec.outer_precision},
+                     {"fragments", d.spec.fragments},
+                     {"overlap_steps", d.spec.overlap_steps},
+                     {"inner_step_s", d.inner_step_s},
+                     {"fragment_sync_s", d.fragment_sync_s},
+                     {"exposed_sync_s", d.timing.exposed_sync_s},
+                     {"outer_compute_s", d.timing.outer_compute_s},
+                     {"outer_step_s", d.timing.outer_step_s},
+                     {"compute_utilization", d.timing.compute_utilization},
+                     {"wan_bytes_per_outer_step", d.wan_bytes_per_outer_step},
+                     {"wan_bytes_per_token", d.wan_bytes_per_token},
+                     {"dp_wan_bytes_per_token", d.dp_wan_bytes_per_token},
+                     {"outer_state_gib", d.outer_state_gib}};
+  }
   return out;
 }
 
@@ -383,6 +403,16 @@ std::string summary_text(const JobReport& r) {
            fmt("%.1f", 100 * p.lost_s / std::max(p.unperturbed_iteration_time_s, 1e-12)) + "% over " +
            fmt("%.3f", p.unperturbed_iteration_time_s) + " s unperturbed)\n";
   }
+  if (r.diloco) {
+    const DilocoReport& d = *r.diloco;
+    out += "  diloco: " + std::to_string(d.sites) + " sites, H " + std::to_string(d.spec.inner_steps) + ", " +
+           std::to_string(d.spec.fragments) + " fragment(s), " + d.spec.outer_precision + " | outer step " +
+           fmt("%.2f", d.timing.outer_step_s) + " s (inner " + fmt("%.3f", d.inner_step_s) + " s, sync " +
+           fmt("%.2f", d.fragment_sync_s * d.spec.fragments) + " s, exposed " + fmt("%.2f", d.timing.exposed_sync_s) +
+           " s) | compute utilisation " + fmt("%.1f", 100 * d.timing.compute_utilization) + "% | WAN " +
+           fmt("%.3g", d.wan_bytes_per_token) + " B/token (data parallel " + fmt("%.3g", d.dp_wan_bytes_per_token) +
+           ")\n";
+  }
   if (r.reliability) {
     const ReliabilityReport& f = *r.reliability;
     out += "  over " + fmt("%.0f", f.duration_s / 86400) + " days: " + fmt("%.0f", f.interruptions_expected) +
@@ -414,6 +444,8 @@ double metric_value(const JobReport& r, const std::string& metric) {
   if (metric == "peak_memory_gib") return r.peak_memory_gib;
   if (metric == "units_per_s") return r.units_per_s;
   if (metric == "ettr") return r.reliability ? r.reliability->ettr_mean : 0.0;
+  if (metric == "compute_utilization") return r.diloco ? r.diloco->timing.compute_utilization : 1.0;
+  if (metric == "wan_bytes_per_token") return r.diloco ? r.diloco->wan_bytes_per_token : 0.0;
   if (metric == "goodput_per_s") return r.reliability ? r.reliability->goodput_units_per_s : 0.0;
   TRAINSIM_CHECK(false, "no result field named \"" + metric + "\"");
   return 0;

@@ -65,6 +65,7 @@ struct JobReport {
   std::optional<PerturbationReport> perturbations;
   std::vector<double> expert_rank_tokens;  // MoE: routed tokens per EP rank, micro-batch and MoE layer
   double expert_dropped_fraction = 0;      // MoE: routed tokens dropped by the capacity factor
+  std::optional<DilocoReport> diloco;      // with a "diloco" section: the outer step (docs/cross-datacenter.md)
 };
 
 // Everything one simulation produced: the report, and for timelines and traces

@@ -78,6 +78,26 @@ TEST_CASE(
                           run_strategy(Strategy::DpAcrossWan, "100Gbps").tokens_per_s));
 }
 
+TEST_CASE("the report names the communicators that cross the WAN") {
+  auto crossing = [](const JobReport& r, const std::string& kind) {
+    for (const WanCrossing& w : r.wan) {
+      if (w.kind == kind) return w.crossing;
+    }
+    return -1;
+  };
+  const JobReport dp = run_strategy(Strategy::DpAcrossWan, "100Gbps");
+  CHECK(crossing(dp, "dp") > 0);
+  CHECK(crossing(dp, "tp") == 0);
+  const JobReport pp = run_strategy(Strategy::PpAcrossWan, "100Gbps");
+  CHECK(crossing(pp, "pp") > 0);
+  CHECK(crossing(pp, "dp") == 0);
+  const JobReport lo = run_strategy(Strategy::Diloco, "100Gbps");
+  CHECK(crossing(lo, "diloco.outer") == 8);  // one per TP rank
+  CHECK(crossing(lo, "dp") == -1);           // the inner steps' reduction stays inside the site
+  CHECK(to_json(dp).contains("wan_communicators"));
+  CHECK(summary_text(pp).find("across the WAN:") != std::string::npos);
+}
+
 TEST_CASE("DiLoCo: the outer step at both fidelities, and what the section changes") {
   const JobReport an = run_strategy(Strategy::Diloco, "100Gbps");
   const JobReport fl = run_strategy(Strategy::Diloco, "100Gbps", Fidelity::Flow);

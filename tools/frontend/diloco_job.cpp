@@ -83,7 +83,7 @@ JobRun run_diloco_job(const Scenario& s, Fidelity fidelity) {
   for (int pp = 0; pp < s.parallel.pp; ++pp) {
     for (int tp = 0; tp < s.parallel.tp; ++tp) {
       Communicator c;
-      c.name = "diloco.outer[stage " + std::to_string(pp) + ", tp " + std::to_string(tp) + "]";
+      c.name = "diloco.outer group stage " + std::to_string(pp) + ", tp " + std::to_string(tp);
       for (int dp = 0; dp < s.parallel.dp; ++dp) c.members.push_back(placement.gpu(RankCoord{tp, 0, 0, dp, pp}));
       c.simulated_members = static_cast<int>(c.members.size());
       comms.push_back(std::move(c));
@@ -156,9 +156,11 @@ JobRun run_diloco_job(const Scenario& s, Fidelity fidelity) {
     if (std::find(rep.warnings.begin(), rep.warnings.end(), w) == rep.warnings.end()) rep.warnings.push_back(w);
   }
   if (!spec.outer_state_on_gpu) {
-    rep.warnings.push_back("diloco outer_state \"host\": the outer step is costed at the GPU's memory bandwidth; "
-                           "its copies over PCIe and the host's memory bandwidth are not modelled");
+    rep.warnings.push_back(
+        "diloco outer_state \"host\": the outer step is costed at the GPU's memory bandwidth; "
+        "its copies over PCIe and the host's memory bandwidth are not modelled");
   }
+  rep.wan = wan_crossings(cluster, comms);  // only the outer all-reduces cross it
   rep.diloco = d;
   rep.wall_time_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return run;

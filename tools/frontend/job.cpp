@@ -120,6 +120,7 @@ JobRun run_job(const Scenario& s, Fidelity fidelity) {
     rep.warnings = network->warnings();
   }
   const SimulationResult& res = run.result;
+  rep.wan = wan_crossings(cluster, plan.setup.comms);
 
   rep.events = res.events;
   rep.simulated_ranks = static_cast<int>(plan.setup.ranks.size());
@@ -350,6 +351,11 @@ nlohmann::json to_json(const JobReport& r) {
                             {"unperturbed_iteration_time_s", p.unperturbed_iteration_time_s},
                             {"lost_s", p.lost_s}};
   }
+  if (!r.wan.empty()) {
+    nlohmann::json wan = nlohmann::json::array();
+    for (const WanCrossing& w : r.wan) wan.push_back({{"kind", w.kind}, {"crossing", w.crossing}, {"total", w.total}});
+    out["wan_communicators"] = wan;
+  }
   if (r.diloco) {
     const DilocoReport& d = *r.diloco;
     out["diloco"] = {{"sites", d.sites},
@@ -402,6 +408,13 @@ std::string summary_text(const JobReport& r) {
     out += " | " + fmt("%.3f", p.lost_s) + " s lost per iteration (" +
            fmt("%.1f", 100 * p.lost_s / std::max(p.unperturbed_iteration_time_s, 1e-12)) + "% over " +
            fmt("%.3f", p.unperturbed_iteration_time_s) + " s unperturbed)\n";
+  }
+  if (!r.wan.empty()) {
+    out += "  across the WAN:";
+    for (const WanCrossing& w : r.wan) {
+      out += " " + w.kind + " " + std::to_string(w.crossing) + "/" + std::to_string(w.total);
+    }
+    out += " communicators (of the simulated ranks)\n";
   }
   if (r.diloco) {
     const DilocoReport& d = *r.diloco;

@@ -182,6 +182,10 @@ TEST_CASE("diloco section: bad input names the key and what was expected") {
             .find("every replica must sit in one datacenter") != std::string::npos);
   CHECK(errors_of(two, {R"(diloco={"inner_steps": 10})", "parallel.global_batch=63"}).find("/parallel/global_batch") !=
         std::string::npos);
+  // A section that is not an object, and a cluster that is already invalid: errors, never a crash.
+  CHECK(errors_of(two, {"diloco=5"}).find("bad.json: /diloco:") != std::string::npos);
+  CHECK(!errors_of(two, {R"(diloco={"inner_steps": 10})", "cluster.nodes=3"}).empty());
+  CHECK(!errors_of(two, {R"(diloco={"inner_steps": 10})", "cluster.datacenters.count=3"}).empty());
   // Without a placement, DP goes outermost: a pipeline of two stages stays inside each site.
   CHECK(errors_of(two, {R"(diloco={"inner_steps": 10})", "parallel.dp=2", "parallel.pp=2"}).empty());
 }

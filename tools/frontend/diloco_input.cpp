@@ -88,7 +88,8 @@ std::optional<DilocoSpec> read_diloco(ObjectReader& top, const TransformerSpec& 
     diags.error(at, "\"diloco\" needs identical sites: one node type and no perturbations (not modelled)");
     ok = false;
   }
-  if (!ok) return std::nullopt;
+  // The checks below build the cluster: only once everything read so far is valid.
+  if (!ok || !diags.ok()) return std::nullopt;
 
   // Each datacenter must hold whole replicas: DP outermost unless the scenario says otherwise.
   const nlohmann::json* par_json = top.raw("parallel");

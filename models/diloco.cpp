@@ -10,12 +10,10 @@ DilocoTiming diloco_timing(const DilocoSpec& spec, double inner_step_s, double f
   const double fragments = spec.fragments;
   const double inner = spec.inner_steps * inner_step_s;
   const double exposed_per_fragment = std::max(0.0, fragment_sync_s - spec.overlap_steps * inner_step_s);
-  t.exposed_sync_s = fragments * exposed_per_fragment;
+  // Exposed: what the overlap leaves of each fragment, or what the WAN needs beyond the inner steps.
+  t.exposed_sync_s = std::max(fragments * exposed_per_fragment, fragments * fragment_sync_s - inner);
   t.outer_compute_s = fragments * fragment_outer_compute_s;
-  const double with_exposed = inner + t.exposed_sync_s + t.outer_compute_s;
-  const double wan_busy = fragments * fragment_sync_s + t.outer_compute_s;
-  t.outer_step_s = std::max(with_exposed, wan_busy);
-  t.exposed_sync_s = t.outer_step_s - inner - t.outer_compute_s;
+  t.outer_step_s = inner + t.exposed_sync_s + t.outer_compute_s;
   t.compute_utilization = t.outer_step_s > 0 ? inner / t.outer_step_s : 0;
   return t;
 }

@@ -182,6 +182,10 @@ TEST_CASE("diloco section: bad input names the key and what was expected") {
             .find("every replica must sit in one datacenter") != std::string::npos);
   CHECK(errors_of(two, {R"(diloco={"inner_steps": 10})", "parallel.global_batch=63"}).find("/parallel/global_batch") !=
         std::string::npos);
+  CHECK(errors_of(two, {R"(diloco={"inner_steps": 10})", R"(reliability={"duration": "30d"})"})
+            .find("together with \"reliability\" is not modelled") != std::string::npos);
+  CHECK(errors_of(two, {R"(diloco={"inner_steps": 10})", R"(perturbations={"gpus": [{"gpu": 1, "slowdown": 2}]})"})
+            .find("no perturbations") != std::string::npos);
   // A section that is not an object, and a cluster that is already invalid: errors, never a crash.
   CHECK(errors_of(two, {"diloco=5"}).find("bad.json: /diloco:") != std::string::npos);
   CHECK(!errors_of(two, {R"(diloco={"inner_steps": 10})", "cluster.nodes=3"}).empty());

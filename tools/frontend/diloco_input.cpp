@@ -84,8 +84,12 @@ std::optional<DilocoSpec> read_diloco(ObjectReader& top, const TransformerSpec& 
                 "not an explicit GPU list");
     ok = false;
   }
-  if (cluster.groups.size() != 1 || !cluster.slowdowns.empty()) {
+  if (cluster.groups.size() != 1 || top.has("perturbations")) {
     diags.error(at, "\"diloco\" needs identical sites: one node type and no perturbations (not modelled)");
+    ok = false;
+  }
+  if (top.has("reliability")) {
+    diags.error(at, "\"diloco\" together with \"reliability\" is not modelled by this version");
     ok = false;
   }
   // The checks below build the cluster: only once everything read so far is valid.

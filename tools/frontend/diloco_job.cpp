@@ -71,6 +71,7 @@ JobRun run_diloco_job(const Scenario& s, Fidelity fidelity) {
   JobRun run = run_job(site, fidelity);
   JobReport& rep = run.report;
   rep.scenario = s.name;
+  rep.gpus = s.cluster.total_gpus();
   if (!rep.feasible || rep.iteration_time_s <= 0) return run;
 
   // The outer all-reduce: one communicator per (pp, tp) coordinate over every

@@ -190,6 +190,8 @@ TEST_CASE("diloco section: bad input names the key and what was expected") {
   CHECK(errors_of(two, {"diloco=5"}).find("bad.json: /diloco:") != std::string::npos);
   CHECK(!errors_of(two, {R"(diloco={"inner_steps": 10})", "cluster.nodes=3"}).empty());
   CHECK(!errors_of(two, {R"(diloco={"inner_steps": 10})", "cluster.datacenters.count=3"}).empty());
+  // null: no DiLoCo (a sweep axis switches it off).
+  CHECK(!load_scenario_text(kTwoSites, "s.json", "", {"diloco=null"}, catalog()).diloco.has_value());
   // Without a placement, DP goes outermost: a pipeline of two stages stays inside each site.
   CHECK(errors_of(two, {R"(diloco={"inner_steps": 10})", "parallel.dp=2", "parallel.pp=2"}).empty());
 }

@@ -39,7 +39,8 @@ ClusterSpec site_cluster(const ClusterSpec& cluster) {
 std::optional<DilocoSpec> read_diloco(ObjectReader& top, const TransformerSpec& model, ParallelSpec& parallel,
                                       const TrainingSpec& training, const ClusterSpec& cluster) {
   const nlohmann::json* v = top.raw("diloco");
-  if (v == nullptr) return std::nullopt;
+  // null: no DiLoCo (a sweep axis can switch it off).
+  if (v == nullptr || v->is_null()) return std::nullopt;
   ObjectReader r(*v, top.at("diloco"), top.diagnostics());
   if (!r.valid()) return std::nullopt;
   DilocoSpec d;

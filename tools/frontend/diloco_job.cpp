@@ -111,7 +111,9 @@ JobRun run_diloco_job(const Scenario& s, Fidelity fidelity) {
     op.kind = OpKind::MemoryBound;
     op.dtype = Dtype::FP32;
     op.bytes = shard * diloco_outer_step_bytes_per_param(spec) / spec.fragments;
-    op.flops = shard * 8 / spec.fragments;  // a handful of fused multiply-adds per element
+    // Per element: pseudo-gradient (1 subtraction), momentum m = mu m + g (2),
+    // Nesterov step p -= lr (g + mu m) (4): 7 FLOPs; memory-bound either way.
+    op.flops = shard * 7 / spec.fragments;
     const int type = cluster.gpu_type_of(placement.gpu(RankCoord{0, 0, 0, 0, pp}));
     outer_compute = std::max(outer_compute, platform.costs().duration(op, type).to_seconds());
     shard_max = std::max(shard_max, shard);

@@ -2,6 +2,7 @@
 // (docs/cross-datacenter.md), the DiLoCo outer-step timing and its input checks.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -76,6 +77,44 @@ TEST_CASE(
   // At 100 Gbps DP spends most of its step on the WAN; at 1.6 Tbps DiLoCo leads by far less.
   CHECK(last_gap < 0.7 * (run_strategy(Strategy::Diloco, "100Gbps").tokens_per_s /
                           run_strategy(Strategy::DpAcrossWan, "100Gbps").tokens_per_s));
+}
+
+// 1F1B with `extra` more forwards in flight on every stage but the last
+// (tools/make-wan-pipeline-schedule, docs/cross-datacenter.md).
+std::string wan_1f1b(int pp, int micro_batches, int extra) {
+  std::string out = R"({"units": [)";
+  for (int s = 0; s < pp; ++s) {
+    const int warmup = std::min(micro_batches, pp - 1 - s + (s < pp - 1 ? extra : 0));
+    std::string units;
+    auto add = [&units](const std::string& u) { units += (units.empty() ? "\"" : ", \"") + u + "\""; };
+    for (int i = 0; i < warmup; ++i) add("F" + std::to_string(i));
+    int next = warmup;
+    for (int mb = 0; mb < micro_batches; ++mb) {
+      if (next < micro_batches) add("F" + std::to_string(next++));
+      add("BW" + std::to_string(mb));
+    }
+    out += (s == 0 ? "[" : ", [") + units + "]";
+  }
+  return out + "]}";
+}
+
+TEST_CASE("PP across the WAN: more micro-batches in flight before the slow link hide its latency, at a memory cost") {
+  auto run = [](const std::string& schedule) {
+    std::vector<std::string> sets = sets_of(Strategy::PpAcrossWan, "100Gbps");
+    sets.push_back("parallel.schedule=" + schedule);
+    return run_job(load_scenario_text(kTwoSites, "s.json", "", sets, catalog()), Fidelity::Analytical).report;
+  };
+  // 64 sequences over dp 2 at micro-batch 1: 32 micro-batches per pipeline.
+  const JobReport plain = run(wan_1f1b(2, 32, 0));
+  const JobReport deep = run(wan_1f1b(2, 32, 8));
+  REQUIRE(plain.feasible);
+  REQUIRE(deep.feasible);
+  const JobReport named = run_strategy(Strategy::PpAcrossWan, "100Gbps");
+  CHECK(plain.iteration_time_s == doctest::Approx(named.iteration_time_s).epsilon(1e-9));  // extra 0 is 1F1B
+  const auto pp = static_cast<std::size_t>(CommClass::PP);
+  CHECK(deep.breakdown.exposed_comm_s[pp] < 0.5 * plain.breakdown.exposed_comm_s[pp]);
+  CHECK(deep.iteration_time_s < 0.9 * plain.iteration_time_s);
+  CHECK(deep.peak_memory_gib > plain.peak_memory_gib);
 }
 
 TEST_CASE("the report names the communicators that cross the WAN") {

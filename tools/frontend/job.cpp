@@ -9,6 +9,7 @@
 #include "sim/check.hpp"
 #include "sim/executor.hpp"
 #include "sim/platform.hpp"
+#include "tools/frontend/diloco_job.hpp"
 
 namespace trainsim {
 
@@ -86,6 +87,7 @@ std::unique_ptr<Workload> workload_of(const Scenario& s) {
 JobReport simulate(const Scenario& s, Fidelity fidelity) { return run_job(s, fidelity).report; }
 
 JobRun run_job(const Scenario& s, Fidelity fidelity) {
+  if (s.diloco) return run_diloco_job(s, fidelity);
   const auto t0 = std::chrono::steady_clock::now();
   JobRun run;
   JobReport& rep = run.report;
@@ -118,6 +120,7 @@ JobRun run_job(const Scenario& s, Fidelity fidelity) {
     rep.warnings = network->warnings();
   }
   const SimulationResult& res = run.result;
+  rep.wan = wan_crossings(cluster, plan.setup.comms);
 
   rep.events = res.events;
   rep.simulated_ranks = static_cast<int>(plan.setup.ranks.size());
@@ -369,6 +372,29 @@ nlohmann::json to_json(const JobReport& r) {
       each.push_back({{"entry", src.pointer}, {"lost_s", src.lost_s}});
     out["perturbations"]["each"] = each;
   }
+  if (!r.wan.empty()) {
+    nlohmann::json wan = nlohmann::json::array();
+    for (const WanCrossing& w : r.wan) wan.push_back({{"kind", w.kind}, {"crossing", w.crossing}, {"total", w.total}});
+    out["wan_communicators"] = wan;
+  }
+  if (r.diloco) {
+    const DilocoReport& d = *r.diloco;
+    out["diloco"] = {{"sites", d.sites},
+                     {"inner_steps", d.spec.inner_steps},
+                     {"outer_precision", d.spec.outer_precision},
+                     {"fragments", d.spec.fragments},
+                     {"overlap_steps", d.spec.overlap_steps},
+                     {"inner_step_s", d.inner_step_s},
+                     {"fragment_sync_s", d.fragment_sync_s},
+                     {"exposed_sync_s", d.timing.exposed_sync_s},
+                     {"outer_compute_s", d.timing.outer_compute_s},
+                     {"outer_step_s", d.timing.outer_step_s},
+                     {"compute_utilization", d.timing.compute_utilization},
+                     {"wan_bytes_per_outer_step", d.wan_bytes_per_outer_step},
+                     {"wan_bytes_per_token", d.wan_bytes_per_token},
+                     {"dp_wan_bytes_per_token", d.dp_wan_bytes_per_token},
+                     {"outer_state_gib", d.outer_state_gib}};
+  }
   return out;
 }
 
@@ -412,6 +438,23 @@ std::string summary_text(const JobReport& r) {
              ", not costed one by one\n";
     }
   }
+  if (!r.wan.empty()) {
+    out += "  across the WAN:";
+    for (const WanCrossing& w : r.wan) {
+      out += " " + w.kind + " " + std::to_string(w.crossing) + "/" + std::to_string(w.total);
+    }
+    out += " communicators (of the simulated ranks)\n";
+  }
+  if (r.diloco) {
+    const DilocoReport& d = *r.diloco;
+    out += "  diloco: " + std::to_string(d.sites) + " sites, H " + std::to_string(d.spec.inner_steps) + ", " +
+           std::to_string(d.spec.fragments) + " fragment(s), " + d.spec.outer_precision + " | outer step " +
+           fmt("%.2f", d.timing.outer_step_s) + " s (inner " + fmt("%.3f", d.inner_step_s) + " s, sync " +
+           fmt("%.2f", d.fragment_sync_s * d.spec.fragments) + " s, exposed " + fmt("%.2f", d.timing.exposed_sync_s) +
+           " s) | compute utilisation " + fmt("%.1f", 100 * d.timing.compute_utilization) + "% | WAN " +
+           fmt("%.3g", d.wan_bytes_per_token) + " B/token (data parallel " + fmt("%.3g", d.dp_wan_bytes_per_token) +
+           ")\n";
+  }
   if (r.reliability) {
     const ReliabilityReport& f = *r.reliability;
     out += "  over " + fmt("%.0f", f.duration_s / 86400) + " days: " + fmt("%.0f", f.interruptions_expected) +
@@ -443,6 +486,8 @@ double metric_value(const JobReport& r, const std::string& metric) {
   if (metric == "peak_memory_gib") return r.peak_memory_gib;
   if (metric == "units_per_s") return r.units_per_s;
   if (metric == "ettr") return r.reliability ? r.reliability->ettr_mean : 0.0;
+  if (metric == "compute_utilization") return r.diloco ? r.diloco->timing.compute_utilization : 1.0;
+  if (metric == "wan_bytes_per_token") return r.diloco ? r.diloco->wan_bytes_per_token : 0.0;
   if (metric == "goodput_per_s") return r.reliability ? r.reliability->goodput_units_per_s : 0.0;
   TRAINSIM_CHECK(false, "no result field named \"" + metric + "\"");
   return 0;

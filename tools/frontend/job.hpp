@@ -17,6 +17,7 @@
 #include "models/workload.hpp"
 #include "sim/metrics.hpp"
 #include "tools/frontend/scenario.hpp"
+#include "tools/frontend/wan_report.hpp"
 
 namespace trainsim {
 
@@ -75,6 +76,8 @@ struct JobReport {
   std::optional<PerturbationReport> perturbations;
   std::vector<double> expert_rank_tokens;  // MoE: routed tokens per EP rank, micro-batch and MoE layer
   double expert_dropped_fraction = 0;      // MoE: routed tokens dropped by the capacity factor
+  std::vector<WanCrossing> wan;            // several datacenters: which communicators cross the WAN
+  std::optional<DilocoReport> diloco;      // with a "diloco" section: the outer step (docs/cross-datacenter.md)
 };
 
 // Everything one simulation produced: the report, and for timelines and traces

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "models/layout_rules.hpp"
+#include "tools/frontend/diloco_input.hpp"
 #include "tools/frontend/fault_input.hpp"
 #include "tools/frontend/moe_reader.hpp"
 #include "topologies/graph.hpp"
@@ -487,7 +488,8 @@ std::optional<Expected> read_expected(ObjectReader& top) {
   ObjectReader r(*v, top.at("expected"), top.diagnostics());
   if (!r.valid()) return std::nullopt;
   Expected e;
-  e.metric = r.choice("metric", "", {"iteration_time_s", "tokens_per_s", "tflops_per_gpu", "mfu"}, true);
+  e.metric = r.choice("metric", "",
+                      {"iteration_time_s", "tokens_per_s", "tflops_per_gpu", "mfu", "compute_utilization"}, true);
   e.value = r.number("value", 0, 1e-12, 1e18, true);
   e.source = r.string("source", "", true);
   e.group = r.string("group", "");
@@ -633,6 +635,7 @@ Scenario load_scenario_text(const std::string& text, const std::string& file, co
   s.expected = read_expected(top);
   s.reliability = read_reliability(top, s.cluster);
   read_perturbations(top, s.cluster, s.link_perturbations, s.perturbation_sources);
+  s.diloco = read_diloco(top, s.model, s.parallel, s.training, s.cluster);
   s.profiles = read_calibration(top, catalog, s.cluster, base_dir, s.warnings);
   if (s.model.max_seq_len > 0 && s.training.seq_len > s.model.max_seq_len) {
     s.warnings.push_back(file + ": /training/seq_len: " + std::to_string(s.training.seq_len) +

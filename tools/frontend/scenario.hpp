@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "calibration/profile.hpp"
+#include "models/diloco.hpp"
 #include "models/reliability.hpp"
 #include "models/training_spec.hpp"
 #include "tools/frontend/catalog.hpp"
@@ -39,6 +40,7 @@ struct Scenario {
   std::optional<ReliabilitySpec> reliability;            // failures over the job's life (docs/faults.md)
   std::vector<LinkPerturbation> link_perturbations;      // degraded links (flow fidelity)
   std::vector<PerturbationSource> perturbation_sources;  // each entry of "perturbations" and what it alone does
+  std::optional<DilocoSpec> diloco;                      // low-communication training across datacenters
   // Valid but suspicious (a seq_len beyond the model's context, a profile for a
   // GPU the cluster lacks): "file: /pointer: message", printed by the CLI.
   std::vector<std::string> warnings;

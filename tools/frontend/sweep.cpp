@@ -897,6 +897,11 @@ void add_result_columns(nlohmann::ordered_json& j, const std::string& prefix, bo
     num("checkpoint_interval_s", r.reliability->checkpoint_interval_s);
     num("interruptions_expected", r.reliability->interruptions_expected);
   }
+  if (ran && r.diloco) {  // low-communication training across datacenters (docs/cross-datacenter.md)
+    num("compute_utilization", r.diloco->timing.compute_utilization);
+    num("wan_bytes_per_token", r.diloco->wan_bytes_per_token);
+    num("diloco.outer_step_s", r.diloco->timing.outer_step_s);
+  }
 }
 }  // namespace
 

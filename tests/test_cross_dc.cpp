@@ -1,0 +1,245 @@
+// Cross-datacenter training: DP across the WAN, PP across the WAN and DiLoCo
+// (docs/cross-datacenter.md), the DiLoCo outer-step timing and its input checks.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "models/diloco.hpp"
+#include "scenario_fixtures.hpp"
+#include "tools/frontend/diloco_input.hpp"
+#include "tools/frontend/job.hpp"
+
+using namespace trainsim;
+using trainsim::testing::catalog;
+using trainsim::testing::errors_of;
+
+namespace {
+
+// Llama-3 8B on two sites of two DGX H100 nodes each, joined by one WAN link.
+const char* const kTwoSites = R"({
+  "name": "two-sites",
+  "model": "llama3-8b",
+  "cluster": {"node": "dgx-h100", "nodes": 4, "fabric": {"kind": "rail-optimized", "nodes_per_leaf": 2},
+              "datacenters": {"count": 2, "wan_bandwidth": "100Gbps", "wan_latency": "20ms"}},
+  "parallel": {"tp": 8, "pp": 1, "dp": 4, "micro_batch": 1, "global_batch": 64, "sequence_parallel": true,
+               "zero": 1},
+  "training": {"seq_len": 4096}
+})";
+
+enum class Strategy { DpAcrossWan, PpAcrossWan, Diloco };
+
+std::vector<std::string> sets_of(Strategy s, const std::string& wan_bandwidth) {
+  std::vector<std::string> sets = {"cluster.datacenters.wan_bandwidth=" + wan_bandwidth};
+  if (s == Strategy::PpAcrossWan) {
+    // Megatron order (pp outermost): stage 0 in one datacenter, stage 1 in the other.
+    sets.push_back("parallel.pp=2");
+    sets.push_back("parallel.dp=2");
+  }
+  if (s == Strategy::Diloco) sets.push_back(R"(diloco={"inner_steps": 100})");
+  return sets;
+}
+
+JobReport run_strategy(Strategy s, const std::string& wan_bandwidth, Fidelity f = Fidelity::Analytical) {
+  return run_job(load_scenario_text(kTwoSites, "two-sites.json", "", sets_of(s, wan_bandwidth), catalog()), f).report;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "two sites, 100 Gbps and 20 ms: DiLoCo H=100, PP across the WAN and DP across it rank by their WAN "
+    "traffic, and the gap closes as the WAN grows") {
+  // WAN bytes per step: DP all-reduces every gradient (fp32) across the sites,
+  // PP sends activations of every micro-batch across, DiLoCo all-reduces the
+  // model once per 100 steps. A faster WAN helps the WAN-bound ones most.
+  const std::vector<std::string> sweep = {"100Gbps", "400Gbps", "1.6Tbps"};
+  double last_gap = 1e9;
+  for (const std::string& bw : sweep) {
+    CAPTURE(bw);
+    const JobReport dp = run_strategy(Strategy::DpAcrossWan, bw);
+    const JobReport pp = run_strategy(Strategy::PpAcrossWan, bw);
+    const JobReport lo = run_strategy(Strategy::Diloco, bw);
+    REQUIRE(dp.feasible);
+    REQUIRE(pp.feasible);
+    REQUIRE(lo.feasible);
+    REQUIRE(lo.diloco.has_value());
+    CHECK(lo.tokens_per_s > pp.tokens_per_s);
+    if (bw == "100Gbps") CHECK(pp.tokens_per_s > dp.tokens_per_s);
+    const double gap = lo.tokens_per_s / dp.tokens_per_s;
+    CHECK(gap < last_gap);
+    last_gap = gap;
+    // DiLoCo's WAN traffic per token is H (100) times smaller than data parallelism's at the same precision (fp32).
+    CHECK(lo.diloco->wan_bytes_per_token * 100 == doctest::Approx(lo.diloco->dp_wan_bytes_per_token));
+  }
+  // At 100 Gbps DP spends most of its step on the WAN; at 1.6 Tbps DiLoCo leads by far less.
+  CHECK(last_gap < 0.7 * (run_strategy(Strategy::Diloco, "100Gbps").tokens_per_s /
+                          run_strategy(Strategy::DpAcrossWan, "100Gbps").tokens_per_s));
+}
+
+// 1F1B with `extra` more forwards in flight on every stage but the last
+// (tools/make-wan-pipeline-schedule, docs/cross-datacenter.md).
+std::string wan_1f1b(int pp, int micro_batches, int extra) {
+  std::string out = R"({"units": [)";
+  for (int s = 0; s < pp; ++s) {
+    const int warmup = std::min(micro_batches, pp - 1 - s + (s < pp - 1 ? extra : 0));
+    std::string units;
+    auto add = [&units](const std::string& u) { units += (units.empty() ? "\"" : ", \"") + u + "\""; };
+    for (int i = 0; i < warmup; ++i) add("F" + std::to_string(i));
+    int next = warmup;
+    for (int mb = 0; mb < micro_batches; ++mb) {
+      if (next < micro_batches) add("F" + std::to_string(next++));
+      add("BW" + std::to_string(mb));
+    }
+    out += (s == 0 ? "[" : ", [") + units + "]";
+  }
+  return out + "]}";
+}
+
+TEST_CASE("PP across the WAN: more micro-batches in flight before the slow link hide its latency, at a memory cost") {
+  auto run = [](const std::string& schedule) {
+    std::vector<std::string> sets = sets_of(Strategy::PpAcrossWan, "100Gbps");
+    sets.push_back("parallel.schedule=" + schedule);
+    return run_job(load_scenario_text(kTwoSites, "s.json", "", sets, catalog()), Fidelity::Analytical).report;
+  };
+  // 64 sequences over dp 2 at micro-batch 1: 32 micro-batches per pipeline.
+  const JobReport plain = run(wan_1f1b(2, 32, 0));
+  const JobReport deep = run(wan_1f1b(2, 32, 8));
+  REQUIRE(plain.feasible);
+  REQUIRE(deep.feasible);
+  const JobReport named = run_strategy(Strategy::PpAcrossWan, "100Gbps");
+  CHECK(plain.iteration_time_s == doctest::Approx(named.iteration_time_s).epsilon(1e-9));  // extra 0 is 1F1B
+  const auto pp = static_cast<std::size_t>(CommClass::PP);
+  CHECK(deep.breakdown.exposed_comm_s[pp] < 0.5 * plain.breakdown.exposed_comm_s[pp]);
+  CHECK(deep.iteration_time_s < 0.9 * plain.iteration_time_s);
+  CHECK(deep.peak_memory_gib > plain.peak_memory_gib);
+}
+
+TEST_CASE("the report names the communicators that cross the WAN") {
+  auto crossing = [](const JobReport& r, const std::string& kind) {
+    for (const WanCrossing& w : r.wan) {
+      if (w.kind == kind) return w.crossing;
+    }
+    return -1;
+  };
+  const JobReport dp = run_strategy(Strategy::DpAcrossWan, "100Gbps");
+  CHECK(crossing(dp, "dp") > 0);
+  CHECK(crossing(dp, "tp") == 0);
+  const JobReport pp = run_strategy(Strategy::PpAcrossWan, "100Gbps");
+  CHECK(crossing(pp, "pp") > 0);
+  CHECK(crossing(pp, "dp") == 0);
+  const JobReport lo = run_strategy(Strategy::Diloco, "100Gbps");
+  CHECK(crossing(lo, "diloco.outer") == 8);  // one per TP rank
+  CHECK(crossing(lo, "dp") == -1);           // the inner steps' reduction stays inside the site
+  CHECK(to_json(dp).contains("wan_communicators"));
+  CHECK(summary_text(pp).find("across the WAN:") != std::string::npos);
+}
+
+TEST_CASE("DiLoCo: the outer step at both fidelities, and what the section changes") {
+  const JobReport an = run_strategy(Strategy::Diloco, "100Gbps");
+  const JobReport fl = run_strategy(Strategy::Diloco, "100Gbps", Fidelity::Flow);
+  REQUIRE(an.diloco.has_value());
+  REQUIRE(fl.diloco.has_value());
+  CHECK(an.gpus == 32);
+  CHECK(fl.simulated_ranks == 16);  // one site's ranks
+  // The outer all-reduce: a ring over two sites sends 2(n-1)/n = 1 buffer, so each
+  // site sends its whole fp32 model over the 12.5 GB/s link its 16 GPUs share.
+  const double params = 8.03e9;
+  const double wan_only = params * 4 / 12.5e9;
+  CHECK(an.diloco->fragment_sync_s > wan_only);
+  CHECK(an.diloco->fragment_sync_s < 1.3 * wan_only);
+  CHECK(fl.diloco->fragment_sync_s == doctest::Approx(an.diloco->fragment_sync_s).epsilon(0.05));
+  CHECK(an.diloco->timing.outer_step_s > 100 * an.diloco->inner_step_s);
+  CHECK(an.diloco->timing.compute_utilization < 1.0);
+  CHECK(an.diloco->timing.compute_utilization > 0.9);
+  CHECK(an.iteration_time_s == doctest::Approx(an.diloco->timing.outer_step_s / 100));
+  // int8 quarters the bytes; Streaming DiLoCo's overlap hides the rest of the sync.
+  const Scenario base = load_scenario_text(kTwoSites, "s.json", "",
+                                           {R"(diloco={"inner_steps": 100, "outer_precision": "int8"})"}, catalog());
+  const JobReport q = run_job(base, Fidelity::Analytical).report;
+  CHECK(q.diloco->wan_bytes_per_token * 4 == doctest::Approx(an.diloco->wan_bytes_per_token));
+  CHECK(q.diloco->timing.exposed_sync_s < an.diloco->timing.exposed_sync_s);
+  const Scenario streaming = load_scenario_text(
+      kTwoSites, "s.json", "",
+      {R"(diloco={"inner_steps": 100, "outer_precision": "int8", "fragments": 4, "overlap_steps": 5})"}, catalog());
+  const JobReport st = run_job(streaming, Fidelity::Analytical).report;
+  CHECK(st.diloco->timing.exposed_sync_s < q.diloco->timing.exposed_sync_s);
+  CHECK(st.diloco->timing.compute_utilization > q.diloco->timing.compute_utilization);
+  // The outer state (fp32 parameters and momentum of the GPU's shard) is in the memory report, unless on the host.
+  const Scenario host =
+      load_scenario_text(kTwoSites, "s.json", "", {R"(diloco={"inner_steps": 100, "outer_state": "host"})"}, catalog());
+  const JobReport h = run_job(host, Fidelity::Analytical).report;
+  CHECK(h.diloco->outer_state_gib == 0);
+  CHECK(an.diloco->outer_state_gib > 0);
+  CHECK(an.peak_memory_gib > h.peak_memory_gib);
+  // Deterministic.
+  CHECK(run_strategy(Strategy::Diloco, "100Gbps").iteration_time_s == an.iteration_time_s);
+}
+
+TEST_CASE("diloco_timing: overlap, fragments and a saturated WAN") {
+  DilocoSpec spec;
+  spec.inner_steps = 10;
+  // Alone: inner steps, then the whole sync and the outer compute.
+  DilocoTiming t = diloco_timing(spec, 1.0, 4.0, 0.5);
+  CHECK(t.outer_step_s == doctest::Approx(14.5));
+  CHECK(t.compute_utilization == doctest::Approx(10.0 / 14.5));
+  // Overlapped with 3 inner steps: 1 s of the 4 stays exposed.
+  spec.overlap_steps = 3;
+  t = diloco_timing(spec, 1.0, 4.0, 0.5);
+  CHECK(t.exposed_sync_s == doctest::Approx(1.0));
+  CHECK(t.outer_step_s == doctest::Approx(11.5));
+  // Four fragments of 1 s each, each hidden behind 3 steps.
+  spec.fragments = 4;
+  t = diloco_timing(spec, 1.0, 1.0, 0.125);
+  CHECK(t.exposed_sync_s == doctest::Approx(0.0));
+  CHECK(t.outer_step_s == doctest::Approx(10.5));
+  // A WAN busier than the outer step: the communication sets the pace.
+  t = diloco_timing(spec, 1.0, 3.0, 0.0);
+  CHECK(t.outer_step_s == doctest::Approx(12.0));
+  CHECK(wan_allreduce_bytes(1e9, 4, 1) == doctest::Approx(6e9));
+  CHECK(wan_allreduce_bytes(1e9, 1, 1) == 0);
+}
+
+TEST_CASE("diloco section: bad input names the key and what was expected") {
+  const std::string two = kTwoSites;
+  CHECK(errors_of(two, {R"(diloco={"inner_steps": 0})"}).find("bad.json: /diloco/inner_steps: expected an integer") !=
+        std::string::npos);
+  CHECK(errors_of(two, {R"(diloco={})"}).find("/diloco/inner_steps") != std::string::npos);
+  CHECK(errors_of(two, {R"(diloco={"inner_steps": 10, "outer_precision": "int3"})"}).find("/diloco/outer_precision") !=
+        std::string::npos);
+  CHECK(errors_of(two, {R"(diloco={"inner_steps": 10, "overlap_steps": 11})"}).find("/diloco/overlap_steps") !=
+        std::string::npos);
+  CHECK(errors_of(two, {R"(diloco={"inner_steps": 10, "inner_step": 3})"}).find("/diloco/inner_step") !=
+        std::string::npos);
+  CHECK(
+      errors_of(two, {R"(diloco={"inner_steps": 10})", "cluster.datacenters.count=1"}).find("datacenters.count >= 2") !=
+      std::string::npos);
+  CHECK(errors_of(two, {R"(diloco={"inner_steps": 10})", "parallel.dp=2", "parallel.pp=2",
+                        "parallel.placement=tp-cp-ep-dp-pp"})
+            .find("every replica must sit in one datacenter") != std::string::npos);
+  CHECK(errors_of(two, {R"(diloco={"inner_steps": 10})", "parallel.global_batch=63"}).find("/parallel/global_batch") !=
+        std::string::npos);
+  CHECK(errors_of(two, {R"(diloco={"inner_steps": 10})", R"(reliability={"duration": "30d"})"})
+            .find("together with \"reliability\" is not modelled") != std::string::npos);
+  CHECK(errors_of(two, {R"(diloco={"inner_steps": 10})", R"(perturbations={"gpus": [{"gpu": 1, "slowdown": 2}]})"})
+            .find("no perturbations") != std::string::npos);
+  // A section that is not an object, and a cluster that is already invalid: errors, never a crash.
+  CHECK(errors_of(two, {"diloco=5"}).find("bad.json: /diloco:") != std::string::npos);
+  CHECK(!errors_of(two, {R"(diloco={"inner_steps": 10})", "cluster.nodes=3"}).empty());
+  CHECK(!errors_of(two, {R"(diloco={"inner_steps": 10})", "cluster.datacenters.count=3"}).empty());
+  // null: no DiLoCo (a sweep axis switches it off).
+  CHECK(!load_scenario_text(kTwoSites, "s.json", "", {"diloco=null"}, catalog()).diloco.has_value());
+  // Without a placement, DP goes outermost: a pipeline of two stages stays inside each site.
+  CHECK(errors_of(two, {R"(diloco={"inner_steps": 10})", "parallel.dp=2", "parallel.pp=2"}).empty());
+}
+
+TEST_CASE("docs/limits.md states the diloco section's bounds") {
+  std::ifstream in(std::string(TRAINSIM_SOURCE_DIR) + "/docs/limits.md");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  CHECK(ss.str().find("| `diloco.inner_steps` | 1 to 1,000,000 |") != std::string::npos);
+  CHECK(kMaxDilocoInnerSteps == 1000000);
+  CHECK(errors_of(kTwoSites, {R"(diloco={"inner_steps": 1000001})"}).find("/diloco/inner_steps") != std::string::npos);
+}

@@ -1,0 +1,172 @@
+#include "tools/frontend/diloco_job.hpp"
+
+#include <algorithm>
+#include <chrono>
+
+#include "tools/frontend/diloco_input.hpp"
+
+namespace trainsim {
+
+namespace {
+constexpr double kGiB = 1073741824.0;
+
+// Parameters held by each pipeline stage (all of its TP ranks together):
+// its layers, the embedding on the first stage, the LM head on the last (a
+// tied head is a second copy there when the stages differ, as in Megatron-LM).
+std::vector<double> stage_params(const TransformerSpec& model, const ParallelSpec& par) {
+  std::vector<double> out(static_cast<std::size_t>(par.pp), 0.0);
+  const int chunks = par.virtual_stages();
+  for (int v = 0; v < chunks; ++v) {
+    const int stage = par.custom_schedule.chunk_stage.empty() ? v % par.pp : par.custom_schedule.chunk_stage[v];
+    const int first = par.first_layer_of_virtual_stage(v, model.layers);
+    for (int l = first; l < first + par.layers_of_virtual_stage(v, model.layers); ++l) {
+      out[stage] += model.params_of_kind(model.layer_kind(l));
+    }
+  }
+  out.front() += model.embedding_params();
+  if (!model.tied_embeddings || par.pp > 1) out.back() += static_cast<double>(model.vocab) * model.hidden;
+  return out;
+}
+
+// Time until every transfer completes, all started together at time 0 on `network`.
+double concurrent_allreduce_seconds(NetworkModel& network, const std::vector<Communicator>& comms,
+                                    const std::vector<std::uint64_t>& bytes) {
+  network.bind(comms);
+  Time last = Time();
+  std::size_t pending = 0;
+  for (std::size_t c = 0; c < comms.size(); ++c) {
+    TransferRequest t;
+    t.comm = static_cast<std::uint32_t>(c);
+    t.kind = CollectiveKind::AllReduce;
+    t.bytes = bytes[c];
+    const Time done = network.start(Time(), t, c);
+    if (done == Time::max()) {
+      ++pending;
+    } else {
+      last = std::max(last, done);
+    }
+  }
+  std::vector<TransferDone> finished;
+  while (pending > 0 && network.next_event() != Time::max()) {
+    const Time at = network.next_event();
+    finished.clear();
+    network.advance(at, finished);
+    for (const TransferDone& d : finished) last = std::max(last, d.time);
+    pending -= std::min(pending, finished.size());
+  }
+  return last.to_seconds();
+}
+}  // namespace
+
+JobRun run_diloco_job(const Scenario& s, Fidelity fidelity) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const DilocoSpec& spec = *s.diloco;
+  const int sites = s.cluster.datacenters.count;
+
+  // One site's inner step.
+  Scenario site = s;
+  site.diloco.reset();
+  site.cluster = site_cluster(s.cluster);
+  site.parallel = site_parallel(s.parallel, sites);
+  JobRun run = run_job(site, fidelity);
+  JobReport& rep = run.report;
+  rep.scenario = s.name;
+  rep.gpus = s.cluster.total_gpus();
+  if (!rep.feasible || rep.iteration_time_s <= 0) return run;
+
+  // The outer all-reduce: one communicator per (pp, tp) coordinate over every
+  // replica of every site, all at once on the whole cluster's network.
+  Platform platform(s.cluster, s.profiles);
+  const Placement placement = Placement::of(s.parallel);
+  const std::vector<double> params = stage_params(s.model, s.parallel);
+  std::vector<Communicator> comms;
+  std::vector<std::uint64_t> bytes;
+  for (int pp = 0; pp < s.parallel.pp; ++pp) {
+    for (int tp = 0; tp < s.parallel.tp; ++tp) {
+      Communicator c;
+      c.name = "diloco.outer group stage " + std::to_string(pp) + ", tp " + std::to_string(tp);
+      for (int dp = 0; dp < s.parallel.dp; ++dp) c.members.push_back(placement.gpu(RankCoord{tp, 0, 0, dp, pp}));
+      c.simulated_members = static_cast<int>(c.members.size());
+      comms.push_back(std::move(c));
+      bytes.push_back(static_cast<std::uint64_t>(params[pp] / s.parallel.tp * spec.outer_bytes / spec.fragments));
+    }
+  }
+  const std::unique_ptr<NetworkModel> network = platform.network_model(fidelity);
+  DilocoReport d;
+  d.sites = sites;
+  d.spec = spec;
+  d.inner_step_s = rep.iteration_time_s;
+  d.fragment_sync_s = concurrent_allreduce_seconds(*network, comms, bytes);
+
+  // The outer optimiser on each GPU's shard (the site's replicas share the work,
+  // as after the reduce-scatter of the hierarchical all-reduce); the busiest stage sets the pace.
+  const int site_dp = s.parallel.dp / sites;
+  const Cluster& cluster = platform.cluster();
+  double outer_compute = 0;
+  double shard_max = 0;
+  for (int pp = 0; pp < s.parallel.pp; ++pp) {
+    const double shard = params[pp] / s.parallel.tp / site_dp;
+    ComputeOp op;
+    op.name = "diloco.outer_step";
+    op.kind = OpKind::MemoryBound;
+    op.dtype = Dtype::FP32;
+    op.bytes = shard * diloco_outer_step_bytes_per_param(spec) / spec.fragments;
+    // Per element: pseudo-gradient (1 subtraction), momentum m = mu m + g (2),
+    // Nesterov step p -= lr (g + mu m) (4): 7 FLOPs; memory-bound either way.
+    op.flops = shard * 7 / spec.fragments;
+    const int type = cluster.gpu_type_of(placement.gpu(RankCoord{0, 0, 0, 0, pp}));
+    outer_compute = std::max(outer_compute, platform.costs().duration(op, type).to_seconds());
+    shard_max = std::max(shard_max, shard);
+  }
+  d.timing = diloco_timing(spec, d.inner_step_s, d.fragment_sync_s, outer_compute);
+
+  double total_params = 0;
+  for (double p : params) total_params += p;
+  const double tokens_per_step = static_cast<double>(s.parallel.global_batch) * s.training.seq_len;
+  d.wan_bytes_per_outer_step = wan_allreduce_bytes(total_params, sites, spec.outer_bytes);
+  d.wan_bytes_per_token = d.wan_bytes_per_outer_step / (tokens_per_step * spec.inner_steps);
+  d.dp_wan_bytes_per_token = wan_allreduce_bytes(total_params, sites, s.training.grad_reduce_bytes) / tokens_per_step;
+
+  // Outer parameters and momentum (fp32) of the GPU's shard.
+  const double outer_state = spec.outer_state_on_gpu ? shard_max * 8 : 0;
+  d.outer_state_gib = outer_state / kGiB;
+  for (StageReport& st : rep.per_stage) {
+    st.memory.optimizer += outer_state;
+    rep.peak_memory_gib = std::max(rep.peak_memory_gib, st.memory.total() / kGiB);
+    if (st.memory.total() > st.memory_capacity) {
+      rep.feasible = false;
+      rep.problems.push_back("out of memory on stage " + std::to_string(st.stage) + " with the DiLoCo outer state (" +
+                             std::to_string(outer_state / kGiB) +
+                             " GiB per GPU; \"outer_state\": \"host\" keeps it "
+                             "in host memory)");
+    }
+  }
+
+  // Headline figures per inner step, the outer step spread over its H steps.
+  const double per_step = d.timing.outer_step_s / spec.inner_steps;
+  const double k = rep.iteration_time_s / per_step;  // < 1: the outer step's share slows the job
+  rep.gpus = cluster.num_gpus();
+  rep.iteration_time_s = per_step;
+  rep.tokens_per_s *= sites * k;
+  rep.units_per_s *= sites * k;
+  rep.samples_per_s *= sites * k;
+  rep.tflops_per_gpu *= k;
+  rep.mfu *= k;
+  rep.hfu *= k;
+  rep.breakdown.exposed_comm_s[static_cast<int>(CommClass::DP)] += d.timing.exposed_sync_s / spec.inner_steps;
+  rep.breakdown.compute_s += d.timing.outer_compute_s / spec.inner_steps;
+  for (const std::string& w : network->warnings()) {
+    if (std::find(rep.warnings.begin(), rep.warnings.end(), w) == rep.warnings.end()) rep.warnings.push_back(w);
+  }
+  if (!spec.outer_state_on_gpu) {
+    rep.warnings.push_back(
+        "diloco outer_state \"host\": the outer step is costed at the GPU's memory bandwidth; "
+        "its copies over PCIe and the host's memory bandwidth are not modelled");
+  }
+  rep.wan = wan_crossings(cluster, comms);  // only the outer all-reduces cross it
+  rep.diloco = d;
+  rep.wall_time_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return run;
+}
+
+}  // namespace trainsim

@@ -399,6 +399,7 @@ ParallelSpec read_parallel(ObjectReader& top) {
   p.dp_overlap = r.boolean("dp_overlap", true);
   p.tp_comm_overlap = r.boolean("tp_comm_overlap", false);
   p.tp_grad_overlap = r.boolean("tp_grad_overlap", true);
+  p.backward_prefetch_pre = r.choice("backward_prefetch", "pre", {"pre", "post"}) == "pre";
   p.pp_overlap = r.boolean("pp_overlap", true);
   p.pp_scatter_gather = r.boolean("pp_scatter_gather", true);
   p.dp_bucket_bytes = r.quantity("dp_bucket", Quantity::Bytes, 0, 1e3, 1e13);
@@ -454,11 +455,12 @@ TrainingSpec read_training(ObjectReader& top, const TransformerSpec& model) {
                 : attn == "flash-triton"      ? AttentionKind::FlashTriton
                                               : AttentionKind::Unfused;
   const std::string fw =
-      r.choice("framework", "default", {"default", "megatron-te", "torch-compile", "eager", "fsdp2"});
+      r.choice("framework", "default", {"default", "megatron-te", "torch-compile", "eager", "fsdp2", "deepspeed"});
   t.framework = fw == "megatron-te"     ? Framework::MegatronTe
                 : fw == "torch-compile" ? Framework::TorchCompile
                 : fw == "eager"         ? Framework::Eager
                 : fw == "fsdp2"         ? Framework::Fsdp2
+                : fw == "deepspeed"     ? Framework::DeepSpeed
                                         : Framework::Default;
   t.grad_reduce_bytes = r.choice("grad_reduce", "fp32", {"fp32", "bf16", "fp16"}) == "fp32" ? 4 : 2;
   t.dropout = r.boolean("dropout", true);

@@ -649,7 +649,17 @@ class StageProgramBuilder {
     // copied to the 16-bit weights (read 4, write 2) unless FSDP all-gathers the
     // fp32 shard itself.
     const bool mixed = train_.precision != Dtype::FP32 && train_.precision != Dtype::TF32;
-    double update_bytes = train_.optimizer == "sgd" ? 20.0 : 28.0;
+    // LAMB as apex's FusedLAMB runs it: stage 1 reads grad, master, m, v and
+    // writes m, v and the update (28 B), the norms of master and update (8 B),
+    // stage 2 reads master and update and writes the master (12 B): 48 B.
+    // Adafactor as Hugging Face transformers' Adafactor.step (factored, no
+    // first moment), op by op: RMS of the parameter 4, grad**2 + eps 16, row
+    // and column means 8, the outer product 4, update * grad 12, its RMS and
+    // the clip 12, * lr 8, p.add_(-update) 20: 84 B.
+    double update_bytes = train_.optimizer == "sgd"         ? 20.0
+                          : train_.optimizer == "lamb"      ? 48.0
+                          : train_.optimizer == "adafactor" ? 84.0
+                                                            : 28.0;
     if (mixed && train_.grad_reduce_bytes == 2) update_bytes += 6;
     if (train_.precision == Dtype::FP16) update_bytes += 8;
     if (mixed && par_.zero < 3) update_bytes += 6;

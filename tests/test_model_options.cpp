@@ -366,3 +366,32 @@ TEST_CASE("interleaved 1F1B with uneven layer counts per chunk (Llama 3: one lay
       run({"parallel.vpp=1", "parallel.schedule=1f1b", "parallel.stage_layers=[7,8,8,7]"}, text).iteration_time_s;
   CHECK(interleaved < plain);
 }
+
+TEST_CASE("optimizers: LAMB and Adafactor steps and states against Adam's") {
+  const std::string text = R"({
+    "model": "gpt3-1.3b",
+    "cluster": {"node": "dgx-a100", "nodes": 1},
+    "parallel": {"tp": 2, "dp": 4, "micro_batch": 2, "global_batch": 64},
+    "training": {"seq_len": 2048, "precision": "bf16"}
+  })";
+  auto step_bytes = [&](const std::string& optimizer) {
+    const ProgramTemplate p = stage_program(text, {"training.optimizer=" + optimizer});
+    const auto t = tasks_ending(p, "optimizer.step");
+    REQUIRE(t.size() == 1);
+    return p.ops[p.tasks[t[0]].ref].bytes;
+  };
+  const double adam = step_bytes("adam"), lamb = step_bytes("lamb"), adafactor = step_bytes("adafactor");
+  // Same extra passes (gradient copy, master-to-weight copy) for all; the updates
+  // differ by 48 - 28 = 20 B (LAMB) and 84 - 28 = 56 B (Adafactor) per parameter.
+  const double params = (lamb - adam) / 20;
+  CHECK(params > 1e8);
+  CHECK(adafactor - adam == doctest::Approx(56 * params).epsilon(1e-9));
+  CHECK(step_bytes("sgd") == doctest::Approx(adam - 8 * params).epsilon(1e-9));
+  // State: Adafactor keeps the fp32 master only (factored second moment), LAMB Adam's m and v.
+  TrainingSpec tr;
+  tr.optimizer = "adafactor";
+  CHECK(optimizer_bytes_per_param(tr) == 4.0);
+  tr.optimizer = "lamb";
+  CHECK(optimizer_bytes_per_param(tr) == 12.0);
+  CHECK(run({"training.optimizer=adafactor"}, text).peak_memory_gib < run({}, text).peak_memory_gib);
+}

@@ -446,7 +446,7 @@ TrainingSpec read_training(ObjectReader& top, const TransformerSpec& model) {
   for (std::size_t d = 0; d < kNumDtypes; ++d) {
     if (prec == to_string(static_cast<Dtype>(d))) t.precision = static_cast<Dtype>(d);
   }
-  t.optimizer = r.choice("optimizer", "adam", {"adam", "sgd"});
+  t.optimizer = r.choice("optimizer", "adam", {"adam", "sgd", "lamb", "adafactor"});
   const std::string attn =
       r.choice("attention", "flash", {"flash", "flash-attention-3", "cudnn", "flash-triton", "unfused"});
   t.attention = attn == "flash"               ? AttentionKind::Flash

@@ -104,6 +104,7 @@ struct Dims {
   double d_out;  // per-head size of the attention output (MLA: the value head size; else d)
   int cp;
   bool sp, tp_comm, cp_comm, swiglu;
+  bool alibi;
   Dtype gemm_dtype;
   bool dropout;
   Dtype attn_dtype;  // attention, LM head and memory-bound work: FP8 recipes keep these in BF16
@@ -158,6 +159,7 @@ Dims dims_of(const TransformerSpec& m, const ParallelSpec& p, const TrainingSpec
   d.g_t = std::max(1.0, static_cast<double>(m.kv_heads) / p.tp);
   d.f_t = static_cast<double>(m.ffn_hidden) / p.tp;
   d.swiglu = m.mlp == MlpKind::SwiGlu;
+  d.alibi = m.alibi;
   d.up_mult = d.swiglu ? 2 : 1;
   d.tp_comm = p.tp > 1;
   d.cp_comm = p.cp > 1;
@@ -231,6 +233,8 @@ void mla_projections_wgrad(StepList& L, const TransformerSpec& m, const Dims& D,
 // Attention core forward (flash: one fused kernel; unfused: QK^T, softmax, dropout, AV).
 void attention_core_forward(StepList& L, const Dims& D, AttentionKind kind, std::vector<int> waits) {
   const double model = 4 * D.b * D.s_local * D.s_full * D.a_t * D.d;  // QK^T and AV, full (non-causal) count
+  // ALiBi in a fused kernel (FlashAttention-2 from 2.4 takes the per-head
+  // slopes and adds the bias in registers): no memory traffic of its own.
   if (kind != AttentionKind::Unfused) {
     const double bytes = (D.tokens * (2 * D.a_t * D.d) + D.b * D.s_full * 2 * D.g_t * D.d) * kActBytes;
     // causal: half the tiles run
@@ -239,6 +243,13 @@ void attention_core_forward(StepList& L, const Dims& D, AttentionKind kind, std:
   }
   const double heads = D.b * D.a_t;
   const double scores = heads * D.s_local * D.s_full;
+  if (D.alibi) {
+    // Unfused ALiBi (BLOOM's Megatron-DeepSpeed): the [b*heads, 1, s] bias is
+    // broadcast into the score buffer (write 2 B per score) that torch.baddbmm
+    // then reads with beta = 1 (2 B per score) instead of beta = 0.
+    L.memory("attn.alibi", scores * (2 + 2), waits);
+    waits.clear();
+  }
   L.gemm("attn.qk", D.attn_dtype, D.s_local, D.s_full, D.d, std::move(waits), heads);
   L.memory("attn.softmax", scores * (2 + 2));
   if (D.dropout) L.memory("attn.dropout", scores * (2 + 2 + 1));
@@ -537,7 +548,7 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
   // ---------------- embedding (first stage) ----------------
   {
     StepList L(&out.embedding_forward, Pass::Forward);
-    L.memory("embed.lookup", act * (m.rope ? 2 : 3) / (D.sp ? D.t : 1.0));
+    L.memory("embed.lookup", act * (m.rope || m.alibi ? 2 : 3) / (D.sp ? D.t : 1.0));
     StepList B(&out.embedding_backward, Pass::BackwardWeight);
     B.memory("embed.grad", D.tokens * D.h * (kActBytes + 4 + 4));  // scatter-add into fp32 grads
   }
@@ -554,12 +565,17 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     L.memory("loss.xent", D.tokens * v_t * (kActBytes + 4 + 4) * R.xent, {}, R.xent_kernels);
     StepList B(&out.head_backward, Pass::BackwardInput);
     B.memory("loss.xent.bwd", D.tokens * v_t * (4 + kActBytes) * R.xent_bwd, {}, R.xent_bwd_kernels);
+    // With SP the head's input is sequence-sharded: its backward gathers it
+    // again for the weight gradient, issued before the input-gradient GEMM and
+    // overlapped with it, as for every column-parallel linear (Megatron-LM
+    // LinearWithGradAccumulationAndAsyncCommunication.backward).
+    const int in = D.sp ? B.comm("tp.ag.head.input", CollectiveKind::AllGather, CommClass::TP, act) : -1;
     B.gemm("head.dgrad", D.attn_dtype, D.tokens, D.h, v_t);
     const int rs = D.tp_comm ? B.comm("tp.head.grad", D.sp ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce,
                                       CommClass::TP, act)
                              : -1;
     B.set_pass(Pass::BackwardWeight);
-    B.gemm("head.wgrad", D.attn_dtype, D.h, v_t, D.tokens, maybe(p.tp_grad_overlap || D.sp ? -1 : rs));
+    B.gemm("head.wgrad", D.attn_dtype, D.h, v_t, D.tokens, maybe(p.tp_grad_overlap || D.sp ? in : rs));
     B.set_pass(Pass::BackwardInput);
     B.memory("final.norm.bwd", act_norm * 4 * R.norm_bwd, maybe(rs), R.norm_bwd_kernels);
   }

@@ -114,7 +114,7 @@ MemoryBreakdown stage_memory(const TransformerSpec& m, const ParallelSpec& p, co
   const double shard_weight = p.zero >= 3 ? dp_group : 1.0;
   mem.weights = params * 2 / shard_weight;
   mem.gradients = params * tr.grad_reduce_bytes / shard_grad;
-  const double opt_bytes = tr.optimizer == "sgd" ? 8.0 : 12.0;  // fp32 master (+ momentum | + Adam m, v)
+  const double opt_bytes = optimizer_bytes_per_param(tr);
   mem.optimizer = params * opt_bytes / shard_opt;
   if (expert > 0) {
     // Routed experts: replicated over the expert data-parallel group only.
@@ -158,7 +158,12 @@ MemoryBreakdown stage_memory(const TransformerSpec& m, const ParallelSpec& p, co
 }
 
 double optimizer_bytes_per_param(const TrainingSpec& tr) {
-  return tr.optimizer == "sgd" ? 8.0 : 12.0;  // fp32 master (+ momentum | + Adam m, v), as stage_memory counts
+  // fp32 master weights, plus: SGD its momentum; Adam and LAMB m and v;
+  // Adafactor (factored, no first moment) only row and column statistics,
+  // which are negligible next to the matrix.
+  if (tr.optimizer == "sgd") return 8.0;
+  if (tr.optimizer == "adafactor") return 4.0;
+  return 12.0;
 }
 
 double checkpoint_bytes(const TransformerSpec& model, const TrainingSpec& tr) {

@@ -114,7 +114,7 @@ class StageProgramBuilder {
       if (u.kind == UnitKind::Backward || u.kind == UnitKind::BackwardWeight) last_weights[u.chunk] = i;
       if (u.kind == UnitKind::Forward && first_forward[u.chunk] < 0) first_forward[u.chunk] = i;
     }
-    if (zero_sharded_optimizer() && par_.dp_overlap) prefetch_params_ = true;
+    if (zero_sharded_optimizer() && par_.dp_overlap && !deepspeed_bf16_optimizer()) prefetch_params_ = true;
     for (int i = 0; i < static_cast<int>(order.size()); ++i) {
       const ScheduleUnit& u = order[i];
       switch (u.kind) {
@@ -143,7 +143,7 @@ class StageProgramBuilder {
   // Distributed optimizer with overlap: the parameter all-gather of the
   // previous step overlaps this step's first forward (steady state), bucket by bucket.
   void plan_param_prefetch() {
-    if (!(zero_sharded_optimizer() && par_.dp_overlap)) return;
+    if (!(zero_sharded_optimizer() && par_.dp_overlap) || deepspeed_bf16_optimizer()) return;
     param_bucket_of_layer_.assign(model_.layers, kNone);
     double elems = 0, expert_elems = 0;
     std::vector<int> layers;
@@ -179,6 +179,15 @@ class StageProgramBuilder {
   const LayerSteps& dense() const { return steps_.of(LayerKind::Dense); }
   bool zero_sharded_optimizer() const { return par_.zero >= 1 && par_.zero <= 2 && dp_group_ > 1; }
   bool zero3() const { return par_.zero == 3 && dp_group_ > 1; }
+  // DeepSpeed's BF16_Optimizer (bf16 with ZeRO stage 0 or 1; deepspeed/runtime/
+  // bf16_optimizer.py): after every micro-batch's backward it adds the bf16
+  // gradients into an fp32 buffer of the whole model (update_hp_grads), and
+  // all-reduces that fp32 buffer over data parallelism (the engine's
+  // allreduce_gradients) before each rank steps its 1/dp partition and
+  // all-gathers the bf16 weights.
+  bool deepspeed_bf16_optimizer() const {
+    return train_.framework == Framework::DeepSpeed && train_.precision == Dtype::BF16 && par_.zero <= 1;
+  }
   bool first_vstage(int chunk) const { return vstage_[chunk] == 0; }
   bool last_vstage(int chunk) const { return vstage_[chunk] == V_ - 1; }
   std::size_t unit_key(int mb, int v) const { return static_cast<std::size_t>(mb) * V_ + v; }
@@ -332,7 +341,19 @@ class StageProgramBuilder {
       }
     }
     TaskId last = kNone;
-    if (v == 0) last = emit(steps_.embedding_forward, "F ", u.microbatch, entry, false);
+    TaskId outer = kNone;
+    if (zero3() && outer_elements(v) > 0) {
+      // FSDP's root unit (embedding, final norm, LM head): gathered once per
+      // micro-batch before its forward and kept until its backward.
+      outer = b_.collective(s_.dp, slot_dp_, CollectiveKind::AllGather, CommClass::DP,
+                            static_cast<std::uint64_t>(outer_elements(v) * kActBytes), label("dp.ag.params outer"),
+                            u.microbatch, dedupe(entry));
+    }
+    if (v == 0) {
+      std::vector<TaskId> deps = entry;
+      if (outer != kNone) deps.push_back(outer);
+      last = emit(steps_.embedding_forward, "F ", u.microbatch, deps, false);
+    }
     if (last != kNone) entry = {last};
     TaskId prev_layer_first = kNone;
     for (int l = 0; l < layers_[u.chunk]; ++l) {
@@ -345,7 +366,11 @@ class StageProgramBuilder {
       prev_layer_first = first;
       entry = {last};
     }
-    if (v == V_ - 1) last = emit(steps_.head_forward, "F ", u.microbatch, entry, false);
+    if (v == V_ - 1) {
+      std::vector<TaskId> deps = entry;
+      if (outer != kNone) deps.push_back(outer);
+      last = emit(steps_.head_forward, "F ", u.microbatch, dedupe(deps), false);
+    }
     if (last == kNone && !entry.empty()) last = entry.back();
     if (v < V_ - 1) {
       const int to = sched_.chunk_stage[v + 1];
@@ -383,13 +408,22 @@ class StageProgramBuilder {
       last = emit(steps_.head_backward, "B ", u.microbatch, entry, false, nullptr, filter,
                   whole ? nullptr : &saved->back());
       entry = {last};
-      if (reduce_grads) add_grads(steps_.head_grad_elements, last, u.microbatch);
+      if (reduce_grads && !zero3()) add_grads(steps_.head_grad_elements, last, u.microbatch);
     }
-    TaskId prev_layer_first = kNone;
+    // ZeRO-3 / FSDP: the next layer's parameters are gathered when this layer's
+    // backward starts, and that all-gather is issued before this layer's
+    // gradient reduce-scatter (FSDP's default backward_prefetch=BACKWARD_PRE;
+    // DeepSpeed's ZeRO-3 prefetches ahead of its reduce stream), so a backward
+    // layer waits for its own gather only, never behind the previous layer's
+    // reduce-scatter.
+    TaskId gathered = kNone;
+    if (zero3() && layers_[u.chunk] > 0) {
+      gathered = param_gather(first_layer_[u.chunk] + layers_[u.chunk] - 1, kNone, u.microbatch);
+    }
     for (int l = layers_[u.chunk] - 1; l >= 0; --l) {
       const int layer = first_layer_[u.chunk] + l;
       std::vector<TaskId> deps = entry;
-      if (zero3()) deps.push_back(param_gather(layer, prev_layer_first, u.microbatch));
+      if (zero3()) deps.push_back(gathered);
       TaskId first = kNone;
       const LayerSteps& ls = layer_steps(layer);
       if (!ls.recompute.empty()) {
@@ -398,7 +432,7 @@ class StageProgramBuilder {
       }
       last = emit(ls.backward, layer_prefix('B', layer), u.microbatch, dedupe(deps), false, &first, filter,
                   whole ? nullptr : &(*saved)[l]);
-      prev_layer_first = first;
+      if (zero3() && l > 0) gathered = param_gather(layer - 1, par_.backward_prefetch_pre ? first : last, u.microbatch);
       entry = {last};
       if (whole) layer_grads_done(layer, last, u.microbatch, reduce_grads);
     }
@@ -428,7 +462,7 @@ class StageProgramBuilder {
     if (v == V_ - 1) {
       last = emit(steps_.head_backward, "W ", u.microbatch, entry, false, nullptr, PassFilter::WeightOnly, &ids.back());
       if (last != kNone) entry = {last};
-      if (reduce_grads) add_grads(steps_.head_grad_elements, last, u.microbatch);
+      if (reduce_grads && !zero3()) add_grads(steps_.head_grad_elements, last, u.microbatch);
     }
     for (int l = layers_[u.chunk] - 1; l >= 0; --l) {
       const int layer = first_layer_[u.chunk] + l;
@@ -449,6 +483,25 @@ class StageProgramBuilder {
       if (last != kNone) entry.push_back(last);
       last = emit(steps_.embedding_backward, prefix, mb, entry, false);
       if (reduce_grads && !zero3()) add_grads(steps_.embedding_grad_elements, last, mb);
+    }
+    if (deepspeed_bf16_optimizer()) {
+      // update_hp_grads: hp.add_(lp.grad.to(fp32)) per parameter: the cast reads
+      // 2 B and writes 4 B, the add reads 4 + 4 B and writes 4 B.
+      const int chunk = chunk_of_vstage(v);
+      ComputeOp acc{
+          "grad.accumulate.fp32", OpKind::MemoryBound, Dtype::FP32, 0, chunk_params(chunk) * 18.0, 0, 0, 0, 1};
+      std::vector<TaskId> deps;
+      if (last != kNone) deps.push_back(last);
+      last = b_.compute(s_.compute, b_.add_op(acc), label(std::string(prefix) + "grad.accumulate.fp32"), mb, deps);
+    }
+    if (zero3() && outer_elements(v) > 0) {
+      // The root unit's gradients (embedding, LM head) are reduce-scattered
+      // like every layer's once its backward is done.
+      const TaskId d[] = {last};
+      b_.collective(s_.dp, slot_dp_, CollectiveKind::ReduceScatter, CommClass::DP,
+                    static_cast<std::uint64_t>(outer_elements(v) * train_.grad_reduce_bytes),
+                    label("dp.rs.grads outer"), mb, d);
+      dp_tasks_.push_back(b_.size() - 1);
     }
     if (reduce_grads && !zero3()) flush_bucket(last, mb);
     return last;
@@ -475,7 +528,16 @@ class StageProgramBuilder {
     }
   }
 
-  // ZeRO-3: gather a layer's parameters, prefetched one layer ahead.
+  // Parameters outside the layers on virtual stage v: the embedding (first)
+  // and the LM head (last; the embedding itself when tied on the same stage).
+  double outer_elements(int v) const {
+    double e = 0;
+    if (v == 0) e += steps_.embedding_grad_elements;
+    if (v == V_ - 1 && !(v == 0 && model_.tied_embeddings)) e += steps_.head_grad_elements;
+    return e;
+  }
+
+  // ZeRO-3: gather a layer's parameters after `after` (prefetch one layer ahead).
   TaskId param_gather(int layer, TaskId after, int mb) {
     std::vector<TaskId> deps;
     if (after != kNone) deps.push_back(after);
@@ -516,11 +578,12 @@ class StageProgramBuilder {
   }
 
   void emit_grad_reduce(double elements, double expert_elements, const std::vector<TaskId>& deps, int mb) {
-    const auto kind = zero_sharded_optimizer() ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce;
+    const bool scatter = zero_sharded_optimizer() && !deepspeed_bf16_optimizer();
+    const auto kind = scatter ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce;
     if (elements > 0) {
       b_.collective(s_.dp, slot_dp_, kind, CommClass::DP,
                     static_cast<std::uint64_t>(elements * train_.grad_reduce_bytes),
-                    label(zero_sharded_optimizer() ? "dp.rs.grads" : "dp.ar.grads"), mb, dedupe(deps));
+                    label(scatter ? "dp.rs.grads" : "dp.ar.grads"), mb, dedupe(deps));
       dp_tasks_.push_back(b_.size() - 1);
     }
     if (expert_elements > 0) {
@@ -538,6 +601,23 @@ class StageProgramBuilder {
       for (int l = 0; l < layers_[c]; ++l) p += layer_steps(first_layer_[c] + l).expert_grad_elements;
     }
     return p;
+  }
+
+  // Parameters of local chunk c (its layers, and the embedding or LM head it holds).
+  double chunk_params(int c) const {
+    double p = 0;
+    for (int l = 0; l < layers_[c]; ++l) {
+      p += layer_steps(first_layer_[c] + l).grad_elements + layer_steps(first_layer_[c] + l).expert_grad_elements;
+    }
+    p += outer_elements(vstage_[c]);
+    return p;
+  }
+  int chunk_of_vstage(int v) const {
+    for (int c = 0; c < chunks_; ++c) {
+      if (vstage_[c] == v) return c;
+    }
+    TRAINSIM_CHECK(false, "virtual stage " + std::to_string(v) + " is not on stage " + std::to_string(stage_));
+    return 0;
   }
 
   double local_params() const {
@@ -569,7 +649,17 @@ class StageProgramBuilder {
     // copied to the 16-bit weights (read 4, write 2) unless FSDP all-gathers the
     // fp32 shard itself.
     const bool mixed = train_.precision != Dtype::FP32 && train_.precision != Dtype::TF32;
-    double update_bytes = train_.optimizer == "sgd" ? 20.0 : 28.0;
+    // LAMB as apex's FusedLAMB runs it: stage 1 reads grad, master, m, v and
+    // writes m, v and the update (28 B), the norms of master and update (8 B),
+    // stage 2 reads master and update and writes the master (12 B): 48 B.
+    // Adafactor as Hugging Face transformers' Adafactor.step (factored, no
+    // first moment), op by op: RMS of the parameter 4, grad**2 + eps 16, row
+    // and column means 8, the outer product 4, update * grad 12, its RMS and
+    // the clip 12, * lr 8, p.add_(-update) 20: 84 B.
+    double update_bytes = train_.optimizer == "sgd"         ? 20.0
+                          : train_.optimizer == "lamb"      ? 48.0
+                          : train_.optimizer == "adafactor" ? 84.0
+                                                            : 28.0;
     if (mixed && train_.grad_reduce_bytes == 2) update_bytes += 6;
     if (train_.precision == Dtype::FP16) update_bytes += 8;
     if (mixed && par_.zero < 3) update_bytes += 6;

@@ -56,7 +56,7 @@ const char* to_string(LayerKind k) {
 }
 
 double TransformerSpec::embedding_params() const {
-  return static_cast<double>(vocab) * hidden + (rope ? 0.0 : static_cast<double>(max_seq_len) * hidden);
+  return static_cast<double>(vocab) * hidden + (rope || alibi ? 0.0 : static_cast<double>(max_seq_len) * hidden);
 }
 
 double TransformerSpec::total_params() const {

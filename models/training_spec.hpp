@@ -31,6 +31,7 @@ struct TransformerSpec {
   MlpKind mlp = MlpKind::Gelu;
   bool rmsnorm = false;  // RMSNorm (else LayerNorm)
   bool rope = false;     // rotary position embedding (else learned positions)
+  bool alibi = false;    // ALiBi (Press et al., ICLR 2022): a per-head linear bias on the attention scores
   bool tied_embeddings = false;
   int max_seq_len = 0;
   int head_dim_override = 0;           // attention head size when it is not hidden / heads (Qwen3, gpt-oss)
@@ -116,6 +117,10 @@ struct ParallelSpec {
   // (Megatron-LM's async TP all-reduce, late 2021 on); false: after it, blocking (2021 code).
   // Sequence parallelism always overlaps (its reduce-scatter came with the async code).
   bool tp_grad_overlap = true;
+  // ZeRO-3 / FSDP: when a backward layer's successor is gathered. true: as the
+  // layer's backward starts (PyTorch FSDP's default BACKWARD_PRE); false: after
+  // it (BACKWARD_POST, Composer's default), so each backward layer waits for its gather.
+  bool backward_prefetch_pre = true;
   bool pp_overlap = true;  // pipeline send/recv beside compute (false: blocking, as Megatron-LM 2021 / DeepSpeed)
   bool pp_scatter_gather =
       true;                    // each TP rank sends 1/tp of an activation (Megatron-LM); false: all of it (DeepSpeed)
@@ -149,12 +154,14 @@ enum class AttentionKind : std::uint8_t { Flash, FlashTriton, Unfused, FlashAtte
 // The training framework decides which elementwise, norm, cast and loss kernels a
 // step runs (models/layer_steps.cpp, docs/frameworks.md). Default: the fused lists
 // used before the key existed (Megatron-style), with FlashAttention-2.
-enum class Framework : std::uint8_t { Default, MegatronTe, TorchCompile, Eager, Fsdp2 };
+// DeepSpeed: Megatron-DeepSpeed's kernels under DeepSpeed's engine (bf16
+// optimizer: fp32 gradient accumulation per micro-batch, fp32 all-reduce).
+enum class Framework : std::uint8_t { Default, MegatronTe, TorchCompile, Eager, Fsdp2, DeepSpeed };
 
 struct TrainingSpec {
   int seq_len = 2048;
   Dtype precision = Dtype::BF16;   // GEMM dtype (fp8: GEMMs in FP8, the rest in BF16)
-  std::string optimizer = "adam";  // adam | sgd
+  std::string optimizer = "adam";  // adam | sgd | lamb | adafactor (docs/frameworks.md)
   AttentionKind attention = AttentionKind::Flash;
   int grad_reduce_bytes = 4;  // bytes per gradient element in DP reduction (Megatron-LM default: fp32)
   bool dropout = true;        // hidden/attention dropout (kernels and masks); off in Llama-style recipes

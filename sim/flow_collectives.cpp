@@ -22,6 +22,28 @@ std::uint64_t channel_tag(std::uint64_t tag, int channel) { return tag * 1024 + 
 
 }  // namespace
 
+// NCCL's binary tree (src/graph/trees.cc, ncclGetBtree): rooted at 0; a rank's
+// parent clears its lowest set bit and sets the next one up (or only clears it
+// when that is out of range), so odd ranks are leaves. The second tree is the
+// first mirrored (rank r at position n-1-r) for even n and shifted by one for
+// odd n (ncclGetDtree), which makes the leaves of one tree the interior of the other.
+int double_binary_tree_parent(int nranks, int rank, int tree) {
+  auto btree = [nranks](int r) {
+    if (r == 0) return -1;
+    int bit = 1;
+    while (bit < nranks && (bit & r) == 0) bit <<= 1;
+    const int up = (r ^ bit) | (bit << 1);
+    return up < nranks ? up : (r ^ bit);
+  };
+  if (tree == 0) return btree(rank);
+  if (nranks % 2 == 1) {
+    const int up = btree((rank - 1 + nranks) % nranks);
+    return up < 0 ? -1 : (up + 1) % nranks;
+  }
+  const int up = btree(nranks - 1 - rank);
+  return up < 0 ? -1 : nranks - 1 - up;
+}
+
 FlowCollectives::FlowCollectives(const Cluster& cluster, Topology& topology,
                                  const std::vector<CalibrationProfile>& profiles, FlowOptions options)
     : cluster_(&cluster),
@@ -241,9 +263,10 @@ CollectivePlan FlowCollectives::plan_collective(const std::vector<int>& members,
       const double half = bytes / (2.0 * k);
       for (int c = 0; c < k; ++c) {
         for (int t = 0; t < 2; ++t) {
-          auto at = [&](int pos) { return lay.per_node[t == 0 ? pos : (pos + 1) % m][c]; };
-          for (int pos = 1; pos < m; ++pos) {
-            const int child = at(pos), parent = at((pos - 1) / 2);
+          for (int node = 0; node < m; ++node) {
+            const int up = double_binary_tree_parent(m, node, t);
+            if (up < 0) continue;
+            const int child = lay.per_node[node][c], parent = lay.per_node[up][c];
             add_gpu_flow(p, child, parent, half, channel_tag(tag, 2 * c + t), lv);
             add_gpu_flow(p, parent, child, half, channel_tag(tag, 2 * c + t), lv);
           }

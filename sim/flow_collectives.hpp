@@ -10,9 +10,11 @@
 //   plus steps*(hop latency). Across nodes with k members per node there are k
 //   channels; channel c enters and leaves every node through rail c's NIC
 //   (NCCL's rail-aligned rings), its members chained over NVLink inside.
-// - Tree (all-reduce across nodes): double binary tree over nodes per channel
-//   (each tree S/2: up to the parent and back down), with a reduce-scatter /
-//   all-gather ring inside each node; latency 2*depth hops.
+// - Tree (all-reduce across nodes): NCCL's double binary tree over nodes per
+//   channel (each tree S/2: up to the parent and back down; the second tree
+//   mirrors or shifts the first so that a node is interior in at most one, and
+//   each NIC carries 2S/k like the ring's), with a reduce-scatter / all-gather
+//   ring inside each node; latency 2*depth hops.
 // - Hierarchical (all-reduce): three phases, one after the other: intra-node
 //   ring reduce-scatter, inter-node ring all-reduce among the GPUs of equal
 //   local rank, intra-node ring all-gather.
@@ -77,6 +79,10 @@ struct FlowOptions {
   FlowAlgorithm all_reduce = FlowAlgorithm::Auto;  // force an all-reduce algorithm
   double tree_bandwidth_factor = 0.92;             // NCCL's tree derating, used when choosing
 };
+
+// Parent of `rank` in tree 0 or 1 of NCCL's double binary tree over `nranks`
+// (-1 for the root); every rank has at most two children over both trees.
+int double_binary_tree_parent(int nranks, int rank, int tree);
 
 using PlanId = std::uint32_t;
 

@@ -1,10 +1,14 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include "sim/check.hpp"
 #include "sim/flow_network.hpp"
@@ -143,6 +147,63 @@ TEST_CASE("validate: --max-mape and --max-error gate the exit code") {
   CHECK(bad.code == 1);
   CHECK(bad.err.find("exceeds --max-error") != std::string::npos);
   CHECK(cli({"validate", mpt.c_str(), "--max-mape", below.c_str()}).code == 1);
+}
+
+TEST_CASE("validate: an infeasible case is a failed row, outside the MAPE, and fails only a gated run") {
+  namespace fs = std::filesystem;
+  const fs::path src = fs::path(TRAINSIM_SOURCE_DIR) / "scenarios/validation/mpt_7b_a100_8gpu_seq2048.json";
+  const fs::path dir = fs::temp_directory_path() / ("trainsim-validate-failed-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  fs::copy_file(src, dir / "a_feasible.json", fs::copy_options::overwrite_existing);
+  nlohmann::json oom = nlohmann::json::parse(std::ifstream(src));
+  oom["id"] = "oom_case";
+  oom["parallel"]["micro_batch"] = 96;
+  oom["parallel"]["global_batch"] = 768;
+  std::ofstream(dir / "b_oom.json") << oom.dump(2);
+  const std::string d = dir.string();
+  const CliResult alone = cli({"validate", src.string().c_str(), "--json"});
+  const CliResult both = cli({"validate", d.c_str(), "--json"});
+  fs::remove_all(dir);
+  REQUIRE(alone.code == 0);
+  CHECK(both.code == 0);  // the directory is reported, not rejected
+  const auto j = nlohmann::json::parse(both.out);
+  CHECK(j["failed"] == 1);
+  REQUIRE(j["cases"].size() == 2);
+  CHECK(j["cases"][1]["feasible"] == false);
+  CHECK(j["cases"][1]["problem"].get<std::string>().find("out of memory") != std::string::npos);
+  // The MAPE is that of the feasible case alone.
+  CHECK(j["mape_pct"].get<double>() == nlohmann::json::parse(alone.out)["mape_pct"].get<double>());
+  CHECK(both.err.find("failed: oom_case") != std::string::npos);
+  fs::create_directories(dir);
+  fs::copy_file(src, dir / "a_feasible.json", fs::copy_options::overwrite_existing);
+  std::ofstream(dir / "b_oom.json") << oom.dump(2);
+  const CliResult gated = cli({"validate", d.c_str(), "--max-mape", "100"});
+  fs::remove_all(dir);
+  CHECK(gated.code == 1);
+  CHECK(gated.err.find("could not be predicted") != std::string::npos);
+  CHECK(gated.out.find("FAILED") != std::string::npos);
+}
+
+TEST_CASE("run --kernels --json carries the kernel table of every stage") {
+  const CliResult r = cli({"run", "--kernels", "--json"});
+  REQUIRE(r.code == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  REQUIRE(j.contains("kernels"));
+  REQUIRE(j["kernels"].size() == j["per_stage"].size());
+  for (const auto& st : j["kernels"]) {
+    REQUIRE(st["kernels"].size() > 3);
+    double sum = 0, prev = 1e300;
+    for (const auto& k : st["kernels"]) {
+      CHECK(k["count"].get<int>() > 0);
+      CHECK(k["seconds"].get<double>() <= prev);  // the largest first
+      prev = k["seconds"].get<double>();
+      sum += prev;
+    }
+    CHECK(sum == doctest::Approx(st["compute_s"].get<double>()).epsilon(1e-9));
+  }
+  // Without --json the same table is printed as text.
+  CHECK(cli({"run", "--kernels"}).out.find("kernels of stage 0") != std::string::npos);
+  CHECK_FALSE(cli({"run", "--json"}).out.find("\"kernels\"") != std::string::npos);
 }
 
 TEST_CASE("exit codes per error class: bad quantities, schema version and topology exit 2 naming file and pointer") {

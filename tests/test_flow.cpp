@@ -3,6 +3,7 @@
 // end to end: test_flow_job.cpp). Expected values are derived in comments.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -178,6 +179,48 @@ TEST_CASE("multi-node algorithms: rail-aligned ring channels, double binary tree
   const CollectivePlan nvls = f1.plan_collective(iota(0, 8), CollectiveKind::AllReduce, 1e9, 0);
   CHECK(nvls.algorithm == FlowAlgorithm::Nvls);
   CHECK(f1.measure(nvls).to_seconds() == doctest::Approx(1.75 / 150 + 5e-6).epsilon(1e-3));
+}
+
+TEST_CASE("double binary tree: NCCL's construction, every node interior in at most one tree") {
+  for (int m = 2; m <= 130; ++m) {
+    CAPTURE(m);
+    std::vector<int> children(m, 0);
+    for (int t = 0; t < 2; ++t) {
+      int roots = 0;
+      std::vector<int> in_tree(m, 0);
+      for (int r = 0; r < m; ++r) {
+        const int up = double_binary_tree_parent(m, r, t);
+        if (up < 0) {
+          ++roots;
+          continue;
+        }
+        REQUIRE(up < m);
+        ++children[up];
+        ++in_tree[up];
+        int x = r, steps = 0;  // reaches the root: a tree, no cycle
+        while (x >= 0 && steps <= m) x = double_binary_tree_parent(m, x, t), ++steps;
+        CHECK(x < 0);
+      }
+      CHECK(roots == 1);
+      CHECK(*std::max_element(in_tree.begin(), in_tree.end()) <= 2);  // binary
+    }
+    // Two children at most over both trees: a NIC carries 2S/k, like the ring.
+    CHECK(*std::max_element(children.begin(), children.end()) <= 2);
+  }
+  // On 16 nodes the flow tree costs what the analytical model charges for it
+  // (each NIC: 4 tree edges x S/(2k) each way = 25 ms) instead of 1.5x that.
+  ClusterSpec spec = toy_cluster(16, 8);
+  spec.fabric.link_latency = 0;
+  const Cluster cluster(spec);
+  const std::vector<CalibrationProfile> profiles{ideal_profile(0, 0)};
+  Topology topo(cluster);
+  FlowCollectives fc(cluster, topo, profiles);
+  const AnalyticalNetwork an(cluster, profiles);
+  const std::vector<int> all = iota(0, 128);
+  const CollectivePlan tree = fc.plan_collective(all, CollectiveKind::AllReduce, 1e9, 0, FlowAlgorithm::Tree);
+  const double analytical = algorithm_seconds(an.shape(all), CollectiveKind::AllReduce, FlowAlgorithm::Tree, 1e9);
+  CHECK(fc.measure(tree).to_seconds() == doctest::Approx(0.025).epsilon(0.02));
+  CHECK(fc.measure(tree).to_seconds() == doctest::Approx(analytical).epsilon(0.03));
 }
 
 TEST_CASE("automatic all-reduce choice: tree across nodes for small messages, ring for large") {

@@ -1,5 +1,6 @@
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -218,4 +219,179 @@ TEST_CASE("training.framework megatron-te picks cuDNN attention where the GPU's 
     error = e.what();
   }
   CHECK(error.find("/training/framework") != std::string::npos);
+}
+
+namespace {
+
+// Stage `stage`'s program of `text` with `sets` applied.
+ProgramTemplate stage_program(const std::string& text, const std::vector<std::string>& sets, int stage = 0) {
+  const Scenario s = load_scenario_text(text, "options.json", "", sets, catalog());
+  const Cluster cluster(s.cluster);
+  const TrainingPlan plan = plan_training(s.model, s.parallel, s.training, cluster, PlanOptions{});
+  return plan.setup.programs.at(static_cast<std::size_t>(stage));
+}
+
+// Tasks whose label ends with `suffix`, in program order.
+std::vector<std::uint32_t> tasks_ending(const ProgramTemplate& p, const std::string& suffix) {
+  std::vector<std::uint32_t> out;
+  for (std::uint32_t t = 0; t < p.tasks.size(); ++t) {
+    const std::string& l = p.labels[p.tasks[t].label];
+    if (l.size() >= suffix.size() && l.compare(l.size() - suffix.size(), suffix.size(), suffix) == 0) out.push_back(t);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("framework deepspeed: fp32 gradient accumulation after every micro-batch and an fp32 all-reduce") {
+  const std::string text = R"({
+    "model": "gpt3-1.3b",
+    "cluster": {"node": "dgx-a100", "nodes": 1},
+    "parallel": {"tp": 2, "pp": 2, "dp": 2, "zero": 1, "micro_batch": 2, "global_batch": 16, "dp_overlap": false},
+    "training": {"seq_len": 2048, "precision": "bf16", "grad_reduce": "fp32"}
+  })";
+  const ProgramTemplate megatron = stage_program(text, {});
+  const ProgramTemplate ds = stage_program(text, {"training.framework=deepspeed"});
+  CHECK(tasks_ending(megatron, "grad.accumulate.fp32").empty());
+  const auto acc = tasks_ending(ds, "grad.accumulate.fp32");
+  REQUIRE(acc.size() == 4);  // 16 / (2 x 2) micro-batches
+  // 18 B per parameter of the stage (its 12 layers and the embedding), tp 2.
+  const Scenario s = load_scenario_text(text, "options.json", "", {}, catalog());
+  const double params = (12 * s.model.params_per_layer() + s.model.embedding_params()) / 2;
+  CHECK(ds.ops[ds.tasks[acc[0]].ref].bytes == doctest::Approx(18 * params).epsilon(1e-3));
+  // Megatron's distributed optimizer reduce-scatters; DeepSpeed's BF16_Optimizer all-reduces.
+  CHECK(tasks_ending(megatron, "dp.ar.grads").empty());
+  CHECK_FALSE(tasks_ending(megatron, "dp.rs.grads").empty());
+  CHECK(tasks_ending(ds, "dp.rs.grads").empty());
+  const auto ar = tasks_ending(ds, "dp.ar.grads");
+  REQUIRE_FALSE(ar.empty());
+  CHECK(ds.tasks[ar[0]].collective == CollectiveKind::AllReduce);
+  CHECK_FALSE(tasks_ending(ds, "dp.ag.params").empty());  // update_lp_params all-gathers the bf16 weights
+  // Both cost time: the step is slower than Megatron's.
+  CHECK(run({}, text).iteration_time_s < run({"training.framework=deepspeed"}, text).iteration_time_s);
+  // Only bf16 with ZeRO 0/1 runs the BF16_Optimizer.
+  CHECK(tasks_ending(stage_program(text, {"training.framework=deepspeed", "training.precision=fp16"}),
+                     "grad.accumulate.fp32")
+            .empty());
+}
+
+TEST_CASE("position alibi: no RoPE kernels; unfused attention reads the broadcast bias, fused kernels add it free") {
+  const std::string text = R"({
+    "model": {"name": "alibi-test", "layers": 4, "hidden": 2048, "heads": 16, "ffn_hidden": 8192, "vocab": 50304,
+              "position": "alibi"},
+    "cluster": {"node": "dgx-a100", "nodes": 1},
+    "parallel": {"tp": 2, "dp": 4, "micro_batch": 2, "global_batch": 64},
+    "training": {"seq_len": 2048, "precision": "bf16", "attention": "unfused"}
+  })";
+  const ProgramTemplate unfused = stage_program(text, {});
+  CHECK(tasks_ending(unfused, "attn.rope").empty());
+  const auto bias = tasks_ending(unfused, "attn.alibi");
+  REQUIRE_FALSE(bias.empty());
+  // Write and read 2 B per score: micro-batch 2 x 8 heads per TP rank x 2048 x 2048.
+  CHECK(unfused.ops[unfused.tasks[bias[0]].ref].bytes == doctest::Approx(4.0 * 2 * 8 * 2048 * 2048));
+  CHECK(tasks_ending(stage_program(text, {"training.attention=flash"}), "attn.alibi").empty());
+  const ProgramTemplate rope = stage_program(text, {"model.position=rope"});
+  CHECK(tasks_ending(rope, "attn.alibi").empty());
+  CHECK_FALSE(tasks_ending(rope, "attn.rope").empty());
+  // Like RoPE, ALiBi has no position table: the embedding holds the vocabulary only.
+  const Scenario s = load_scenario_text(text, "options.json", "", {}, catalog());
+  CHECK(s.model.alibi);
+  CHECK_FALSE(s.model.rope);
+  CHECK(s.model.embedding_params() == doctest::Approx(50304.0 * 2048));
+}
+
+TEST_CASE("ZeRO-3: the next layer's gather is issued before this layer's reduce-scatter; embedding and head sharded") {
+  const std::string text = R"({
+    "model": "gpt3-1.3b",
+    "cluster": {"node": "dgx-a100", "nodes": 1},
+    "parallel": {"dp": 8, "zero": 3, "micro_batch": 2, "global_batch": 32},
+    "training": {"seq_len": 2048, "precision": "bf16"}
+  })";
+  const ProgramTemplate p = stage_program(text, {});
+  auto first = [&](const std::string& suffix) {
+    const auto t = tasks_ending(p, suffix);
+    REQUIRE_FALSE(t.empty());
+    return t.front();
+  };
+  // Backward of layer 23 (the last): the gather of layer 22 comes before its reduce-scatter
+  // (FSDP's BACKWARD_PRE), so layer 22's backward never waits behind it.
+  const auto gathers22 = tasks_ending(p, "L22 dp.ag.params");
+  REQUIRE(gathers22.size() >= 2);  // forward and backward of the first micro-batch
+  CHECK(gathers22[1] < first("B L23 dp.rs.grads"));
+  // The embedding and the LM head (tied: one tensor) are gathered before the forward and
+  // reduce-scattered after the backward, once per micro-batch; nothing is all-reduced.
+  CHECK(tasks_ending(p, "dp.ag.params outer").size() == 2);
+  const auto outer_rs = tasks_ending(p, "dp.rs.grads outer");
+  REQUIRE(outer_rs.size() == 2);
+  CHECK(p.tasks[outer_rs[0]].collective == CollectiveKind::ReduceScatter);
+  const Scenario s = load_scenario_text(text, "options.json", "", {}, catalog());
+  CHECK(static_cast<double>(p.tasks[outer_rs[0]].bytes) == doctest::Approx(s.model.embedding_params() * 4));
+  CHECK(tasks_ending(p, "dp.ar.grads").empty());
+  // BACKWARD_POST: the gather of layer 22 waits for the end of layer 23's backward
+  // (still before its reduce-scatter), so the step takes longer than with BACKWARD_PRE.
+  const ProgramTemplate post = stage_program(text, {"parallel.backward_prefetch=post"});
+  const auto post22 = tasks_ending(post, "L22 dp.ag.params");
+  REQUIRE(post22.size() >= 2);
+  const auto b23 = tasks_ending(post, "B L23 mlp.down.wgrad");
+  REQUIRE_FALSE(b23.empty());
+  const auto deps = post.deps_of(post22[1]);
+  CHECK(std::find(deps.begin(), deps.end(), tasks_ending(post, "B L23 norm1.bwd").front()) != deps.end());
+  CHECK(post22[1] < tasks_ending(post, "B L23 dp.rs.grads").front());
+  CHECK(run({}, text).iteration_time_s < run({"parallel.backward_prefetch=post"}, text).iteration_time_s);
+}
+
+TEST_CASE("interleaved 1F1B with uneven layer counts per chunk (Llama 3: one layer fewer on the first and last)") {
+  // 30 layers on pp 4 x vpp 2 = 8 chunks: 3 + 6 x 4 + 3, as Llama 3 405B's 126 layers on 16 stages.
+  const std::string text = R"({
+    "model": {"name": "uneven", "layers": 30, "hidden": 2048, "heads": 16, "ffn_hidden": 8192, "vocab": 32000,
+              "position": "rope", "mlp": "swiglu", "norm": "rmsnorm"},
+    "cluster": {"node": "dgx-a100", "nodes": 1},
+    "parallel": {"tp": 2, "pp": 4, "vpp": 2, "schedule": "interleaved-1f1b", "micro_batch": 1, "global_batch": 16,
+                 "stage_layers": [3, 4, 4, 4, 4, 4, 4, 3]},
+    "training": {"seq_len": 2048, "precision": "bf16"}
+  })";
+  auto layers_on = [&](int stage) {
+    const ProgramTemplate p = stage_program(text, {}, stage);
+    std::vector<int> layers;
+    for (int l = 0; l < 30; ++l) {
+      if (!tasks_ending(p, "F L" + std::to_string(l) + " norm1").empty()) layers.push_back(l);
+    }
+    return layers;
+  };
+  CHECK(layers_on(0) == std::vector<int>{0, 1, 2, 15, 16, 17, 18});     // chunks 0 and 4
+  CHECK(layers_on(3) == std::vector<int>{11, 12, 13, 14, 27, 28, 29});  // chunks 3 and 7
+  // Interleaving shrinks the bubble against 1F1B over the same uneven stages (7 + 8 + 8 + 7).
+  const double interleaved = run({}, text).iteration_time_s;
+  const double plain =
+      run({"parallel.vpp=1", "parallel.schedule=1f1b", "parallel.stage_layers=[7,8,8,7]"}, text).iteration_time_s;
+  CHECK(interleaved < plain);
+}
+
+TEST_CASE("optimizers: LAMB and Adafactor steps and states against Adam's") {
+  const std::string text = R"({
+    "model": "gpt3-1.3b",
+    "cluster": {"node": "dgx-a100", "nodes": 1},
+    "parallel": {"tp": 2, "dp": 4, "micro_batch": 2, "global_batch": 64},
+    "training": {"seq_len": 2048, "precision": "bf16"}
+  })";
+  auto step_bytes = [&](const std::string& optimizer) {
+    const ProgramTemplate p = stage_program(text, {"training.optimizer=" + optimizer});
+    const auto t = tasks_ending(p, "optimizer.step");
+    REQUIRE(t.size() == 1);
+    return p.ops[p.tasks[t[0]].ref].bytes;
+  };
+  const double adam = step_bytes("adam"), lamb = step_bytes("lamb"), adafactor = step_bytes("adafactor");
+  // Same extra passes (gradient copy, master-to-weight copy) for all; the updates
+  // differ by 48 - 28 = 20 B (LAMB) and 84 - 28 = 56 B (Adafactor) per parameter.
+  const double params = (lamb - adam) / 20;
+  CHECK(params > 1e8);
+  CHECK(adafactor - adam == doctest::Approx(56 * params).epsilon(1e-9));
+  CHECK(step_bytes("sgd") == doctest::Approx(adam - 8 * params).epsilon(1e-9));
+  // State: Adafactor keeps the fp32 master only (factored second moment), LAMB Adam's m and v.
+  TrainingSpec tr;
+  tr.optimizer = "adafactor";
+  CHECK(optimizer_bytes_per_param(tr) == 4.0);
+  tr.optimizer = "lamb";
+  CHECK(optimizer_bytes_per_param(tr) == 12.0);
+  CHECK(run({"training.optimizer=adafactor"}, text).peak_memory_gib < run({}, text).peak_memory_gib);
 }

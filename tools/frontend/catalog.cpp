@@ -47,7 +47,13 @@ TransformerSpec read_model(ObjectReader& r, const TransformerSpec* base) {
               ? MlpKind::SwiGlu
               : MlpKind::Gelu;
   m.rmsnorm = r.choice("norm", m.rmsnorm ? "rmsnorm" : "layernorm", {"layernorm", "rmsnorm"}) == "rmsnorm";
-  m.rope = r.choice("position", m.rope ? "rope" : "learned", {"learned", "rope", "alibi"}) != "learned";
+  const std::string position = r.choice("position",
+                                        m.rope    ? "rope"
+                                        : m.alibi ? "alibi"
+                                                  : "learned",
+                                        {"learned", "rope", "alibi"});
+  m.rope = position == "rope";
+  m.alibi = position == "alibi";
   m.tied_embeddings = r.boolean("tied_embeddings", m.tied_embeddings);
   m.max_seq_len = static_cast<int>(r.integer("max_seq_len", m.max_seq_len ? m.max_seq_len : 2048, 1, 1 << 24));
   m.source = r.string("source", m.source);

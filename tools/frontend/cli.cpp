@@ -183,7 +183,8 @@ int run_commands(int argc, const char* const* argv, std::ostream& out, std::ostr
       ->delimiter(',');
   run->add_option("--report", report_path, "Write a self-contained HTML report to this file");
   bool kernels = false;
-  run->add_flag("--kernels", kernels, "Also print per-kernel compute time of every pipeline stage");
+  run->add_flag("--kernels", kernels,
+                "Also report per-kernel compute time of every pipeline stage (with --json: the field kernels)");
   run->add_option("--set", sets, "Override a scenario key, e.g. --set parallel.tp=4")->allow_extra_args(false);
 
   std::string check_path;
@@ -294,12 +295,15 @@ int run_commands(int argc, const char* const* argv, std::ostream& out, std::ostr
       const ValidationReport rep =
           validate(texts, catalog, validate_fidelity == "flow" ? Fidelity::Flow : Fidelity::Analytical);
       out << (validate_json ? to_json(rep).dump(2) + "\n" : validation_table(rep));
+      // A case that cannot be predicted (infeasible) is a failed row: it leaves
+      // the MAPE, and fails a run that gates on the figures.
       int code = kOk;
       for (const auto& c : rep.cases) {
-        if (!c.feasible) {
-          err << "infeasible: " << c.id << ": " << c.problem << "\n";
-          code = kInfeasible;
-        }
+        if (!c.feasible) err << "failed: " << c.id << ": infeasible: " << c.problem << "\n";
+      }
+      if ((max_mape >= 0 || max_error >= 0) && rep.failed > 0) {
+        err << "validation failed: " << rep.failed << " case(s) could not be predicted\n";
+        code = kInfeasible;
       }
       if (max_mape >= 0 && rep.mape_pct > max_mape) {
         err << "validation failed: MAPE " << fmt("%.2f", rep.mape_pct) << "% exceeds --max-mape " << max_mape << "%\n";
@@ -398,7 +402,8 @@ int run_commands(int argc, const char* const* argv, std::ostream& out, std::ostr
     if (!report_path.empty()) {
       write_text_file(report_path, html_report(s, job));
     }
-    const nlohmann::json j = to_json(rep);
+    nlohmann::json j = to_json(rep);
+    if (kernels) j["kernels"] = kernels_json(s);
     if (!out_path.empty()) {
       write_text_file(out_path, j.dump(2) + "\n");
     }

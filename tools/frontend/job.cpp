@@ -235,47 +235,65 @@ JobRun run_job(const Scenario& s, Fidelity fidelity) {
   return run;
 }
 
-std::string kernel_table(const Scenario& s, int stage) {
+StageKernels stage_kernels(const Scenario& s, int stage) {
   const Platform platform(s.cluster, s.profiles);
   const Cluster& cluster = platform.cluster();
   const ComputeCostModel& costs = platform.costs();
   const WorkloadPlan plan = workload_of(s)->plan(platform, Placement::of(s.parallel), PlanOptions{});
   const ProgramTemplate& prog = plan.setup.programs.at(static_cast<std::size_t>(stage));
   const int type = cluster.gpu_type_of(plan.setup.ranks[plan.recorded_rank_of_stage[stage]].gpu);
-  const GpuSpec& gpu = cluster.gpu_type(type);
-  struct Row {
-    double seconds = 0, flops = 0, bytes = 0;
-    int count = 0;
-  };
-  std::map<std::string, Row> rows;
-  double total = 0;
+  StageKernels out;
+  out.stage = stage;
+  out.gpu = cluster.gpu_type(type).name;
+  std::map<std::string, KernelRow> rows;
   for (const Task& t : prog.tasks) {
     if (t.kind != TaskKind::Compute) continue;
     const ComputeOp& op = prog.ops[t.ref];
     const std::string phase = prog.labels[t.label].substr(0, 1);
-    Row& r = rows[(phase == "R" ? "R " : "") + op.name];
+    const std::string name = (phase == "R" ? "R " : "") + op.name;
+    KernelRow& r = rows[name];
+    r.op = name;
     const double sec = costs.duration(op, type).to_seconds();
     r.seconds += sec;
     r.flops += op.flops;
     r.bytes += op.bytes;
     r.count += 1;
-    total += sec;
+    out.total_seconds += sec;
   }
-  std::vector<std::pair<std::string, Row>> sorted(rows.begin(), rows.end());
-  std::sort(sorted.begin(), sorted.end(),
-            [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
-  std::string out =
-      "kernels of stage " + std::to_string(stage) + " (" + gpu.name + "), compute total " + fmt("%.3f", total) + " s\n";
+  for (auto& [name, r] : rows) out.rows.push_back(std::move(r));
+  std::stable_sort(out.rows.begin(), out.rows.end(),
+                   [](const KernelRow& a, const KernelRow& b) { return a.seconds > b.seconds; });
+  return out;
+}
+
+std::string kernel_table(const Scenario& s, int stage) {
+  const StageKernels k = stage_kernels(s, stage);
+  std::string out = "kernels of stage " + std::to_string(stage) + " (" + k.gpu + "), compute total " +
+                    fmt("%.3f", k.total_seconds) + " s\n";
   char line[256];
   std::snprintf(line, sizeof line, "  %-28s %8s %9s %7s %10s %10s\n", "op", "count", "time s", "share", "TFLOP/s",
                 "GB/s");
   out += line;
-  for (const auto& [name, r] : sorted) {
-    std::snprintf(line, sizeof line, "  %-28s %8d %9.4f %6.1f%% %10.1f %10.1f\n", name.c_str(), r.count, r.seconds,
-                  100 * r.seconds / total, r.flops / r.seconds / 1e12, r.bytes / r.seconds / 1e9);
+  for (const KernelRow& r : k.rows) {
+    std::snprintf(line, sizeof line, "  %-28s %8d %9.4f %6.1f%% %10.1f %10.1f\n", r.op.c_str(), r.count, r.seconds,
+                  100 * r.seconds / k.total_seconds, r.flops / r.seconds / 1e12, r.bytes / r.seconds / 1e9);
     out += line;
   }
   return out;
+}
+
+nlohmann::json kernels_json(const Scenario& s) {
+  nlohmann::json stages = nlohmann::json::array();
+  for (int st = 0; st < s.parallel.pp; ++st) {
+    const StageKernels k = stage_kernels(s, st);
+    nlohmann::json rows = nlohmann::json::array();
+    for (const KernelRow& r : k.rows) {
+      rows.push_back(
+          {{"op", r.op}, {"count", r.count}, {"seconds", r.seconds}, {"flops", r.flops}, {"bytes", r.bytes}});
+    }
+    stages.push_back({{"stage", k.stage}, {"gpu", k.gpu}, {"compute_s", k.total_seconds}, {"kernels", rows}});
+  }
+  return stages;
 }
 
 namespace {

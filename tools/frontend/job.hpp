@@ -96,7 +96,21 @@ JobReport simulate(const Scenario& scenario, Fidelity fidelity = Fidelity::Analy
 
 // Per-kernel time of one pipeline stage's iteration (compute tasks only), the
 // largest first: where the compute time goes and at what efficiency.
+struct KernelRow {
+  std::string op;
+  int count = 0;
+  double seconds = 0, flops = 0, bytes = 0;
+};
+struct StageKernels {
+  int stage = 0;
+  std::string gpu;
+  double total_seconds = 0;
+  std::vector<KernelRow> rows;  // the largest time first
+};
+StageKernels stage_kernels(const Scenario& scenario, int stage);
 std::string kernel_table(const Scenario& scenario, int stage);
+// Every stage's kernels as JSON (`run --kernels --json`: the result's "kernels" field).
+nlohmann::json kernels_json(const Scenario& scenario);
 
 nlohmann::json to_json(const JobReport& r);
 std::string summary_text(const JobReport& r);

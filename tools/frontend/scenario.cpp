@@ -400,6 +400,7 @@ ParallelSpec read_parallel(ObjectReader& top) {
   p.dp_overlap = r.boolean("dp_overlap", true);
   p.tp_comm_overlap = r.boolean("tp_comm_overlap", false);
   p.tp_grad_overlap = r.boolean("tp_grad_overlap", true);
+  p.backward_prefetch_pre = r.choice("backward_prefetch", "pre", {"pre", "post"}) == "pre";
   p.pp_overlap = r.boolean("pp_overlap", true);
   p.pp_scatter_gather = r.boolean("pp_scatter_gather", true);
   p.dp_bucket_bytes = r.quantity("dp_bucket", Quantity::Bytes, 0, 1e3, 1e13);
@@ -446,7 +447,7 @@ TrainingSpec read_training(ObjectReader& top, const TransformerSpec& model) {
   for (std::size_t d = 0; d < kNumDtypes; ++d) {
     if (prec == to_string(static_cast<Dtype>(d))) t.precision = static_cast<Dtype>(d);
   }
-  t.optimizer = r.choice("optimizer", "adam", {"adam", "sgd"});
+  t.optimizer = r.choice("optimizer", "adam", {"adam", "sgd", "lamb", "adafactor"});
   const std::string attn =
       r.choice("attention", "flash", {"flash", "flash-attention-3", "cudnn", "flash-triton", "unfused"});
   t.attention = attn == "flash"               ? AttentionKind::Flash
@@ -455,11 +456,12 @@ TrainingSpec read_training(ObjectReader& top, const TransformerSpec& model) {
                 : attn == "flash-triton"      ? AttentionKind::FlashTriton
                                               : AttentionKind::Unfused;
   const std::string fw =
-      r.choice("framework", "default", {"default", "megatron-te", "torch-compile", "eager", "fsdp2"});
+      r.choice("framework", "default", {"default", "megatron-te", "torch-compile", "eager", "fsdp2", "deepspeed"});
   t.framework = fw == "megatron-te"     ? Framework::MegatronTe
                 : fw == "torch-compile" ? Framework::TorchCompile
                 : fw == "eager"         ? Framework::Eager
                 : fw == "fsdp2"         ? Framework::Fsdp2
+                : fw == "deepspeed"     ? Framework::DeepSpeed
                                         : Framework::Default;
   t.grad_reduce_bytes = r.choice("grad_reduce", "fp32", {"fp32", "bf16", "fp16"}) == "fp32" ? 4 : 2;
   t.dropout = r.boolean("dropout", true);

@@ -83,7 +83,12 @@ ValidationReport validate(const std::vector<ScenarioText>& scenarios, const Cata
     c.predicted = metric_value(jr, c.metric);
     c.error_pct = 100.0 * (c.predicted - c.measured) / c.measured;
     c.feasible = jr.feasible;
-    if (!jr.feasible && !jr.problems.empty()) c.problem = jr.problems.front();
+    if (!jr.feasible) {
+      c.problem = jr.problems.empty() ? "infeasible" : jr.problems.front();
+      rep.failed += 1;
+      rep.cases.push_back(std::move(c));
+      continue;
+    }
     const double a = std::fabs(c.error_pct);
     sum += a;
     groups[c.group].first += a;
@@ -94,7 +99,8 @@ ValidationReport validate(const std::vector<ScenarioText>& scenarios, const Cata
     }
     rep.cases.push_back(std::move(c));
   }
-  if (!rep.cases.empty()) rep.mape_pct = sum / static_cast<double>(rep.cases.size());
+  const std::size_t predicted = rep.cases.size() - static_cast<std::size_t>(rep.failed);
+  if (predicted > 0) rep.mape_pct = sum / static_cast<double>(predicted);
   for (const auto& [g, v] : groups) rep.mape_by_group.emplace_back(g, v.first / v.second);
   return rep;
 }
@@ -106,7 +112,7 @@ std::string validation_table(const ValidationReport& r) {
   out += line;
   for (const auto& c : r.cases) {
     std::snprintf(line, sizeof line, "%-52s %-16s %12.4g %12.4g %+7.1f%%%s\n", c.id.c_str(), c.metric.c_str(),
-                  c.measured, c.predicted, c.error_pct, c.feasible ? "" : "  INFEASIBLE");
+                  c.measured, c.predicted, c.error_pct, c.feasible ? "" : "  FAILED (infeasible)");
     out += line;
   }
   out += "\nMAPE by source:\n";
@@ -115,8 +121,12 @@ std::string validation_table(const ValidationReport& r) {
     out += line;
   }
   std::snprintf(line, sizeof line, "\noverall MAPE %.1f%% over %zu cases; max |error| %.1f%% (%s)\n", r.mape_pct,
-                r.cases.size(), r.max_error_pct, r.max_error_id.c_str());
+                r.cases.size() - static_cast<std::size_t>(r.failed), r.max_error_pct, r.max_error_id.c_str());
   out += line;
+  if (r.failed > 0) {
+    std::snprintf(line, sizeof line, "%d case(s) failed (infeasible), not in the MAPE\n", r.failed);
+    out += line;
+  }
   return out;
 }
 
@@ -130,12 +140,16 @@ nlohmann::json to_json(const ValidationReport& r) {
                      {"measured", c.measured},
                      {"predicted", c.predicted},
                      {"error_pct", c.error_pct},
-                     {"feasible", c.feasible}});
+                     {"feasible", c.feasible},
+                     {"problem", c.problem}});
   }
   nlohmann::json groups = nlohmann::json::object();
   for (const auto& [g, m] : r.mape_by_group) groups[g] = m;
-  return {
-      {"cases", cases}, {"mape_pct", r.mape_pct}, {"max_error_pct", r.max_error_pct}, {"mape_by_group_pct", groups}};
+  return {{"cases", cases},
+          {"mape_pct", r.mape_pct},
+          {"max_error_pct", r.max_error_pct},
+          {"failed", r.failed},
+          {"mape_by_group_pct", groups}};
 }
 
 }  // namespace trainsim

@@ -23,6 +23,7 @@ struct ValidationReport {
   std::vector<ValidationCase> cases;
   double mape_pct = 0, max_error_pct = 0;
   std::string max_error_id;
+  int failed = 0;  // infeasible cases: listed, outside the MAPE and the largest error
   std::vector<std::pair<std::string, double>> mape_by_group;  // sorted by group
 };
 

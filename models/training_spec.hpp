@@ -53,7 +53,8 @@ struct TransformerSpec {
 // Bubble (Almost) Pipeline Parallelism", ICLR 2024 (arXiv:2401.10241), with
 // the backward split into B and W (models/schedule.hpp); ZeroBubble1p / 2p:
 // its automatic schedules under a memory limit of p or 2p micro-batches'
-// activations (models/zero_bubble.hpp).
+// activations (models/zero_bubble.hpp). ZeroBubbleV / DualPipeV: two chunks
+// per rank in a V (rank i holds chunks i and 2p-1-i; models/v_schedules.hpp).
 enum class ScheduleKind : std::uint8_t {
   GPipe,
   OneFOneB,
@@ -62,18 +63,23 @@ enum class ScheduleKind : std::uint8_t {
   ZeroBubbleH2,
   ZeroBubble1p,
   ZeroBubble2p,
-  Custom
+  Custom,
+  ZeroBubbleV,
+  DualPipeV
 };
 
 // One unit of pipeline work on a rank: the forward, the whole backward (B and W
 // in the layer's issue order), the backward-input or the backward-weight part
 // of micro-batch `microbatch` through the rank's chunk `chunk` (its chunk-th
-// virtual stage in layer order).
+// virtual stage in layer order). `overlapped`: the unit runs interleaved with
+// the rank's previous unit (of another micro-batch), so that the communication
+// of one hides behind the computation of the other (DualPipe's F&B pair).
 enum class UnitKind : std::uint8_t { Forward, Backward, BackwardInput, BackwardWeight };
 struct ScheduleUnit {
   UnitKind kind = UnitKind::Forward;
   int microbatch = 0;
   int chunk = 0;
+  bool overlapped = false;
   bool operator==(const ScheduleUnit&) const = default;
 };
 

@@ -169,7 +169,9 @@ TEST_CASE("zb-v validation: 1F1B is the slowest and ZB-1p and ZB-2p* keep the pa
     by_config[config][schedule] = {s.expected->value, simulate(s).iteration_time_s};
   }
   REQUIRE(by_config.size() == 6);
-  for (const auto& [config, runs] : by_config) {
+  for (const auto& entry : by_config) {
+    const std::string& config = entry.first;  // a named variable: doctest's CAPTURE cannot take a binding
+    const auto& runs = entry.second;
     CAPTURE(config);
     REQUIRE(runs.size() == 4);
     const auto& one = runs.at("1f1b");

@@ -184,6 +184,10 @@ std::vector<LayoutProblem> check_layout(const TransformerSpec& m, const Parallel
     problem("/parallel/global_batch", "interleaved-1f1b needs the micro-batch count (" +
                                           str(p.global_batch / *per_step) + ") to be a multiple of pp = " + str(p.pp));
   }
+  if (p.moe_a2a_overlap && p.schedule != ScheduleKind::OneFOneB && !interleaved) {
+    problem("/parallel/moe_a2a_overlap", "overlaps the steady phase of 1f1b or interleaved-1f1b; the schedule is \"" +
+                                             std::string(to_string(p.schedule)) + "\"");
+  }
   if (interleaved && p.pp < 2) {
     problem("/parallel/schedule", "interleaved-1f1b needs pp >= 2, found pp = " + str(p.pp));
   }

@@ -153,7 +153,21 @@ PipelineSchedule schedule_of(const ParallelSpec& par) {
     s.microbatches = par.micro_batches();
     return s;
   }
-  return builtin_schedule(par.schedule, par.pp, par.micro_batches(), par.vpp);
+  PipelineSchedule s = builtin_schedule(par.schedule, par.pp, par.micro_batches(), par.vpp);
+  if (par.moe_a2a_overlap) overlap_backward_with_next_forward(s);
+  return s;
+}
+
+void overlap_backward_with_next_forward(PipelineSchedule& s) {
+  for (auto& units : s.units) {
+    for (std::size_t i = 1; i < units.size(); ++i) {
+      const ScheduleUnit& before = units[i - 1];
+      const bool backward = before.kind == UnitKind::Backward || before.kind == UnitKind::BackwardInput;
+      if (units[i].kind == UnitKind::Forward && backward && !before.overlapped &&
+          before.microbatch != units[i].microbatch)
+        units[i].overlapped = true;
+    }
+  }
 }
 
 std::vector<std::string> check_schedule(const PipelineSchedule& s) {

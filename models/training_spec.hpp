@@ -123,6 +123,10 @@ struct ParallelSpec {
   // Sequence parallelism always overlaps (its reduce-scatter came with the async code).
   bool tp_grad_overlap = true;
   bool pp_overlap = true;  // pipeline send/recv beside compute (false: blocking, as Megatron-LM 2021 / DeepSpeed)
+  // 1F1B and interleaved 1F1B: in the steady phase each backward runs overlapped
+  // with the next forward (another micro-batch), so the all-to-all of one hides
+  // behind the other's computation (Megatron-Core's --overlap-moe-expert-parallel-comm).
+  bool moe_a2a_overlap = false;
   bool pp_scatter_gather =
       true;                    // each TP rank sends 1/tp of an activation (Megatron-LM); false: all of it (DeepSpeed)
   double dp_bucket_bytes = 0;  // gradient bucket size (0 = Megatron default: max(40M, 1M*dp) params)

@@ -411,6 +411,7 @@ ParallelSpec read_parallel(ObjectReader& top) {
   p.tp_grad_overlap = r.boolean("tp_grad_overlap", true);
   p.pp_overlap = r.boolean("pp_overlap", true);
   p.pp_scatter_gather = r.boolean("pp_scatter_gather", true);
+  p.moe_a2a_overlap = r.boolean("moe_a2a_overlap", false);
   p.dp_bucket_bytes = r.quantity("dp_bucket", Quantity::Bytes, 0, 1e3, 1e13);
   if (const nlohmann::json* sl = r.raw("stage_layers")) {
     bool ok = sl->is_array() && !sl->empty();

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <deque>
 #include <limits>
+#include <set>
+#include <utility>
 
 #include "sim/check.hpp"
 
@@ -44,13 +46,19 @@ PipelineSchedule zero_bubble_v_member(int pp, int m, const PassTimes& t, double 
   const std::size_t units_per_rank = 6 * static_cast<std::size_t>(m);
   auto vstage = [pp](int st, int chunk) { return chunk == 0 ? st : 2 * pp - 1 - st; };
   auto arrival = [&](int st, int from_v, double end) { return end + (s.chunk_stage[from_v] != st ? t.transfer : 0); };
-  for (;;) {
-    int r = -1;
-    for (int st = 0; st < pp; ++st) {
-      if (ranks[st].blocked || s.units[st].size() == units_per_rank) continue;
-      if (r < 0 || ranks[st].now < ranks[r].now) r = st;
-    }
-    if (r < 0) break;
+  // The ranks that can act, by (time, rank): the earliest goes next. A rank
+  // that waits for a unit no rank has placed yet leaves the set until the
+  // rank that feeds it places a unit.
+  std::set<std::pair<double, int>> active;
+  for (int st = 0; st < pp; ++st) active.emplace(0.0, st);
+  auto wake = [&](int st) {
+    if (!ranks[st].blocked) return;
+    ranks[st].blocked = false;
+    active.emplace(ranks[st].now, st);
+  };
+  while (!active.empty()) {
+    const int r = active.begin()->second;
+    active.erase(active.begin());
     RankState& R = ranks[r];
     // The ready units, in priority order: B of the later chunk, B, F of the later chunk, F.
     double next_ready = kNotYet;
@@ -93,6 +101,7 @@ PipelineSchedule zero_bubble_v_member(int pp, int m, const PassTimes& t, double 
     if (!found) {
       if (next_ready < kNotYet) {
         R.now = next_ready;
+        active.emplace(R.now, r);
       } else {
         R.blocked = true;  // waits for a unit another rank has not placed yet
       }
@@ -122,7 +131,10 @@ PipelineSchedule zero_bubble_v_member(int pp, int m, const PassTimes& t, double 
     }
     R.now += length;
     s.units[r].push_back(pick);
-    for (RankState& other : ranks) other.blocked = false;
+    if (s.units[r].size() < units_per_rank) active.emplace(R.now, r);
+    // Only the rank of the next (F) or previous (B) chunk consumes this unit's output.
+    if (pick.kind == UnitKind::Forward && v + 1 < V) wake(s.chunk_stage[v + 1]);
+    if (pick.kind == UnitKind::BackwardInput && v > 0) wake(s.chunk_stage[v - 1]);
   }
   for (int st = 0; st < pp; ++st) {
     if (s.units[st].size() != units_per_rank) return PipelineSchedule{};  // stuck: not a member
@@ -138,7 +150,9 @@ PipelineSchedule zero_bubble_v_schedule(int pp, int m, const PassTimes& t, doubl
   // timed on the unit-level model, the fastest kept (ties: the first).
   PipelineSchedule best;
   double best_time = 0;
-  for (int in_flight = 1; in_flight <= 2 * pp; ++in_flight) {
+  // Caps 1 to 2p; beyond p = 32 in steps of p/16 (at most 32 caps).
+  const int step = std::max(1, pp / 16);
+  for (int in_flight = 1; in_flight <= 2 * pp; in_flight += step) {
     for (bool weights_first : {false, true}) {
       PipelineSchedule s =
           zero_bubble_v_member(pp, m, t, memory_limit, weight_input_fraction, in_flight, weights_first);

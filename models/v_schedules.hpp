@@ -18,7 +18,7 @@ std::vector<int> v_chunk_stages(int pp);
 // micro-batch activations; a micro-batch holds 1 from F to B and
 // `weight_input_fraction` from B to W; one entering chunk 0 keeps room for its
 // chunk-1 forward), else a pending W. Members of this family cap the
-// micro-batches a rank holds in chunk 0 (1 to 2p) and may run W before F once
+// micro-batches a rank holds in chunk 0 (1 to 2p; in steps of p/16 for p >= 32) and may run W before F once
 // half the limit is held; each is timed on the unit-level model and the
 // fastest kept. The paper's limit is 1F1B's peak: p micro-batches of a whole
 // stage, 2p chunk activations.

@@ -278,6 +278,36 @@ std::vector<std::string> check_schedule(const PipelineSchedule& s) {
   }
   if (!problems.empty()) return problems;
 
+  // The two units of an overlapped pair run interleaved, so their messages may
+  // leave in either order: they must not share a link.
+  for (int st = 0; st < s.stages; ++st) {
+    const auto& units = s.units[st];
+    // The peer rank a unit receives from and sends to over the pipeline (-1: none).
+    auto peers = [&](const ScheduleUnit& u) {
+      std::pair<int, int> out{-1, -1};
+      if (u.kind == UnitKind::BackwardWeight) return out;
+      const int v = s.virtual_stage(st, u.chunk);
+      const bool fwd = u.kind == UnitKind::Forward;
+      const int from_v = fwd ? v - 1 : v + 1, to_v = fwd ? v + 1 : v - 1;
+      if (from_v >= 0 && from_v < V && s.chunk_stage[from_v] != st) out.first = s.chunk_stage[from_v];
+      if (to_v >= 0 && to_v < V && s.chunk_stage[to_v] != st) out.second = s.chunk_stage[to_v];
+      return out;
+    };
+    for (std::size_t i = 1; i < units.size(); ++i) {
+      if (!units[i].overlapped) continue;
+      const bool same_direction = (units[i].kind == UnitKind::Forward) == (units[i - 1].kind == UnitKind::Forward);
+      if (!same_direction) continue;
+      const auto a = peers(units[i - 1]), b = peers(units[i]);
+      if ((a.first >= 0 && a.first == b.first) || (a.second >= 0 && a.second == b.second)) {
+        problems.push_back("pipeline rank " + std::to_string(st) + ", unit " + std::to_string(i) + " (" +
+                           to_string(units[i]) + "): overlapped with " + to_string(units[i - 1]) +
+                           ", which exchanges messages with the same rank in the same direction; expected units "
+                           "whose messages use different links");
+      }
+    }
+  }
+  if (!problems.empty()) return problems;
+
   // Messages on each link (sender rank, receiver rank, direction) must be
   // received in the order they are sent: a link is a FIFO.
   std::map<std::tuple<int, int, int>, std::vector<std::pair<int, int>>> sent, received;

@@ -113,6 +113,27 @@ TEST_CASE("schedule check: overlapped units come in pairs of different micro-bat
   CHECK(joined(check_schedule(s)) ==
         "pipeline rank 0, unit 1 (+BW0): overlapped with F0 of the same micro-batch, which it depends on; expected "
         "another micro-batch\n");
+  // Chunks 0 and 2 on rank 0, chunk 1 on rank 1: rank 1's F0 and F1 both
+  // receive from and send to rank 0, so as a pair their messages could cross.
+  PipelineSchedule v;
+  v.stages = 2;
+  v.microbatches = 2;
+  v.chunk_stage = {0, 1, 0};
+  v.units = {{{UnitKind::Forward, 0, 0},
+              {UnitKind::Forward, 1, 0},
+              {UnitKind::Forward, 0, 1},
+              {UnitKind::Backward, 0, 1},
+              {UnitKind::Backward, 0, 0},
+              {UnitKind::Forward, 1, 1},
+              {UnitKind::Backward, 1, 1},
+              {UnitKind::Backward, 1, 0}},
+             {{UnitKind::Forward, 0, 0},
+              {UnitKind::Forward, 1, 0, true},
+              {UnitKind::Backward, 0, 0},
+              {UnitKind::Backward, 1, 0}}};
+  CHECK(joined(check_schedule(v)) ==
+        "pipeline rank 1, unit 1 (+F1): overlapped with F0, which exchanges messages with the same rank in the same "
+        "direction; expected units whose messages use different links\n");
   // F1 overlapped with BW0 is fine: they are independent.
   s.units = {{{UnitKind::Forward, 0, 0},
               {UnitKind::Forward, 1, 0},

@@ -140,13 +140,17 @@ std::vector<LayoutProblem> check_layout(const TransformerSpec& m, const Parallel
     problem("/parallel/tp", "expected a divisor of ffn_hidden " + str(m.ffn_hidden) + ", found " + str(p.tp));
   }
   // Model chunks: pp*vpp, or one per entry of a custom schedule's chunk_stages.
-  const auto chunks = custom ? std::optional<std::int64_t>(p.custom_schedule.chunks()) : product({p.pp, p.vpp});
+  const bool v_shape = p.schedule == ScheduleKind::ZeroBubbleV || p.schedule == ScheduleKind::DualPipeV;
+  const auto chunks = custom    ? std::optional<std::int64_t>(p.custom_schedule.chunks())
+                      : v_shape ? product({p.pp, 2})
+                                : product({p.pp, p.vpp});
   if (!p.stage_layers.empty()) {
     std::int64_t sum = 0;
     for (int l : p.stage_layers) sum += l;
     if (!chunks || static_cast<std::int64_t>(p.stage_layers.size()) != *chunks || sum != m.layers) {
-      const std::string what = custom ? "one per chunk of the custom schedule (" + product_text(chunks) + ")"
-                                      : "pp*vpp = " + str(p.pp) + "*" + str(p.vpp) + " = " + product_text(chunks);
+      const std::string what = custom    ? "one per chunk of the custom schedule (" + product_text(chunks) + ")"
+                               : v_shape ? "two per pipeline rank (" + product_text(chunks) + ")"
+                                         : "pp*vpp = " + str(p.pp) + "*" + str(p.vpp) + " = " + product_text(chunks);
       problem("/parallel/stage_layers", "expected " + what + " entries summing to the model's " + str(m.layers) +
                                             " layers, found " + str(static_cast<std::int64_t>(p.stage_layers.size())) +
                                             " entries summing to " + str(sum));
@@ -158,7 +162,11 @@ std::vector<LayoutProblem> check_layout(const TransformerSpec& m, const Parallel
                   str(p.custom_schedule.chunks()) + " chunks (or give stage_layers)");
     }
   } else {
-    if (!chunks || m.layers % *chunks != 0) {
+    if (v_shape && (!chunks || m.layers % *chunks != 0)) {
+      problem("/parallel/pp", "the model's " + str(m.layers) + " layers must divide evenly into the " +
+                                  product_text(chunks) + " chunks of " + to_string(p.schedule) +
+                                  " (two per pipeline rank), or give stage_layers");
+    } else if (!chunks || m.layers % *chunks != 0) {
       problem("/parallel/pp", "the model's " + str(m.layers) + " layers must divide evenly into pp*vpp = " + str(p.pp) +
                                   "*" + str(p.vpp) + " = " + product_text(chunks) + " stages");
     }
@@ -168,9 +176,17 @@ std::vector<LayoutProblem> check_layout(const TransformerSpec& m, const Parallel
     problem("/parallel/global_batch", "expected a multiple of micro_batch*dp = " + str(p.micro_batch) + "*" +
                                           str(p.dp) + " = " + product_text(per_step) + ", found " +
                                           str(p.global_batch));
+  } else if (p.schedule == ScheduleKind::DualPipeV &&
+             p.global_batch / *per_step < 2 * static_cast<std::int64_t>(p.pp)) {
+    problem("/parallel/global_batch", "dualpipe-v needs at least 2*pp = " + str(2 * static_cast<std::int64_t>(p.pp)) +
+                                          " micro-batches, found " + str(p.global_batch / *per_step));
   } else if (interleaved && (p.global_batch / *per_step) % p.pp != 0) {
     problem("/parallel/global_batch", "interleaved-1f1b needs the micro-batch count (" +
                                           str(p.global_batch / *per_step) + ") to be a multiple of pp = " + str(p.pp));
+  }
+  if (p.moe_a2a_overlap && p.schedule != ScheduleKind::OneFOneB && !interleaved) {
+    problem("/parallel/moe_a2a_overlap", "overlaps the steady phase of 1f1b or interleaved-1f1b; the schedule is \"" +
+                                             std::string(to_string(p.schedule)) + "\"");
   }
   if (interleaved && p.pp < 2) {
     problem("/parallel/schedule", "interleaved-1f1b needs pp >= 2, found pp = " + str(p.pp));

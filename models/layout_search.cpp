@@ -7,6 +7,7 @@
 
 #include "models/layout_rules.hpp"
 #include "models/memory_model.hpp"
+#include "models/schedule.hpp"
 
 namespace trainsim {
 
@@ -91,8 +92,9 @@ LayoutSearchResult search_layouts(const TransformerSpec& m, const TrainingSpec& 
           par.zero = zero;
           par.recompute = rc;
           bool oom = false;
+          const PipelineSchedule sched = schedule_of(par);  // once per layout: ZB-1p/2p and ZB-V are searched
           for (int st = 0; st < pp && !oom; ++st) {
-            oom = stage_memory(m, par, training, st).total() > memory_capacity;
+            oom = stage_memory(m, par, training, sched, st).total() > memory_capacity;
           }
           if (oom) {
             ++out.pruned_oom;

@@ -14,6 +14,7 @@
 #include "models/memory_model.hpp"
 #include "models/moe.hpp"
 #include "models/schedule.hpp"
+#include "models/v_schedules.hpp"
 #include "models/zero_bubble.hpp"
 #include "sim/check.hpp"
 
@@ -115,7 +116,7 @@ class StageProgramBuilder {
       if (u.kind == UnitKind::Forward && first_forward[u.chunk] < 0) first_forward[u.chunk] = i;
     }
     if (zero_sharded_optimizer() && par_.dp_overlap && !deepspeed_bf16_optimizer()) prefetch_params_ = true;
-    for (int i = 0; i < static_cast<int>(order.size()); ++i) {
+    auto emit_unit = [&](int i) {
       const ScheduleUnit& u = order[i];
       switch (u.kind) {
         case UnitKind::Forward:
@@ -130,6 +131,15 @@ class StageProgramBuilder {
         case UnitKind::BackwardWeight:
           weight_unit(u, i == last_weights[u.chunk]);
           break;
+      }
+    };
+    for (int i = 0; i < static_cast<int>(order.size()); ++i) {
+      const auto first = static_cast<TaskId>(b_.size());
+      emit_unit(i);
+      if (i + 1 < static_cast<int>(order.size()) && order[i + 1].overlapped) {
+        const auto middle = static_cast<TaskId>(b_.size());
+        emit_unit(++i);
+        interleave(first, middle, static_cast<TaskId>(b_.size()));
       }
     }
     finish_iteration();
@@ -301,6 +311,33 @@ class StageProgramBuilder {
     v.erase(std::unique(v.begin(), v.end()), v.end());
     v.erase(std::remove(v.begin(), v.end(), kNone), v.end());
     return v;
+  }
+
+  // Runs two units side by side (an overlapped pair): each unit's tasks are
+  // cut into segments after each of its TP, CP and EP collectives, and the
+  // streams take the segments alternately (segment k of the first unit, then
+  // of the second, then k+1), so that the collective of one unit runs while
+  // the other computes. Every task still follows its dependencies: the order
+  // (segment, unit, id) extends the order in which the tasks were added.
+  void interleave(TaskId first, TaskId middle, TaskId end) {
+    std::vector<std::tuple<int, int, TaskId>> keys;
+    keys.reserve(end - first);
+    for (int unit = 0; unit < 2; ++unit) {
+      int segment = 0;
+      for (TaskId t = unit == 0 ? first : middle; t < (unit == 0 ? middle : end); ++t) {
+        keys.emplace_back(segment, unit, t);
+        const Task& task = b_.task(t);
+        const bool cuts =
+            task.kind == TaskKind::Collective &&
+            (task.comm_class == CommClass::TP || task.comm_class == CommClass::CP || task.comm_class == CommClass::EP);
+        if (cuts) ++segment;
+      }
+    }
+    std::sort(keys.begin(), keys.end());
+    std::vector<TaskId> order;
+    order.reserve(keys.size());
+    for (const auto& key : keys) order.push_back(std::get<2>(key));
+    b_.reorder(first, order);
   }
 
   std::string layer_prefix(char pass, int layer) const {
@@ -829,9 +866,19 @@ PassTimes stage_pass_times(const TransformerSpec& model, const ParallelSpec& par
 // searched with this platform's pass times, every other one is schedule_of.
 PipelineSchedule planned_schedule(const TransformerSpec& model, const ParallelSpec& par, const TrainingSpec& train,
                                   const ModelSteps& steps, const Platform& platform, const Placement& placement) {
-  if (par.schedule != ScheduleKind::ZeroBubble1p && par.schedule != ScheduleKind::ZeroBubble2p) return schedule_of(par);
+  const bool zb_auto = par.schedule == ScheduleKind::ZeroBubble1p || par.schedule == ScheduleKind::ZeroBubble2p;
+  if (!zb_auto && par.schedule != ScheduleKind::ZeroBubbleV) return schedule_of(par);
   const double activation = layer_activation_bytes(model, par, train);
   const double fraction = activation > 0 ? layer_weight_input_bytes(model, par, train) / activation : 1.0;
+  if (par.schedule == ScheduleKind::ZeroBubbleV) {
+    // A chunk holds half a stage's layers: half its pass times; the limit is
+    // 1F1B's peak, p micro-batches of a stage = 2p of a chunk.
+    PassTimes chunk = stage_pass_times(model, par, train, steps, platform, placement);
+    chunk.forward /= 2;
+    chunk.backward_input /= 2;
+    chunk.backward_weight /= 2;
+    return zero_bubble_v_schedule(par.pp, par.micro_batches(), chunk, 2.0 * par.pp, fraction);
+  }
   const double limit = par.schedule == ScheduleKind::ZeroBubble1p ? par.pp : 2.0 * par.pp;
   PipelineSchedule s = zero_bubble_auto_schedule(
       par.pp, par.micro_batches(), stage_pass_times(model, par, train, steps, platform, placement), limit, fraction);

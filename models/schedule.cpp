@@ -1,5 +1,6 @@
 #include "models/schedule.hpp"
 
+#include "models/v_schedules.hpp"
 #include "models/zero_bubble.hpp"
 
 #include <algorithm>
@@ -29,6 +30,8 @@ int warmup_units(ScheduleKind kind, int stage, int pp, int m, int vpp) {
     case ScheduleKind::ZeroBubble1p:
     case ScheduleKind::ZeroBubble2p:
     case ScheduleKind::Custom:
+    case ScheduleKind::ZeroBubbleV:
+    case ScheduleKind::DualPipeV:
       return m;
     case ScheduleKind::OneFOneB:
       return std::min(pp - stage - 1, m);
@@ -75,7 +78,7 @@ const char* kind_letter(UnitKind k) {
 }  // namespace
 
 std::string to_string(const ScheduleUnit& u) {
-  std::string s = kind_letter(u.kind) + std::to_string(u.microbatch);
+  std::string s = (u.overlapped ? "+" : "") + (kind_letter(u.kind) + std::to_string(u.microbatch));
   if (u.chunk > 0) s += "." + std::to_string(u.chunk);
   return s;
 }
@@ -128,6 +131,12 @@ PipelineSchedule builtin_schedule(ScheduleKind kind, int pp, int m, int vpp) {
     s.name = to_string(kind);
     return s;
   }
+  if (kind == ScheduleKind::ZeroBubbleV || kind == ScheduleKind::DualPipeV) {
+    // Without the cost model's pass times: equal times, W inputs counted as
+    // whole activations, ZB-V under 1F1B's peak (2p chunk activations).
+    return kind == ScheduleKind::ZeroBubbleV ? zero_bubble_v_schedule(pp, m, PassTimes{}, 2.0 * pp, 1.0)
+                                             : dualpipe_v_schedule(pp, m);
+  }
   PipelineSchedule s;
   s.name = to_string(kind);
   s.stages = pp;
@@ -144,7 +153,21 @@ PipelineSchedule schedule_of(const ParallelSpec& par) {
     s.microbatches = par.micro_batches();
     return s;
   }
-  return builtin_schedule(par.schedule, par.pp, par.micro_batches(), par.vpp);
+  PipelineSchedule s = builtin_schedule(par.schedule, par.pp, par.micro_batches(), par.vpp);
+  if (par.moe_a2a_overlap) overlap_backward_with_next_forward(s);
+  return s;
+}
+
+void overlap_backward_with_next_forward(PipelineSchedule& s) {
+  for (auto& units : s.units) {
+    for (std::size_t i = 1; i < units.size(); ++i) {
+      const ScheduleUnit& before = units[i - 1];
+      const bool backward = before.kind == UnitKind::Backward || before.kind == UnitKind::BackwardInput;
+      if (units[i].kind == UnitKind::Forward && backward && !before.overlapped &&
+          before.microbatch != units[i].microbatch)
+        units[i].overlapped = true;
+    }
+  }
 }
 
 std::vector<std::string> check_schedule(const PipelineSchedule& s) {
@@ -224,6 +247,16 @@ std::vector<std::string> check_schedule(const PipelineSchedule& s) {
       }
       if (u.kind != UnitKind::Forward && at(u.microbatch, u.chunk, kF) < 0)
         problems.push_back(where + ": backward before the forward of the same micro-batch and chunk");
+      if (u.overlapped) {
+        if (i == 0 || units[i - 1].overlapped) {
+          problems.push_back(where +
+                             ": overlapped units come in pairs: expected a unit before it that is not "
+                             "overlapped itself");
+        } else if (units[i - 1].microbatch == u.microbatch) {
+          problems.push_back(where + ": overlapped with " + to_string(units[i - 1]) +
+                             " of the same micro-batch, which it depends on; expected another micro-batch");
+        }
+      }
     }
     for (int mb = 0; mb < m; ++mb) {
       for (int c = 0; c < chunks; ++c) {
@@ -242,6 +275,36 @@ std::vector<std::string> check_schedule(const PipelineSchedule& s) {
     const std::size_t more = problems.size() - kMaxProblems;
     problems.resize(kMaxProblems);
     problems.push_back("... and " + std::to_string(more) + " more problems of the same kind");
+  }
+  if (!problems.empty()) return problems;
+
+  // The two units of an overlapped pair run interleaved, so their messages may
+  // leave in either order: they must not share a link.
+  for (int st = 0; st < s.stages; ++st) {
+    const auto& units = s.units[st];
+    // The peer rank a unit receives from and sends to over the pipeline (-1: none).
+    auto peers = [&](const ScheduleUnit& u) {
+      std::pair<int, int> out{-1, -1};
+      if (u.kind == UnitKind::BackwardWeight) return out;
+      const int v = s.virtual_stage(st, u.chunk);
+      const bool fwd = u.kind == UnitKind::Forward;
+      const int from_v = fwd ? v - 1 : v + 1, to_v = fwd ? v + 1 : v - 1;
+      if (from_v >= 0 && from_v < V && s.chunk_stage[from_v] != st) out.first = s.chunk_stage[from_v];
+      if (to_v >= 0 && to_v < V && s.chunk_stage[to_v] != st) out.second = s.chunk_stage[to_v];
+      return out;
+    };
+    for (std::size_t i = 1; i < units.size(); ++i) {
+      if (!units[i].overlapped) continue;
+      const bool same_direction = (units[i].kind == UnitKind::Forward) == (units[i - 1].kind == UnitKind::Forward);
+      if (!same_direction) continue;
+      const auto a = peers(units[i - 1]), b = peers(units[i]);
+      if ((a.first >= 0 && a.first == b.first) || (a.second >= 0 && a.second == b.second)) {
+        problems.push_back("pipeline rank " + std::to_string(st) + ", unit " + std::to_string(i) + " (" +
+                           to_string(units[i]) + "): overlapped with " + to_string(units[i - 1]) +
+                           ", which exchanges messages with the same rank in the same direction; expected units "
+                           "whose messages use different links");
+      }
+    }
   }
   if (!problems.empty()) return problems;
 
@@ -294,23 +357,28 @@ std::vector<std::string> check_schedule(const PipelineSchedule& s) {
   // Abstract execution: each rank runs its units in order once their inputs
   // exist (F needs the previous chunk's F; B the next chunk's B; W its B).
   std::vector<std::vector<char>> fdone(V, std::vector<char>(m, 0)), bdone(V, std::vector<char>(m, 0));
+  // An overlapped pair starts once the inputs of both its units exist.
   std::vector<std::size_t> pos(s.stages, 0);
+  auto ready = [&](int st, const ScheduleUnit& u) {
+    const int v = s.virtual_stage(st, u.chunk);
+    if (u.kind == UnitKind::Forward) return v == 0 || fdone[v - 1][u.microbatch] != 0;
+    if (u.kind == UnitKind::BackwardWeight) return true;
+    return v == V - 1 || bdone[v + 1][u.microbatch] != 0;
+  };
+  auto run = [&](int st, const ScheduleUnit& u) {
+    const int v = s.virtual_stage(st, u.chunk);
+    if (u.kind == UnitKind::Forward) fdone[v][u.microbatch] = 1;
+    if (u.kind == UnitKind::Backward || u.kind == UnitKind::BackwardInput) bdone[v][u.microbatch] = 1;
+  };
   for (bool progress = true; progress;) {
     progress = false;
     for (int st = 0; st < s.stages; ++st) {
-      while (pos[st] < s.units[st].size()) {
-        const ScheduleUnit& u = s.units[st][pos[st]];
-        const int v = s.virtual_stage(st, u.chunk);
-        bool ready = true;
-        if (u.kind == UnitKind::Forward) {
-          ready = v == 0 || fdone[v - 1][u.microbatch];
-          if (ready) fdone[v][u.microbatch] = 1;
-        } else if (u.kind != UnitKind::BackwardWeight) {
-          ready = v == V - 1 || bdone[v + 1][u.microbatch];
-          if (ready) bdone[v][u.microbatch] = 1;
-        }
-        if (!ready) break;
-        ++pos[st];
+      const auto& units = s.units[st];
+      while (pos[st] < units.size()) {
+        const std::size_t n = pos[st] + 1 < units.size() && units[pos[st] + 1].overlapped ? 2 : 1;
+        if (!ready(st, units[pos[st]]) || (n == 2 && !ready(st, units[pos[st] + 1]))) break;
+        for (std::size_t k = 0; k < n; ++k) run(st, units[pos[st] + k]);
+        pos[st] += n;
         progress = true;
       }
     }

@@ -33,8 +33,14 @@ PipelineSchedule builtin_schedule(ScheduleKind kind, int pp, int m, int vpp);
 // passes pending for its cooldown. ZB-H1 is (0, 1), ZB-H2 (p-1, 2).
 PipelineSchedule zero_bubble_family(int pp, int m, int extra_warmup, int deferral_per_rank);
 
-// The schedule a parallel spec asks for: its custom one, else the built-in.
+// The schedule a parallel spec asks for: its custom one, else the built-in
+// (with moe_a2a_overlap: overlap_backward_with_next_forward applied).
 PipelineSchedule schedule_of(const ParallelSpec& par);
+
+// Marks every forward that directly follows a backward (B or BW) of another
+// micro-batch on the same rank as overlapped with it: the steady phase of
+// 1F1B and interleaved 1F1B, run as F&B pairs.
+void overlap_backward_with_next_forward(PipelineSchedule& schedule);
 
 // Activation bytes a chunk's micro-batch holds: `total` from its forward to
 // its backward; when B and W are split, `after_input` from B to W (the inputs

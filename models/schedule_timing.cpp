@@ -23,42 +23,64 @@ ScheduleTiming time_schedule(const PipelineSchedule& s, const PassTimes& t) {
   out.first_start.assign(s.stages, -1);
   out.last_end.assign(s.stages, 0);
   std::vector<std::size_t> pos(s.stages, 0);
+  // When unit u on rank st may start (kNotYet: its input does not exist yet), and how long it runs.
+  auto ready_of = [&](int st, const ScheduleUnit& u) {
+    const int v = s.virtual_stage(st, u.chunk);
+    if (u.kind == UnitKind::Forward) {
+      if (v == 0) return 0.0;
+      const double in = at(fend, v - 1, u.microbatch);
+      return in == kNotYet ? kNotYet : in + (s.chunk_stage[v - 1] != st ? t.transfer : 0);
+    }
+    if (u.kind == UnitKind::BackwardWeight) return 0.0;
+    if (v == V - 1) return at(fend, v, u.microbatch);
+    const double in = at(bend, v + 1, u.microbatch);
+    return in == kNotYet ? kNotYet : in + (s.chunk_stage[v + 1] != st ? t.transfer : 0);
+  };
+  auto length_of = [&](const ScheduleUnit& u) {
+    switch (u.kind) {
+      case UnitKind::Forward:
+        return t.forward;
+      case UnitKind::BackwardWeight:
+        return t.backward_weight;
+      case UnitKind::BackwardInput:
+        return t.backward_input;
+      case UnitKind::Backward:
+        return t.backward_input + t.backward_weight;
+    }
+    return 0.0;
+  };
   // Each sweep advances every rank as far as its inputs exist; a valid
-  // schedule completes (check_schedule's abstract execution).
+  // schedule completes (check_schedule's abstract execution). An overlapped
+  // pair starts when both inputs exist and runs its passes back to back;
+  // both outputs leave at its end (the unit model has no communication to hide).
   for (bool progress = true; progress;) {
     progress = false;
     for (int st = 0; st < s.stages; ++st) {
-      for (; pos[st] < s.units[st].size(); ++pos[st]) {
-        const ScheduleUnit& u = s.units[st][pos[st]];
-        const int v = s.virtual_stage(st, u.chunk);
+      const auto& units = s.units[st];
+      while (pos[st] < units.size()) {
+        const std::size_t n = pos[st] + 1 < units.size() && units[pos[st] + 1].overlapped ? 2 : 1;
         double ready = 0, length = 0;
-        if (u.kind == UnitKind::Forward) {
-          if (v > 0) {
-            const double in = at(fend, v - 1, u.microbatch);
-            if (in == kNotYet) break;
-            ready = in + (s.chunk_stage[v - 1] != st ? t.transfer : 0);
-          }
-          length = t.forward;
-        } else if (u.kind == UnitKind::BackwardWeight) {
-          length = t.backward_weight;
-        } else {
-          if (v < V - 1) {
-            const double in = at(bend, v + 1, u.microbatch);
-            if (in == kNotYet) break;
-            ready = in + (s.chunk_stage[v + 1] != st ? t.transfer : 0);
-          } else {
-            ready = at(fend, v, u.microbatch);
-          }
-          length = t.backward_input + (u.kind == UnitKind::Backward ? t.backward_weight : 0);
+        bool waiting = false;
+        for (std::size_t k = 0; k < n; ++k) {
+          const double r = ready_of(st, units[pos[st] + k]);
+          waiting = waiting || r == kNotYet;
+          ready = std::max(ready, r);
+          length += length_of(units[pos[st] + k]);
         }
+        if (waiting) break;
         const double start = std::max(ready, out.last_end[st]);
         const double end = start + length;
         if (out.first_start[st] < 0) out.first_start[st] = start;
         out.last_end[st] = end;
         out.busy[st] += length;
-        if (u.kind == UnitKind::Forward) at(fend, v, u.microbatch) = end;
-        // A whole backward sends its input gradient when it ends (as 1F1B is counted in the paper).
-        if (u.kind == UnitKind::Backward || u.kind == UnitKind::BackwardInput) at(bend, v, u.microbatch) = end;
+        for (std::size_t k = 0; k < n; ++k) {
+          const ScheduleUnit& u = units[pos[st] + k];
+          const int v = s.virtual_stage(st, u.chunk);
+          if (u.kind == UnitKind::Forward) at(fend, v, u.microbatch) = end;
+          // A whole backward sends its input gradient when it ends (as 1F1B is counted in the paper).
+          if (u.kind == UnitKind::Backward || u.kind == UnitKind::BackwardInput) at(bend, v, u.microbatch) = end;
+        }
+        pos[st] += n;
         progress = true;
       }
     }

@@ -67,7 +67,9 @@ double TransformerSpec::total_params() const {
 }
 
 int ParallelSpec::virtual_stages() const {
-  return schedule == ScheduleKind::Custom ? custom_schedule.chunks() : pp * vpp;
+  if (schedule == ScheduleKind::Custom) return custom_schedule.chunks();
+  if (schedule == ScheduleKind::ZeroBubbleV || schedule == ScheduleKind::DualPipeV) return 2 * pp;
+  return pp * vpp;
 }
 
 int ParallelSpec::layers_of_virtual_stage(int v, int model_layers) const {
@@ -101,6 +103,10 @@ const char* to_string(ScheduleKind s) {
       return "zb-2p";
     case ScheduleKind::Custom:
       return "custom";
+    case ScheduleKind::ZeroBubbleV:
+      return "zb-v";
+    case ScheduleKind::DualPipeV:
+      return "dualpipe-v";
   }
   return "?";
 }

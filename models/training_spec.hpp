@@ -54,7 +54,8 @@ struct TransformerSpec {
 // Bubble (Almost) Pipeline Parallelism", ICLR 2024 (arXiv:2401.10241), with
 // the backward split into B and W (models/schedule.hpp); ZeroBubble1p / 2p:
 // its automatic schedules under a memory limit of p or 2p micro-batches'
-// activations (models/zero_bubble.hpp).
+// activations (models/zero_bubble.hpp). ZeroBubbleV / DualPipeV: two chunks
+// per rank in a V (rank i holds chunks i and 2p-1-i; models/v_schedules.hpp).
 enum class ScheduleKind : std::uint8_t {
   GPipe,
   OneFOneB,
@@ -63,18 +64,23 @@ enum class ScheduleKind : std::uint8_t {
   ZeroBubbleH2,
   ZeroBubble1p,
   ZeroBubble2p,
-  Custom
+  Custom,
+  ZeroBubbleV,
+  DualPipeV
 };
 
 // One unit of pipeline work on a rank: the forward, the whole backward (B and W
 // in the layer's issue order), the backward-input or the backward-weight part
 // of micro-batch `microbatch` through the rank's chunk `chunk` (its chunk-th
-// virtual stage in layer order).
+// virtual stage in layer order). `overlapped`: the unit runs interleaved with
+// the rank's previous unit (of another micro-batch), so that the communication
+// of one hides behind the computation of the other (DualPipe's F&B pair).
 enum class UnitKind : std::uint8_t { Forward, Backward, BackwardInput, BackwardWeight };
 struct ScheduleUnit {
   UnitKind kind = UnitKind::Forward;
   int microbatch = 0;
   int chunk = 0;
+  bool overlapped = false;
   bool operator==(const ScheduleUnit&) const = default;
 };
 
@@ -122,6 +128,10 @@ struct ParallelSpec {
   // it (BACKWARD_POST, Composer's default), so each backward layer waits for its gather.
   bool backward_prefetch_pre = true;
   bool pp_overlap = true;  // pipeline send/recv beside compute (false: blocking, as Megatron-LM 2021 / DeepSpeed)
+  // 1F1B and interleaved 1F1B: in the steady phase each backward runs overlapped
+  // with the next forward (another micro-batch), so the all-to-all of one hides
+  // behind the other's computation (Megatron-Core's --overlap-moe-expert-parallel-comm).
+  bool moe_a2a_overlap = false;
   bool pp_scatter_gather =
       true;                    // each TP rank sends 1/tp of an activation (Megatron-LM); false: all of it (DeepSpeed)
   double dp_bucket_bytes = 0;  // gradient bucket size (0 = Megatron default: max(40M, 1M*dp) params)

@@ -1,5 +1,6 @@
 #include "sim/program.hpp"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -114,6 +115,18 @@ void ProgramBuilder::reserve(std::size_t tasks, std::size_t deps) {
   program_.deps.reserve(deps);
 }
 
+void ProgramBuilder::reorder(TaskId first, std::span<const TaskId> order) {
+  const std::size_t end = first + order.size();
+  TRAINSIM_CHECK(end <= program_.tasks.size(), "reorder: tasks past the program's end");
+  std::vector<char> seen(order.size(), 0);
+  for (TaskId t : order) {
+    TRAINSIM_CHECK(t >= first && t < end && seen[t - first] == 0, "reorder: expected a permutation of the range");
+    seen[t - first] = 1;
+  }
+  while (sequence_.size() < end) sequence_.push_back(static_cast<TaskId>(sequence_.size()));
+  std::copy(order.begin(), order.end(), sequence_.begin() + first);
+}
+
 ProgramTemplate ProgramBuilder::finish() && {
   ProgramTemplate& p = program_;
   const std::size_t n = p.tasks.size();
@@ -133,7 +146,12 @@ ProgramTemplate ProgramBuilder::finish() && {
   for (std::size_t s = 0; s < ns; ++s) p.stream_offsets[s + 1] += p.stream_offsets[s];
   p.stream_tasks.assign(n, 0);
   std::vector<std::uint32_t> pos(p.stream_offsets.begin(), p.stream_offsets.end() - 1);
-  for (std::size_t t = 0; t < n; ++t) p.stream_tasks[pos[p.tasks[t].stream]++] = static_cast<std::uint32_t>(t);
+  if (sequence_.empty()) {
+    for (std::size_t t = 0; t < n; ++t) p.stream_tasks[pos[p.tasks[t].stream]++] = static_cast<std::uint32_t>(t);
+  } else {
+    while (sequence_.size() < n) sequence_.push_back(static_cast<TaskId>(sequence_.size()));
+    for (TaskId t : sequence_) p.stream_tasks[pos[p.tasks[t].stream]++] = t;
+  }
   return std::move(program_);
 }
 

@@ -79,6 +79,10 @@ class ProgramBuilder {
   TaskId recv(std::uint8_t stream, std::uint32_t slot, CommClass cls, std::uint64_t bytes, std::uint32_t label,
               int microbatch, std::span<const TaskId> deps);
   std::size_t size() const { return program_.tasks.size(); }
+  const Task& task(TaskId id) const { return program_.tasks[id]; }
+  // Queues the tasks [first, first + order.size()) on their streams in `order`
+  // (a permutation of that range) instead of the order they were added.
+  void reorder(TaskId first, std::span<const TaskId> order);
   // Capacity hint: avoids regrowing the task and dependency arrays of big programs.
   void reserve(std::size_t tasks, std::size_t deps);
 
@@ -88,6 +92,7 @@ class ProgramBuilder {
   TaskId add(Task task, std::span<const TaskId> deps);
 
   ProgramTemplate program_;
+  std::vector<TaskId> sequence_;  // queue order of the tasks when reordered (empty: as added)
 };
 
 }  // namespace trainsim

@@ -304,4 +304,5 @@ TEST_CASE("docs/limits.md states the reader's bounds") {
   CHECK(contains(doc, std::to_string(kMaxInputFileBytes >> 20) + " MiB"));
   CHECK(contains(doc, "GPUs in the cluster (all groups) | at most 1,048,576"));
   CHECK(contains(doc, "micro-batches per iteration (`global_batch / (micro_batch*dp)`) | at most 16,384"));
+  CHECK(contains(doc, "micro-batches per iteration under `parallel.schedule` `dualpipe-v` | at least 2*pp"));
 }

@@ -272,17 +272,24 @@ ClusterSpec read_cluster_object(const nlohmann::json& v, const std::string& poin
   return c;
 }
 
-// A unit as custom schedules write it: F|B|W|BW, the micro-batch (up to 9
-// digits), optionally '.' and the rank's chunk (up to 4 digits).
+// A unit as custom schedules write it: optionally '+' (overlapped with the
+// unit before it), F|B|W|BW, the micro-batch (up to 9 digits), optionally '.'
+// and the rank's chunk (up to 4 digits).
 std::optional<ScheduleUnit> parse_unit(const std::string& text) {
   ScheduleUnit u;
   std::size_t pos = 0;
-  if (text.rfind("BW", 0) == 0) {
-    u.kind = UnitKind::Backward;
-    pos = 2;
-  } else if (!text.empty() && (text[0] == 'F' || text[0] == 'B' || text[0] == 'W')) {
-    u.kind = text[0] == 'F' ? UnitKind::Forward : text[0] == 'B' ? UnitKind::BackwardInput : UnitKind::BackwardWeight;
+  if (text.rfind('+', 0) == 0) {
+    u.overlapped = true;
     pos = 1;
+  }
+  if (text.compare(pos, 2, "BW") == 0) {
+    u.kind = UnitKind::Backward;
+    pos += 2;
+  } else if (pos < text.size() && (text[pos] == 'F' || text[pos] == 'B' || text[pos] == 'W')) {
+    u.kind = text[pos] == 'F'   ? UnitKind::Forward
+             : text[pos] == 'B' ? UnitKind::BackwardInput
+                                : UnitKind::BackwardWeight;
+    pos += 1;
   } else {
     return std::nullopt;
   }
@@ -381,15 +388,18 @@ ParallelSpec read_parallel(ObjectReader& top) {
     p.schedule = ScheduleKind::Custom;
     p.custom_schedule = read_custom_schedule(*sched_json, r.at("schedule"), r.diagnostics());
   } else {
-    const std::string sched = r.choice("schedule", p.vpp > 1 ? "interleaved-1f1b" : "1f1b",
-                                       {"gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-h2", "zb-1p", "zb-2p"});
-    p.schedule = sched == "gpipe"   ? ScheduleKind::GPipe
-                 : sched == "1f1b"  ? ScheduleKind::OneFOneB
-                 : sched == "zb-h1" ? ScheduleKind::ZeroBubbleH1
-                 : sched == "zb-h2" ? ScheduleKind::ZeroBubbleH2
-                 : sched == "zb-1p" ? ScheduleKind::ZeroBubble1p
-                 : sched == "zb-2p" ? ScheduleKind::ZeroBubble2p
-                                    : ScheduleKind::Interleaved1F1B;
+    const std::string sched =
+        r.choice("schedule", p.vpp > 1 ? "interleaved-1f1b" : "1f1b",
+                 {"gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-h2", "zb-1p", "zb-2p", "zb-v", "dualpipe-v"});
+    p.schedule = sched == "gpipe"        ? ScheduleKind::GPipe
+                 : sched == "zb-v"       ? ScheduleKind::ZeroBubbleV
+                 : sched == "dualpipe-v" ? ScheduleKind::DualPipeV
+                 : sched == "1f1b"       ? ScheduleKind::OneFOneB
+                 : sched == "zb-h1"      ? ScheduleKind::ZeroBubbleH1
+                 : sched == "zb-h2"      ? ScheduleKind::ZeroBubbleH2
+                 : sched == "zb-1p"      ? ScheduleKind::ZeroBubble1p
+                 : sched == "zb-2p"      ? ScheduleKind::ZeroBubble2p
+                                         : ScheduleKind::Interleaved1F1B;
   }
   p.micro_batch = static_cast<int>(r.integer("micro_batch", 1, 1, kMaxInt));
   p.global_batch = static_cast<int>(r.integer("global_batch", 1, 1, kMaxInt, true));
@@ -403,6 +413,7 @@ ParallelSpec read_parallel(ObjectReader& top) {
   p.backward_prefetch_pre = r.choice("backward_prefetch", "pre", {"pre", "post"}) == "pre";
   p.pp_overlap = r.boolean("pp_overlap", true);
   p.pp_scatter_gather = r.boolean("pp_scatter_gather", true);
+  p.moe_a2a_overlap = r.boolean("moe_a2a_overlap", false);
   p.dp_bucket_bytes = r.quantity("dp_bucket", Quantity::Bytes, 0, 1e3, 1e13);
   if (const nlohmann::json* sl = r.raw("stage_layers")) {
     bool ok = sl->is_array() && !sl->empty();

@@ -568,7 +568,9 @@ void expand_auto(const SweepSpec& spec, const nlohmann::json& base, const Catalo
     ObjectReader r(base["parallel"], ptr + "/parallel", d);
     global_batch = static_cast<int>(r.integer("global_batch", 1, 1, 1 << 30, true));
     if (r.has("stage_layers")) r.error("stage_layers", "the auto-search splits layers evenly; remove stage_layers");
-    schedule = r.choice("schedule", "1f1b", {"gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-h2", "zb-1p", "zb-2p"});
+    schedule =
+        r.choice("schedule", "1f1b",
+                 {"gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-h2", "zb-1p", "zb-2p", "zb-v", "dualpipe-v"});
   }
   d.throw_if_errors();
 
@@ -580,8 +582,9 @@ void expand_auto(const SweepSpec& spec, const nlohmann::json& base, const Catalo
   ParallelSpec base_parallel;
   base_parallel.global_batch = global_batch;
   base_parallel.schedule = ScheduleKind::OneFOneB;
-  for (ScheduleKind k : {ScheduleKind::GPipe, ScheduleKind::ZeroBubbleH1, ScheduleKind::ZeroBubbleH2,
-                         ScheduleKind::ZeroBubble1p, ScheduleKind::ZeroBubble2p}) {
+  for (ScheduleKind k :
+       {ScheduleKind::GPipe, ScheduleKind::ZeroBubbleH1, ScheduleKind::ZeroBubbleH2, ScheduleKind::ZeroBubble1p,
+        ScheduleKind::ZeroBubble2p, ScheduleKind::ZeroBubbleV, ScheduleKind::DualPipeV}) {
     if (schedule == to_string(k)) base_parallel.schedule = k;
   }
   // Enumeration and pruning live with the layout rules (models/layout_search.hpp).

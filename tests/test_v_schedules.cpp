@@ -1,0 +1,163 @@
+// Schedules with two chunks per rank in a V (models/v_schedules.hpp): ZB-V
+// (Qi et al., arXiv:2401.10241 v2, Section 6) and DualPipeV (DeepSeek-V3's
+// DualPipe in its single-copy form, github.com/deepseek-ai/DualPipe), on the
+// unit-level timing model and through the planner and executor.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "model_fixtures.hpp"
+#include "models/memory_model.hpp"
+#include "models/planner.hpp"
+#include "models/schedule.hpp"
+#include "models/schedule_timing.hpp"
+#include "models/v_schedules.hpp"
+#include "sim/executor.hpp"
+#include "sim/platform.hpp"
+#include "sim_fixtures.hpp"
+
+using namespace trainsim;
+using namespace trainsim::testing;
+
+namespace {
+
+std::string joined(const std::vector<std::string>& v) {
+  std::string out;
+  for (const auto& x : v) out += x + "\n";
+  return out;
+}
+
+long count_kind(const std::vector<ScheduleUnit>& units, UnitKind k) {
+  return std::count_if(units.begin(), units.end(), [k](const ScheduleUnit& u) { return u.kind == k; });
+}
+
+}  // namespace
+
+TEST_CASE("v schedules: the V placement puts chunks i and 2p-1-i on rank i") {
+  CHECK(v_chunk_stages(1) == std::vector<int>{0, 0});
+  CHECK(v_chunk_stages(3) == std::vector<int>{0, 1, 2, 2, 1, 0});
+}
+
+TEST_CASE("zb-v: valid, every backward split, within 1F1B's activations, fewer bubbles than ZB-H1") {
+  for (int pp : {1, 2, 4, 8}) {
+    for (int m : {1, 2, 3, 8, 9, 24, 64}) {
+      CAPTURE(pp);
+      CAPTURE(m);
+      const PipelineSchedule s = builtin_schedule(ScheduleKind::ZeroBubbleV, pp, m, 1);
+      REQUIRE(joined(check_schedule(s)).empty());
+      for (int st = 0; st < pp; ++st) {
+        CHECK(count_kind(s.units[st], UnitKind::BackwardWeight) == 2 * m);
+        CHECK(count_kind(s.units[st], UnitKind::Backward) == 0);
+        // A chunk holds half a stage: 1F1B's peak of min(p, m) stages is 2 min(p, m) chunks.
+        CHECK(peak_activation_bytes(s, st, [](int) { return ChunkActivation{1, 1}; }) <= 2.0 * pp + 1e-9);
+      }
+    }
+  }
+  // Same work per rank: ZB-H1's stage passes are twice a V chunk's.
+  for (int pp : {4, 8}) {
+    for (int m : {8, 24, 64}) {
+      CAPTURE(pp);
+      CAPTURE(m);
+      const PassTimes chunk{1, 1, 1, 0};
+      const PassTimes stage{2, 2, 2, 0};
+      const double zbv = time_schedule(builtin_schedule(ScheduleKind::ZeroBubbleV, pp, m, 1), chunk).makespan;
+      const double zbh1 = time_schedule(builtin_schedule(ScheduleKind::ZeroBubbleH1, pp, m, 1), stage).makespan;
+      const double work = 6.0 * m;
+      CHECK(zbv >= work);
+      CHECK(zbv < zbh1);
+      MESSAGE("p " << pp << " m " << m << ": ZB-V bubble " << (zbv - work) / zbv << ", ZB-H1 " << (zbh1 - work) / zbh1);
+    }
+  }
+}
+
+TEST_CASE("dualpipe-v: valid, pairs of different micro-batches, every unit once") {
+  for (int pp : {1, 2, 3, 4, 8, 16}) {
+    for (int m : {2 * pp, 2 * pp + 1, 2 * pp + 3, 5 * pp, 64}) {
+      if (m < 2 * pp) continue;
+      CAPTURE(pp);
+      CAPTURE(m);
+      const PipelineSchedule s = builtin_schedule(ScheduleKind::DualPipeV, pp, m, 1);
+      REQUIRE(joined(check_schedule(s)).empty());
+      for (int i = 0; i < pp; ++i) {
+        const auto& units = s.units[i];
+        CHECK(count_kind(units, UnitKind::Forward) == 2 * m);
+        CHECK(count_kind(units, UnitKind::BackwardWeight) == count_kind(units, UnitKind::BackwardInput));
+        // The main phase pairs F0 with B1 and F1 with B0 m-2p+i+1 times; the
+        // phase after it pairs F1 with B0 p-i-1 times.
+        const long pairs =
+            std::count_if(units.begin(), units.end(), [](const ScheduleUnit& u) { return u.overlapped; });
+        CHECK(pairs == 2 * (m - 2 * pp + i + 1) + (pp - i - 1));
+      }
+    }
+  }
+}
+
+TEST_CASE("schedule check: overlapped units come in pairs of different micro-batches") {
+  PipelineSchedule s;
+  s.stages = 1;
+  s.microbatches = 2;
+  s.chunk_stage = {0};
+  s.units = {{{UnitKind::Forward, 0, 0, true},
+              {UnitKind::Backward, 0, 0},
+              {UnitKind::Forward, 1, 0},
+              {UnitKind::Backward, 1, 0}}};
+  CHECK(joined(check_schedule(s)) ==
+        "pipeline rank 0, unit 0 (+F0): overlapped units come in pairs: expected a unit before it that is not "
+        "overlapped itself\n");
+  s.units = {{{UnitKind::Forward, 0, 0},
+              {UnitKind::Backward, 0, 0, true},
+              {UnitKind::Forward, 1, 0},
+              {UnitKind::Backward, 1, 0}}};
+  CHECK(joined(check_schedule(s)) ==
+        "pipeline rank 0, unit 1 (+BW0): overlapped with F0 of the same micro-batch, which it depends on; expected "
+        "another micro-batch\n");
+  // Chunks 0 and 2 on rank 0, chunk 1 on rank 1: rank 1's F0 and F1 both
+  // receive from and send to rank 0, so as a pair their messages could cross.
+  PipelineSchedule v;
+  v.stages = 2;
+  v.microbatches = 2;
+  v.chunk_stage = {0, 1, 0};
+  v.units = {{{UnitKind::Forward, 0, 0},
+              {UnitKind::Forward, 1, 0},
+              {UnitKind::Forward, 0, 1},
+              {UnitKind::Backward, 0, 1},
+              {UnitKind::Backward, 0, 0},
+              {UnitKind::Forward, 1, 1},
+              {UnitKind::Backward, 1, 1},
+              {UnitKind::Backward, 1, 0}},
+             {{UnitKind::Forward, 0, 0},
+              {UnitKind::Forward, 1, 0, true},
+              {UnitKind::Backward, 0, 0},
+              {UnitKind::Backward, 1, 0}}};
+  CHECK(joined(check_schedule(v)) ==
+        "pipeline rank 1, unit 1 (+F1): overlapped with F0, which exchanges messages with the same rank in the same "
+        "direction; expected units whose messages use different links\n");
+  // F1 overlapped with BW0 is fine: they are independent.
+  s.units = {{{UnitKind::Forward, 0, 0},
+              {UnitKind::Forward, 1, 0},
+              {UnitKind::Backward, 0, 0, true},
+              {UnitKind::Backward, 1, 0}}};
+  CHECK(joined(check_schedule(s)).empty());
+}
+
+TEST_CASE("schedule timing: an overlapped pair starts when both inputs exist") {
+  // Two ranks; rank 1 pairs F1 with BW0: the pair waits for F1's input.
+  PipelineSchedule s;
+  s.stages = 2;
+  s.microbatches = 2;
+  s.chunk_stage = {0, 1};
+  s.units = {
+      {{UnitKind::Forward, 0, 0}, {UnitKind::Forward, 1, 0}, {UnitKind::Backward, 0, 0}, {UnitKind::Backward, 1, 0}},
+      {{UnitKind::Forward, 0, 0},
+       {UnitKind::Forward, 1, 0},
+       {UnitKind::Backward, 0, 0, true},
+       {UnitKind::Backward, 1, 0}}};
+  REQUIRE(joined(check_schedule(s)).empty());
+  const ScheduleTiming t = time_schedule(s, PassTimes{1, 1, 1, 0.5});
+  // Rank 1: F0 at 1.5-2.5; F1's input at 2.5 -> pair 2.5-5.5 (F1 1, BW0 2); BW1 5.5-7.5.
+  CHECK(t.last_end[1] == doctest::Approx(7.5));
+  // Rank 0: F0, F1 0-2; BW0's gradient leaves rank 1 at 5.5, arrives 6 -> 6-8; BW1 from 7.5+0.5 -> 8-10.
+  CHECK(t.makespan == doctest::Approx(10));
+}

@@ -983,6 +983,16 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
   for (Communicator& cm : plan.setup.comms) {
     for (int g : cm.members) cm.simulated_members += gpu_simulated[g];
   }
+  // The GPU types of every rank of each stage, simulated or not (mixed fleets: the report names them).
+  for (int s = 0; s < par.pp; ++s) {
+    std::set<int> types;
+    for (int d = 0; d < par.dp; ++d) {
+      for (int c = 0; c < par.cp; ++c) {
+        for (int t = 0; t < par.tp; ++t) types.insert(cluster.gpu_type_of(gpu(s, d, c, t)));
+      }
+    }
+    plan.stages[s].gpu_types.assign(types.begin(), types.end());
+  }
   return plan;
 }
 

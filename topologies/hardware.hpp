@@ -27,6 +27,9 @@ struct GpuSpec {
   double scaleup_bandwidth = 0;                 // scale-up aggregate bidirectional bytes/s per GPU
   std::string source;                           // where the figures come from
   double slowdown = 1.0;  // kernels take this many times as long (a perturbed GPU; scenario "perturbations")
+  // A GPU defined inline in a scenario may borrow the calibration profile of a
+  // catalog GPU with the same chip (its kernel and collective efficiencies); empty = its own.
+  std::string profile_gpu;
 
   double peak(Dtype d) const { return peak_flops[static_cast<std::size_t>(d)]; }
 };

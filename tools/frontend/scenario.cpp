@@ -544,6 +544,19 @@ std::vector<CalibrationProfile> read_calibration(ObjectReader& top, const Catalo
       if (c.gpu == g.node.gpu.name) p = &c;
     }
     if (p == nullptr) p = cat.find_profile_for_gpu(g.node.gpu.name);
+    if (p == nullptr && !g.node.gpu.profile_gpu.empty()) {
+      // An inline GPU borrowing the profile of a catalog GPU with the same chip.
+      for (const auto& c : chosen) {
+        if (c.gpu == g.node.gpu.profile_gpu) p = &c;
+      }
+      if (p == nullptr) p = cat.find_profile_for_gpu(g.node.gpu.profile_gpu);
+      if (p != nullptr) {
+        CalibrationProfile borrowed = *p;
+        borrowed.gpu = g.node.gpu.name;
+        out.push_back(std::move(borrowed));
+        continue;
+      }
+    }
     if (p == nullptr) {
       top.error("cluster",
                 "no calibration profile for GPU \"" + g.node.gpu.name + "\"; add one under calibration.profiles");
@@ -602,9 +615,6 @@ void check_consistency(Scenario& s, Diagnostics& d) {
                                             " micro-batches and " + std::to_string(kMaxMicroBatchLayers) +
                                             " micro-batch layers per iteration are simulated (docs/limits.md)");
     }
-  }
-  if (s.cluster.groups.size() > 1) {
-    d.error("/cluster/groups", "clusters with several node types are not simulated by this version yet");
   }
 }
 

@@ -8,6 +8,7 @@
 #include "models/layout_rules.hpp"
 #include "tools/frontend/fault_input.hpp"
 #include "tools/frontend/moe_reader.hpp"
+#include "tools/frontend/stage_input.hpp"
 #include "topologies/graph.hpp"
 
 namespace trainsim {
@@ -126,6 +127,7 @@ TransformerSpec read_scenario_model(ObjectReader& top, const Catalog& cat) {
     }
   }
   TransformerSpec m = read_model(r, base);
+  read_model_encoder(r, cat, m);
   r.finish();
   return m;
 }
@@ -426,6 +428,7 @@ ParallelSpec read_parallel(ObjectReader& top) {
               "array with the GPU id of each rank in that order");
     }
   }
+  read_stage_layouts(r, p);
   r.finish();
   p.custom_schedule.microbatches = p.micro_batches();
   return p;

@@ -11,6 +11,7 @@
 #include "tools/frontend/job.hpp"
 #include "tools/frontend/mixed_fleet_ranking.hpp"
 #include "tools/frontend/scenario.hpp"
+#include "tools/frontend/sweep.hpp"
 
 using namespace trainsim;
 
@@ -195,4 +196,20 @@ TEST_CASE("mixed-fleet search: a plan at least as fast as every homogeneous plan
   // Ranked fastest first.
   for (std::size_t i = 1; i < r.plans.size(); ++i)
     CHECK(r.plans[i - 1].iteration_time_s <= r.plans[i].iteration_time_s);
+}
+
+TEST_CASE("the shipped mixed-fleet sweep expands into per-stage plans, some treating every GPU alike") {
+  const SweepSpec spec = load_sweep_file(
+      std::string(TRAINSIM_SOURCE_DIR) + "/scenarios/sweeps/gpt-1b-h100-a100-mixed-fleet.json", testing::catalog());
+  CHECK(spec.mixed_fleet);
+  const SweepPlan plan = expand_sweep(spec, testing::catalog());
+  REQUIRE(!plan.points.empty());
+  int alike = 0, per_group = 0;
+  for (const SweepPoint& p : plan.points) {
+    REQUIRE(p.overrides.back().first == "parallel.stages");
+    const nlohmann::json& stages = p.overrides.back().second;
+    (stages.front().contains("group") ? per_group : alike) += 1;
+  }
+  CHECK(alike > 0);
+  CHECK(per_group > alike);
 }

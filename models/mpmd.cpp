@@ -87,9 +87,10 @@ std::vector<LayoutProblem> check_stage_layouts(const TransformerSpec& m, const P
                                     str(static_cast<long>(p.stages.size())));
     return out;
   }
-  if (p.vpp > 1 || p.schedule == ScheduleKind::Custom || p.schedule == ScheduleKind::Interleaved1F1B)
+  if (p.vpp > 1 || p.schedule == ScheduleKind::Custom || p.schedule == ScheduleKind::Interleaved1F1B ||
+      p.schedule == ScheduleKind::ZeroBubble1p || p.schedule == ScheduleKind::ZeroBubble2p)
     problem("/parallel/schedule",
-            "per-stage layouts run one model chunk per stage: use gpipe, 1f1b or a zero-bubble schedule");
+            "per-stage layouts run one model chunk per stage with a fixed schedule: use gpipe, 1f1b, zb-h1 or zb-h2");
   if (!p.stage_layers.empty())
     problem("/parallel/stage_layers", "give the layers in parallel.stages, not stage_layers");
   if (!p.placement_gpus.empty() || p.placement_order != "tp-cp-ep-dp-pp")

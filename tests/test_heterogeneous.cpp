@@ -213,3 +213,15 @@ TEST_CASE("the shipped mixed-fleet sweep expands into per-stage plans, some trea
   CHECK(alike > 0);
   CHECK(per_group > alike);
 }
+
+TEST_CASE("NVIDIA and AMD in one job: runs, and the cross-vendor communicators are a warning") {
+  const Scenario s =
+      load(kMixed, {R"(cluster.groups=[{"node": "dgx-h100", "nodes": 4}, {"node": "mi300x-8", "nodes": 4}])"});
+  const JobReport r = simulate(s);
+  REQUIRE(r.feasible);
+  CHECK(r.per_stage[1].gpus == std::vector<std::string>{"MI300X"});
+  bool warned = false;
+  for (const std::string& w : r.warnings) warned = warned || contains(w, "span GPU vendors");
+  CHECK(warned);  // the pipeline links between the H100 and MI300X stages
+  CHECK(simulate(load(kMixed)).warnings.empty());
+}

@@ -117,6 +117,22 @@ JobRun run_job(const Scenario& s, Fidelity fidelity) {
     run.result = exec.run();
     rep.warnings = network->warnings();
   }
+  // Communicators spanning GPU vendors (docs/heterogeneous.md): timed at their
+  // slowest member's links; a multi-vendor library's staging through host memory is not charged.
+  int cross_vendor = 0;
+  for (const Communicator& c : plan.setup.comms) {
+    bool mixed = false;
+    for (int g : c.members)
+      mixed = mixed || cluster.gpu_type(cluster.gpu_type_of(g)).vendor !=
+                           cluster.gpu_type(cluster.gpu_type_of(c.members.front())).vendor;
+    cross_vendor += mixed ? 1 : 0;
+  }
+  if (cross_vendor > 0) {
+    rep.warnings.push_back(std::to_string(cross_vendor) +
+                           " communicator(s) span GPU vendors: timed at the slowest member's NIC and scale-up figures; "
+                           "the staging through host memory of a multi-vendor collective library is not charged "
+                           "(docs/heterogeneous.md)");
+  }
   const SimulationResult& res = run.result;
 
   rep.events = res.events;

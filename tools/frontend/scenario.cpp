@@ -611,11 +611,13 @@ void check_consistency(Scenario& s, Diagnostics& d) {
   // layer of every micro-batch is a task): bounded before anything is built.
   if (d.ok()) {
     const std::int64_t micro_batches = s.parallel.global_batch / (std::int64_t{s.parallel.micro_batch} * s.parallel.dp);
-    if (micro_batches > kMaxMicroBatches || micro_batches * s.model.layers > kMaxMicroBatchLayers) {
+    // An encoder's layers are tasks too (model.encoder, docs/heterogeneous.md).
+    const std::int64_t layers = s.model.layers + (s.model.encoder.empty() ? 0 : s.model.encoder.front().layers);
+    if (micro_batches > kMaxMicroBatches || micro_batches * layers > kMaxMicroBatchLayers) {
       d.error("/parallel/global_batch", "global_batch / (micro_batch*dp) = " + std::to_string(micro_batches) +
-                                            " micro-batches of " + std::to_string(s.model.layers) +
-                                            " layers; at most " + std::to_string(kMaxMicroBatches) +
-                                            " micro-batches and " + std::to_string(kMaxMicroBatchLayers) +
+                                            " micro-batches of " + std::to_string(layers) + " layers; at most " +
+                                            std::to_string(kMaxMicroBatches) + " micro-batches and " +
+                                            std::to_string(kMaxMicroBatchLayers) +
                                             " micro-batch layers per iteration are simulated (docs/limits.md)");
     }
   }

@@ -4,7 +4,11 @@
 // search against the plans that treat every GPU alike.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <filesystem>
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "scenario_fixtures.hpp"
@@ -224,4 +228,27 @@ TEST_CASE("NVIDIA and AMD in one job: runs, and the cross-vendor communicators a
   for (const std::string& w : r.warnings) warned = warned || contains(w, "span GPU vendors");
   CHECK(warned);  // the pipeline links between the H100 and MI300X stages
   CHECK(simulate(load(kMixed)).warnings.empty());
+}
+
+TEST_CASE("Sailor GH200 runs: at micro-batch 8 the simulator orders the layouts of each node count as measured") {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(TRAINSIM_SOURCE_DIR) / "scenarios" / "validation-hetero";
+  // Runs of one node count and global batch differ only in PP x DP: order them by measured and by predicted time.
+  std::map<std::string, std::vector<std::pair<double, double>>> by_nodes;  // "N<nodes>" -> (measured, predicted)
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const Scenario s = load_scenario_file(e.path().string(), {}, testing::catalog());
+    REQUIRE(s.expected.has_value());
+    if (s.parallel.micro_batch != 8) continue;
+    const std::string key =
+        std::to_string(s.cluster.groups.front().count) + "/" + std::to_string(s.parallel.global_batch);
+    by_nodes[key].emplace_back(s.expected->value, simulate(s).iteration_time_s);
+  }
+  int ordered = 0;
+  for (auto& [key, runs] : by_nodes) {
+    if (runs.size() < 2) continue;
+    std::sort(runs.begin(), runs.end());
+    for (std::size_t i = 1; i < runs.size(); ++i) CHECK_MESSAGE(runs[i - 1].second < runs[i].second, key);
+    ++ordered;
+  }
+  CHECK(ordered == 3);  // 8, 16 and 32 nodes
 }

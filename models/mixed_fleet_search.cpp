@@ -57,7 +57,7 @@ MixedFleetSearchResult search_mixed_fleet(const TransformerSpec& model, const Tr
     const PipelineSchedule sched = schedule_of(par);
     for (int s = 0; s < par.pp; ++s) {
       const StageProgramSpec sp = stage_program_spec(model, par, training, s);
-      const double need = stage_memory(sp.model, sp.par, sp.train, sched, s).total();
+      const double need = stage_memory(sp.model, sp.par, sp.train, sched, s, sp.first_stage).total();
       // The smallest capacity of the groups the stage's GPUs fall in.
       const long lo = first[s], hi = lo + static_cast<long>(sp.par.tp) * par.dp * par.cp;
       double capacity = -1;

@@ -862,7 +862,7 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
     StagePlan sp;
     for (int c = 0; c < sched.chunks_on(s); ++c)
       sp.layers += sp_par.layers_of_virtual_stage(sched.virtual_stage(s, c), sm.layers);
-    sp.memory = stage_memory(sm, sp_par, st, sched, s);
+    sp.memory = stage_memory(sm, sp_par, st, sched, s, mpmd ? stage_specs[s].first_stage : 0);
     plan.stages.push_back(sp);
   }
 

@@ -252,3 +252,22 @@ TEST_CASE("Sailor GH200 runs: at micro-batch 8 the simulator orders the layouts 
   }
   CHECK(ordered == 3);  // 8, 16 and 32 nodes
 }
+
+TEST_CASE("behind an encoder, the model's first stage holds the token embedding in memory") {
+  const char* text = R"({
+    "model": {"preset": "llama2-7b",
+              "encoder": {"tokens": 577, "model": {"name": "vit-l", "layers": 24, "hidden": 1024, "heads": 16,
+                          "ffn_hidden": 4096, "vocab": 1, "mlp": "gelu", "norm": "layernorm", "position": "learned",
+                          "max_seq_len": 577}}},
+    "cluster": {"node": "dgx-h100", "nodes": 3},
+    "parallel": {"pp": 3, "dp": 1, "micro_batch": 1, "global_batch": 8,
+                 "stages": [{"tp": 8, "layers": 24}, {"tp": 8, "layers": 16}, {"tp": 8, "layers": 16}]},
+    "training": {"seq_len": 2048}
+  })";
+  const JobReport r = simulate(load(text));
+  REQUIRE(r.feasible);
+  // Llama-2 7B: 32000 x 4096 embedding and as large an (untied) output layer, over TP 8, 2 bytes a weight.
+  const double embedding = 32000.0 * 4096 / 8 * 2;
+  CHECK(r.per_stage[1].memory.weights == doctest::Approx(r.per_stage[2].memory.weights).epsilon(1e-9));
+  CHECK(r.per_stage[1].memory.weights > embedding);
+}

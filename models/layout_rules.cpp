@@ -1,10 +1,13 @@
 #include "models/layout_rules.hpp"
 
+#include "models/mpmd.hpp"
+
 #include <cstdint>
 #include <initializer_list>
 #include <optional>
 
 #include "models/moe.hpp"
+#include "models/mpmd.hpp"
 #include "models/placement.hpp"
 #include "models/schedule.hpp"
 
@@ -124,19 +127,23 @@ std::vector<LayoutProblem> check_layout(const TransformerSpec& m, const Parallel
   }
 
   const std::int64_t gpus = cluster_gpus(cluster);
-  const auto ranks = product({p.tp, p.pp, p.dp, p.cp});
-  if (!ranks || *ranks != gpus) {
+  const bool mpmd = !p.stages.empty() || !m.encoder.empty();  // per-stage layouts: models/mpmd.cpp checks them
+  for (LayoutProblem& q : check_stage_layouts(m, p, t, cluster)) out.push_back(std::move(q));
+  const auto ranks = mpmd ? std::optional<std::int64_t>(gpus) : product({p.tp, p.pp, p.dp, p.cp});
+  if (mpmd) {
+  } else if (!ranks || *ranks != gpus) {
     problem("/parallel", "tp*pp*dp*cp = " + str(p.tp) + "*" + str(p.pp) + "*" + str(p.dp) + "*" + str(p.cp) + " = " +
                              product_text(ranks) + ", expected the cluster's GPU count " + str(gpus));
   }
-  if (m.heads > 0 && m.heads % p.tp != 0) {
+  if (mpmd) {
+  } else if (m.heads > 0 && m.heads % p.tp != 0) {
     problem("/parallel/tp",
             "expected a divisor of the model's " + str(m.heads) + " attention heads, found " + str(p.tp));
   } else if (m.kv_heads > 0 && m.kv_heads % p.tp != 0 && p.tp % m.kv_heads != 0) {
     problem("/parallel/tp", "expected tp to divide or be a multiple of the model's " + str(m.kv_heads) +
                                 " KV heads, found " + str(p.tp));
   }
-  if (m.ffn_hidden > 0 && m.ffn_hidden % p.tp != 0) {
+  if (!mpmd && m.ffn_hidden > 0 && m.ffn_hidden % p.tp != 0) {
     problem("/parallel/tp", "expected a divisor of ffn_hidden " + str(m.ffn_hidden) + ", found " + str(p.tp));
   }
   // Model chunks: pp*vpp, or one per entry of a custom schedule's chunk_stages.
@@ -144,7 +151,8 @@ std::vector<LayoutProblem> check_layout(const TransformerSpec& m, const Parallel
   const auto chunks = custom    ? std::optional<std::int64_t>(p.custom_schedule.chunks())
                       : v_shape ? product({p.pp, 2})
                                 : product({p.pp, p.vpp});
-  if (!p.stage_layers.empty()) {
+  if (mpmd) {
+  } else if (!p.stage_layers.empty()) {
     std::int64_t sum = 0;
     for (int l : p.stage_layers) sum += l;
     if (!chunks || static_cast<std::int64_t>(p.stage_layers.size()) != *chunks || sum != m.layers) {
@@ -211,7 +219,7 @@ std::vector<LayoutProblem> check_layout(const TransformerSpec& m, const Parallel
       for (const std::string& why : check_schedule(s)) problem("/parallel/schedule", why);
     }
   }
-  if (ranks && *ranks == gpus && out.empty()) {
+  if (!mpmd && ranks && *ranks == gpus && out.empty()) {
     for (const std::string& why : Placement::check(p, p.placement_order, p.placement_gpus, static_cast<int>(gpus)))
       problem("/parallel/placement", why);
   }

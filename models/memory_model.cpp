@@ -72,7 +72,7 @@ MemoryBreakdown stage_memory(const TransformerSpec& m, const ParallelSpec& p, co
 }
 
 MemoryBreakdown stage_memory(const TransformerSpec& m, const ParallelSpec& p, const TrainingSpec& tr,
-                             const PipelineSchedule& sched, int stage) {
+                             const PipelineSchedule& sched, int stage, int first_virtual_stage) {
   MemoryBreakdown mem;
   const int chunks = sched.chunks_on(stage);
   const int last_v = sched.chunks() - 1;
@@ -93,7 +93,7 @@ MemoryBreakdown stage_memory(const TransformerSpec& m, const ParallelSpec& p, co
   const MoeLayerParams moe_layer = m.moe.enabled() ? moe_layer_params_per_rank(m, p) : MoeLayerParams{};
   for (int c = 0; c < chunks; ++c) {
     const int v = sched.virtual_stage(stage, c);
-    first |= v == 0;
+    first |= v == first_virtual_stage;
     last |= v == last_v;
     const int l0 = p.first_layer_of_virtual_stage(v, m.layers);
     for (int l = l0; l < l0 + p.layers_of_virtual_stage(v, m.layers); ++l) {
@@ -138,7 +138,7 @@ MemoryBreakdown stage_memory(const TransformerSpec& m, const ParallelSpec& p, co
   const double embedding_out = tokens * m.hidden * 3 / (p.sequence_parallel ? p.tp : 1);
   mem.activations = peak_activation_bytes(sched, stage, [&](int c) {
     const int v = sched.virtual_stage(stage, c);
-    ChunkActivation a{v == 0 ? embedding_out : 0.0, 0.0};
+    ChunkActivation a{v == first_virtual_stage ? embedding_out : 0.0, 0.0};
     const int l0 = p.first_layer_of_virtual_stage(v, m.layers);
     for (int l = l0; l < l0 + p.layers_of_virtual_stage(v, m.layers); ++l) {
       const ChunkActivation layer = activation_of(m.layer_kind(l));

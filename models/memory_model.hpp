@@ -22,8 +22,10 @@ double layer_activation_bytes(const TransformerSpec& model, const ParallelSpec& 
 // checkpoint, so they are the same bytes as without recomputation).
 double layer_weight_input_bytes(const TransformerSpec& model, const ParallelSpec& par, const TrainingSpec& train);
 
+// `first_virtual_stage`: the model chunk that holds the embedding (0; with an
+// encoder sub-model, the model's first stage behind it, models/mpmd.hpp).
 MemoryBreakdown stage_memory(const TransformerSpec& model, const ParallelSpec& par, const TrainingSpec& train,
-                             const PipelineSchedule& schedule, int stage);
+                             const PipelineSchedule& schedule, int stage, int first_virtual_stage = 0);
 // The same under the parallel spec's own schedule (schedule_of(par)).
 MemoryBreakdown stage_memory(const TransformerSpec& model, const ParallelSpec& par, const TrainingSpec& train,
                              int stage);

@@ -13,6 +13,7 @@
 #include "models/layout_rules.hpp"
 #include "models/memory_model.hpp"
 #include "models/moe.hpp"
+#include "models/mpmd.hpp"
 #include "models/schedule.hpp"
 #include "models/v_schedules.hpp"
 #include "models/zero_bubble.hpp"
@@ -39,7 +40,19 @@ enum class SlotRole : std::uint8_t { TP, CP, DP, PipelineForward, PipelineBackwa
 struct SlotUse {
   SlotRole role = SlotRole::TP;
   int from = -1, to = -1;  // pipeline: sending and receiving stage (one of them is this stage)
+  int peer = 0;            // per-stage layouts: which of the rank's messages on this link (TP resharding)
 };
+
+// Per-stage layouts (models/mpmd.hpp): on the pipeline link from stage `from`
+// to `to`, the messages each sending rank posts, each receiving rank takes,
+// and the bytes of one message. A stage of tp x sending to one of tp y splits
+// each activation into max(x, y) pieces: with y > x each sender fans out to
+// y / x receivers, with x > y each receiver gathers from x / y senders.
+struct LinkShape {
+  int sends = 1, recvs = 1;
+  std::uint64_t bytes = 0;
+};
+using LinkShapes = std::map<std::pair<int, int>, LinkShape>;
 
 struct Streams {
   std::uint8_t compute, tp, cp, dp, send_next, send_prev, recv_prev, recv_next, ep;
@@ -150,6 +163,13 @@ class StageProgramBuilder {
 
   const std::vector<SlotUse>& slots() const { return slots_; }
 
+  // Per-stage layouts: the shape of each pipeline link, and the first stage of
+  // this stage's sub-model (it runs the sub-model's embedding).
+  void set_stage_layouts(const LinkShapes* links, int model_first_stage) {
+    links_ = links;
+    model_first_v_ = model_first_stage;
+  }
+
   // Distributed optimizer with overlap: the parameter all-gather of the
   // previous step overlaps this step's first forward (steady state), bucket by bucket.
   void plan_param_prefetch() {
@@ -198,7 +218,7 @@ class StageProgramBuilder {
   bool deepspeed_bf16_optimizer() const {
     return train_.framework == Framework::DeepSpeed && train_.precision == Dtype::BF16 && par_.zero <= 1;
   }
-  bool first_vstage(int chunk) const { return vstage_[chunk] == 0; }
+  bool first_vstage(int chunk) const { return vstage_[chunk] == model_first_v_; }
   bool last_vstage(int chunk) const { return vstage_[chunk] == V_ - 1; }
   std::size_t unit_key(int mb, int v) const { return static_cast<std::size_t>(mb) * V_ + v; }
 
@@ -215,15 +235,15 @@ class StageProgramBuilder {
     std::uint32_t slot;
     std::uint8_t stream;
   };
-  PipelineLink pipeline_link(SlotRole role, int from, int to) {
-    const auto key = std::make_tuple(static_cast<int>(role), from, to);
+  PipelineLink pipeline_link(SlotRole role, int from, int to, int peer = 0) {
+    const auto key = std::make_tuple(static_cast<int>(role), from, to, peer);
     auto it = pipeline_slots_.find(key);
     if (it != pipeline_slots_.end()) return it->second;
     const bool forward = role == SlotRole::PipelineForward;
     const bool sending = from == stage_;
-    const std::string name =
-        std::string(forward ? "pp.fwd " : "pp.bwd ") + std::to_string(from) + "->" + std::to_string(to);
-    const std::uint32_t slot = add_slot(name, SlotUse{role, from, to});
+    const std::string name = std::string(forward ? "pp.fwd " : "pp.bwd ") + std::to_string(from) + "->" +
+                             std::to_string(to) + (peer > 0 ? " #" + std::to_string(peer) : "");
+    const std::uint32_t slot = add_slot(name, SlotUse{role, from, to, peer});
     // Kinds: 0 send forward, 1 send backward, 2 receive forward, 3 receive backward.
     const int kind = (sending ? 0 : 2) + (forward ? 0 : 1);
     const std::uint8_t named[] = {s_.send_next, s_.send_prev, s_.recv_prev, s_.recv_next};
@@ -356,13 +376,28 @@ class StageProgramBuilder {
     }
     return entry;
   }
-  TaskId post_recv(std::uint8_t stream, std::uint32_t slot, const char* what, int mb) {
-    return b_.recv(stream, slot, CommClass::PP, activation_message_bytes(), label(what), mb, {});
+  // Receives on every message of the link from `from` (one without per-stage layouts).
+  void post_recvs(SlotRole role, int from, const char* what, int mb, std::vector<TaskId>& entry) {
+    const LinkShape shape = link_shape(from, stage_);
+    for (int j = 0; j < shape.recvs; ++j) {
+      const PipelineLink link = pipeline_link(role, from, stage_, j);
+      entry.push_back(b_.recv(link.stream, link.slot, CommClass::PP, shape.bytes, label(what), mb, {}));
+    }
   }
-  void post_send(std::uint8_t stream, std::uint32_t slot, const char* what, int mb, TaskId after) {
-    const TaskId d[] = {after};
-    const TaskId t = b_.send(stream, slot, CommClass::PP, activation_message_bytes(), label(what), mb, d);
-    if (!par_.pp_overlap) blocking_sends_.push_back(t);
+  void post_sends(SlotRole role, int to, const char* what, int mb, TaskId after) {
+    const LinkShape shape = link_shape(stage_, to);
+    for (int j = 0; j < shape.sends; ++j) {
+      const PipelineLink link = pipeline_link(role, stage_, to, j);
+      const TaskId d[] = {after};
+      const TaskId t = b_.send(link.stream, link.slot, CommClass::PP, shape.bytes, label(what), mb, d);
+      if (!par_.pp_overlap) blocking_sends_.push_back(t);
+    }
+  }
+  LinkShape link_shape(int from, int to) const {
+    if (links_ == nullptr) return LinkShape{1, 1, activation_message_bytes()};
+    const auto it = links_->find({from, to});
+    TRAINSIM_CHECK(it != links_->end(), "no link shape for stages " + std::to_string(from) + "->" + std::to_string(to));
+    return it->second;
   }
 
   void forward_unit(const ScheduleUnit& u, bool first_of_chunk) {
@@ -373,8 +408,7 @@ class StageProgramBuilder {
       if (from == stage_) {
         entry.push_back(fwd_out_[unit_key(u.microbatch, v - 1)]);
       } else {
-        const PipelineLink link = pipeline_link(SlotRole::PipelineForward, from, stage_);
-        entry.push_back(post_recv(link.stream, link.slot, "F recv activations", u.microbatch));
+        post_recvs(SlotRole::PipelineForward, from, "F recv activations", u.microbatch, entry);
       }
     }
     TaskId last = kNone;
@@ -386,7 +420,7 @@ class StageProgramBuilder {
                             static_cast<std::uint64_t>(outer_elements(v) * kActBytes), label("dp.ag.params outer"),
                             u.microbatch, dedupe(entry));
     }
-    if (v == 0) {
+    if (v == model_first_v_) {
       std::vector<TaskId> deps = entry;
       if (outer != kNone) deps.push_back(outer);
       last = emit(steps_.embedding_forward, "F ", u.microbatch, deps, false);
@@ -414,8 +448,7 @@ class StageProgramBuilder {
       if (to == stage_) {
         fwd_out_[unit_key(u.microbatch, v)] = last;
       } else {
-        const PipelineLink link = pipeline_link(SlotRole::PipelineForward, stage_, to);
-        post_send(link.stream, link.slot, "F send activations", u.microbatch, last);
+        post_sends(SlotRole::PipelineForward, to, "F send activations", u.microbatch, last);
       }
     }
   }
@@ -436,8 +469,7 @@ class StageProgramBuilder {
       if (from == stage_) {
         entry.push_back(bwd_out_[unit_key(u.microbatch, v + 1)]);
       } else {
-        const PipelineLink link = pipeline_link(SlotRole::PipelineBackward, from, stage_);
-        entry.push_back(post_recv(link.stream, link.slot, "B recv gradients", u.microbatch));
+        post_recvs(SlotRole::PipelineBackward, from, "B recv gradients", u.microbatch, entry);
       }
     }
     TaskId last = kNone;
@@ -481,8 +513,7 @@ class StageProgramBuilder {
       if (to == stage_) {
         bwd_out_[unit_key(u.microbatch, v)] = last;
       } else {
-        const PipelineLink link = pipeline_link(SlotRole::PipelineBackward, stage_, to);
-        post_send(link.stream, link.slot, "B send gradients", u.microbatch, last);
+        post_sends(SlotRole::PipelineBackward, to, "B send gradients", u.microbatch, last);
       }
     }
   }
@@ -515,7 +546,7 @@ class StageProgramBuilder {
   // Ends a chunk's weight gradients after `last`: the embedding's (first chunk),
   // and on the chunk's last micro-batch the flush of the gradient bucket.
   TaskId finish_weight_gradients(int v, TaskId last, int mb, bool reduce_grads, const char* prefix) {
-    if (v == 0) {
+    if (v == model_first_v_) {
       std::vector<TaskId> entry;
       if (last != kNone) entry.push_back(last);
       last = emit(steps_.embedding_backward, prefix, mb, entry, false);
@@ -569,8 +600,8 @@ class StageProgramBuilder {
   // and the LM head (last; the embedding itself when tied on the same stage).
   double outer_elements(int v) const {
     double e = 0;
-    if (v == 0) e += steps_.embedding_grad_elements;
-    if (v == V_ - 1 && !(v == 0 && model_.tied_embeddings)) e += steps_.head_grad_elements;
+    if (v == model_first_v_) e += steps_.embedding_grad_elements;
+    if (v == V_ - 1 && !(v == model_first_v_ && model_.tied_embeddings)) e += steps_.head_grad_elements;
     return e;
   }
 
@@ -734,7 +765,9 @@ class StageProgramBuilder {
   Streams s_{};
   std::vector<SlotUse> slots_;
   std::uint32_t slot_tp_ = 0, slot_cp_ = 0, slot_dp_ = 0, slot_ep_ = 0, slot_etp_ = 0, slot_edp_ = 0;
-  std::map<std::tuple<int, int, int>, PipelineLink> pipeline_slots_;
+  std::map<std::tuple<int, int, int, int>, PipelineLink> pipeline_slots_;
+  const LinkShapes* links_ = nullptr;  // per-stage layouts only
+  int model_first_v_ = 0;              // the virtual stage that runs the embedding
   bool link_kind_used_[4] = {false, false, false, false};
   int chunks_ = 1, V_ = 1;
   std::vector<int> vstage_, layers_, first_layer_;  // per local chunk
@@ -904,7 +937,31 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
                    "the planner was given an invalid layout: " +
                        (problems.empty() ? "" : problems.front().path + ": " + problems.front().message));
   }
-  const ModelSteps steps = build_model_steps(model, par, train_);
+  // Per-stage layouts (MPMD, models/mpmd.hpp): each stage its sub-model, TP,
+  // layers and recomputation, its ranks from its group's first GPU.
+  const bool mpmd = !par.stages.empty();
+  std::vector<StageProgramSpec> stage_specs;
+  std::vector<ModelSteps> stage_steps;
+  std::vector<int> first_gpu;
+  LinkShapes links;
+  if (mpmd) {
+    for (int s = 0; s < par.pp; ++s) {
+      stage_specs.push_back(stage_program_spec(model, par, train_, s));
+      const StageProgramSpec& sp = stage_specs.back();
+      stage_steps.push_back(build_model_steps(sp.model, sp.par, sp.train));
+    }
+    first_gpu = stage_first_gpus(par, cluster.spec());
+    TRAINSIM_CHECK(static_cast<int>(first_gpu.size()) == par.pp, "per-stage layouts do not fit the cluster");
+    for (int s = 0; s + 1 < par.pp; ++s) {
+      const int a = stage_tp(par, s), b = stage_tp(par, s + 1);
+      const bool split = par.pp_scatter_gather || par.sequence_parallel;
+      const double whole = boundary_activation_bytes(model, par, train_, s);
+      const auto bytes = static_cast<std::uint64_t>(whole / (split ? std::max(a, b) : 1));
+      links[{s, s + 1}] = LinkShape{b >= a ? b / a : 1, a >= b ? a / b : 1, bytes};
+      links[{s + 1, s}] = LinkShape{a >= b ? a / b : 1, b >= a ? b / a : 1, bytes};
+    }
+  }
+  const ModelSteps steps = mpmd ? stage_steps.front() : build_model_steps(model, par, train_);
   const PipelineSchedule sched = planned_schedule(model, par, train_, steps, platform, placement);
   {
     const std::vector<std::string> problems = check_schedule(sched);
@@ -924,30 +981,44 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
     plan.expert_dropped_fraction = rt.dropped_fraction;
   }
 
-  const int ranks_per_stage = par.tp * par.dp * par.cp;
+  auto tp_of = [&](int s) { return stage_tp(par, s); };
   std::vector<std::vector<SlotUse>> slots_of_stage;
   for (int s = 0; s < par.pp; ++s) {
-    StageProgramBuilder builder(model, par, train_, steps, sched, s);
+    const TransformerSpec& sm = mpmd ? stage_specs[s].model : model;
+    const ParallelSpec& sp_par = mpmd ? stage_specs[s].par : par;
+    const TrainingSpec& st = mpmd ? stage_specs[s].train : train_;
+    StageProgramBuilder builder(sm, sp_par, st, mpmd ? stage_steps[s] : steps, sched, s);
+    if (mpmd) builder.set_stage_layouts(&links, stage_specs[s].first_stage);
     builder.plan_param_prefetch();
     double hw = 0, mf = 0;
     plan.setup.programs.push_back(builder.build(&hw, &mf));
     slots_of_stage.push_back(builder.slots());
+    const int ranks_per_stage = tp_of(s) * par.dp * par.cp;
     plan.hardware_flops += hw * ranks_per_stage;
     plan.model_flops += mf * ranks_per_stage;
     StagePlan sp;
     for (int c = 0; c < sched.chunks_on(s); ++c)
-      sp.layers += par.layers_of_virtual_stage(sched.virtual_stage(s, c), model.layers);
-    sp.memory = stage_memory(model, par, train_, sched, s);
+      sp.layers += sp_par.layers_of_virtual_stage(sched.virtual_stage(s, c), sm.layers);
+    sp.memory = stage_memory(sm, sp_par, st, sched, s, mpmd ? stage_specs[s].first_stage : 0);
     plan.stages.push_back(sp);
   }
 
-  auto gpu = [&](int s, int d, int c, int t) { return placement.gpu(RankCoord{t, c, 0, d, s}); };
+  auto gpu = [&](int s, int d, int c, int t) {
+    if (mpmd) return first_gpu[s] + t + tp_of(s) * (c + par.cp * d);
+    return placement.gpu(RankCoord{t, c, 0, d, s});
+  };
+  // Per-stage layouts: the TP index of the peer of a rank with TP index `t` on
+  // pipeline link `use` (the rank sits on stage `s`, one end of the link).
+  auto pipeline_peer = [&](const SlotUse& use, int s, int t) {
+    const int mine = tp_of(s), other = tp_of(s == use.from ? use.to : use.from);
+    return other >= mine ? t * (other / mine) + use.peer : t / (mine / other);
+  };
   // Members of a slot's communicator for the rank at (s, d, c, t).
   auto members_of = [&](const SlotUse& use, int s, int d, int c, int t) {
     std::vector<int> m;
     switch (use.role) {
       case SlotRole::TP:
-        for (int x = 0; x < par.tp; ++x) m.push_back(gpu(s, d, c, x));
+        for (int x = 0; x < tp_of(s); ++x) m.push_back(gpu(s, d, c, x));
         break;
       case SlotRole::CP:
         for (int x = 0; x < par.cp; ++x) m.push_back(gpu(s, d, x, t));
@@ -959,7 +1030,13 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
         break;
       case SlotRole::PipelineForward:
       case SlotRole::PipelineBackward:
-        m = {gpu(use.from, d, c, t), gpu(use.to, d, c, t)};
+        if (mpmd) {
+          const int peer = pipeline_peer(use, s, t);
+          m = s == use.from ? std::vector<int>{gpu(s, d, c, t), gpu(use.to, d, c, peer)}
+                            : std::vector<int>{gpu(use.from, d, c, peer), gpu(s, d, c, t)};
+        } else {
+          m = {gpu(use.from, d, c, t), gpu(use.to, d, c, t)};
+        }
         break;
       case SlotRole::EP:
       case SlotRole::ETP:
@@ -991,7 +1068,8 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
   std::vector<char> replica_compact(par.dp, 0);
   // The slowest GPU type of each (stage, replica) group, for compact ranks.
   std::vector<int> slowest_type(static_cast<std::size_t>(par.pp) * par.dp, -1);
-  if (options.representatives) {
+  // Per-stage layouts simulate every rank (their stages differ in TP and sub-model).
+  if (options.representatives && !mpmd) {
     const AnalyticalNetwork& net = platform.analytical_network();
     const double tol = options.equivalence_tolerance;
     std::vector<SlotTransfers> transfers;
@@ -1071,7 +1149,7 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
     for (int d = 0; d < par.dp; ++d) {
       if (!replica_simulated[d]) continue;
       const int cps = replica_compact[d] ? 1 : par.cp;
-      const int tps = replica_compact[d] ? 1 : par.tp;
+      const int tps = replica_compact[d] ? 1 : tp_of(s);
       for (int c = 0; c < cps; ++c) {
         for (int t = 0; t < tps; ++t) {
           RankProgram rp;
@@ -1124,6 +1202,16 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
   }
   for (Communicator& cm : plan.setup.comms) {
     for (int g : cm.members) cm.simulated_members += gpu_simulated[g];
+  }
+  // The GPU types of every rank of each stage, simulated or not (mixed fleets: the report names them).
+  for (int s = 0; s < par.pp; ++s) {
+    std::set<int> types;
+    for (int d = 0; d < par.dp; ++d) {
+      for (int c = 0; c < par.cp; ++c) {
+        for (int t = 0; t < tp_of(s); ++t) types.insert(cluster.gpu_type_of(gpu(s, d, c, t)));
+      }
+    }
+    plan.stages[s].gpu_types.assign(types.begin(), types.end());
   }
   return plan;
 }

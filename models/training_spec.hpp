@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "models/moe_spec.hpp"
+#include "models/stage_layout.hpp"
 #include "topologies/hardware.hpp"
 
 namespace trainsim {
@@ -39,6 +40,12 @@ struct TransformerSpec {
   MoeSpec moe;                         // routed experts of the Moe layers
   MlaSpec mla;                         // multi-head latent attention instead of (grouped-query) attention
   std::string source;
+  // A sub-model in front of this one (LLaVA-style vision or audio encoder; at
+  // most one): its layers run first, on pipeline stages of their own
+  // (parallel.stages), and its `encoder_tokens` outputs per sample, projected to
+  // this model's hidden size, enter this model's first stage (docs/heterogeneous.md).
+  std::vector<TransformerSpec> encoder;
+  int encoder_tokens = 0;
 
   LayerKind layer_kind(int layer) const { return layer_kinds.empty() ? LayerKind::Dense : layer_kinds[layer]; }
 
@@ -142,6 +149,9 @@ struct ParallelSpec {
   // rank in that order (empty = by the order).
   std::string placement_order = "tp-cp-ep-dp-pp";
   std::vector<int> placement_gpus;
+  // Per-stage layouts (MPMD, models/mpmd.hpp): empty = every stage has tp and an even
+  // (or stage_layers) share of the layers; else one entry per pipeline stage.
+  std::vector<StageLayout> stages;
 
   int gpus() const { return tp * pp * dp * cp; }
   // Model chunks in layer order (pp * vpp, or the custom schedule's), the

@@ -30,6 +30,9 @@ struct PlanOptions {
 struct StagePlan {
   int layers = 0;          // layers (work items) the stage runs per micro-batch, summed over its chunks
   MemoryBreakdown memory;  // peak per rank of the stage
+  // Dense ids of the GPU types the stage's ranks run on (Cluster::gpu_type_of),
+  // ascending: one on a homogeneous stage, several when the stage spans node groups.
+  std::vector<int> gpu_types;
 };
 
 struct WorkloadPlan {

@@ -114,7 +114,8 @@ TEST_CASE("sweep: strict validation names the file and the JSON pointer") {
   }
   SUBCASE("the search kind") {
     const std::string e = errors_of(base + R"(, "search": "atuo"})");
-    CHECK(e.find("sweep.json: /search: expected one of \"auto\", found \"atuo\"") != std::string::npos);
+    CHECK(e.find("sweep.json: /search: expected one of \"auto\", \"mixed-fleet\", found \"atuo\"") !=
+          std::string::npos);
   }
   SUBCASE("a misspelt search-space list") {
     const std::string e = errors_of(base + R"(, "search": "auto", "search_space": {"micro_batches": [1]}})");

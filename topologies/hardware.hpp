@@ -40,6 +40,9 @@ struct GpuSpec {
   // Slowdowns that hold only within part of the iteration (thermal throttling,
   // a transient straggler), on top of `slowdown`; sorted by start, may overlap.
   std::vector<SlowdownWindow> slowdown_windows;
+  // A GPU defined inline in a scenario may borrow the calibration profile of a
+  // catalog GPU with the same chip (its kernel and collective efficiencies); empty = its own.
+  std::string profile_gpu;
 
   double peak(Dtype d) const { return peak_flops[static_cast<std::size_t>(d)]; }
   // The factor of `slowdown_windows` in force at `t_s` seconds into the iteration.

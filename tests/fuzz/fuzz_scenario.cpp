@@ -17,7 +17,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   try {
     const Scenario s = load_scenario_text(text, "fuzz.json", "", {}, catalog);
     // The capped simulation: a few GPUs, micro-batches and layers, so an input runs in milliseconds.
-    if (s.cluster.total_gpus() <= 64 && s.parallel.micro_batches() <= 64 && s.model.layers <= 128) {
+    if (s.cluster.total_gpus() <= 64 && s.parallel.micro_batches() <= 64 && s.model.layers <= 128 &&
+        (s.model.encoder.empty() || (s.model.encoder.front().layers <= 128 && s.model.encoder_tokens <= 65536))) {
       const JobReport r = simulate(s, Fidelity::Analytical);
       if (r.feasible && !(r.iteration_time_s > 0)) __builtin_trap();  // a feasible run takes time
     }

@@ -74,7 +74,26 @@ NodeSpec read_node(ObjectReader& r, const Catalog& catalog, const NodeSpec* base
   NodeSpec n = base ? *base : NodeSpec{};
   const bool req = base == nullptr;
   n.name = r.string("name", n.name.empty() ? "custom" : n.name);
-  if (r.has("gpu")) {
+  if (const nlohmann::json* inline_gpu = r.raw("gpu"); inline_gpu != nullptr && inline_gpu->is_object()) {
+    // A GPU the catalog does not have, with its figures; "profile" names the
+    // catalog GPU whose calibration profile it borrows (docs/heterogeneous.md).
+    ObjectReader gr(*inline_gpu, r.at("gpu"), r.diagnostics());
+    n.gpu = read_gpu_figures(gr);
+    if (gr.has("profile")) {
+      const std::string borrowed = gr.string("profile", "");
+      if (const GpuSpec* g = catalog.find_gpu(borrowed)) {
+        n.gpu.profile_gpu = g->name;
+      } else {
+        gr.error("profile", "unknown GPU \"" + borrowed +
+                                "\" to borrow a calibration profile from; known GPUs: see "
+                                "`trainsim catalog gpus`");
+      }
+    }
+    if (catalog.find_gpu(n.gpu.name) != nullptr) {
+      gr.error("name", "\"" + n.gpu.name + "\" is a catalog GPU; give it by name or choose another name");
+    }
+    gr.finish();
+  } else if (r.has("gpu")) {
     const std::string gpu = r.string("gpu", "");
     if (const GpuSpec* g = catalog.find_gpu(gpu)) {
       n.gpu = *g;
@@ -150,6 +169,27 @@ std::vector<std::string> Catalog::node_names() const { return names(nodes); }
 std::vector<std::string> Catalog::cluster_names() const { return names(clusters); }
 std::vector<std::string> Catalog::model_names() const { return names(models); }
 
+GpuSpec read_gpu_figures(ObjectReader& r) {
+  GpuSpec g;
+  g.name = r.string("name", "", true);
+  g.vendor = r.choice("vendor", "", {"nvidia", "amd"}, true);
+  g.arch = r.string("arch", "", true);
+  if (const nlohmann::json* pk = r.raw("peak_tflops")) {
+    ObjectReader pr(*pk, r.at("peak_tflops"), r.diagnostics());
+    for (std::size_t t = 0; t < kNumDtypes; ++t) {
+      g.peak_flops[t] = pr.number(to_string(static_cast<Dtype>(t)), 0, 0, 1e6) * 1e12;
+    }
+    pr.finish();
+  } else {
+    r.error("peak_tflops", "required peak_tflops (dense TFLOP/s per precision) is missing");
+  }
+  g.memory_bytes = r.quantity("memory", Quantity::Bytes, 0, 1e6, kBig, true);
+  g.memory_bandwidth = r.quantity("memory_bandwidth", Quantity::Bandwidth, 0, 1e6, kBig, true);
+  g.scaleup_bandwidth = r.quantity("scaleup_bandwidth", Quantity::Bandwidth, 0, 0, kBig, true);
+  g.source = r.string("source", "", true);
+  return g;
+}
+
 namespace {
 
 void read_gpus(const nlohmann::json& doc, Diagnostics& d, Catalog& c) {
@@ -162,27 +202,13 @@ void read_gpus(const nlohmann::json& doc, Diagnostics& d, Catalog& c) {
   }
   for (std::size_t i = 0; i < list->size(); ++i) {
     ObjectReader r((*list)[i], json_pointer_append("/gpus", i), d);
-    GpuSpec g;
-    g.name = r.string("name", "", true);
     std::vector<std::string> aliases;
     if (const nlohmann::json* a = r.raw("aliases")) {
       for (const auto& x : *a) {
         if (x.is_string()) aliases.push_back(x.get<std::string>());
       }
     }
-    g.vendor = r.string("vendor", "", true);
-    g.arch = r.string("arch", "", true);
-    if (const nlohmann::json* pk = r.raw("peak_tflops")) {
-      ObjectReader pr(*pk, r.at("peak_tflops"), d);
-      for (std::size_t t = 0; t < kNumDtypes; ++t) {
-        g.peak_flops[t] = pr.number(to_string(static_cast<Dtype>(t)), 0, 0, 1e6) * 1e12;
-      }
-      pr.finish();
-    }
-    g.memory_bytes = r.quantity("memory", Quantity::Bytes, 0, 1e6, kBig, true);
-    g.memory_bandwidth = r.quantity("memory_bandwidth", Quantity::Bandwidth, 0, 1e6, kBig, true);
-    g.scaleup_bandwidth = r.quantity("scaleup_bandwidth", Quantity::Bandwidth, 0, 0, kBig, true);
-    g.source = r.string("source", "", true);
+    GpuSpec g = read_gpu_figures(r);
     r.finish();
     c.gpus.push_back(std::move(g));
     c.gpu_aliases.push_back(std::move(aliases));

@@ -47,5 +47,8 @@ Catalog load_builtin_catalog();
 // calibration/profile_io.hpp).
 TransformerSpec read_model(ObjectReader& r, const TransformerSpec* base);
 NodeSpec read_node(ObjectReader& r, const Catalog& catalog, const NodeSpec* base);
+// A GPU's figures (name, vendor, arch, peak_tflops, memory, memory_bandwidth,
+// scaleup_bandwidth, source): a catalog entry, or a GPU defined inline in a node.
+GpuSpec read_gpu_figures(ObjectReader& r);
 
 }  // namespace trainsim

@@ -375,8 +375,13 @@ int run_commands(int argc, const char* const* argv, std::ostream& out, std::ostr
     if (check->parsed()) {
       const Scenario s = load(check_path, sets, catalog);
       for (const auto& w : s.warnings) err << "warning: " << w << "\n";
-      out << "ok: " << s.file << ": " << s.model.name << " on " << s.cluster.total_gpus() << " GPUs, tp "
-          << s.parallel.tp << " pp " << s.parallel.pp << " dp " << s.parallel.dp << " cp " << s.parallel.cp << "\n";
+      std::string tp = std::to_string(s.parallel.tp);
+      if (!s.parallel.stages.empty()) {  // per-stage layouts: each stage's TP
+        tp.clear();
+        for (const StageLayout& st : s.parallel.stages) tp += (tp.empty() ? "" : "/") + std::to_string(st.tp);
+      }
+      out << "ok: " << s.file << ": " << s.model.name << " on " << s.cluster.total_gpus() << " GPUs, tp " << tp
+          << " pp " << s.parallel.pp << " dp " << s.parallel.dp << " cp " << s.parallel.cp << "\n";
       return kOk;
     }
     check_output_paths({{"--out", out_path}, {"--trace", trace_path}, {"--report", report_path}},

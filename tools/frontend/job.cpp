@@ -119,6 +119,22 @@ JobRun run_job(const Scenario& s, Fidelity fidelity) {
     run.result = exec.run();
     rep.warnings = network->warnings();
   }
+  // Communicators spanning GPU vendors (docs/heterogeneous.md): timed at their
+  // slowest member's links; a multi-vendor library's staging through host memory is not charged.
+  int cross_vendor = 0;
+  for (const Communicator& c : plan.setup.comms) {
+    bool mixed = false;
+    for (int g : c.members)
+      mixed = mixed || cluster.gpu_type(cluster.gpu_type_of(g)).vendor !=
+                           cluster.gpu_type(cluster.gpu_type_of(c.members.front())).vendor;
+    cross_vendor += mixed ? 1 : 0;
+  }
+  if (cross_vendor > 0) {
+    rep.warnings.push_back(std::to_string(cross_vendor) +
+                           " communicator(s) span GPU vendors: timed at the slowest member's NIC and scale-up figures; "
+                           "the staging through host memory of a multi-vendor collective library is not charged "
+                           "(docs/heterogeneous.md)");
+  }
   const SimulationResult& res = run.result;
   rep.wan = wan_crossings(cluster, plan.setup.comms);
 
@@ -186,9 +202,19 @@ JobRun run_job(const Scenario& s, Fidelity fidelity) {
           ", optimizer " + fmt("%.1f", m.optimizer / kGiB) + ", activations " + fmt("%.1f", m.activations / kGiB) +
           ", buffers " + fmt("%.1f", m.buffers / kGiB) + " GiB)");
     }
+    double slowest_peak = -1;
+    std::string slowest;
+    for (int t : plan.stages[st].gpu_types) {
+      const GpuSpec& g = cluster.gpu_type(t);
+      sr.gpus.push_back(g.name);
+      const double peak = g.peak(plan.peak_dtype) / g.slowdown;
+      if (slowest_peak < 0 || peak < slowest_peak) slowest_peak = peak, slowest = g.name;
+    }
     if (sr.time.compute_s > best_compute) {
       best_compute = sr.time.compute_s;
       rep.breakdown = sr.time;
+      rep.pace_stage = st;
+      rep.pace_gpu = slowest;
     }
     rep.per_stage.push_back(sr);
   }
@@ -349,7 +375,8 @@ nlohmann::json to_json(const JobReport& r) {
                         {"activations", s.memory.activations / kGiB},
                         {"buffers", s.memory.buffers / kGiB},
                         {"total", s.memory.total() / kGiB},
-                        {"capacity", s.memory_capacity / kGiB}}}});
+                        {"capacity", s.memory_capacity / kGiB}}},
+                      {"gpus", s.gpus}});
   }
   nlohmann::json out = {{"scenario", r.scenario},
                         {"gpus", r.gpus},
@@ -361,6 +388,7 @@ nlohmann::json to_json(const JobReport& r) {
                         {"hfu", r.hfu},
                         {"peak_memory_gib", r.peak_memory_gib},
                         {"breakdown", breakdown_json(r.breakdown)},
+                        {"pace", {{"stage", r.pace_stage}, {"gpu", r.pace_gpu}}},
                         {"per_stage", stages},
                         {"feasible", r.feasible},
                         {"problems", r.problems},
@@ -433,6 +461,9 @@ std::string summary_text(const JobReport& r) {
   out += "  pipeline bubble " + fmt("%.1f", 100 * b.bubble_s / it) + "%";
   if (b.idle_s > 0) out += "  idle " + fmt("%.1f", 100 * b.idle_s / it) + "%";
   out += "\n";
+  bool mixed = false;
+  for (const auto& st : r.per_stage) mixed = mixed || st.gpus != r.per_stage.front().gpus || st.gpus.size() > 1;
+  if (mixed) out += "  pace set by stage " + std::to_string(r.pace_stage) + " (" + r.pace_gpu + ")\n";
   out += "  " + std::to_string(r.events) + " events, " + std::to_string(r.simulated_ranks) + " simulated ranks, " +
          fmt("%.3f", r.wall_time_s) + " s wall\n";
   for (const auto& w : r.warnings) out += "  warning: " + w + "\n";

@@ -26,7 +26,8 @@ struct StageReport {
   int layers = 0;
   TimeBreakdown time;
   MemoryBreakdown memory;
-  double memory_capacity = 0;  // bytes usable on this stage's GPU
+  double memory_capacity = 0;     // bytes usable on this stage's GPU
+  std::vector<std::string> gpus;  // the GPU types of the stage's ranks
 };
 
 // GPUs slower than their type (scenario "perturbations") and what they cost.
@@ -64,6 +65,11 @@ struct JobReport {
   double hfu = 0;
   double peak_memory_gib = 0;
   TimeBreakdown breakdown;  // of the bottleneck stage (most compute)
+  // The stage that sets the pace (the bottleneck stage above) and, of its GPU
+  // types, the slowest (lowest peak FLOP/s at the training precision, after any
+  // slowdown): on a mixed fleet, the member every other waits for.
+  int pace_stage = 0;
+  std::string pace_gpu;
   std::vector<StageReport> per_stage;
   bool feasible = true;
   std::vector<std::string> problems;  // why infeasible: OOM ranks, deadlock

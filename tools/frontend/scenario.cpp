@@ -9,6 +9,7 @@
 #include "tools/frontend/diloco_input.hpp"
 #include "tools/frontend/fault_input.hpp"
 #include "tools/frontend/moe_reader.hpp"
+#include "tools/frontend/stage_input.hpp"
 #include "topologies/graph.hpp"
 
 namespace trainsim {
@@ -127,6 +128,7 @@ TransformerSpec read_scenario_model(ObjectReader& top, const Catalog& cat) {
     }
   }
   TransformerSpec m = read_model(r, base);
+  read_model_encoder(r, cat, m);
   r.finish();
   return m;
 }
@@ -439,6 +441,7 @@ ParallelSpec read_parallel(ObjectReader& top) {
               "array with the GPU id of each rank in that order");
     }
   }
+  read_stage_layouts(r, p);
   r.finish();
   p.custom_schedule.microbatches = p.micro_batches();
   return p;
@@ -559,6 +562,19 @@ std::vector<CalibrationProfile> read_calibration(ObjectReader& top, const Catalo
       if (c.gpu == g.node.gpu.name) p = &c;
     }
     if (p == nullptr) p = cat.find_profile_for_gpu(g.node.gpu.name);
+    if (p == nullptr && !g.node.gpu.profile_gpu.empty()) {
+      // An inline GPU borrowing the profile of a catalog GPU with the same chip.
+      for (const auto& c : chosen) {
+        if (c.gpu == g.node.gpu.profile_gpu) p = &c;
+      }
+      if (p == nullptr) p = cat.find_profile_for_gpu(g.node.gpu.profile_gpu);
+      if (p != nullptr) {
+        CalibrationProfile borrowed = *p;
+        borrowed.gpu = g.node.gpu.name;
+        out.push_back(std::move(borrowed));
+        continue;
+      }
+    }
     if (p == nullptr) {
       top.error("cluster",
                 "no calibration profile for GPU \"" + g.node.gpu.name + "\"; add one under calibration.profiles");
@@ -610,16 +626,15 @@ void check_consistency(Scenario& s, Diagnostics& d) {
   // layer of every micro-batch is a task): bounded before anything is built.
   if (d.ok()) {
     const std::int64_t micro_batches = s.parallel.global_batch / (std::int64_t{s.parallel.micro_batch} * s.parallel.dp);
-    if (micro_batches > kMaxMicroBatches || micro_batches * s.model.layers > kMaxMicroBatchLayers) {
+    // An encoder's layers are tasks too (model.encoder, docs/heterogeneous.md).
+    const std::int64_t layers = s.model.layers + (s.model.encoder.empty() ? 0 : s.model.encoder.front().layers);
+    if (micro_batches > kMaxMicroBatches || micro_batches * layers > kMaxMicroBatchLayers) {
       d.error("/parallel/global_batch", "global_batch / (micro_batch*dp) = " + std::to_string(micro_batches) +
-                                            " micro-batches of " + std::to_string(s.model.layers) +
-                                            " layers; at most " + std::to_string(kMaxMicroBatches) +
-                                            " micro-batches and " + std::to_string(kMaxMicroBatchLayers) +
+                                            " micro-batches of " + std::to_string(layers) + " layers; at most " +
+                                            std::to_string(kMaxMicroBatches) + " micro-batches and " +
+                                            std::to_string(kMaxMicroBatchLayers) +
                                             " micro-batch layers per iteration are simulated (docs/limits.md)");
     }
-  }
-  if (s.cluster.groups.size() > 1) {
-    d.error("/cluster/groups", "clusters with several node types are not simulated by this version yet");
   }
 }
 

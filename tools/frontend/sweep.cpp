@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "models/layout_search.hpp"
+#include "models/mixed_fleet_search.hpp"
 #include "tools/frontend/scenario.hpp"
 
 namespace trainsim {
@@ -401,7 +402,9 @@ SweepSpec load_sweep_text(const std::string& text, const std::string& file, cons
     }
   }
   if (top.has("search")) {
-    spec.auto_search = top.choice("search", "", {"auto"}) == "auto";
+    const std::string search = top.choice("search", "", {"auto", "mixed-fleet"});
+    spec.auto_search = !search.empty();
+    spec.mixed_fleet = search == "mixed-fleet";
     if (top.has("axes")) top.error("search", "give either \"axes\" or \"search\": \"auto\", not both");
   } else if (!top.has("axes")) {
     d.error("", "expected \"axes\" (a cartesian sweep) or \"search\": \"auto\" (every valid parallel layout)");
@@ -623,6 +626,60 @@ void expand_auto(const SweepSpec& spec, const nlohmann::json& base, const Catalo
   }
 }
 
+// "search": "mixed-fleet" (docs/heterogeneous.md): every plan of the mixed-fleet
+// search, as per-stage layouts; the plans with group -1 treat every GPU alike.
+void expand_mixed_fleet(const SweepSpec& spec, const nlohmann::json& base, const Catalog& catalog, SweepPlan& plan) {
+  const std::string ptr = spec.base_pointer;
+  if (!base.contains("cluster") || !base.contains("parallel") || !base["parallel"].is_object()) {
+    throw InputError({Diagnostic{spec.base_file, ptr, "the mixed-fleet search needs the base's cluster and parallel"}});
+  }
+  const std::int64_t gpus = std::max<std::int64_t>(cluster_gpus(base["cluster"], catalog), 1);
+  nlohmann::json probe = base;
+  probe["parallel"] = {{"dp", gpus}, {"global_batch", gpus}};
+  Scenario s;
+  try {
+    s = load_scenario_text(probe.dump(), spec.base_file, spec.base_dir, {}, catalog);
+  } catch (const InputError& e) {
+    throw InputError(rebase(e.diagnostics(), ptr));
+  }
+  Diagnostics d(spec.base_file);
+  ObjectReader r(base["parallel"], ptr + "/parallel", d);
+  ParallelSpec par;
+  par.global_batch = static_cast<int>(r.integer("global_batch", 1, 1, 1 << 30, true));
+  d.throw_if_errors();
+  std::vector<double> capacity;
+  for (const auto& g : s.cluster.groups) {
+    double reserved = 0;
+    for (const auto& p : s.profiles) {
+      if (p.gpu == g.node.gpu.name) reserved = p.memory_reserved.value;
+    }
+    capacity.push_back(g.node.gpu.memory_bytes - reserved);
+  }
+  MixedFleetSearchSpace space;
+  if (!spec.search_space.micro_batch.empty()) space.micro_batch = spec.search_space.micro_batch;
+  if (!spec.search_space.tp.empty()) space.tp = spec.search_space.tp;
+  const MixedFleetSearchResult found = search_mixed_fleet(s.model, s.training, s.cluster, par, capacity, space);
+  plan.grid = found.enumerated;
+  plan.invalid = found.invalid;
+  plan.pruned_oom = found.pruned_oom;
+  plan.columns = {"parallel.pp", "parallel.dp", "parallel.micro_batch", "parallel.stages"};
+  for (const MixedFleetCandidate& c : found.candidates) {
+    nlohmann::json stages = nlohmann::json::array();
+    for (const StageLayout& st : c.par.stages) {
+      nlohmann::json j = {{"tp", st.tp}, {"layers", st.layers}};
+      if (st.group >= 0) j["group"] = st.group;
+      stages.push_back(j);
+    }
+    SweepPoint p;
+    p.index = plan.points.size();
+    p.overrides = {{"parallel.pp", c.par.pp},
+                   {"parallel.dp", c.par.dp},
+                   {"parallel.micro_batch", c.par.micro_batch},
+                   {"parallel.stages", stages}};
+    plan.points.push_back(std::move(p));
+  }
+}
+
 }  // namespace
 
 SweepPlan expand_sweep(const SweepSpec& spec, const Catalog& catalog) {
@@ -630,7 +687,9 @@ SweepPlan expand_sweep(const SweepSpec& spec, const Catalog& catalog) {
   SweepPlan plan;
   plan.fidelity = spec.fidelity;
   plan.verify = spec.verify;
-  if (spec.auto_search) {
+  if (spec.mixed_fleet) {
+    expand_mixed_fleet(spec, base, catalog, plan);
+  } else if (spec.auto_search) {
     expand_auto(spec, base, catalog, plan);
   } else {
     expand_axes(spec, base, catalog, plan);

@@ -47,6 +47,8 @@ struct SweepSpec {
   std::vector<SweepAxis> axes;  // cartesian mode
   bool derive_dp = true;        // cartesian: dp = GPUs / (tp*pp*cp) unless an axis sets parallel.dp
   bool auto_search = false;
+  // "search": "mixed-fleet": the plans of models/mixed_fleet_search.hpp (auto_search is set too).
+  bool mixed_fleet = false;
   SearchSpace search_space;
   int top_k = 10;
   std::string metric = "tokens_per_s";

@@ -1,0 +1,151 @@
+#include "models/mpmd.hpp"
+
+#include <algorithm>
+#include <string>
+
+namespace trainsim {
+
+int stage_tp(const ParallelSpec& par, int s) {
+  return par.stages.empty() ? par.tp : par.stages[static_cast<std::size_t>(s)].tp;
+}
+
+std::vector<int> stage_first_gpus(const ParallelSpec& par, const ClusterSpec& cluster) {
+  std::vector<long> group_first, group_end;
+  long total = 0;
+  for (const auto& g : cluster.groups) {
+    group_first.push_back(total);
+    total += static_cast<long>(g.count) * g.node.gpus_per_node;
+    group_end.push_back(total);
+  }
+  std::vector<long> next = group_first;
+  long next_any = 0;
+  std::vector<int> out;
+  for (int s = 0; s < par.pp; ++s) {
+    const long ranks = static_cast<long>(stage_tp(par, s)) * par.cp * par.dp;
+    const int g = par.stages.empty() ? -1 : par.stages[static_cast<std::size_t>(s)].group;
+    long& cursor = g >= 0 ? next[static_cast<std::size_t>(g)] : next_any;
+    const long end = g >= 0 ? group_end[static_cast<std::size_t>(g)] : total;
+    if (cursor + ranks > end) return {};
+    out.push_back(static_cast<int>(cursor));
+    cursor += ranks;
+  }
+  return out;
+}
+
+StageProgramSpec stage_program_spec(const TransformerSpec& model, const ParallelSpec& par, const TrainingSpec& train,
+                                    int s) {
+  StageProgramSpec out;
+  const int encoder_layers = model.encoder.empty() ? 0 : model.encoder.front().layers;
+  int first_layer = 0;
+  for (int i = 0; i < s; ++i) first_layer += par.stages[static_cast<std::size_t>(i)].layers;
+  out.encoder = first_layer < encoder_layers;
+  out.model = out.encoder ? model.encoder.front() : model;
+  out.model.encoder.clear();
+  out.par = par;
+  out.par.stages.clear();
+  out.par.tp = stage_tp(par, s);
+  const int rc = par.stages[static_cast<std::size_t>(s)].recompute;
+  if (rc >= 0) out.par.recompute = static_cast<Recompute>(rc);
+  out.train = train;
+  if (out.encoder) out.train.seq_len = model.encoder_tokens;
+  // Layer counts of this sub-model's stages; the other sub-model's stages hold none of its layers.
+  out.par.stage_layers.assign(static_cast<std::size_t>(par.pp), 0);
+  out.first_stage = -1;
+  int layer = 0;
+  for (int i = 0; i < par.pp; ++i) {
+    const bool in_encoder = layer < encoder_layers;
+    layer += par.stages[static_cast<std::size_t>(i)].layers;
+    if (in_encoder != out.encoder) continue;
+    out.par.stage_layers[static_cast<std::size_t>(i)] = par.stages[static_cast<std::size_t>(i)].layers;
+    if (out.first_stage < 0) out.first_stage = i;
+  }
+  return out;
+}
+
+double boundary_activation_bytes(const TransformerSpec& model, const ParallelSpec& par, const TrainingSpec& train,
+                                 int s) {
+  constexpr double kActBytes = 2;  // 16-bit activations, as the planner sends them
+  const StageProgramSpec from = stage_program_spec(model, par, train, s);
+  // An encoder's outputs enter the main model projected to its hidden size (LLaVA's projector).
+  const StageProgramSpec to = stage_program_spec(model, par, train, s + 1);
+  const int hidden = from.encoder && !to.encoder ? model.hidden : from.model.hidden;
+  return static_cast<double>(par.micro_batch) * from.train.seq_len / par.cp * hidden * kActBytes;
+}
+
+std::vector<LayoutProblem> check_stage_layouts(const TransformerSpec& m, const ParallelSpec& p, const TrainingSpec& t,
+                                               const ClusterSpec& cluster) {
+  std::vector<LayoutProblem> out;
+  auto problem = [&](std::string path, std::string message) { out.push_back({std::move(path), std::move(message)}); };
+  const auto str = [](long v) { return std::to_string(v); };
+  if (p.stages.empty()) {
+    if (!m.encoder.empty())
+      problem("/model/encoder", "a model with an encoder needs per-stage layouts (parallel.stages)");
+    return out;
+  }
+  if (static_cast<int>(p.stages.size()) != p.pp) {
+    problem("/parallel/stages", "expected one entry per pipeline stage (pp = " + str(p.pp) + "), found " +
+                                    str(static_cast<long>(p.stages.size())));
+    return out;
+  }
+  if (p.vpp > 1 || p.schedule == ScheduleKind::Custom || p.schedule == ScheduleKind::Interleaved1F1B ||
+      p.schedule == ScheduleKind::ZeroBubble1p || p.schedule == ScheduleKind::ZeroBubble2p)
+    problem("/parallel/schedule",
+            "per-stage layouts run one model chunk per stage with a fixed schedule: use gpipe, 1f1b, zb-h1 or zb-h2");
+  if (!p.stage_layers.empty())
+    problem("/parallel/stage_layers", "give the layers in parallel.stages, not stage_layers");
+  if (!p.placement_gpus.empty() || p.placement_order != "tp-cp-ep-dp-pp")
+    problem("/parallel/placement", "per-stage layouts place each stage on its group; remove placement");
+  if (m.moe.enabled() || p.ep > 1)
+    problem("/parallel/stages", "per-stage layouts of mixture-of-experts models are not modelled yet");
+  const int encoder_layers = m.encoder.empty() ? 0 : m.encoder.front().layers;
+  if (!m.encoder.empty() && m.encoder_tokens < 1)
+    problem("/model/encoder/tokens", "expected the encoder's output tokens per sample (>= 1)");
+  long layer = 0;
+  for (int s = 0; s < p.pp; ++s) {
+    const StageLayout& st = p.stages[static_cast<std::size_t>(s)];
+    const std::string at = "/parallel/stages/" + std::to_string(s);
+    if (st.group >= static_cast<int>(cluster.groups.size()))
+      problem(at + "/group", "expected a node group index below " + str(static_cast<long>(cluster.groups.size())) +
+                                 ", found " + str(st.group));
+    const bool in_encoder = layer < encoder_layers;
+    const TransformerSpec& sub = in_encoder ? m.encoder.front() : m;
+    if (in_encoder && layer + st.layers > encoder_layers)
+      problem(at + "/layers", "the stage would hold layers of both the encoder (its last " +
+                                  str(encoder_layers - layer) + ") and the model; a stage runs one sub-model");
+    layer += st.layers;
+    if (sub.heads % st.tp != 0 || sub.ffn_hidden % st.tp != 0)
+      problem(at + "/tp", "expected a divisor of the " + std::string(in_encoder ? "encoder's " : "model's ") +
+                              str(sub.heads) + " heads and FFN size " + str(sub.ffn_hidden) + ", found " + str(st.tp));
+    else if (sub.kv_heads > 0 && sub.kv_heads % st.tp != 0 && st.tp % sub.kv_heads != 0)
+      problem(at + "/tp",
+              "expected tp to divide or be a multiple of the " + str(sub.kv_heads) + " KV heads, found " + str(st.tp));
+    if (s > 0) {
+      const int a = p.stages[static_cast<std::size_t>(s) - 1].tp;
+      if (std::max(a, st.tp) % std::min(a, st.tp) != 0)
+        problem(at + "/tp", "activations are resharded between TP groups whose sizes divide one another; " + str(a) +
+                                " (stage " + str(s - 1) + ") and " + str(st.tp) + " do not");
+      else if (a != st.tp && !p.pp_scatter_gather && !p.sequence_parallel)
+        problem(at + "/tp",
+                "resharding between stages of different TP sizes sends 1/tp of an activation per rank: it "
+                "needs pp_scatter_gather or sequence_parallel");
+    }
+  }
+  if (layer != encoder_layers + m.layers)
+    problem(
+        "/parallel/stages",
+        "the stages hold " + str(layer) + " layers; expected the " +
+            (encoder_layers > 0 ? "encoder's " + str(encoder_layers) + " and the model's " : std::string("model's ")) +
+            str(m.layers) + (encoder_layers > 0 ? " (" + str(encoder_layers + m.layers) + ")" : ""));
+  long gpus = 0, cluster_gpus = 0;
+  for (int s = 0; s < p.pp; ++s) gpus += static_cast<long>(p.stages[static_cast<std::size_t>(s)].tp) * p.cp * p.dp;
+  for (const auto& g : cluster.groups) cluster_gpus += static_cast<long>(g.count) * g.node.gpus_per_node;
+  if (gpus != cluster_gpus)
+    problem("/parallel/stages",
+            "the stages use " + str(gpus) + " GPUs (sum of tp*cp*dp), expected the cluster's " + str(cluster_gpus));
+  else if (out.empty() && stage_first_gpus(p, cluster).empty())
+    problem("/parallel/stages", "the stages given a node group need more GPUs than that group has");
+  (void)t;
+  return out;
+}
+
+}  // namespace trainsim

@@ -1,0 +1,42 @@
+#pragma once
+// Per-stage (MPMD) layouts: where each stage's ranks live, which sub-model and
+// settings each stage runs, and the rules such a layout must meet. A stage's
+// ranks are numbered tp fastest, then cp, then dp, from the stage's first GPU:
+// the next free GPU of its node group (or of the cluster), stage by stage.
+#include <vector>
+
+#include "models/layout_rules.hpp"
+#include "models/training_spec.hpp"
+
+namespace trainsim {
+
+// The tensor-parallel size of stage `s` (parallel.tp without per-stage layouts).
+int stage_tp(const ParallelSpec& par, int s);
+
+// The first GPU of each stage; empty when a group (or the cluster) has too few GPUs.
+std::vector<int> stage_first_gpus(const ParallelSpec& par, const ClusterSpec& cluster);
+
+// What stage `s` runs: the sub-model (the encoder or the main model), the
+// parallel spec of its program (tp, recomputation and the layer counts of that
+// sub-model's stages, zero elsewhere) and the training spec (an encoder's
+// sequence is its encoder_tokens).
+struct StageProgramSpec {
+  TransformerSpec model;
+  ParallelSpec par;
+  TrainingSpec train;
+  int first_stage = 0;  // the sub-model's first stage: it runs the embedding
+  bool encoder = false;
+};
+StageProgramSpec stage_program_spec(const TransformerSpec& model, const ParallelSpec& par, const TrainingSpec& train,
+                                    int s);
+
+// Bytes of one activation (or its gradient) crossing the boundary after stage
+// `s` for one micro-batch, whole (before any split over TP ranks).
+double boundary_activation_bytes(const TransformerSpec& model, const ParallelSpec& par, const TrainingSpec& train,
+                                 int s);
+
+// Problems of `parallel.stages` (and of a model with an encoder), each at its JSON pointer.
+std::vector<LayoutProblem> check_stage_layouts(const TransformerSpec& model, const ParallelSpec& par,
+                                               const TrainingSpec& train, const ClusterSpec& cluster);
+
+}  // namespace trainsim

@@ -1,0 +1,273 @@
+// Mixed fleets and per-stage layouts: clusters of several GPU types at both
+// fidelities (and which stage sets the pace), inline GPUs, parallel.stages with
+// TP resharding, an encoder sub-model, their input errors, and the mixed-fleet
+// search against the plans that treat every GPU alike.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "scenario_fixtures.hpp"
+#include "tools/frontend/job.hpp"
+#include "tools/frontend/mixed_fleet_ranking.hpp"
+#include "tools/frontend/scenario.hpp"
+#include "tools/frontend/sweep.hpp"
+
+using namespace trainsim;
+
+namespace {
+
+// Llama-3 8B on 32 H100 (group 0) + 32 A100 (group 1), two pipeline stages.
+const char* kMixed = R"({
+  "model": "llama3-8b",
+  "cluster": {"groups": [{"node": "dgx-h100", "nodes": 4}, {"node": "dgx-a100", "nodes": 4}]},
+  "parallel": {"tp": 4, "pp": 2, "dp": 8, "micro_batch": 1, "global_batch": 64},
+  "training": {"seq_len": 4096}
+})";
+
+Scenario load(const char* text, const std::vector<std::string>& sets = {}) {
+  return load_scenario_text(text, "s.json", "", sets, testing::catalog());
+}
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+}  // namespace
+
+TEST_CASE("32 A100 + 32 H100: both fidelities agree and the A100 stage sets the pace") {
+  const Scenario s = load(kMixed);
+  const JobReport a = simulate(s, Fidelity::Analytical);
+  const JobReport f = simulate(s, Fidelity::Flow);
+  REQUIRE(a.feasible);
+  REQUIRE(f.feasible);
+  CHECK(f.iteration_time_s == doctest::Approx(a.iteration_time_s).epsilon(0.02));
+  REQUIRE(a.per_stage.size() == 2);
+  CHECK(a.per_stage[0].gpus == std::vector<std::string>{"H100-SXM-80GB"});
+  CHECK(a.per_stage[1].gpus == std::vector<std::string>{"A100-SXM4-80GB"});
+  // The A100 stage computes longer and waits less than the H100 stage.
+  CHECK(a.per_stage[1].time.compute_s > 2 * a.per_stage[0].time.compute_s);
+  CHECK(a.per_stage[0].time.bubble_s > a.per_stage[1].time.bubble_s);
+  CHECK(a.pace_stage == 1);
+  CHECK(a.pace_gpu == "A100-SXM4-80GB");
+  CHECK(f.pace_gpu == "A100-SXM4-80GB");
+  CHECK(contains(summary_text(a), "pace set by stage 1 (A100-SXM4-80GB)"));
+  // MFU divides by the peaks of both GPU types.
+  const double peak = 32 * 989.4e12 + 32 * 312e12;
+  CHECK(a.mfu == doctest::Approx(a.tflops_per_gpu * 1e12 * 64 / peak).epsilon(1e-9));
+}
+
+TEST_CASE("parallel.stages with the plain layout gives the plain plan's time; more layers on H100 is faster") {
+  const JobReport plain = simulate(load(kMixed));
+  const JobReport staged =
+      simulate(load(kMixed, {R"(parallel.stages=[{"tp": 4, "layers": 16}, {"tp": 4, "layers": 16}])"}));
+  CHECK(staged.iteration_time_s == plain.iteration_time_s);
+  const JobReport uneven = simulate(
+      load(kMixed, {R"(parallel.stages=[{"group": 0, "tp": 4, "layers": 20}, {"group": 1, "tp": 4, "layers": 12}])"}));
+  REQUIRE(uneven.feasible);
+  CHECK(uneven.iteration_time_s < 0.9 * plain.iteration_time_s);
+  CHECK(uneven.per_stage[0].layers == 20);
+}
+
+TEST_CASE("stages of different TP reshard activations, and run at both fidelities") {
+  // H100 stage TP 8 x DP 4, A100 stage TP 2 x DP 4 on 8 A100s, 16 A100 idle -> use a smaller cluster.
+  const char* text = R"({
+    "model": "llama3-8b",
+    "cluster": {"groups": [{"node": "dgx-h100", "nodes": 2}, {"node": "dgx-a100", "nodes": 1}]},
+    "parallel": {"pp": 2, "dp": 2, "micro_batch": 1, "global_batch": 16, "sequence_parallel": true,
+                 "stages": [{"group": 0, "tp": 8, "layers": 22}, {"group": 1, "tp": 4, "layers": 10}]},
+    "training": {"seq_len": 4096}
+  })";
+  const Scenario s = load(text);
+  const JobReport a = simulate(s, Fidelity::Analytical);
+  const JobReport f = simulate(s, Fidelity::Flow);
+  REQUIRE(a.feasible);
+  REQUIRE(f.feasible);
+  CHECK(f.iteration_time_s == doctest::Approx(a.iteration_time_s).epsilon(0.03));
+  // Each H100 rank (TP 8) sends 1/8 of an activation to one A100 rank (TP 4), which gathers two of them.
+  const JobRun run = run_job(s);
+  int forward = 0, backward = 0;
+  for (const Communicator& c : run.plan.setup.comms) {
+    forward += contains(c.name, "pipeline link stage 0->1") ? 1 : 0;
+    backward += contains(c.name, "pipeline link stage 1->0") ? 1 : 0;
+  }
+  CHECK(forward == 2 * 8);   // dp 2 x 8 sending H100 ranks, one receiver each
+  CHECK(backward == 2 * 8);  // each A100 rank sends gradients back to both of its senders
+}
+
+TEST_CASE("an encoder sub-model on its own stages with its own TP (LLaVA-style)") {
+  const char* text = R"({
+    "model": {"preset": "llama2-7b",
+              "encoder": {"tokens": 577, "model": {"name": "vit-l", "layers": 24, "hidden": 1024, "heads": 16,
+                          "ffn_hidden": 4096, "vocab": 1, "mlp": "gelu", "norm": "layernorm", "position": "learned",
+                          "max_seq_len": 577}}},
+    "cluster": {"groups": [{"node": "dgx-h100", "nodes": 2}, {"node": "dgx-a100", "nodes": 1}]},
+    "parallel": {"pp": 2, "dp": 4, "micro_batch": 1, "global_batch": 32, "sequence_parallel": true,
+                 "stages": [{"group": 1, "tp": 2, "layers": 24}, {"group": 0, "tp": 4, "layers": 32}]},
+    "training": {"seq_len": 2048}
+  })";
+  const Scenario s = load(text);
+  REQUIRE(s.model.encoder.size() == 1);
+  CHECK(s.model.encoder_tokens == 577);
+  const JobReport a = simulate(s, Fidelity::Analytical);
+  REQUIRE(a.feasible);
+  CHECK(simulate(s, Fidelity::Flow).feasible);
+  CHECK(a.per_stage[0].layers == 24);
+  CHECK(a.per_stage[0].gpus == std::vector<std::string>{"A100-SXM4-80GB"});
+  // The encoder (300M parameters, 577 tokens) computes far less than the 7B LLM.
+  CHECK(a.per_stage[0].time.compute_s < 0.3 * a.per_stage[1].time.compute_s);
+  CHECK(a.pace_stage == 1);
+  // More encoder tokens: more encoder work.
+  const JobReport more = simulate(load(text, {"model.encoder.tokens=2308"}));
+  CHECK(more.per_stage[0].time.compute_s > 2 * a.per_stage[0].time.compute_s);
+}
+
+TEST_CASE("per-stage layout and inline GPU errors name the key") {
+  const std::string e1 = testing::errors_of(kMixed, {R"(parallel.stages=[{"tp": 4, "layers": 16}])"});
+  CHECK(contains(e1, "/parallel/stages: expected one entry per pipeline stage (pp = 2)"));
+  const std::string e2 =
+      testing::errors_of(kMixed, {R"(parallel.stages=[{"tp": 4, "layers": 16}, {"tp": 4, "layers": 10}])"});
+  CHECK(contains(e2, "/parallel/stages: the stages hold 26 layers"));
+  const std::string e3 =
+      testing::errors_of(kMixed, {R"(parallel.stages=[{"group": 5, "tp": 4, "layers": 16}, {"tp": 4, "layers": 16}])"});
+  CHECK(contains(e3, "/parallel/stages/0/group: expected a node group index below 2"));
+  const std::string e4 =
+      testing::errors_of(kMixed, {R"(parallel.stages=[{"tp": 3, "layers": 16}, {"tp": 4, "layers": 16}])"});
+  CHECK(contains(e4, "/parallel/stages/0/tp"));
+  const std::string e5 =
+      testing::errors_of(kMixed, {R"(parallel.stages=[{"tp": 4, "layers": 16, "tpp": 1}, {"tp": 4, "layers": 16}])"});
+  CHECK(contains(e5, "/parallel/stages/0"));
+  const std::string e6 = testing::errors_of(
+      kMixed, {R"(cluster.groups=[{"node": {"preset": "dgx-h100", "gpu": {"name": "X1", "vendor": "nvidia"}}}])"});
+  CHECK(contains(e6, "/cluster/groups/0/node/gpu"));
+  const std::string e7 = testing::errors_of(
+      kMixed, {R"(cluster.groups=[{"node": {"preset": "dgx-h100", "gpu": {"name": "X1", "vendor": "nvidia",
+               "arch": "x", "peak_tflops": {"bf16": 500}, "memory": "64GB", "memory_bandwidth": "2TB/s",
+               "scaleup_bandwidth": "900GB/s", "source": "test", "profile": "H999"}}, "nodes": 8}])"});
+  CHECK(contains(e7, "/cluster/groups/0/node/gpu/profile: unknown GPU \"H999\""));
+}
+
+TEST_CASE("an inline GPU borrows a catalog profile and runs at its own figures") {
+  const char* text = R"({
+    "model": "llama3-8b",
+    "cluster": {"node": {"preset": "dgx-h100", "gpu": {"name": "H100-half", "vendor": "nvidia", "arch": "hopper",
+                "peak_tflops": {"bf16": 494.7}, "memory": "80GiB", "memory_bandwidth": "3.35TB/s",
+                "scaleup_bandwidth": "900GB/s", "source": "test: an H100 at half the tensor peak",
+                "profile": "H100-SXM-80GB"}}, "nodes": 1},
+    "parallel": {"tp": 8, "micro_batch": 1, "global_batch": 8},
+    "training": {"seq_len": 4096}
+  })";
+  const Scenario s = load(text);
+  REQUIRE(s.profiles.size() == 1);
+  CHECK(s.profiles[0].gpu == "H100-half");
+  const JobReport half = simulate(s);
+  const JobReport full = simulate(load(text, {R"(cluster.node="dgx-h100")"}));
+  REQUIRE(half.feasible);
+  CHECK(half.per_stage[0].time.compute_s > 1.5 * full.per_stage[0].time.compute_s);
+}
+
+TEST_CASE("mixed-fleet search: a plan at least as fast as every homogeneous plan on A100 + H100") {
+  // A 16-layer model on 8 H100 + 8 A100: small enough to rank every plan in well under a second.
+  const char* text = R"({
+    "model": {"name": "gpt-1b", "layers": 16, "hidden": 2048, "heads": 16, "ffn_hidden": 8192, "vocab": 32000},
+    "cluster": {"groups": [{"node": "dgx-h100", "nodes": 1}, {"node": "dgx-a100", "nodes": 1}]},
+    "parallel": {"dp": 16, "micro_batch": 1, "global_batch": 128},
+    "training": {"seq_len": 2048}
+  })";
+  const Scenario s = load(text);
+  MixedFleetSearchSpace space;
+  space.micro_batch = {2};
+  space.max_stages_per_group = 2;
+  space.layer_step = 2;
+  const MixedFleetRanking r = rank_mixed_fleet(s, space);
+  REQUIRE(!r.plans.empty());
+  REQUIRE(r.best_homogeneous_s > 0);
+  CHECK(r.plans.size() + r.infeasible == r.search.candidates.size());
+  const RankedPlan& best = r.plans.front();
+  CHECK(best.iteration_time_s <= r.best_homogeneous_s);
+  // Balancing layers by GPU speed beats treating the GPUs alike by a clear margin.
+  CHECK(!best.homogeneous);
+  CHECK(best.speedup_vs_homogeneous > 1.1);
+  // The best plan gives the H100 group more layers per GPU than the A100 group.
+  int h100 = 0, a100 = 0;
+  for (const StageLayout& st : best.par.stages) (st.group == 0 ? h100 : a100) += st.layers;
+  CHECK(h100 > a100);
+  MESSAGE("mixed-fleet search: " << r.search.enumerated << " plans enumerated, " << r.plans.size() << " ranked; best "
+                                 << best.iteration_time_s << " s, best homogeneous " << r.best_homogeneous_s
+                                 << " s, H100 layers " << h100 << ", A100 layers " << a100);
+  // Ranked fastest first.
+  for (std::size_t i = 1; i < r.plans.size(); ++i)
+    CHECK(r.plans[i - 1].iteration_time_s <= r.plans[i].iteration_time_s);
+}
+
+TEST_CASE("the shipped mixed-fleet sweep expands into per-stage plans, some treating every GPU alike") {
+  const SweepSpec spec = load_sweep_file(
+      std::string(TRAINSIM_SOURCE_DIR) + "/scenarios/sweeps/gpt-1b-h100-a100-mixed-fleet.json", testing::catalog());
+  CHECK(spec.mixed_fleet);
+  const SweepPlan plan = expand_sweep(spec, testing::catalog());
+  REQUIRE(!plan.points.empty());
+  int alike = 0, per_group = 0;
+  for (const SweepPoint& p : plan.points) {
+    REQUIRE(p.overrides.back().first == "parallel.stages");
+    const nlohmann::json& stages = p.overrides.back().second;
+    (stages.front().contains("group") ? per_group : alike) += 1;
+  }
+  CHECK(alike > 0);
+  CHECK(per_group > alike);
+}
+
+TEST_CASE("NVIDIA and AMD in one job: runs, and the cross-vendor communicators are a warning") {
+  const Scenario s =
+      load(kMixed, {R"(cluster.groups=[{"node": "dgx-h100", "nodes": 4}, {"node": "mi300x-8", "nodes": 4}])"});
+  const JobReport r = simulate(s);
+  REQUIRE(r.feasible);
+  CHECK(r.per_stage[1].gpus == std::vector<std::string>{"MI300X"});
+  bool warned = false;
+  for (const std::string& w : r.warnings) warned = warned || contains(w, "span GPU vendors");
+  CHECK(warned);  // the pipeline links between the H100 and MI300X stages
+  CHECK(simulate(load(kMixed)).warnings.empty());
+}
+
+TEST_CASE("Sailor GH200 runs: at micro-batch 8 the simulator orders the layouts of each node count as measured") {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(TRAINSIM_SOURCE_DIR) / "scenarios" / "validation-hetero";
+  // Runs of one node count and global batch differ only in PP x DP: order them by measured and by predicted time.
+  std::map<std::string, std::vector<std::pair<double, double>>> by_nodes;  // "N<nodes>" -> (measured, predicted)
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const Scenario s = load_scenario_file(e.path().string(), {}, testing::catalog());
+    REQUIRE(s.expected.has_value());
+    if (s.parallel.micro_batch != 8) continue;
+    const std::string key =
+        std::to_string(s.cluster.groups.front().count) + "/" + std::to_string(s.parallel.global_batch);
+    by_nodes[key].emplace_back(s.expected->value, simulate(s).iteration_time_s);
+  }
+  int ordered = 0;
+  for (auto& [key, runs] : by_nodes) {
+    if (runs.size() < 2) continue;
+    std::sort(runs.begin(), runs.end());
+    for (std::size_t i = 1; i < runs.size(); ++i) CHECK_MESSAGE(runs[i - 1].second < runs[i].second, key);
+    ++ordered;
+  }
+  CHECK(ordered == 3);  // 8, 16 and 32 nodes
+}
+
+TEST_CASE("behind an encoder, the model's first stage holds the token embedding in memory") {
+  const char* text = R"({
+    "model": {"preset": "llama2-7b",
+              "encoder": {"tokens": 577, "model": {"name": "vit-l", "layers": 24, "hidden": 1024, "heads": 16,
+                          "ffn_hidden": 4096, "vocab": 1, "mlp": "gelu", "norm": "layernorm", "position": "learned",
+                          "max_seq_len": 577}}},
+    "cluster": {"node": "dgx-h100", "nodes": 3},
+    "parallel": {"pp": 3, "dp": 1, "micro_batch": 1, "global_batch": 8,
+                 "stages": [{"tp": 8, "layers": 24}, {"tp": 8, "layers": 16}, {"tp": 8, "layers": 16}]},
+    "training": {"seq_len": 2048}
+  })";
+  const JobReport r = simulate(load(text));
+  REQUIRE(r.feasible);
+  // Llama-2 7B: 32000 x 4096 embedding and as large an (untied) output layer, over TP 8, 2 bytes a weight.
+  const double embedding = 32000.0 * 4096 / 8 * 2;
+  CHECK(r.per_stage[1].memory.weights == doctest::Approx(r.per_stage[2].memory.weights).epsilon(1e-9));
+  CHECK(r.per_stage[1].memory.weights > embedding);
+}

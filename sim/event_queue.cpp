@@ -59,23 +59,9 @@ void EventQueue::sift_up(std::size_t i) {
   const Event e = heap_[i];
   while (i > 0) {
     const std::size_t parent = (i - 1) / 2;
-    if (!before(e, heap_[parent])) break;
+    if (!earlier(e, heap_[parent])) break;
     heap_[i] = heap_[parent];
     i = parent;
-  }
-  heap_[i] = e;
-}
-
-void EventQueue::sift_down(std::size_t i) {
-  const std::size_t n = heap_.size();
-  const Event e = heap_[i];
-  for (;;) {
-    std::size_t child = 2 * i + 1;
-    if (child >= n) break;
-    if (child + 1 < n && before(heap_[child + 1], heap_[child])) ++child;
-    if (!before(heap_[child], e)) break;
-    heap_[i] = heap_[child];
-    i = child;
   }
   heap_[i] = e;
 }

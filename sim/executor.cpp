@@ -48,8 +48,8 @@ std::size_t estimate_run_bytes(const SimulationSetup& setup, bool flow) {
   // start, end and rate flag, and up to one pending event (a vector that grows
   // by doubling may hold twice that).
   const std::size_t per_stream = sizeof(std::uint32_t) + 1 + 3 * sizeof(Time) + sizeof(double) + 1 + 2 * sizeof(Event);
-  // Per rank: three bases, stride, finish, done count, timeline index, transfers running, program.
-  const std::size_t per_rank = 4 * sizeof(std::size_t) + sizeof(Time) + 4 * sizeof(std::uint32_t);
+  // Per rank: three bases, stride, finish, done count, timeline index, transfers running, program, op costs.
+  const std::size_t per_rank = 4 * sizeof(std::size_t) + sizeof(Time) + 5 * sizeof(std::uint32_t);
   // Per communicator: its state (five vectors, a sequence number, three
   // counters); per member the waiters of a pending collective (two of 16 bytes
   // with the vector's doubling) or of queued messages.
@@ -128,6 +128,13 @@ void Executor::init() {
   done_count_.assign(nr, 0);
   comms_.resize(setup.comms.size());
   op_cost_cache_.resize(setup.programs.size() * static_cast<std::size_t>(cluster.num_gpu_types()));
+  op_costs_of_rank_.resize(nr);
+  for (std::size_t r = 0; r < nr; ++r) {
+    const RankProgram& rp = setup.ranks[r];
+    const int type = rp.gpu_type >= 0 ? rp.gpu_type : cluster.gpu_type_of(rp.gpu);
+    op_costs_of_rank_[r] =
+        static_cast<std::uint32_t>(rp.program * static_cast<std::size_t>(cluster.num_gpu_types()) + type);
+  }
   for (int t = 0; t < cluster.num_gpu_types(); ++t) {
     const double share = costs_->profile(t).compute_share_during_comm.value;
     contention_ |= share > 0 && share < 1.0;
@@ -144,10 +151,10 @@ void Executor::init() {
 }
 
 Time Executor::op_duration(std::uint32_t rank, std::uint32_t op, bool contended) {
-  const RankProgram& rp = setup_->ranks[rank];
-  const int type = rp.gpu_type >= 0 ? rp.gpu_type : cluster_->gpu_type_of(rp.gpu);
-  auto& cache = op_cost_cache_[rp.program * static_cast<std::size_t>(cluster_->num_gpu_types()) + type];
+  auto& cache = op_cost_cache_[op_costs_of_rank_[rank]];
   if (cache.empty()) {
+    const RankProgram& rp = setup_->ranks[rank];
+    const int type = rp.gpu_type >= 0 ? rp.gpu_type : cluster_->gpu_type_of(rp.gpu);
     const ProgramTemplate& p = setup_->programs[rp.program];
     const double share = costs_->profile(type).compute_share_during_comm.value;
     cache.reserve(2 * p.ops.size());

@@ -97,8 +97,9 @@ class FlowNetwork {
     std::uint64_t seq;
     std::uint32_t id, version;
   };
+  // Without branches: heap operations choose among children on it.
   static bool later(const HeapEntry& a, const HeapEntry& b) {
-    return a.time > b.time || (a.time == b.time && a.seq > b.seq);
+    return (a.time > b.time) | ((a.time == b.time) & (a.seq > b.seq));
   }
 
   std::uint32_t new_flow();

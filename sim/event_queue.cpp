@@ -20,7 +20,8 @@ namespace {
 // (time, sequence) order without branches: the heap's child choice is data
 // dependent and mispredicts half the time when written with && and ||.
 inline bool earlier(const Event& a, const Event& b) {
-  return (a.time < b.time) | ((a.time == b.time) & (a.seq < b.seq));
+  return (static_cast<unsigned>(a.time < b.time) |
+          (static_cast<unsigned>(a.time == b.time) & static_cast<unsigned>(a.seq < b.seq))) != 0;
 }
 }  // namespace
 

@@ -57,9 +57,9 @@ std::size_t estimate_run_bytes(const SimulationSetup& setup, bool flow) {
   const std::size_t per_member = 2 * (2 * sizeof(std::uint32_t) + sizeof(Time));
   // Per slot: communicator, sequence number, member index.
   const std::size_t per_slot = 3 * sizeof(std::uint32_t);
-  double bytes = static_cast<double>(tasks * sizeof(std::uint32_t) + streams * per_stream + slots * per_slot +
-                                     setup.ranks.size() * per_rank + setup.comms.size() * per_comm +
-                                     members * per_member);
+  double bytes =
+      static_cast<double>(tasks * sizeof(std::uint32_t) + streams * per_stream + slots * per_slot +
+                          setup.ranks.size() * per_rank + setup.comms.size() * per_comm + members * per_member);
   if (flow) bytes += kFlowBytesPerMember * static_cast<double>(members);
   return static_cast<std::size_t>(bytes);
 }

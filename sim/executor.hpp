@@ -188,7 +188,7 @@ class Executor {
   std::vector<std::uint32_t> done_count_;
   std::vector<CommState> comms_;
   std::vector<std::vector<Time>> op_cost_cache_;  // [program * types + type][2 * op + contended]
-  std::vector<std::uint32_t> op_costs_of_rank_;    // index into op_cost_cache_ of each rank
+  std::vector<std::uint32_t> op_costs_of_rank_;   // index into op_cost_cache_ of each rank
   // Compute/communication contention: transfers running per rank, and per stream
   // the running compute kernel's progress (fraction done at `run_since_`), rate and
   // the one valid completion time (earlier events for it are stale).

@@ -37,7 +37,6 @@ class EventQueue {
   static bool before(const Event& a, const Event& b) { return a.time < b.time || (a.time == b.time && a.seq < b.seq); }
   bool from_fifo() const { return head_ < fifo_.size() && (heap_.empty() || before(fifo_[head_], heap_.front())); }
   void sift_up(std::size_t i);
-  void sift_down(std::size_t i);
 
   std::vector<Event> heap_;
   std::vector<Event> fifo_;  // [head_, end) pending, in (time, sequence) order

@@ -48,14 +48,18 @@ std::size_t estimate_run_bytes(const SimulationSetup& setup, bool flow) {
   // start, end and rate flag, and up to one pending event (a vector that grows
   // by doubling may hold twice that).
   const std::size_t per_stream = sizeof(std::uint32_t) + 1 + 3 * sizeof(Time) + sizeof(double) + 1 + 2 * sizeof(Event);
-  // Per rank: three bases, stride, finish, done count, timeline index, transfers running.
-  const std::size_t per_rank = 3 * sizeof(std::size_t) + sizeof(Time) + 4 * sizeof(std::uint32_t);
-  // Per communicator: its state, whose five deques each allocate a 64-byte map
-  // and a 512-byte block on construction (libstdc++).
-  const std::size_t per_comm = sizeof(std::deque<int>) * 5 + sizeof(std::uint64_t) + 5 * (64 + 512);
+  // Per rank: three bases, stride, finish, done count, timeline index, transfers running, program, op costs.
+  const std::size_t per_rank = 4 * sizeof(std::size_t) + sizeof(Time) + 5 * sizeof(std::uint32_t);
+  // Per communicator: its state (five vectors, a sequence number, three
+  // counters); per member the waiters of a pending collective (two of 16 bytes
+  // with the vector's doubling) or of queued messages.
+  const std::size_t per_comm = sizeof(std::vector<int>) * 5 + sizeof(std::uint64_t) + 5 * sizeof(std::uint32_t);
+  const std::size_t per_member = 2 * (2 * sizeof(std::uint32_t) + sizeof(Time));
+  // Per slot: communicator, sequence number, member index.
+  const std::size_t per_slot = 3 * sizeof(std::uint32_t);
   double bytes =
-      static_cast<double>(tasks * sizeof(std::uint32_t) + streams * per_stream + slots * sizeof(std::uint32_t) +
-                          setup.ranks.size() * per_rank + setup.comms.size() * per_comm);
+      static_cast<double>(tasks * sizeof(std::uint32_t) + streams * per_stream + slots * per_slot +
+                          setup.ranks.size() * per_rank + setup.comms.size() * per_comm + members * per_member);
   if (flow) bytes += kFlowBytesPerMember * static_cast<double>(members);
   return static_cast<std::size_t>(bytes);
 }
@@ -109,10 +113,28 @@ void Executor::init() {
   stream_pos_.assign(streams, 0);
   stream_busy_.assign(streams, 0);
   stream_start_.assign(streams, Time{});
-  slot_seq_.assign(slots, 0);
+  slots_.assign(slots, SlotState{});
+  program_of_rank_.resize(nr);
+  for (std::size_t r = 0; r < nr; ++r) {
+    const RankProgram& rp = setup.ranks[r];
+    program_of_rank_[r] = &setup.programs[rp.program];
+    for (std::uint32_t k = 0; k < rp.comm_of_slot.size(); ++k) {
+      SlotState& st = slots_[slot_at(static_cast<std::uint32_t>(r), k)];
+      st.comm = rp.comm_of_slot[k];
+      const Communicator& cm = setup.comms[st.comm];
+      st.member = !cm.members.empty() && cm.members[0] == rp.gpu ? 0 : 1;
+    }
+  }
   done_count_.assign(nr, 0);
   comms_.resize(setup.comms.size());
   op_cost_cache_.resize(setup.programs.size() * static_cast<std::size_t>(cluster.num_gpu_types()));
+  op_costs_of_rank_.resize(nr);
+  for (std::size_t r = 0; r < nr; ++r) {
+    const RankProgram& rp = setup.ranks[r];
+    const int type = rp.gpu_type >= 0 ? rp.gpu_type : cluster.gpu_type_of(rp.gpu);
+    op_costs_of_rank_[r] =
+        static_cast<std::uint32_t>(rp.program * static_cast<std::size_t>(cluster.num_gpu_types()) + type);
+  }
   for (int t = 0; t < cluster.num_gpu_types(); ++t) {
     const double share = costs_->profile(t).compute_share_during_comm.value;
     contention_ |= share > 0 && share < 1.0;
@@ -148,10 +170,10 @@ void Executor::init() {
 }
 
 Time Executor::op_duration(std::uint32_t rank, std::uint32_t op, bool contended) {
-  const RankProgram& rp = setup_->ranks[rank];
-  const int type = rp.gpu_type >= 0 ? rp.gpu_type : cluster_->gpu_type_of(rp.gpu);
-  auto& cache = op_cost_cache_[rp.program * static_cast<std::size_t>(cluster_->num_gpu_types()) + type];
+  auto& cache = op_cost_cache_[op_costs_of_rank_[rank]];
   if (cache.empty()) {
+    const RankProgram& rp = setup_->ranks[rank];
+    const int type = rp.gpu_type >= 0 ? rp.gpu_type : cluster_->gpu_type_of(rp.gpu);
     const ProgramTemplate& p = setup_->programs[rp.program];
     const double share = costs_->profile(type).compute_share_during_comm.value;
     cache.reserve(2 * p.ops.size());
@@ -180,7 +202,7 @@ void Executor::start_compute(std::uint32_t rank, std::uint32_t task, std::uint32
     queue_.push(now + op_duration(rank, op, false), rank, task);
     return;
   }
-  const std::size_t si = stream_at(rank, setup_->programs[setup_->ranks[rank].program].tasks[task].stream);
+  const std::size_t si = stream_at(rank, program_of_rank_[rank]->tasks[task].stream);
   const bool slow = contention_ && comm_active_[rank] > 0;
   const double factor = window_factor(rank, now);
   run_frac_[si] = 0;
@@ -203,7 +225,7 @@ void Executor::comm_finished(std::uint32_t rank, Time now) {
 // The rank's compute rate changed at `now`: book the progress made at the old
 // rate and move each running kernel's completion to where the new rate puts it.
 void Executor::retime_compute(std::uint32_t rank, Time now) {
-  const ProgramTemplate& p = setup_->programs[setup_->ranks[rank].program];
+  const ProgramTemplate& p = *program_of_rank_[rank];
   const bool slow = contention_ && comm_active_[rank] > 0;
   const double factor = window_factor(rank, now);
   for (std::uint32_t s = 0; s < p.streams.size(); ++s) {
@@ -231,7 +253,7 @@ void Executor::retime_compute(std::uint32_t rank, Time now) {
 // A compute completion superseded by a later retime.
 bool Executor::stale(const Event& e) const {
   if (!retiming_) return false;
-  const ProgramTemplate& p = setup_->programs[setup_->ranks[e.rank].program];
+  const ProgramTemplate& p = *program_of_rank_[e.rank];
   const Task& t = p.tasks[e.payload];
   if (t.kind != TaskKind::Compute) return false;
   const std::size_t si = stream_at(e.rank, t.stream);
@@ -241,12 +263,12 @@ bool Executor::stale(const Event& e) const {
 void Executor::record(std::uint32_t rank, std::uint32_t task, Time start, Time end, std::uint8_t category) {
   const int tl = timeline_of_rank_[rank];
   if (tl < 0 || end <= start) return;
-  const Task& t = setup_->programs[setup_->ranks[rank].program].tasks[task];
+  const Task& t = program_of_rank_[rank]->tasks[task];
   result_.timelines[tl].intervals.push_back(Interval{start, end, task, t.stream, category});
 }
 
 void Executor::try_start(std::uint32_t rank, std::uint8_t stream, Time now) {
-  const ProgramTemplate& p = setup_->programs[setup_->ranks[rank].program];
+  const ProgramTemplate& p = *program_of_rank_[rank];
   const std::size_t si = stream_at(rank, stream);
   if (stream_busy_[si]) return;
   const auto tasks = p.stream(stream);
@@ -276,7 +298,7 @@ void Executor::start_transfer(const TransferRequest& request, std::span<const Wa
   const std::uint32_t slot = new_in_flight();
   const Time end = network_->start(now, request, slot);
   for (const Waiter& w : waiters) {
-    const Task& wt = setup_->programs[setup_->ranks[w.rank].program].tasks[w.task];
+    const Task& wt = program_of_rank_[w.rank]->tasks[w.task];
     stream_start_[stream_at(w.rank, wt.stream)] = now;
     comm_started(w.rank, now);
   }
@@ -297,7 +319,7 @@ bool Executor::same_transfer(const Waiter& a, const Waiter& b, std::uint32_t com
   const bool collective = ta.kind == TaskKind::Collective;
   if (ta.bytes == tb.bytes && (!collective || ta.collective == tb.collective)) return true;
   auto describe = [&](const Waiter& w, const Task& t) {
-    const ProgramTemplate& p = setup_->programs[setup_->ranks[w.rank].program];
+    const ProgramTemplate& p = *program_of_rank_[w.rank];
     return WaitingTask{setup_->ranks[w.rank].name, p.streams[t.stream], p.labels[t.label],
                        std::string("posted ") + (collective ? to_string(t.collective) : to_string(t.kind)) + " of " +
                            std::to_string(t.bytes) + " bytes on " + setup_->comms[comm].name};
@@ -308,49 +330,85 @@ bool Executor::same_transfer(const Waiter& a, const Waiter& b, std::uint32_t com
   return false;
 }
 
+void Executor::WaiterQueue::push(const Waiter& w) {
+  if (empty()) {
+    items.clear();
+    head = 0;
+  }
+  items.push_back(w);
+}
+
+void Executor::WaiterQueue::pop() {
+  ++head;
+  if (empty()) {
+    items.clear();
+    head = 0;
+  }
+}
+
 void Executor::post_collective(std::uint32_t rank, std::uint32_t task, Time now) {
-  const ProgramTemplate& p = setup_->programs[setup_->ranks[rank].program];
+  const ProgramTemplate& p = *program_of_rank_[rank];
   const Task& t = p.tasks[task];
-  const std::uint32_t comm = setup_->ranks[rank].comm_of_slot[t.ref];
+  SlotState& slot = slots_[slot_at(rank, t.ref)];
+  const std::uint32_t comm = slot.comm;
   CommState& c = comms_[comm];
-  const std::uint64_t seq = slot_seq_[slot_at(rank, t.ref)]++;
-  while (c.base_seq + c.pending.size() <= seq) c.pending.emplace_back();
-  PendingCollective& pc = c.pending[seq - c.base_seq];
+  const std::uint64_t seq = slot.seq++;
+  // Pending collective `seq` lives at pending_head + (seq - base_seq); elements
+  // past the live ones are reused (done, waiters emptied) before new ones are made.
+  const std::size_t index = c.pending_head + static_cast<std::size_t>(seq - c.base_seq);
+  while (c.pending_head + c.pending_live <= index) {
+    const std::size_t next = c.pending_head + c.pending_live;
+    if (next < c.pending.size()) {
+      c.pending[next].done = false;
+    } else {
+      c.pending.emplace_back();
+    }
+    ++c.pending_live;
+  }
+  PendingCollective& pc = c.pending[index];
   const Waiter me{rank, task, now};
   if (!pc.waiters.empty() && !same_transfer(pc.waiters.front(), me, comm)) return;
+  if (pc.waiters.empty()) pc.waiters.reserve(static_cast<std::size_t>(setup_->comms[comm].simulated_members));
   pc.waiters.push_back(me);
   if (static_cast<int>(pc.waiters.size()) < setup_->comms[comm].simulated_members) return;
   for (const Waiter& w : pc.waiters) record(w.rank, w.task, w.posted, now, kWaitCategory);
   start_transfer(TransferRequest{comm, false, t.collective, 0, t.bytes}, pc.waiters, now);
   pc.done = true;
   pc.waiters.clear();
-  while (!c.pending.empty() && c.pending.front().done) {
-    c.pending.pop_front();
+  while (c.pending_live > 0 && c.pending[c.pending_head].done) {
+    ++c.pending_head;
+    --c.pending_live;
     ++c.base_seq;
+  }
+  if (c.pending_live == 0) {
+    c.pending_head = 0;
+  } else if (c.pending_head > 0 && 2 * c.pending_head >= c.pending.size()) {
+    // Keep the live ones at the front (rare: collectives posted out of order).
+    std::rotate(c.pending.begin(), c.pending.begin() + c.pending_head, c.pending.end());
+    c.pending_head = 0;
   }
 }
 
 void Executor::post_p2p(std::uint32_t rank, std::uint32_t task, Time now) {
-  const RankProgram& rp = setup_->ranks[rank];
-  const Task& t = setup_->programs[rp.program].tasks[task];
-  const std::uint32_t comm = rp.comm_of_slot[t.ref];
-  const Communicator& cm = setup_->comms[comm];
+  const Task& t = program_of_rank_[rank]->tasks[task];
+  const SlotState& slot = slots_[slot_at(rank, t.ref)];
+  const std::uint32_t comm = slot.comm;
   CommState& c = comms_[comm];
-  const int me = cm.members[0] == rp.gpu ? 0 : 1;
+  const int me = static_cast<int>(slot.member);
   const int sender = t.kind == TaskKind::Send ? me : 1 - me;
-  (t.kind == TaskKind::Send ? c.sends : c.recvs)[sender].push_back(Waiter{rank, task, now});
+  (t.kind == TaskKind::Send ? c.sends : c.recvs)[sender].push(Waiter{rank, task, now});
   auto& sends = c.sends[sender];
   auto& recvs = c.recvs[sender];
   if (sends.empty() || recvs.empty()) return;
   const Waiter pair[] = {sends.front(), recvs.front()};
-  sends.pop_front();
-  recvs.pop_front();
+  sends.pop();
+  recvs.pop();
   if (!same_transfer(pair[0], pair[1], comm)) return;
   start_transfer(TransferRequest{comm, true, CollectiveKind::AllReduce, sender, t.bytes}, pair, now);
 }
 
 void Executor::complete(std::uint32_t rank, std::uint32_t task, Time now) {
-  const ProgramTemplate& p = setup_->programs[setup_->ranks[rank].program];
+  const ProgramTemplate& p = *program_of_rank_[rank];
   const Task& t = p.tasks[task];
   const std::size_t si = stream_at(rank, t.stream);
   const std::uint8_t category =

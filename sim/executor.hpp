@@ -11,7 +11,6 @@
 // a collective must post the same kind and byte count (a send the same bytes as
 // its receive); a mismatch stops the run and names the ranks and tasks.
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <span>
 #include <string>
@@ -115,10 +114,30 @@ class Executor {
     std::vector<Waiter> waiters;
     bool done = false;
   };
+  // Posts waiting for their peers, first in first out: [head, end) of a vector
+  // whose elements (and their capacity) are reused once the queue empties.
+  struct WaiterQueue {
+    std::vector<Waiter> items;
+    std::uint32_t head = 0;
+    bool empty() const { return head == items.size(); }
+    const Waiter& front() const { return items[head]; }
+    void push(const Waiter& w);
+    void pop();
+  };
   struct CommState {
-    std::uint64_t base_seq = 0;  // sequence number of pending.front()
-    std::deque<PendingCollective> pending;
-    std::deque<Waiter> sends[2], recvs[2];  // indexed by the sending member (0 or 1)
+    std::uint64_t base_seq = 0;  // sequence number of pending[pending_head]
+    // Collectives posted and not started: [pending_head, pending_head + pending_live);
+    // later elements are finished ones kept for their waiters' capacity.
+    std::vector<PendingCollective> pending;
+    std::uint32_t pending_head = 0, pending_live = 0;
+    WaiterQueue sends[2], recvs[2];  // indexed by the sending member (0 or 1)
+  };
+  // Per slot of a rank: its communicator, the sequence number of its next
+  // collective, and for a message slot the rank's member index (0 or 1).
+  struct SlotState {
+    std::uint32_t comm = 0;
+    std::uint32_t seq = 0;
+    std::uint32_t member = 0;
   };
 
   void try_start(std::uint32_t rank, std::uint8_t stream, Time now);
@@ -164,10 +183,13 @@ class Executor {
   std::vector<std::uint32_t> stream_pos_;
   std::vector<std::uint8_t> stream_busy_;
   std::vector<Time> stream_start_;
-  std::vector<std::uint32_t> slot_seq_;
+  std::vector<SlotState> slots_;
+  // The program of each rank (setup_->programs[setup_->ranks[r].program]), read on every event.
+  std::vector<const ProgramTemplate*> program_of_rank_;
   std::vector<std::uint32_t> done_count_;
   std::vector<CommState> comms_;
   std::vector<std::vector<Time>> op_cost_cache_;  // [program * types + type][2 * op + contended]
+  std::vector<std::uint32_t> op_costs_of_rank_;   // index into op_cost_cache_ of each rank
   // Compute/communication contention: transfers running per rank, and per stream
   // the running compute kernel's progress (fraction done at `run_since_`), rate and
   // the one valid completion time (earlier events for it are stale).

@@ -97,8 +97,10 @@ class FlowNetwork {
     std::uint64_t seq;
     std::uint32_t id, version;
   };
+  // Without branches: heap operations choose among children on it.
   static bool later(const HeapEntry& a, const HeapEntry& b) {
-    return a.time > b.time || (a.time == b.time && a.seq > b.seq);
+    return (static_cast<unsigned>(a.time > b.time) |
+            (static_cast<unsigned>(a.time == b.time) & static_cast<unsigned>(a.seq > b.seq))) != 0;
   }
 
   std::uint32_t new_flow();

@@ -4,8 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
-#include <map>
-#include <set>
+#include <utility>
 
 namespace trainsim {
 
@@ -64,6 +63,36 @@ AnalyticalNetwork::AnalyticalNetwork(const Cluster& cluster, const std::vector<C
     const NodeSpec& ns = cluster.node_spec(node);
     if (ns.nic_count > 0) rail_of_gpu_[g] = local * ns.nic_count / std::max(1, ns.gpus_per_node);
   }
+  if (fabric_.spines > 0) {
+    // uplink_capacity() of every leaf in one pass over the nodes (the same sums
+    // in the same node order), instead of a pass over a leaf per member and shape.
+    const bool rail_optimized = fabric_.kind == FabricKind::RailOptimized;
+    leaf_groups_ = (fabric_.nodes_per_datacenter + fabric_.nodes_per_leaf - 1) / fabric_.nodes_per_leaf;
+    leaf_rails_ = 1;
+    if (rail_optimized) {
+      for (int n = 0; n < cluster.num_nodes(); ++n) leaf_rails_ = std::max(leaf_rails_, cluster.node_spec(n).nic_count);
+    }
+    const std::size_t leaves = static_cast<std::size_t>(fabric_.datacenters) * leaf_groups_;
+    std::vector<double> cap(leaves * leaf_rails_, 0.0);
+    std::vector<int> ports(leaves * leaf_rails_, 0);
+    const int covered = std::min(cluster.num_nodes(), fabric_.datacenters * fabric_.nodes_per_datacenter);
+    for (int n = 0; n < covered; ++n) {
+      const NodeSpec& ns = cluster.node_spec(n);
+      const std::size_t leaf =
+          static_cast<std::size_t>(fabric_.datacenter_of(n)) * leaf_groups_ + fabric_.leaf_group_of(n);
+      for (int r = 0; r < leaf_rails_; ++r) {
+        const int nics = rail_optimized ? (r < ns.nic_count ? 1 : 0) : ns.nic_count;
+        cap[leaf * leaf_rails_ + r] += ns.nic_bandwidth * nics;
+        ports[leaf * leaf_rails_ + r] += nics;
+      }
+    }
+    leaf_uplink_.assign(cap.size(), 0.0);
+    for (std::size_t i = 0; i < cap.size(); ++i) {
+      if (ports[i] == 0) continue;
+      const double c = cap[i] * (static_cast<double>(fabric_.leaf_ports) / ports[i]);
+      leaf_uplink_[i] = c / fabric_.oversubscription / fabric_.spines;
+    }
+  }
 }
 
 CommShape AnalyticalNetwork::shape(const std::vector<int>& members) const {
@@ -74,11 +103,13 @@ CommShape AnalyticalNetwork::shape(const std::vector<int>& members) const {
   bool all_nvls = true;
   double uplink = kNone;  // smallest leaf-spine link above the members, before efficiency
   double net_eff = kNone;
-  std::map<int, int> per_domain;               // scale-up domain -> members
-  std::map<int, int> per_dc;                   // datacenter -> members
-  std::map<int, std::set<int>> domains_of_dc;  // datacenter -> domains
-  std::map<int, std::set<int>> leaf_groups;    // datacenter -> leaf groups of the members' nodes
-  std::map<int, std::set<int>> rails_of_bare;  // node without scale-up links -> rails of its members
+  // Per member, sorted and counted after the loop (flat arrays rather than
+  // maps and sets: a shape is taken for every communicator of a plan).
+  std::vector<std::pair<int, int>> dc_domain;  // (datacenter, scale-up domain)
+  std::vector<std::pair<int, int>> dc_leaf;    // (datacenter, leaf group of the member's node)
+  std::vector<std::pair<int, int>> bare_rail;  // (node without scale-up links, rail of the member)
+  dc_domain.reserve(members.size());
+  dc_leaf.reserve(members.size());
   for (int gpu : members) {
     const int node = cluster_->node_of(gpu);
     const NodeSpec& ns = cluster_->node_spec(node);
@@ -87,12 +118,10 @@ CommShape AnalyticalNetwork::shape(const std::vector<int>& members) const {
     // A node without scale-up links: every GPU is its own domain and talks to
     // the others through the NICs (docs/network.md, "Scale-up kind none").
     const int domain = has_scaleup(ns) ? node : cluster_->num_nodes() + gpu;
-    ++per_domain[domain];
-    ++per_dc[dc];
-    domains_of_dc[dc].insert(domain);
-    leaf_groups[dc].insert(fabric_.leaf_group_of(node));
+    dc_domain.emplace_back(dc, domain);
+    dc_leaf.emplace_back(dc, fabric_.leaf_group_of(node));
     const int rail = rail_of_gpu_[gpu];
-    if (!has_scaleup(ns) && ns.gpus_per_node > 1) rails_of_bare[node].insert(rail);
+    if (!has_scaleup(ns) && ns.gpus_per_node > 1) bare_rail.emplace_back(node, rail);
     if (has_scaleup(ns)) {
       const double eff_bw = ns.scaleup_bandwidth * p.scaleup.busbw_efficiency.value;
       if (eff_bw < s.scaleup_bw) {
@@ -109,7 +138,9 @@ CommShape AnalyticalNetwork::shape(const std::vector<int>& members) const {
     s.network_bw = std::min(s.network_bw, ns.nic_bandwidth_per_gpu() * p.network.busbw_efficiency.value);
     if (fabric_.spines > 0) {
       const int leaf_rail = fabric_.kind == FabricKind::RailOptimized ? std::max(0, rail) : -1;
-      const double cap = uplink_capacity(*cluster_, fabric_, dc, fabric_.leaf_group_of(node), leaf_rail);
+      const double cap =
+          leaf_uplink_[(static_cast<std::size_t>(dc) * leaf_groups_ + fabric_.leaf_group_of(node)) * leaf_rails_ +
+                       std::max(0, leaf_rail)];
       if (cap > 0) uplink = std::min(uplink, cap);
     }
     if (fabric_.datacenters > 1) {
@@ -120,21 +151,45 @@ CommShape AnalyticalNetwork::shape(const std::vector<int>& members) const {
     s.network_latency = std::max(s.network_latency, p.network.latency.value);
     s.base_latency = std::max(s.base_latency, p.scaleup.base_latency.value);
   }
-  if (!all_nvls || per_domain.size() != 1) s.nvls_bw = 0;
+  // Members per domain (a domain lies in one datacenter), members and domains per datacenter.
+  std::sort(dc_domain.begin(), dc_domain.end());
+  std::vector<std::pair<int, int>> per_dc;  // (datacenter, members), datacenters ascending
+  int domains = 0;
+  for (std::size_t i = 0; i < dc_domain.size();) {
+    std::size_t j = i;
+    while (j < dc_domain.size() && dc_domain[j] == dc_domain[i]) ++j;
+    const int count = static_cast<int>(j - i);
+    ++domains;
+    s.max_per_node = std::max(s.max_per_node, count);
+    if (per_dc.empty() || per_dc.back().first != dc_domain[i].first) per_dc.emplace_back(dc_domain[i].first, 0);
+    per_dc.back().second += count;
+    i = j;
+  }
+  for (std::size_t i = 0; i < dc_domain.size();) {
+    std::size_t j = i;
+    while (j < dc_domain.size() && dc_domain[j] == dc_domain[i]) ++j;
+    s.uniform_per_node &= static_cast<int>(j - i) == s.max_per_node;
+    i = j;
+  }
+  if (!all_nvls || domains != 1) s.nvls_bw = 0;
   if (s.scaleup_bw == kNone) s.scaleup_bw = 0;
   if (s.nvls_bw == kNone) s.nvls_bw = 0;
   if (s.network_bw == kNone) s.network_bw = 0;
-  s.nodes = static_cast<int>(per_domain.size());
-  for (const auto& [domain, count] : per_domain) s.max_per_node = std::max(s.max_per_node, count);
-  for (const auto& [domain, count] : per_domain) s.uniform_per_node &= count == s.max_per_node;
+  s.nodes = domains;
 
   // Leaf uplinks: a channel between domains under different leaves of one
   // datacenter crosses an uplink; alone on the network it gets one uplink
   // (ECMP spreads a fat-tree node's channels over the spines).
   bool spans_leaves = false;
-  for (const auto& [dc, groups] : leaf_groups) spans_leaves |= groups.size() > 1;
-  for (const auto& [node, rails] : rails_of_bare) {
-    spans_leaves |= fabric_.kind == FabricKind::RailOptimized && rails.size() > 1;
+  std::sort(dc_leaf.begin(), dc_leaf.end());
+  for (std::size_t i = 1; i < dc_leaf.size(); ++i) {
+    spans_leaves |= dc_leaf[i].first == dc_leaf[i - 1].first && dc_leaf[i].second != dc_leaf[i - 1].second;
+  }
+  if (fabric_.kind == FabricKind::RailOptimized) {
+    std::sort(bare_rail.begin(), bare_rail.end());
+    for (std::size_t i = 1; i < bare_rail.size(); ++i) {
+      spans_leaves |= bare_rail[i].first == bare_rail[i - 1].first && bare_rail[i].second != bare_rail[i - 1].second;
+    }
   }
   double uplink_per_channel = kNone;
   if (uplink != kNone) {
@@ -148,12 +203,20 @@ CommShape AnalyticalNetwork::shape(const std::vector<int>& members) const {
 
   // Datacenters: the WAN path's latency, and its share of the WAN per GPU.
   s.datacenters = static_cast<int>(per_dc.size());
-  s.per_dc_size = per_dc.empty() ? 0 : per_dc.begin()->second;
+  s.per_dc_size = per_dc.empty() ? 0 : per_dc.front().second;
   for (const auto& [dc, count] : per_dc) {
     if (count != s.per_dc_size) s.per_dc_size = 0;
   }
-  for (const auto& [dc, domains] : domains_of_dc) {
-    s.per_dc_nodes = std::max(s.per_dc_nodes, static_cast<int>(domains.size()));
+  for (std::size_t i = 0; i < dc_domain.size();) {
+    // Distinct domains of the datacenter dc_domain[i].first.
+    int dc_domains = 0;
+    std::size_t j = i;
+    while (j < dc_domain.size() && dc_domain[j].first == dc_domain[i].first) {
+      if (j == i || dc_domain[j].second != dc_domain[j - 1].second) ++dc_domains;
+      ++j;
+    }
+    s.per_dc_nodes = std::max(s.per_dc_nodes, dc_domains);
+    i = j;
   }
   if (s.datacenters > 1) {
     if (uplink_per_channel != kNone) s.wan_bw = std::min(s.wan_bw, uplink_per_channel * net_eff);

@@ -49,6 +49,10 @@ class AnalyticalNetwork {
   FabricFacts fabric_;
   std::vector<int> gpus_in_datacenter_;
   std::vector<int> rail_of_gpu_;  // NIC index of each GPU in its node, -1 without NICs
+  // uplink_capacity() of every leaf, computed once: [(datacenter * leaf_groups_ + group) * leaf_rails_ + rail],
+  // rail 0 on a fat-tree. Empty without spines.
+  std::vector<double> leaf_uplink_;
+  int leaf_groups_ = 0, leaf_rails_ = 1;
 };
 
 }  // namespace trainsim

@@ -11,6 +11,7 @@
 #include "models/training_spec.hpp"
 #include "tools/frontend/catalog.hpp"
 #include "tools/frontend/fault_input.hpp"
+#include "tools/frontend/workload_input.hpp"
 
 namespace trainsim {
 
@@ -31,6 +32,7 @@ struct Scenario {
   std::string name;
   std::string description;
   TransformerSpec model;
+  WorkloadSpec workload;  // "workload": GNN, DLRM or a trace instead of `model` (docs/workloads.md)
   ClusterSpec cluster;
   ParallelSpec parallel;
   TrainingSpec training;

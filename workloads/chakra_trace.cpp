@@ -1,5 +1,6 @@
 #include "workloads/chakra_trace.hpp"
 
+#include <cmath>
 #include <map>
 
 #include "sim/check.hpp"
@@ -57,14 +58,17 @@ WorkloadPlan TraceWorkload::plan(const Platform& /*platform*/, const Placement& 
         op.kind = n.flops > 0 ? OpKind::Gemm : OpKind::MemoryBound;
         op.flops = n.flops;
         op.bytes = n.bytes;
+        // A trace node states its work, not its GEMM shape: costed as the square GEMM of its FLOPs.
+        const auto side = static_cast<std::int64_t>(std::cbrt(n.flops / 2));
+        op.m = op.n = op.k = side;
       } else {
         op.kind = OpKind::MemoryBound;
         op.measured_seconds = n.duration_s;
         op.flops = n.flops;
       }
       flops += n.flops;
-      task_of[i] = pb.compute(stream(n.stream.empty() ? "compute" : n.stream), pb.add_op(std::move(op)), label, -1,
-                              deps);
+      task_of[i] =
+          pb.compute(stream(n.stream.empty() ? "compute" : n.stream), pb.add_op(std::move(op)), label, -1, deps);
     }
   }
 

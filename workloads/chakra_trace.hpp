@@ -20,12 +20,12 @@ const char* to_string(TraceGroup g);
 struct TraceNode {
   std::string name;
   bool collective = false;
-  double duration_s = 0;         // compute: measured
-  double flops = 0, bytes = 0;   // compute: work for re-costing (0 = unknown)
+  double duration_s = 0;        // compute: measured
+  double flops = 0, bytes = 0;  // compute: work for re-costing (0 = unknown)
   CollectiveKind kind = CollectiveKind::AllReduce;
   std::uint64_t comm_bytes = 0;  // collective buffer size
   TraceGroup group = TraceGroup::World;
-  std::string stream;             // empty: "compute", or "comm.<group>" for collectives
+  std::string stream;               // empty: "compute", or "comm.<group>" for collectives
   std::vector<std::uint32_t> deps;  // indices of earlier nodes
 };
 

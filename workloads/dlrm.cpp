@@ -34,9 +34,9 @@ DlrmSpec dlrm_dcnv2_mlperf() {
   // 512, top MLP 1024-1024-512-256-1, Adagrad on the embeddings.
   DlrmSpec s;
   s.name = "dlrm-dcnv2";
-  const std::int64_t rows[] = {40000000, 39060, 17295, 7424,  20265, 3,        7122,     1543,     63,
-                               40000000, 3067956, 405282, 10,  2209,  11938,    155,      4,        976,
-                               14,       40000000, 40000000, 40000000, 590152, 12973, 108, 36};
+  const std::int64_t rows[] = {40000000, 39060,    17295,    7424,     20265,  3,     7122, 1543, 63,
+                               40000000, 3067956,  405282,   10,       2209,   11938, 155,  4,    976,
+                               14,       40000000, 40000000, 40000000, 590152, 12973, 108,  36};
   const int hot[] = {3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 6, 9, 5, 1, 1, 1, 12, 100, 27, 10, 3, 1, 1};
   for (std::size_t t = 0; t < std::size(rows); ++t) s.tables.push_back(EmbeddingTable{rows[t], 128, double(hot[t])});
   s.dense_features = 13;
@@ -101,19 +101,24 @@ ShardingPlan plan_sharding(const DlrmSpec& s, int ranks, const ShardingCosts& c)
     const EmbeddingTable& tab = s.tables[t];
     const double full = table_bytes(s, tab, tab.dim, 1);
     EmbeddingSharding kind = s.sharding;
-    if (kind == EmbeddingSharding::Auto && full <= s.data_parallel_threshold_bytes) kind = EmbeddingSharding::DataParallel;
+    if (kind == EmbeddingSharding::Auto && full <= s.data_parallel_threshold_bytes)
+      kind = EmbeddingSharding::DataParallel;
     struct Option {
       EmbeddingSharding kind;
       std::vector<int> ranks;  // shard owners (empty: every rank)
       int shards = 1;
       double max_load = 0;
+      double added = 0;  // time added over all ranks (ties go to the least total work)
     };
     std::vector<Option> options;
-    const double dp_time = local * [&] {
-      const TableTraffic tr = traffic(s, tab, tab.dim);
-      return tr.lookup_bytes + tr.update_bytes;
-    }() / c.hbm_bandwidth + 2 * full / (1 + 4 * s.optimizer_state_per_element / bytes_per_element(s.embedding_dtype)) /
-                                c.network_bandwidth;
+    const double dp_time =
+        local *
+            [&] {
+              const TableTraffic tr = traffic(s, tab, tab.dim);
+              return tr.lookup_bytes + tr.update_bytes;
+            }() /
+            c.hbm_bandwidth +
+        2 * full / (1 + 4 * s.optimizer_state_per_element / bytes_per_element(s.embedding_dtype)) / c.network_bandwidth;
     const double rw_time = [&] {
       const TableTraffic tr = traffic(s, tab, tab.dim);
       return g / ranks * (tr.lookup_bytes + tr.update_bytes) / c.hbm_bandwidth +
@@ -122,23 +127,24 @@ ShardingPlan plan_sharding(const DlrmSpec& s, int ranks, const ShardingCosts& c)
     const double max_load = *std::max_element(load.begin(), load.end());
     if (kind == EmbeddingSharding::DataParallel || kind == EmbeddingSharding::RowWise) {
       const double add = kind == EmbeddingSharding::DataParallel ? dp_time : rw_time;
-      options.push_back({kind, {}, 1, max_load + add});
+      options.push_back({kind, {}, 1, max_load + add, add * ranks});
     } else {
       if (kind == EmbeddingSharding::Auto) {
-        options.push_back({EmbeddingSharding::RowWise, {}, 1, max_load + rw_time});
+        options.push_back({EmbeddingSharding::RowWise, {}, 1, max_load + rw_time, rw_time * ranks});
       }
       // Table-wise (one shard) or column-wise (k shards of at least 32 columns) on the least loaded ranks.
-      for (int k = 1; k <= ranks && tab.dim / k >= 32; k *= 2) {
+      for (int k = 1; k <= ranks && tab.dim / k >= 16; k *= 2) {
         if (k > 1 && kind == EmbeddingSharding::TableWise) break;
         if (k == 1 && kind == EmbeddingSharding::ColumnWise && ranks > 1 && tab.dim >= 64) continue;
         const std::vector<int> ranked = by_load();
-        Option o{k == 1 ? EmbeddingSharding::TableWise : EmbeddingSharding::ColumnWise, {}, k, max_load};
+        Option o{k == 1 ? EmbeddingSharding::TableWise : EmbeddingSharding::ColumnWise, {}, k, max_load, 0};
         bool fits = true;
         for (int i = 0; i < k; ++i) {
           const int r = ranked[i];
           o.ranks.push_back(r);
           fits = fits && plan.rank_bytes[r] + full / k <= c.memory_per_rank;
           o.max_load = std::max(o.max_load, load[r] + tw_time(t, double(tab.dim) / k));
+          o.added += tw_time(t, double(tab.dim) / k);
         }
         if (fits || kind != EmbeddingSharding::Auto) options.push_back(std::move(o));
       }
@@ -146,7 +152,9 @@ ShardingPlan plan_sharding(const DlrmSpec& s, int ranks, const ShardingCosts& c)
     TRAINSIM_CHECK(!options.empty(), "a sharding option for every table");
     const Option* best = &options.front();
     for (const Option& o : options) {
-      if (o.max_load < best->max_load * (1 - 1e-9)) best = &o;
+      const bool lower = o.max_load < best->max_load * (1 - 1e-9);
+      const bool tie = !lower && o.max_load <= best->max_load * (1 + 1e-9);
+      if (lower || (tie && o.added < best->added)) best = &o;
     }
     plan.kind_of_table[t] = best->kind;
     if (best->ranks.empty()) {
@@ -195,8 +203,7 @@ WorkloadPlan DlrmWorkload::plan(const Platform& platform, const Placement& place
   for (int o : s.bottom_mlp) bottom.emplace_back(std::exchange(in, o), o);
   const int tables = static_cast<int>(s.tables.size());
   const int dim = s.bottom_mlp.empty() ? s.dense_features : s.bottom_mlp.back();
-  const int features = s.interaction == DlrmInteraction::Dcnv2 ? dim * (tables + 1)
-                                                               : (tables + 1) * tables / 2 + dim;
+  const int features = s.interaction == DlrmInteraction::Dcnv2 ? dim * (tables + 1) : (tables + 1) * tables / 2 + dim;
   in = features;
   for (int o : s.top_mlp) top.emplace_back(std::exchange(in, o), o);
   double dense_params = 0;
@@ -258,9 +265,11 @@ WorkloadPlan DlrmWorkload::plan(const Platform& platform, const Placement& place
     std::vector<TaskId> none;
     const TaskId emb = run(memory_op("embedding.lookup", lookup), none);
     std::vector<TaskId> pooled = {emb};
-    if (ranks > 1 && a2a_bytes > 0) pooled.push_back(coll(a2a, CollectiveKind::AllToAll, CommClass::EP, a2a_bytes, "embeddings.a2a.fwd", {emb}));
+    if (ranks > 1 && a2a_bytes > 0)
+      pooled.push_back(coll(a2a, CollectiveKind::AllToAll, CommClass::EP, a2a_bytes, "embeddings.a2a.fwd", {emb}));
     if (ranks > 1 && pooled_rw > 0)
-      pooled.push_back(coll(a2a, CollectiveKind::ReduceScatter, CommClass::EP, g * pooled_rw, "embeddings.rw.fwd", {emb}));
+      pooled.push_back(
+          coll(a2a, CollectiveKind::ReduceScatter, CommClass::EP, g * pooled_rw, "embeddings.rw.fwd", {emb}));
     TaskId last = emb;
     for (std::size_t i = 0; i < bottom.size(); ++i) {
       last = run(gemm_op("bottom." + std::to_string(i) + ".fwd", bsz, bottom[i].second, bottom[i].first, dt), {last});
@@ -306,10 +315,13 @@ WorkloadPlan DlrmWorkload::plan(const Platform& platform, const Placement& place
     if (ranks > 1 && a2a_bytes > 0)
       emb_grads.push_back(coll(a2a, CollectiveKind::AllToAll, CommClass::EP, a2a_bytes, "embeddings.a2a.bwd", {last}));
     if (ranks > 1 && pooled_rw > 0)
-      emb_grads.push_back(coll(a2a, CollectiveKind::AllGather, CommClass::EP, g * pooled_rw, "embeddings.rw.bwd", {last}));
+      emb_grads.push_back(
+          coll(a2a, CollectiveKind::AllGather, CommClass::EP, g * pooled_rw, "embeddings.rw.bwd", {last}));
     for (std::size_t i = bottom.size(); i-- > 0;) {
       last = run(memory_op("bottom." + std::to_string(i) + ".relu.bwd", bsz * bottom[i].second * wb * 3), {last});
-      if (i > 0) last = run(gemm_op("bottom." + std::to_string(i) + ".dgrad", bsz, bottom[i].first, bottom[i].second, dt), {last});
+      if (i > 0)
+        last =
+            run(gemm_op("bottom." + std::to_string(i) + ".dgrad", bsz, bottom[i].first, bottom[i].second, dt), {last});
       last = run(gemm_op("bottom." + std::to_string(i) + ".wgrad", bottom[i].first, bottom[i].second, bsz, dt), {last});
     }
     std::vector<TaskId> sync = {last};

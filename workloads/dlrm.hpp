@@ -32,8 +32,8 @@ struct DlrmSpec {
   std::vector<int> bottom_mlp;  // output sizes; the last equals the embedding dimension
   std::vector<int> top_mlp;     // output sizes; the last is 1 (the click logit)
   DlrmInteraction interaction = DlrmInteraction::Dot;
-  int cross_layers = 0;  // DCNv2
-  int cross_rank = 0;    // DCNv2 low-rank projection (0 = full rank)
+  int cross_layers = 0;                    // DCNv2
+  int cross_rank = 0;                      // DCNv2 low-rank projection (0 = full rank)
   Dtype precision = Dtype::FP16;           // MLPs and the pooled embeddings on the wire
   Dtype embedding_dtype = Dtype::FP32;     // table storage
   double optimizer_state_per_element = 1;  // embedding optimizer state per table element (Adagrad: 1)

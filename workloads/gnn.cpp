@@ -33,10 +33,6 @@ const std::array<GraphStats, 3> kGraphPresets = {{
     {"ogbn-papers100M", 111059956, 2 * 1615685872LL, 128, 172},
 }};
 
-// Index bytes per edge and per row of the CSR structure the aggregation walks
-// (DGL and PyTorch Geometric store int64 indices).
-constexpr double kIndexBytes = 8;
-
 struct LayerShape {
   int d_in = 0, d_out = 0;  // per node, all heads together
   int heads = 1;
@@ -53,7 +49,7 @@ LayerShape layer_shape(const GnnSpec& s, int l) {
   // GAT always projects first (attention is computed on projected features);
   // DGL's GraphConv and SAGEConv project first when that narrows the features
   // the aggregation moves (in_feats > out_feats).
-  ls.transform_first = s.model == GnnModel::Gat || ls.d_in > ls.d_out;
+  ls.transform_first = s.model == GnnModel::Gat || (!s.aggregate_first && ls.d_in > ls.d_out);
   ls.d_agg = ls.transform_first ? ls.d_out : ls.d_in;
   return ls;
 }
@@ -97,9 +93,7 @@ double estimated_halo_nodes(const GnnSpec& s) {
   return others * (1.0 - std::exp(-cut_in / others));
 }
 
-std::string GnnWorkload::name() const {
-  return std::string(to_string(spec_.model)) + " on " + spec_.graph.name;
-}
+std::string GnnWorkload::name() const { return std::string(to_string(spec_.model)) + " on " + spec_.graph.name; }
 
 WorkloadPlan GnnWorkload::plan(const Platform& /*platform*/, const Placement& placement,
                                const PlanOptions& /*options*/) const {
@@ -111,6 +105,7 @@ WorkloadPlan GnnWorkload::plan(const Platform& /*platform*/, const Placement& pl
   const double h = estimated_halo_nodes(s);
   const double b = static_cast<double>(bytes_per_element(s.precision));
   const Dtype dt = s.precision;
+  const double kIndexBytes = s.index_bytes;  // per edge and row of the CSR structure the aggregation walks
 
   ProgramBuilder pb("partition");
   const std::uint8_t compute = pb.add_stream("compute");
@@ -134,8 +129,8 @@ WorkloadPlan GnnWorkload::plan(const Platform& /*platform*/, const Placement& pl
     std::vector<TaskId> deps = deps_of_last();
     if (parts <= 1 || h <= 0) return deps;
     const auto bytes = static_cast<std::uint64_t>(std::llround(h * d * b));
-    const TaskId t = pb.collective(halo, slot, CollectiveKind::AllToAll, CommClass::EP, bytes, pb.add_label(name), -1,
-                                   deps);
+    const TaskId t =
+        pb.collective(halo, slot, CollectiveKind::AllToAll, CommClass::EP, bytes, pb.add_label(name), -1, deps);
     if (s.pipelined) {
       exchanges.push_back(t);
       return deps;  // stale features of the previous epoch: the aggregation does not wait
@@ -143,8 +138,7 @@ WorkloadPlan GnnWorkload::plan(const Platform& /*platform*/, const Placement& pl
     return std::vector<TaskId>{t};
   };
   auto spmm = [&](const std::string& name, const LayerShape& ls) {
-    ComputeOp op = memory_op(name, e * (ls.d_agg * b + kIndexBytes) + n * (ls.d_agg * b + kIndexBytes),
-                             e * ls.d_agg);
+    ComputeOp op = memory_op(name, e * (ls.d_agg * b + kIndexBytes) + n * (ls.d_agg * b + kIndexBytes), e * ls.d_agg);
     return op;
   };
   auto attention_edges = [&](const std::string& name, const LayerShape& ls) {

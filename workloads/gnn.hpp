@@ -31,11 +31,16 @@ struct GnnSpec {
   GraphStats graph;
   int layers = 2;
   int hidden = 256;
-  int heads = 1;        // GAT attention heads (hidden per head)
-  int partitions = 1;   // one per GPU
-  double edge_cut = 0;  // share of edges whose endpoints lie in different partitions
+  int heads = 1;                 // GAT attention heads (hidden per head)
+  int partitions = 1;            // one per GPU
+  double edge_cut = 0;           // share of edges whose endpoints lie in different partitions
   std::int64_t halo_nodes = -1;  // boundary nodes a partition receives per layer; -1 = estimated from edge_cut
   bool pipelined = false;        // PipeGCN: stale boundary features, exchange overlapped
+  // GCN/GraphSAGE: aggregate the layer's input, then project (the papers' and
+  // hand-written layers' order); false: project first where that narrows the
+  // features the aggregation moves, as DGL's GraphConv and SAGEConv do.
+  bool aggregate_first = false;
+  int index_bytes = 8;  // per CSR index: 8 (int64, the frameworks' default) or 4 (DGLGraph.int())
   Dtype precision = Dtype::FP32;
 };
 

@@ -27,7 +27,8 @@ std::vector<int> read_sizes(ObjectReader& r, const char* key, bool required) {
     return {};
   }
   bool ok = v->is_array() && !v->empty() && v->size() <= 64;
-  for (const auto& x : *v) ok = ok && x.is_number_integer() && x.get<std::int64_t>() >= 1 && x.get<std::int64_t>() <= 65536;
+  for (const auto& x : *v)
+    ok = ok && x.is_number_integer() && x.get<std::int64_t>() >= 1 && x.get<std::int64_t>() <= 65536;
   if (!ok) {
     r.error(key, "expected an array of 1 to 64 layer sizes, each 1 to 65,536");
     return {};
@@ -50,8 +51,8 @@ GnnSpec read_gnn(ObjectReader& r, const ParallelSpec& par) {
       std::string names;
       for (const auto& n : graph_preset_names()) names += (names.empty() ? "" : ", ") + n;
       const std::string near = did_you_mean(name, graph_preset_names());
-      r.error("graph", "unknown graph preset \"" + name + "\"" + (near.empty() ? "" : " (did you mean \"" + near + "\"?)") +
-                           "; known: " + names);
+      r.error("graph", "unknown graph preset \"" + name + "\"" +
+                           (near.empty() ? "" : " (did you mean \"" + near + "\"?)") + "; known: " + names);
     }
   } else {
     ObjectReader gr(*gj, r.at("graph"), r.diagnostics());
@@ -72,6 +73,8 @@ GnnSpec read_gnn(ObjectReader& r, const ParallelSpec& par) {
   g.edge_cut = r.number("edge_cut", random_partition_edge_cut(par.dp), 0, 1);
   g.halo_nodes = r.integer("halo_nodes", -1, 0, kMaxGraphNodes);
   g.pipelined = r.choice("pipeline", "none", {"none", "pipegcn"}) == "pipegcn";
+  g.aggregate_first = r.boolean("aggregate_first", false);
+  g.index_bytes = r.choice("index_dtype", "int64", {"int64", "int32"}) == "int32" ? 4 : 8;
   g.precision = read_precision(r, "precision", "fp32");
   return g;
 }
@@ -114,7 +117,8 @@ DlrmSpec read_dlrm(ObjectReader& r, const ParallelSpec& par) {
   const std::string opt = r.choice("embedding_optimizer", "rowwise-adagrad", {"rowwise-adagrad", "adagrad", "sgd"});
   d.optimizer_state_per_element = 0;
   if (opt == "adagrad") d.optimizer_state_per_element = 1;
-  const std::string sh = r.choice("sharding", "auto", {"auto", "table-wise", "row-wise", "column-wise", "data-parallel"});
+  const std::string sh =
+      r.choice("sharding", "auto", {"auto", "table-wise", "row-wise", "column-wise", "data-parallel"});
   d.sharding = sh == "table-wise"      ? EmbeddingSharding::TableWise
                : sh == "row-wise"      ? EmbeddingSharding::RowWise
                : sh == "column-wise"   ? EmbeddingSharding::ColumnWise
@@ -174,8 +178,8 @@ TraceSpec read_chakra_json(const std::string& text, const std::string& file) {
   }
   const nlohmann::json& nodes = (*doc)["nodes"];
   if (nodes.empty() || nodes.size() > kMaxTraceNodes) {
-    diags.error("/nodes", "expected 1 to " + std::to_string(kMaxTraceNodes) + " nodes, found " +
-                              std::to_string(nodes.size()));
+    diags.error("/nodes",
+                "expected 1 to " + std::to_string(kMaxTraceNodes) + " nodes, found " + std::to_string(nodes.size()));
     diags.throw_if_errors();
   }
   std::map<std::int64_t, std::uint32_t> index_of_id;
@@ -304,8 +308,9 @@ TraceSpec read_chakra_json(const std::string& text, const std::string& file) {
         const nlohmann::json& d = (*deps)[k];
         const auto it = d.is_number_integer() ? index_of_id.find(d.get<std::int64_t>()) : index_of_id.end();
         if (it == index_of_id.end()) {
-          diags.error(json_pointer_append(json_pointer_append(at, key), k),
-                      "dependency " + d.dump() + " is not the id of an earlier node (nodes must be in dependency order)");
+          diags.error(
+              json_pointer_append(json_pointer_append(at, key), k),
+              "dependency " + d.dump() + " is not the id of an earlier node (nodes must be in dependency order)");
           continue;
         }
         if (std::find(tn.deps.begin(), tn.deps.end(), it->second) == tn.deps.end()) tn.deps.push_back(it->second);
@@ -375,16 +380,17 @@ WorkloadSpec read_workload(ObjectReader& top, const ParallelSpec& par, int clust
   Diagnostics& d = top.diagnostics();
   const bool tp_ok = par.tp == 1 || kind == "trace";
   if (!tp_ok || par.pp != 1 || par.cp != 1 || par.ep != 1 || par.vpp != 1) {
-    d.error("/parallel", "a " + kind + " workload runs " +
-                             (kind == "trace" ? std::string("tp x dp ranks (pp, cp, ep and vpp must be 1)")
-                                              : std::string("data-parallel ranks only (tp, pp, cp, ep, vpp must be 1)")));
+    d.error("/parallel",
+            "a " + kind + " workload runs " +
+                (kind == "trace" ? std::string("tp x dp ranks (pp, cp, ep and vpp must be 1)")
+                                 : std::string("data-parallel ranks only (tp, pp, cp, ep, vpp must be 1)")));
   } else if (par.tp * par.dp != cluster_gpus) {
     d.error("/parallel/dp", "tp*dp = " + std::to_string(par.tp * par.dp) + " ranks, but the cluster has " +
                                 std::to_string(cluster_gpus) + " GPUs (one rank per GPU)");
   }
   if (kind == "dlrm" && par.global_batch % par.dp != 0) {
-    d.error("/parallel/global_batch", "the global batch must split evenly over the dp=" + std::to_string(par.dp) +
-                                          " ranks");
+    d.error("/parallel/global_batch",
+            "the global batch must split evenly over the dp=" + std::to_string(par.dp) + " ranks");
   }
   return w;
 }

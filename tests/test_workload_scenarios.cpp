@@ -111,6 +111,7 @@ TEST_CASE("Workload sections: layouts, presets and files are checked at load") {
   CHECK(contains(errors_of(gnn, {"workload.edge_cut=1.5"}), "/workload/edge_cut"));
   CHECK(contains(errors_of(gnn, {"workload.heads=4"}), "attention heads apply to the gat model only"));
   CHECK(contains(errors_of(gnn, {"workload.kind=rnn"}), "/workload/kind"));
+  CHECK(contains(errors_of(gnn, {"parallel.dp=32768", "cluster.nodes=4096"}), "at most 16384 ranks"));
   const std::string dlrm = R"({"workload": {"kind": "dlrm", "preset": "dlrm-dcnv2"},
                                "cluster": {"node": "dgx-h100", "nodes": 1}, "parallel": {"dp": 8, "global_batch": 8000}})";
   CHECK(errors_of(dlrm).empty());

@@ -388,6 +388,14 @@ WorkloadSpec read_workload(ObjectReader& top, const ParallelSpec& par, int clust
     d.error("/parallel/dp", "tp*dp = " + std::to_string(par.tp * par.dp) + " ranks, but the cluster has " +
                                 std::to_string(cluster_gpus) + " GPUs (one rank per GPU)");
   }
+  if (par.tp * static_cast<double>(par.dp) > kMaxWorkloadRanks) {
+    d.error("/parallel/dp", "a " + kind + " workload simulates every rank: at most " +
+                                std::to_string(kMaxWorkloadRanks) + " ranks (tp*dp)");
+  } else if (kind == "trace" && static_cast<double>(w.trace.nodes.size()) * par.tp * par.dp > kMaxTraceTasks) {
+    d.error("/parallel/dp", "the trace's " + std::to_string(w.trace.nodes.size()) + " nodes on " +
+                                std::to_string(par.tp * par.dp) +
+                                " ranks exceed the 134,217,728 simulated tasks a trace replay may have");
+  }
   if (kind == "dlrm" && par.global_batch % par.dp != 0) {
     d.error("/parallel/global_batch",
             "the global batch must split evenly over the dp=" + std::to_string(par.dp) + " ranks");

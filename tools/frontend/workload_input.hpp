@@ -27,6 +27,10 @@ struct WorkloadSpec {
 
 // The most nodes an imported trace may hold (docs/limits.md).
 inline constexpr std::size_t kMaxTraceNodes = std::size_t{1} << 20;
+// Every rank of these workloads is simulated: at most this many ranks, and for
+// a trace at most kMaxTraceTasks nodes x ranks (docs/limits.md).
+inline constexpr int kMaxWorkloadRanks = 16384;
+inline constexpr double kMaxTraceTasks = double(1 << 27);
 
 // Reads "workload" (absent: the transformer). The parallel layout is checked
 // against the workload: GNN and DLRM ranks are data-parallel (dp = GPUs), a

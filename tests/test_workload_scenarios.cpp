@@ -3,6 +3,7 @@
 // written from, and the loader's errors for bad workload sections and traces.
 #include <doctest/doctest.h>
 
+#include <fstream>
 #include <string>
 
 #include "scenario_fixtures.hpp"
@@ -120,4 +121,60 @@ TEST_CASE("Workload sections: layouts, presets and files are checked at load") {
   const std::string trace = R"({"workload": {"kind": "trace", "file": "missing.json"},
                                 "cluster": {"node": "dgx-h100", "nodes": 1}, "parallel": {"dp": 8}})";
   CHECK(contains(errors_of(trace), "/workload/file: cannot read the trace \"missing.json\""));
+}
+
+TEST_CASE("A real PyTorch profiler trace replays its profiled step's top-level ops in order") {
+  const JobReport r = simulate(load("tests/data/traces/mlp-cpu-replay.json"));
+  REQUIRE(r.feasible);
+  // Ground truth from the file itself: the ops directly under the ProfilerStep, back to back.
+  std::ifstream in(kSource + "/tests/data/traces/mlp-cpu.kineto.json");
+  const nlohmann::json events = nlohmann::json::parse(in);
+  double step_start = 0, step_end = 0;
+  for (const auto& e : events) {
+    if (e["name"].get<std::string>().rfind("ProfilerStep#", 0) == 0) {
+      step_start = e["ts"].get<double>();
+      step_end = step_start + e["dur"].get<double>();
+    }
+  }
+  REQUIRE(step_end > step_start);
+  double busy = 0, open_until = step_start;
+  for (const auto& e : events) {  // the trace lists events by start time
+    const double ts = e["ts"].get<double>(), end = ts + e["dur"].get<double>();
+    if (e["name"].get<std::string>().rfind("ProfilerStep#", 0) == 0 || ts < step_start || end > step_end) continue;
+    if (ts < open_until) continue;  // nested in the previous top-level op
+    busy += e["dur"].get<double>();
+    open_until = end;
+  }
+  CHECK(r.iteration_time_s == doctest::Approx(busy * 1e-6).epsilon(1e-6));
+  CHECK(r.iteration_time_s <= (step_end - step_start) * 1e-6);  // the gaps between ops are not replayed
+  CHECK(r.iteration_time_s > 0.5 * (step_end - step_start) * 1e-6);
+  CHECK(r.samples_per_s == doctest::Approx(64 / r.iteration_time_s));
+}
+
+TEST_CASE("Profiler trace import: what cannot be replayed is an error naming the event") {
+  auto errors = [](const std::string& text) {
+    try {
+      read_kineto_json(text, "k.json");
+      return std::string();
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+  };
+  CHECK(contains(errors("{}"), "k.json: (document): expected a PyTorch profiler trace"));
+  CHECK(contains(errors(R"({"traceEvents": [{"ph": "X", "cat": "kernel", "name": "ncclKernel_AllReduce", "ts": 1,
+                            "dur": 5, "tid": 7}]})"),
+                 "/traceEvents/0: NCCL kernel \"ncclKernel_AllReduce\" has no \"Collective name\""));
+  CHECK(contains(errors(R"([{"ph": "X", "name": "op", "ts": 1}])"), "/0: a complete event"));
+  CHECK(contains(errors(R"([{"ph": "i", "name": "marker", "ts": 1}])"), "replayable events"));
+  // GPU kernels win over CPU ops; a sized NCCL kernel becomes a collective.
+  const TraceSpec t = read_kineto_json(R"({"traceEvents": [
+      {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0, "dur": 50, "tid": 1},
+      {"ph": "X", "cat": "kernel", "name": "gemm", "ts": 10, "dur": 20, "tid": 7},
+      {"ph": "X", "cat": "kernel", "name": "ncclKernel_AllReduce", "ts": 40, "dur": 30, "tid": 9,
+       "args": {"Collective name": "allreduce", "In msg nelems": 1024, "dtype": "Float"}}]})",
+                                       "k.json");
+  REQUIRE(t.nodes.size() == 2);
+  CHECK(t.nodes[1].collective);
+  CHECK(t.nodes[1].comm_bytes == 4096);
+  CHECK(t.nodes[1].deps == std::vector<std::uint32_t>{0});  // it started after the GEMM ended
 }

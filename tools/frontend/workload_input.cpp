@@ -1,6 +1,7 @@
 #include "tools/frontend/workload_input.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <map>
 
@@ -330,12 +331,162 @@ TraceSpec read_chakra_json(const std::string& text, const std::string& file) {
   return spec;
 }
 
+TraceSpec read_kineto_json(const std::string& text, const std::string& file) {
+  Diagnostics diags(file);
+  std::optional<nlohmann::json> doc = parse_json_text(text, diags);
+  diags.throw_if_errors();
+  const nlohmann::json* events = nullptr;
+  std::string base;
+  if (doc->is_array()) {
+    events = &*doc;
+  } else if (doc->is_object() && doc->contains("traceEvents") && (*doc)["traceEvents"].is_array()) {
+    events = &(*doc)["traceEvents"];
+    base = "/traceEvents";
+  } else {
+    diags.error("", "expected a PyTorch profiler trace: an object with a \"traceEvents\" array, or an array of events");
+    diags.throw_if_errors();
+  }
+  struct ProfiledOp {
+    std::size_t index;
+    std::string name, stream;
+    double ts, dur;
+    bool kernel, collective;
+    CollectiveKind kind;
+    std::uint64_t bytes;
+  };
+  std::vector<ProfiledOp> all;
+  bool any_kernel = false;
+  for (std::size_t i = 0; i < events->size(); ++i) {
+    const nlohmann::json& e = (*events)[i];
+    if (!e.is_object() || e.value("ph", "") != "X") continue;  // metadata, flows, instants
+    const std::string at = json_pointer_append(base, i);
+    const auto ts = e.find("ts");
+    const auto dur = e.find("dur");
+    if (ts == e.end() || !ts->is_number() || dur == e.end() || !dur->is_number() || dur->get<double>() < 0 ||
+        dur->get<double>() > 1e12 || std::abs(ts->get<double>()) > 1e18) {
+      diags.error(at, "a complete event (\"ph\": \"X\") needs numeric ts and dur (0 to 1e12 microseconds)");
+      continue;
+    }
+    ProfiledOp ev{i,
+                  e.value("name", std::string("event")),
+                  "",
+                  ts->get<double>(),
+                  dur->get<double>(),
+                  false,
+                  false,
+                  CollectiveKind::AllReduce,
+                  0};
+    const std::string cat = e.value("cat", std::string());
+    ev.kernel = cat == "kernel" || cat == "gpu_memcpy" || cat == "gpu_memset";
+    any_kernel = any_kernel || ev.kernel;
+    const auto tid = e.find("tid");
+    ev.stream = (ev.kernel ? "stream " : "thread ") + (tid == e.end() ? std::string("0") : tid->dump());
+    if (ev.kernel && ev.name.rfind("nccl", 0) == 0) {
+      const auto args = e.find("args");
+      const bool sized = args != e.end() && args->is_object() && args->contains("Collective name") &&
+                         args->contains("In msg nelems") && (*args)["In msg nelems"].is_number_unsigned();
+      if (!sized) {
+        diags.error(at, "NCCL kernel \"" + ev.name +
+                            "\" has no \"Collective name\" and \"In msg nelems\" arguments: its message size is "
+                            "unknown, so it cannot be re-costed on the simulated network");
+        continue;
+      }
+      const std::string coll =
+          (*args)["Collective name"].is_string() ? (*args)["Collective name"].get<std::string>() : "";
+      bool ok = true;
+      ev.kind = coll == "allreduce"                                          ? CollectiveKind::AllReduce
+                : coll == "allgather" || coll == "_allgather_base"           ? CollectiveKind::AllGather
+                : coll == "reduce_scatter" || coll == "_reduce_scatter_base" ? CollectiveKind::ReduceScatter
+                : coll == "all_to_all" || coll == "all_to_allv"              ? CollectiveKind::AllToAll
+                : coll == "broadcast"                                        ? CollectiveKind::Broadcast
+                                                                             : (ok = false, CollectiveKind::AllReduce);
+      if (!ok) {
+        diags.error(at, "NCCL collective \"" + coll +
+                            "\" is not replayed (allreduce, allgather, reduce_scatter, "
+                            "all_to_all, broadcast)");
+        continue;
+      }
+      const std::string dtype = args->value("dtype", std::string("Float"));
+      const double elem = dtype == "Float" || dtype == "Int" ? 4 : dtype == "Double" || dtype == "Long" ? 8 : 2;
+      ev.bytes = static_cast<std::uint64_t>((*args)["In msg nelems"].get<double>() * elem);
+      ev.collective = true;
+    }
+    all.push_back(std::move(ev));
+  }
+  diags.throw_if_errors();
+  // The nodes: GPU work when the trace has any; else the CPU ops directly under a
+  // ProfilerStep (or top-level ops when the trace has no steps).
+  std::vector<ProfiledOp> steps;
+  for (const ProfiledOp& e : all) {
+    if (!e.kernel && e.name.rfind("ProfilerStep#", 0) == 0) steps.push_back(e);
+  }
+  std::vector<ProfiledOp> chosen;
+  if (any_kernel) {
+    for (const ProfiledOp& e : all) {
+      if (e.kernel) chosen.push_back(e);
+    }
+  } else {
+    std::vector<ProfiledOp> cpu;
+    for (const ProfiledOp& e : all) {
+      if (e.name.rfind("ProfilerStep#", 0) == 0) continue;
+      const bool in_step = steps.empty() || std::any_of(steps.begin(), steps.end(), [&](const ProfiledOp& s) {
+                             return s.stream == e.stream && e.ts >= s.ts && e.ts + e.dur <= s.ts + s.dur;
+                           });
+      if (in_step) cpu.push_back(e);
+    }
+    std::stable_sort(cpu.begin(), cpu.end(), [](const ProfiledOp& a, const ProfiledOp& b) {
+      return a.ts < b.ts || (a.ts == b.ts && a.dur > b.dur);
+    });
+    std::map<std::string, double> open_until;  // per thread: end of the current top-level op
+    for (const ProfiledOp& e : cpu) {
+      auto it = open_until.find(e.stream);
+      if (it != open_until.end() && e.ts < it->second) continue;  // nested in a top-level op
+      open_until[e.stream] = e.ts + e.dur;
+      chosen.push_back(e);
+    }
+  }
+  std::stable_sort(chosen.begin(), chosen.end(), [](const ProfiledOp& a, const ProfiledOp& b) { return a.ts < b.ts; });
+  if (chosen.empty() || chosen.size() > kMaxTraceNodes) {
+    diags.error(base, "expected 1 to " + std::to_string(kMaxTraceNodes) +
+                          " replayable events (GPU kernels, or CPU ops "
+                          "of the profiled steps), found " +
+                          std::to_string(chosen.size()));
+    diags.throw_if_errors();
+  }
+  TraceSpec spec;
+  spec.file = file;
+  std::map<std::string, std::uint32_t> last_of_stream;
+  for (std::size_t i = 0; i < chosen.size(); ++i) {
+    const ProfiledOp& e = chosen[i];
+    TraceNode n;
+    n.name = e.name;
+    n.collective = e.collective;
+    n.kind = e.kind;
+    n.comm_bytes = e.bytes;
+    n.duration_s = e.dur * 1e-6;
+    n.stream = e.stream;
+    // Happens-before across streams: the latest-ending op of each other stream that ended before this one began.
+    for (const auto& [stream, last] : last_of_stream) {
+      if (stream == e.stream) continue;
+      for (std::size_t j = last + 1; j-- > 0;) {
+        if (chosen[j].stream == stream && chosen[j].ts + chosen[j].dur <= e.ts) {
+          n.deps.push_back(static_cast<std::uint32_t>(j));
+          break;
+        }
+      }
+    }
+    last_of_stream[e.stream] = static_cast<std::uint32_t>(i);
+    spec.nodes.push_back(std::move(n));
+  }
+  return spec;
+}
+
 namespace {
 
 TraceSpec read_trace(ObjectReader& r, const ParallelSpec& par, const std::string& base_dir) {
   TraceSpec t;
   const std::string file = r.string("file", "", true);
-  r.choice("format", "chakra-json", {"chakra-json"});
+  const bool kineto = r.choice("format", "chakra-json", {"chakra-json", "kineto"}) == "kineto";
   const bool recost = r.choice("compute", "measured", {"measured", "recost"}) == "recost";
   const Dtype dt = read_precision(r, "precision", "bf16");
   const double samples = r.number("samples_per_replica", 0, 0, 1e12);
@@ -349,7 +500,7 @@ TraceSpec read_trace(ObjectReader& r, const ParallelSpec& par, const std::string
     return t;
   }
   try {
-    t = read_chakra_json(text, p.string());
+    t = kineto ? read_kineto_json(text, p.string()) : read_chakra_json(text, p.string());
   } catch (const InputError& e) {
     for (const Diagnostic& d : e.diagnostics()) r.error("file", d.format());
     return t;

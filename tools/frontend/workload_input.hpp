@@ -41,6 +41,14 @@ WorkloadSpec read_workload(ObjectReader& top, const ParallelSpec& parallel, int 
 // A Chakra execution trace in its JSON form, nodes checked (errors name `file` and the node's pointer).
 TraceSpec read_chakra_json(const std::string& text, const std::string& file);
 
+// A PyTorch profiler trace (Chrome trace JSON: Kineto's {"traceEvents": [...]}
+// or the legacy profiler's bare array): GPU kernels when it has any, else the
+// top-level CPU ops of its profiled steps, each a compute node with its
+// measured duration on a stream per thread or CUDA stream, in time order
+// (an op depends on the last op of another stream that ended before it
+// started). NCCL kernels with their message size become collectives.
+TraceSpec read_kineto_json(const std::string& text, const std::string& file);
+
 std::unique_ptr<Workload> make_workload(const WorkloadSpec& spec);
 
 }  // namespace trainsim

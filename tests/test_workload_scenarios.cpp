@@ -9,6 +9,7 @@
 #include "scenario_fixtures.hpp"
 #include "tools/frontend/chakra_export.hpp"
 #include "tools/frontend/job.hpp"
+#include "tools/frontend/report_html.hpp"
 #include "tools/frontend/workload_input.hpp"
 
 using namespace trainsim;
@@ -35,7 +36,13 @@ bool contains(const std::string& s, const std::string& part) { return s.find(par
 }  // namespace
 
 TEST_CASE("GraphSAGE on ogbn-products over 8 partitions reports epochs/s, a breakdown and memory per partition") {
-  const JobReport r = simulate(load("scenarios/examples/graphsage-ogbn-products-8xh100.json"));
+  const Scenario s = load("scenarios/examples/graphsage-ogbn-products-8xh100.json");
+  const JobRun run = run_job(s);
+  const JobReport& r = run.report;
+  // The HTML report names the workload, not an empty transformer.
+  const std::string html = html_report(s, run);
+  CHECK(contains(html, "graphsage on ogbn-products"));
+  CHECK(!contains(html, "B parameters"));
   CHECK(r.feasible);
   CHECK(r.throughput_unit == "epochs");
   CHECK(r.units_per_s == doctest::Approx(1 / r.iteration_time_s));

@@ -373,8 +373,9 @@ int run_commands(int argc, const char* const* argv, std::ostream& out, std::ostr
     if (check->parsed()) {
       const Scenario s = load(check_path, sets, catalog);
       for (const auto& w : s.warnings) err << "warning: " << w << "\n";
-      out << "ok: " << s.file << ": " << s.model.name << " on " << s.cluster.total_gpus() << " GPUs, tp "
-          << s.parallel.tp << " pp " << s.parallel.pp << " dp " << s.parallel.dp << " cp " << s.parallel.cp << "\n";
+      const std::string trained = s.workload.kind == WorkloadKind::Transformer ? s.model.name : workload_of(s)->name();
+      out << "ok: " << s.file << ": " << trained << " on " << s.cluster.total_gpus() << " GPUs, tp " << s.parallel.tp
+          << " pp " << s.parallel.pp << " dp " << s.parallel.dp << " cp " << s.parallel.cp << "\n";
       return kOk;
     }
     check_output_paths(

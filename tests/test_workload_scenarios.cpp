@@ -118,6 +118,8 @@ TEST_CASE("Workload sections: layouts, presets and files are checked at load") {
   CHECK(contains(errors_of(gnn, {"workload.graph=ogbn-product"}), "(did you mean \"ogbn-products\"?)"));
   CHECK(contains(errors_of(gnn, {"workload.edge_cut=1.5"}), "/workload/edge_cut"));
   CHECK(contains(errors_of(gnn, {"workload.heads=4"}), "attention heads apply to the gat model only"));
+  CHECK(contains(errors_of(gnn, {"cluster.node=dgx-v100", "workload.precision=bf16"}),
+                 "/workload/precision: the V100-SXM2-32GB has no bf16 peak"));
   CHECK(contains(errors_of(gnn, {"workload.kind=rnn"}), "/workload/kind"));
   CHECK(contains(errors_of(gnn, {"parallel.dp=32768", "cluster.nodes=4096"}), "at most 16384 ranks"));
   const std::string dlrm = R"({"workload": {"kind": "dlrm", "preset": "dlrm-dcnv2"},

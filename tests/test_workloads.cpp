@@ -127,6 +127,11 @@ TEST_CASE("DLRM sharding: every table's columns placed once, replicated below th
   s.sharding = EmbeddingSharding::TableWise;
   const ShardingPlan tw = plan_sharding(s, 64, c);
   CHECK(tw.shards.size() == s.tables.size());
+  // Narrow tables (fewer than 16 columns) still have a table-wise option.
+  for (EmbeddingTable& t : s.tables) t.dim = 8;
+  CHECK(plan_sharding(s, 64, c).shards.size() == s.tables.size());
+  s.sharding = EmbeddingSharding::Auto;
+  CHECK(plan_sharding(s, 64, c).kind_of_table.size() == s.tables.size());
 }
 
 TEST_CASE("DLRM: samples as the unit, more GPUs take less time per global batch") {

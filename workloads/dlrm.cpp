@@ -133,7 +133,8 @@ ShardingPlan plan_sharding(const DlrmSpec& s, int ranks, const ShardingCosts& c)
         options.push_back({EmbeddingSharding::RowWise, {}, 1, max_load + rw_time, rw_time * ranks});
       }
       // Table-wise (one shard) or column-wise (k shards of at least 32 columns) on the least loaded ranks.
-      for (int k = 1; k <= ranks && tab.dim / k >= 16; k *= 2) {
+      for (int k = 1; k <= ranks; k *= 2) {
+        if (k > 1 && tab.dim / k < 16) break;
         if (k > 1 && kind == EmbeddingSharding::TableWise) break;
         if (k == 1 && kind == EmbeddingSharding::ColumnWise && ranks > 1 && tab.dim >= 64) continue;
         const std::vector<int> ranked = by_load();

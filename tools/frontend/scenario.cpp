@@ -635,7 +635,7 @@ Scenario load_scenario_text(const std::string& text, const std::string& file, co
   const bool dlrm = wj != nullptr && wj->is_object() && wj->contains("kind") && (*wj)["kind"] == "dlrm";
   s.parallel = read_parallel(top, transformer || dlrm);
   if (transformer) s.training = read_training(top, s.model);
-  s.workload = read_workload(top, s.parallel, s.cluster.total_gpus(), base_dir);
+  s.workload = read_workload(top, s.parallel, s.cluster, base_dir);
   s.expected = read_expected(top);
   s.reliability = read_reliability(top, s.cluster);
   read_perturbations(top, s.cluster, s.link_perturbations);

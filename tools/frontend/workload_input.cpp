@@ -514,7 +514,9 @@ TraceSpec read_trace(ObjectReader& r, const ParallelSpec& par, const std::string
 
 }  // namespace
 
-WorkloadSpec read_workload(ObjectReader& top, const ParallelSpec& par, int cluster_gpus, const std::string& base_dir) {
+WorkloadSpec read_workload(ObjectReader& top, const ParallelSpec& par, const ClusterSpec& cluster,
+                           const std::string& base_dir) {
+  const int cluster_gpus = cluster.total_gpus();
   WorkloadSpec w;
   const nlohmann::json* v = top.raw("workload");
   if (v == nullptr) return w;
@@ -546,6 +548,16 @@ WorkloadSpec read_workload(ObjectReader& top, const ParallelSpec& par, int clust
     d.error("/parallel/dp", "the trace's " + std::to_string(w.trace.nodes.size()) + " nodes on " +
                                 std::to_string(par.tp * par.dp) +
                                 " ranks exceed the 134,217,728 simulated tasks a trace replay may have");
+  }
+  // The precision the work runs in must be one every GPU of the cluster computes in.
+  const bool computes = kind != "trace" || w.trace.recost;
+  const Dtype dt = kind == "gnn" ? w.gnn.precision : kind == "dlrm" ? w.dlrm.precision : w.trace.dtype;
+  for (const NodeGroup& g : cluster.groups) {
+    if (computes && !(g.node.gpu.peak(dt) > 0)) {
+      d.error("/workload/precision", std::string("the ") + g.node.gpu.name + " has no " + to_string(dt) +
+                                         " peak in the catalog; choose a precision it computes in");
+      break;
+    }
   }
   if (kind == "dlrm" && par.global_batch % par.dp != 0) {
     d.error("/parallel/global_batch",

@@ -35,7 +35,7 @@ inline constexpr double kMaxTraceTasks = double(1 << 27);
 // Reads "workload" (absent: the transformer). The parallel layout is checked
 // against the workload: GNN and DLRM ranks are data-parallel (dp = GPUs), a
 // trace replays over tp x dp GPUs.
-WorkloadSpec read_workload(ObjectReader& top, const ParallelSpec& parallel, int cluster_gpus,
+WorkloadSpec read_workload(ObjectReader& top, const ParallelSpec& parallel, const ClusterSpec& cluster,
                            const std::string& base_dir);
 
 // A Chakra execution trace in its JSON form, nodes checked (errors name `file` and the node's pointer).

@@ -12,6 +12,8 @@ ComputeCostModel::ComputeCostModel(const Cluster& cluster, std::vector<Calibrati
 
 double ComputeCostModel::seconds(const ComputeOp& op, int gpu_type, double compute_share) const {
   const GpuSpec& gpu = cluster_->gpu_type(gpu_type);
+  // A profiled duration already holds its launch gaps and the contention of the run it was measured in.
+  if (op.measured_seconds >= 0) return op.measured_seconds * gpu.slowdown;
   const CalibrationProfile& p = profiles_[gpu_type];
   // The bandwidth curve is per kernel: an op of several launches moves bytes / kernels in each.
   const double mem_bw = gpu.memory_bandwidth * p.memory_bound.curve.at(op.bytes / std::max(op.kernels, 1));

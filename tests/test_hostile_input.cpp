@@ -19,6 +19,7 @@
 #include "tools/frontend/job.hpp"
 #include "tools/frontend/scenario.hpp"
 #include "tools/frontend/sweep.hpp"
+#include "tools/frontend/workload_input.hpp"
 
 using namespace trainsim;
 using namespace trainsim::testing;
@@ -305,4 +306,10 @@ TEST_CASE("docs/limits.md states the reader's bounds") {
   CHECK(contains(doc, "GPUs in the cluster (all groups) | at most 1,048,576"));
   CHECK(contains(doc, "micro-batches per iteration (`global_batch / (micro_batch*dp)`) | at most 16,384"));
   CHECK(contains(doc, "micro-batches per iteration under `parallel.schedule` `dualpipe-v` | at least 2*pp"));
+  CHECK(contains(doc, "trace nodes | at most 1,048,576"));
+  CHECK(kMaxTraceNodes == 1048576);
+  CHECK(contains(doc, "every rank is simulated) | at most 16,384"));
+  CHECK(kMaxWorkloadRanks == 16384);
+  CHECK(contains(doc, "trace nodes x ranks | at most 134,217,728"));
+  CHECK(kMaxTraceTasks == 134217728);
 }

@@ -14,6 +14,7 @@
 
 #include "tools/frontend/calibrate.hpp"
 #include "tools/frontend/catalog.hpp"
+#include "tools/frontend/chakra_export.hpp"
 #include "tools/frontend/job.hpp"
 #include "tools/frontend/regress.hpp"
 #include "tools/frontend/report_html.hpp"
@@ -176,9 +177,10 @@ int run_commands(int argc, const char* const* argv, std::ostream& out, std::ostr
   run->add_option("--fidelity", fidelity, "Network fidelity")->check(CLI::IsMember({"analytical", "flow"}));
   run->add_flag("--json", json, "Print the result as JSON");
   run->add_option("--out", out_path, "Also write the JSON result to this file");
-  std::string trace_path, report_path;
+  std::string trace_path, report_path, chakra_path;
   std::vector<int> trace_ranks;
   run->add_option("--trace", trace_path, "Write a Chrome/Perfetto trace of the simulated ranks to this file");
+  run->add_option("--chakra", chakra_path, "Write rank 0's operator graph as a Chakra execution trace (JSON)");
   run->add_option("--trace-ranks", trace_ranks, "Simulated rank indices to trace (default: every recorded rank)")
       ->delimiter(',');
   run->add_option("--report", report_path, "Write a self-contained HTML report to this file");
@@ -380,12 +382,14 @@ int run_commands(int argc, const char* const* argv, std::ostream& out, std::ostr
         tp.clear();
         for (const StageLayout& st : s.parallel.stages) tp += (tp.empty() ? "" : "/") + std::to_string(st.tp);
       }
-      out << "ok: " << s.file << ": " << s.model.name << " on " << s.cluster.total_gpus() << " GPUs, tp " << tp
+      const std::string trained = s.workload.kind == WorkloadKind::Transformer ? s.model.name : workload_of(s)->name();
+      out << "ok: " << s.file << ": " << trained << " on " << s.cluster.total_gpus() << " GPUs, tp " << tp
           << " pp " << s.parallel.pp << " dp " << s.parallel.dp << " cp " << s.parallel.cp << "\n";
       return kOk;
     }
-    check_output_paths({{"--out", out_path}, {"--trace", trace_path}, {"--report", report_path}},
-                       {{"scenario", scenario_path}});
+    check_output_paths(
+        {{"--out", out_path}, {"--trace", trace_path}, {"--report", report_path}, {"--chakra", chakra_path}},
+        {{"scenario", scenario_path}});
     const Scenario s = load(scenario_path, sets, catalog);
     for (const auto& w : s.warnings) err << "warning: " << w << "\n";
     const JobRun job = run_job(s, fidelity == "flow" ? Fidelity::Flow : Fidelity::Analytical);
@@ -404,6 +408,7 @@ int run_commands(int argc, const char* const* argv, std::ostream& out, std::ostr
       write_chrome_trace(f.stream(), job, trace_ranks);
       f.commit();
     }
+    if (!chakra_path.empty()) write_text_file(chakra_path, chakra_trace_of(s, job).dump(1) + "\n");
     if (!report_path.empty()) {
       write_text_file(report_path, html_report(s, job));
     }

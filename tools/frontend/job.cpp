@@ -81,6 +81,7 @@ void apply_link_perturbations(const Scenario& s, Fidelity fidelity, Platform& pl
 }  // namespace
 
 std::unique_ptr<Workload> workload_of(const Scenario& s) {
+  if (std::unique_ptr<Workload> w = make_workload(s.workload)) return w;
   return std::make_unique<TransformerWorkload>(s.model, s.parallel, s.training);
 }
 
@@ -448,9 +449,13 @@ std::string summary_text(const JobReport& r) {
   const double it = r.iteration_time_s > 0 ? r.iteration_time_s : 1;
   const TimeBreakdown& b = r.breakdown;
   std::string out = r.scenario + " on " + std::to_string(r.gpus) + " GPUs\n";
-  out += "  iteration " + fmt("%.3f", r.iteration_time_s) + " s | " + fmt("%.0f", r.tokens_per_s) + " tokens/s | " +
-         fmt("%.1f", r.tflops_per_gpu) + " TFLOP/s/GPU | MFU " + fmt("%.1f", 100 * r.mfu) + "% | peak mem " +
-         fmt("%.1f", r.peak_memory_gib) + " GiB/GPU\n";
+  const std::string rate = r.throughput_unit == "tokens" ? fmt("%.0f", r.tokens_per_s) + " tokens/s"
+                                                         : fmt("%.4g", r.units_per_s) + " " + r.throughput_unit +
+                                                               "/s (" + fmt("%.4g", r.samples_per_s) + " samples/s)";
+  const std::string iteration =
+      r.throughput_unit == "tokens" ? fmt("%.3f", r.iteration_time_s) : fmt("%.4g", r.iteration_time_s);
+  out += "  iteration " + iteration + " s | " + rate + " | " + fmt("%.1f", r.tflops_per_gpu) + " TFLOP/s/GPU | MFU " +
+         fmt("%.1f", 100 * r.mfu) + "% | peak mem " + fmt("%.1f", r.peak_memory_gib) + " GiB/GPU\n";
   out += "  compute " + fmt("%.1f", 100 * b.compute_s / it) + "%";
   for (std::size_t c = 0; c < kNumCommClasses; ++c) {
     if (b.exposed_comm_s[c] > 0) {

@@ -181,28 +181,34 @@ void config_section(std::string& h, const Scenario& s) {
     h += "<tr><th class=\"t\">" + esc(k) + "</th><td class=\"t\">" + esc(v) + "</td></tr>\n";
   };
   h += "<h2>Configuration</h2>\n<table>\n";
-  row("model", m.name + (m.family.empty() ? "" : " (" + m.family + ")") + ", " + fmt("%.2f", m.total_params() / 1e9) +
-                   " B parameters");
-  row("shape", std::to_string(m.layers) + " layers, hidden " + std::to_string(m.hidden) + ", " +
-                   std::to_string(m.heads) + " heads (" + std::to_string(m.kv_heads) + " KV), FFN " +
-                   std::to_string(m.ffn_hidden) + ", vocab " + std::to_string(m.vocab));
-  row("training", "sequence " + std::to_string(t.seq_len) + ", " + to_string(t.precision) + ", " + t.optimizer +
-                      ", global batch " + std::to_string(p.global_batch) + ", micro-batch " +
-                      std::to_string(p.micro_batch) + " (" + std::to_string(p.micro_batches()) + " per iteration)");
-  row("parallelism", "TP " + std::to_string(p.tp) + ", PP " + std::to_string(p.pp) + ", DP " + std::to_string(p.dp) +
-                         ", CP " + std::to_string(p.cp) + ", EP " + std::to_string(p.ep) + ", VPP " +
-                         std::to_string(p.vpp) + "; schedule " + to_string(p.schedule) + ", ZeRO " +
-                         std::to_string(p.zero) + ", recompute " + to_string(p.recompute) +
-                         (p.sequence_parallel ? ", sequence parallel" : "") + (p.dp_overlap ? ", DP overlap" : "") +
-                         (p.tp_comm_overlap ? ", TP comm overlap" : ""));
-  if (m.moe.enabled()) {
-    const MoeSpec& e = m.moe;
-    row("experts", std::to_string(e.experts) + " routed (top-" + std::to_string(e.top_k) + ", FFN " +
-                       std::to_string(e.expert_ffn) + "), " + std::to_string(e.shared_experts) + " shared, first " +
-                       std::to_string(e.dense_layers) + " layers dense, " +
-                       (e.capacity_factor > 0 ? "capacity factor " + fmt("%.2f", e.capacity_factor) : "dropless") +
-                       ", routing " + to_string(t.routing.distribution) + "; EP " + std::to_string(p.ep) +
-                       ", expert TP " + std::to_string(p.etp > 0 ? p.etp : p.tp));
+  if (s.workload.kind != WorkloadKind::Transformer) {
+    // GNN, DLRM or trace (docs/workloads.md): its own name; ranks are data-parallel (a trace: TP x DP).
+    row("workload", make_workload(s.workload)->name());
+    row("parallelism", "TP " + std::to_string(p.tp) + ", DP " + std::to_string(p.dp));
+  } else {
+    row("model", m.name + (m.family.empty() ? "" : " (" + m.family + ")") + ", " + fmt("%.2f", m.total_params() / 1e9) +
+                     " B parameters");
+    row("shape", std::to_string(m.layers) + " layers, hidden " + std::to_string(m.hidden) + ", " +
+                     std::to_string(m.heads) + " heads (" + std::to_string(m.kv_heads) + " KV), FFN " +
+                     std::to_string(m.ffn_hidden) + ", vocab " + std::to_string(m.vocab));
+    row("training", "sequence " + std::to_string(t.seq_len) + ", " + to_string(t.precision) + ", " + t.optimizer +
+                        ", global batch " + std::to_string(p.global_batch) + ", micro-batch " +
+                        std::to_string(p.micro_batch) + " (" + std::to_string(p.micro_batches()) + " per iteration)");
+    row("parallelism", "TP " + std::to_string(p.tp) + ", PP " + std::to_string(p.pp) + ", DP " + std::to_string(p.dp) +
+                           ", CP " + std::to_string(p.cp) + ", EP " + std::to_string(p.ep) + ", VPP " +
+                           std::to_string(p.vpp) + "; schedule " + to_string(p.schedule) + ", ZeRO " +
+                           std::to_string(p.zero) + ", recompute " + to_string(p.recompute) +
+                           (p.sequence_parallel ? ", sequence parallel" : "") + (p.dp_overlap ? ", DP overlap" : "") +
+                           (p.tp_comm_overlap ? ", TP comm overlap" : ""));
+    if (m.moe.enabled()) {
+      const MoeSpec& e = m.moe;
+      row("experts", std::to_string(e.experts) + " routed (top-" + std::to_string(e.top_k) + ", FFN " +
+                         std::to_string(e.expert_ffn) + "), " + std::to_string(e.shared_experts) + " shared, first " +
+                         std::to_string(e.dense_layers) + " layers dense, " +
+                         (e.capacity_factor > 0 ? "capacity factor " + fmt("%.2f", e.capacity_factor) : "dropless") +
+                         ", routing " + to_string(t.routing.distribution) + "; EP " + std::to_string(p.ep) +
+                         ", expert TP " + std::to_string(p.etp > 0 ? p.etp : p.tp));
+    }
   }
   std::string cluster = s.cluster.name.empty() ? std::string() : s.cluster.name + ": ";
   for (std::size_t i = 0; i < s.cluster.groups.size(); ++i) {

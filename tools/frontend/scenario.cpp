@@ -366,7 +366,7 @@ PipelineSchedule read_custom_schedule(const nlohmann::json& v, const std::string
   return sched;
 }
 
-ParallelSpec read_parallel(ObjectReader& top) {
+ParallelSpec read_parallel(ObjectReader& top, bool batch_required) {
   ParallelSpec p;
   const nlohmann::json* v = top.raw("parallel");
   if (v == nullptr) {
@@ -404,7 +404,7 @@ ParallelSpec read_parallel(ObjectReader& top) {
                                          : ScheduleKind::Interleaved1F1B;
   }
   p.micro_batch = static_cast<int>(r.integer("micro_batch", 1, 1, kMaxInt));
-  p.global_batch = static_cast<int>(r.integer("global_batch", 1, 1, kMaxInt, true));
+  p.global_batch = static_cast<int>(r.integer("global_batch", 1, 1, kMaxInt, batch_required));
   p.sequence_parallel = r.boolean("sequence_parallel", false);
   p.zero = static_cast<int>(r.integer("zero", 0, 0, 3));
   const std::string rc = r.choice("recompute", "none", {"none", "selective", "full"});
@@ -620,6 +620,7 @@ void check_consistency(Scenario& s, Diagnostics& d) {
       }
     }
   }
+  if (s.workload.kind != WorkloadKind::Transformer) return;  // its layout: read_workload
   // The layout rules live with the planner (models/layout_rules.hpp).
   for (const LayoutProblem& p : check_layout(s.model, s.parallel, s.training, s.cluster)) d.error(p.path, p.message);
   // The simulation's work and memory grow with micro-batches x layers (every
@@ -656,10 +657,15 @@ Scenario load_scenario_text(const std::string& text, const std::string& file, co
   s.name = top.string("name", std::filesystem::path(file).stem().string());
   s.description = top.string("description", "");
   s.id = top.string("id", "");
-  s.model = read_scenario_model(top, catalog);
+  // A "workload" section (GNN, DLRM, trace) replaces the transformer's model and training.
+  const bool transformer = !top.has("workload");
+  if (transformer) s.model = read_scenario_model(top, catalog);
   s.cluster = read_cluster(top, catalog);
-  s.parallel = read_parallel(top);
-  s.training = read_training(top, s.model);
+  const nlohmann::json* wj = top.raw("workload");
+  const bool dlrm = wj != nullptr && wj->is_object() && wj->contains("kind") && (*wj)["kind"] == "dlrm";
+  s.parallel = read_parallel(top, transformer || dlrm);
+  if (transformer) s.training = read_training(top, s.model);
+  s.workload = read_workload(top, s.parallel, s.cluster, base_dir);
   s.expected = read_expected(top);
   s.reliability = read_reliability(top, s.cluster);
   read_perturbations(top, s.cluster, s.link_perturbations, s.perturbation_sources);

@@ -12,6 +12,7 @@
 #include "models/training_spec.hpp"
 #include "tools/frontend/catalog.hpp"
 #include "tools/frontend/fault_input.hpp"
+#include "tools/frontend/workload_input.hpp"
 
 namespace trainsim {
 
@@ -32,6 +33,7 @@ struct Scenario {
   std::string name;
   std::string description;
   TransformerSpec model;
+  WorkloadSpec workload;  // "workload": GNN, DLRM or a trace instead of `model` (docs/workloads.md)
   ClusterSpec cluster;
   ParallelSpec parallel;
   TrainingSpec training;

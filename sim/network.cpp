@@ -95,6 +95,43 @@ AnalyticalNetwork::AnalyticalNetwork(const Cluster& cluster, const std::vector<C
   }
 }
 
+void AnalyticalNetwork::degrade_link(const TopologyVertex& a, const TopologyVertex& b, LinkKind kind, double factor) {
+  auto lower = [factor](std::vector<double>& v, std::size_t size, std::size_t i) {
+    if (v.empty()) v.assign(size, 1.0);
+    v[i] = std::min(v[i], factor);
+  };
+  const auto gpus = static_cast<std::size_t>(cluster_->num_gpus());
+  const TopologyVertex& gpu = a.kind == VertexKind::Gpu ? a : b;
+  const TopologyVertex& nic = a.kind == VertexKind::Nic ? a : b;
+  const TopologyVertex& leaf = a.kind == VertexKind::Leaf ? a : b;
+  switch (kind) {
+    case LinkKind::ScaleUp:
+      lower(scaleup_factor_, gpus, static_cast<std::size_t>(gpu.index));
+      break;
+    case LinkKind::GpuNic:
+      lower(nic_factor_, gpus, static_cast<std::size_t>(gpu.index));
+      break;
+    case LinkKind::Access:
+      // Every GPU of the node that sends through this NIC.
+      for (int g = 0; g < cluster_->num_gpus(); ++g) {
+        if (cluster_->node_of(g) == nic.node && rail_of_gpu_[g] == nic.index) lower(nic_factor_, gpus, g);
+      }
+      break;
+    case LinkKind::Uplink:
+      if (!leaf_uplink_.empty()) {
+        lower(uplink_factor_, leaf_uplink_.size(),
+              (static_cast<std::size_t>(leaf.datacenter) * leaf_groups_ + leaf.group) * leaf_rails_ +
+                  std::max(0, leaf.index));
+      }
+      break;
+    case LinkKind::DcEdge:
+    case LinkKind::Wan:
+      lower(wan_factor_, static_cast<std::size_t>(fabric_.datacenters), static_cast<std::size_t>(a.datacenter));
+      lower(wan_factor_, static_cast<std::size_t>(fabric_.datacenters), static_cast<std::size_t>(b.datacenter));
+      break;
+  }
+}
+
 CommShape AnalyticalNetwork::shape(const std::vector<int>& members) const {
   CommShape s;
   s.size = static_cast<int>(members.size());
@@ -122,10 +159,14 @@ CommShape AnalyticalNetwork::shape(const std::vector<int>& members) const {
     dc_leaf.emplace_back(dc, fabric_.leaf_group_of(node));
     const int rail = rail_of_gpu_[gpu];
     if (!has_scaleup(ns) && ns.gpus_per_node > 1) bare_rail.emplace_back(node, rail);
+    const double scaleup_link =
+        scaleup_factor_.empty() ? ns.scaleup_bandwidth : ns.scaleup_bandwidth * scaleup_factor_[gpu];
+    const double nic_per_gpu =
+        nic_factor_.empty() ? ns.nic_bandwidth_per_gpu() : ns.nic_bandwidth_per_gpu() * nic_factor_[gpu];
     if (has_scaleup(ns)) {
-      const double eff_bw = ns.scaleup_bandwidth * p.scaleup.busbw_efficiency.value;
+      const double eff_bw = scaleup_link * p.scaleup.busbw_efficiency.value;
       if (eff_bw < s.scaleup_bw) {
-        s.scaleup_link_bw = ns.scaleup_bandwidth;
+        s.scaleup_link_bw = scaleup_link;
         s.scaleup_curve = p.scaleup.busbw_curve.curve.empty() ? nullptr : &p.scaleup.busbw_curve.curve;
         s.nvls_curve = p.scaleup.nvls_busbw_curve.curve.empty() ? nullptr : &p.scaleup.nvls_busbw_curve.curve;
       }
@@ -133,19 +174,20 @@ CommShape AnalyticalNetwork::shape(const std::vector<int>& members) const {
     }
     const double nvls_eff = p.scaleup.nvls_busbw_efficiency.value;
     if (!ns.nvls || nvls_eff <= 0 || !has_scaleup(ns)) all_nvls = false;
-    s.nvls_bw = std::min(s.nvls_bw, ns.scaleup_bandwidth * nvls_eff);
+    s.nvls_bw = std::min(s.nvls_bw, scaleup_link * nvls_eff);
     net_eff = std::min(net_eff, p.network.busbw_efficiency.value);
-    s.network_bw = std::min(s.network_bw, ns.nic_bandwidth_per_gpu() * p.network.busbw_efficiency.value);
+    s.network_bw = std::min(s.network_bw, nic_per_gpu * p.network.busbw_efficiency.value);
     if (fabric_.spines > 0) {
       const int leaf_rail = fabric_.kind == FabricKind::RailOptimized ? std::max(0, rail) : -1;
-      const double cap =
-          leaf_uplink_[(static_cast<std::size_t>(dc) * leaf_groups_ + fabric_.leaf_group_of(node)) * leaf_rails_ +
-                       std::max(0, leaf_rail)];
+      const std::size_t li = (static_cast<std::size_t>(dc) * leaf_groups_ + fabric_.leaf_group_of(node)) * leaf_rails_ +
+                             std::max(0, leaf_rail);
+      const double cap = uplink_factor_.empty() ? leaf_uplink_[li] : leaf_uplink_[li] * uplink_factor_[li];
       if (cap > 0) uplink = std::min(uplink, cap);
     }
     if (fabric_.datacenters > 1) {
-      const double share = cluster_->spec().datacenters.wan_bandwidth / std::max(1, gpus_in_datacenter_[dc]);
-      s.wan_bw = std::min(s.wan_bw, std::min(ns.nic_bandwidth_per_gpu(), share) * p.network.busbw_efficiency.value);
+      double share = cluster_->spec().datacenters.wan_bandwidth / std::max(1, gpus_in_datacenter_[dc]);
+      if (!wan_factor_.empty()) share *= wan_factor_[dc];
+      s.wan_bw = std::min(s.wan_bw, std::min(nic_per_gpu, share) * p.network.busbw_efficiency.value);
     }
     s.scaleup_latency = std::max(s.scaleup_latency, p.scaleup.latency.value);
     s.network_latency = std::max(s.network_latency, p.network.latency.value);

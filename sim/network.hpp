@@ -42,6 +42,11 @@ class AnalyticalNetwork {
   double p2p_seconds(const CommShape& shape, double bytes) const;
   // analytical_limitations(cluster).
   std::vector<std::string> warnings() const { return analytical_limitations(*cluster_); }
+  // A link of the cluster graph (both directions) at `factor` of its capacity
+  // for the whole iteration: every communicator using it is timed as if its
+  // slowest channel crossed it (the analytical model has no routes). Applying
+  // the same link twice keeps the smaller factor.
+  void degrade_link(const TopologyVertex& a, const TopologyVertex& b, LinkKind kind, double factor);
 
  private:
   const Cluster* cluster_;
@@ -53,6 +58,10 @@ class AnalyticalNetwork {
   // rail 0 on a fat-tree. Empty without spines.
   std::vector<double> leaf_uplink_;
   int leaf_groups_ = 0, leaf_rails_ = 1;
+  // Degraded links (degrade_link): capacity factors per GPU (its scale-up link,
+  // its NIC path), per leaf uplink (indexed like leaf_uplink_) and per
+  // datacenter (its WAN path); empty while nothing is degraded.
+  std::vector<double> scaleup_factor_, nic_factor_, uplink_factor_, wan_factor_;
 };
 
 }  // namespace trainsim

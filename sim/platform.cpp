@@ -35,6 +35,12 @@ Topology& Platform::topology() {
   return *topology_;
 }
 
+void Platform::degrade_analytical_link(std::uint32_t l, double factor) {
+  const Topology& topo = topology();
+  const TopologyLink& link = topo.link(l);
+  analytical_.degrade_link(topo.vertex(link.from), topo.vertex(link.to), link.kind, factor);
+}
+
 std::unique_ptr<NetworkModel> Platform::network_model(Fidelity fidelity) {
   if (fidelity == Fidelity::Flow) return std::make_unique<FlowNetworkModel>(cluster_, topology(), profiles_);
   return std::make_unique<AnalyticalNetworkModel>(analytical_);

@@ -37,6 +37,9 @@ class Platform {
   const CalibrationProfile& profile(int gpu_type) const { return profiles_[gpu_type]; }
   const ComputeCostModel& costs() const { return costs_; }
   const AnalyticalNetwork& analytical_network() const { return analytical_; }
+  // Link `l` of topology() at `factor` of its capacity for the whole iteration,
+  // in the analytical model (the flow model takes link changes as events).
+  void degrade_analytical_link(std::uint32_t l, double factor);
   // The cluster graph with its routes, built on first use (the flow model and
   // link-level events need it; analytical runs of big clusters do not pay for it).
   Topology& topology();

@@ -177,7 +177,7 @@ TEST_CASE("the Llama 3 example: interruptions and effective training time within
   CHECK(r.reliability->ettr_mean < 1.0);
 }
 
-TEST_CASE("a degraded spine link shows up in the flow breakdown; the analytical model refuses it") {
+TEST_CASE("a degraded spine link shows up in the breakdown at both fidelities; a window is flow fidelity's alone") {
   // 8 DGX H100 under 4 leaf groups of 2 nodes and one spine: the gradient
   // all-reduce of 64 ranks crosses the spine.
   const char* spine = R"({
@@ -205,12 +205,45 @@ TEST_CASE("a degraded spine link shows up in the flow breakdown; the analytical 
                    "start": "10s"}]})"}),
       Fidelity::Flow);
   CHECK(late.iteration_time_s == clean.iteration_time_s);
-  CHECK_THROWS_AS(simulate(load_spine({quarter}), Fidelity::Analytical), InputError);
+  // The analytical model times every communicator crossing the link at its
+  // lower capacity: the exposed all-reduce grows there too.
+  const JobReport clean_a = simulate(load_spine({}), Fidelity::Analytical);
+  const JobReport degraded_a = simulate(load_spine({quarter}), Fidelity::Analytical);
+  CHECK(degraded_a.breakdown.exposed_comm_s[dp] > clean_a.breakdown.exposed_comm_s[dp] * 1.2);
+  REQUIRE(degraded_a.perturbations);
+  CHECK(degraded_a.perturbations->lost_s > 0);
+  // It has no time within a transfer: a window is flow fidelity's alone.
+  std::string windowed;
+  try {
+    simulate(load_spine({R"(perturbations={"links": [{"from": "spine 0", "to": "leaf rail 0 group 0",
+                            "capacity": 0.25, "start": "10s"}]})"}),
+             Fidelity::Analytical);
+  } catch (const InputError& e) {
+    windowed = e.what();
+  }
+  CHECK(windowed.find("/perturbations/links/0") != std::string::npos);
+  CHECK(windowed.find("--fidelity flow") != std::string::npos);
   CHECK_THROWS_AS(
       simulate(load_spine({R"(perturbations={"links": [{"from": "leaf 9", "to": "spine 0", "capacity": 0.5}]})"}),
                Fidelity::Flow),
       InputError);
 }
+
+namespace {
+// The analytical makespan and simulated ranks of a scenario, planned with one
+// rank per equivalence class or with every rank.
+std::pair<double, std::size_t> simulated_makespan(const Scenario& s, bool representatives) {
+  Platform platform(s.cluster, s.profiles);
+  PlanOptions opts;
+  opts.representatives = representatives;
+  const WorkloadPlan plan = workload_of(s)->plan(platform, Placement::of(s.parallel), opts);
+  const std::unique_ptr<NetworkModel> network = platform.network_model(Fidelity::Analytical);
+  Executor exec(plan.setup, platform.cluster(), platform.costs(), *network);
+  const SimulationResult r = exec.run();
+  REQUIRE(r.completed);
+  return {r.makespan.to_seconds(), plan.setup.ranks.size()};
+}
+}  // namespace
 
 TEST_CASE("stragglers in TP groups: one rank per group at its slowest member's pace, as simulating every rank") {
   // 64 H100: TP 8, PP 2, DP 4, with 3 seeded stragglers.
@@ -223,19 +256,8 @@ TEST_CASE("stragglers in TP groups: one rank per group at its slowest member's p
   })";
   const Scenario s = load_scenario_text(tp, "tp.json", "", {}, testing::catalog());
   REQUIRE(s.cluster.slowdowns.size() == 3);
-  Platform platform(s.cluster, s.profiles);
-  auto makespan = [&](bool representatives) {
-    PlanOptions opts;
-    opts.representatives = representatives;
-    const WorkloadPlan plan = workload_of(s)->plan(platform, Placement::of(s.parallel), opts);
-    const std::unique_ptr<NetworkModel> network = platform.network_model(Fidelity::Analytical);
-    Executor exec(plan.setup, platform.cluster(), platform.costs(), *network);
-    const SimulationResult r = exec.run();
-    REQUIRE(r.completed);
-    return std::make_pair(r.makespan.to_seconds(), plan.setup.ranks.size());
-  };
-  const auto [every, every_ranks] = makespan(false);
-  const auto [compact, compact_ranks] = makespan(true);
+  const auto [every, every_ranks] = simulated_makespan(s, false);
+  const auto [compact, compact_ranks] = simulated_makespan(s, true);
   CHECK(every_ranks == 64);
   CHECK(compact_ranks <= 8);  // at most one rank per (stage, replica)
   CHECK(compact == doctest::Approx(every).epsilon(0.005));
@@ -332,19 +354,30 @@ TEST_CASE("a slowdown window inside a TP group: the group runs every member, as 
     "perturbations": {"gpus": [{"gpu": 3, "slowdown": 3, "start": "0.05s", "end": "0.4s"}]}
   })";
   const Scenario s = load_scenario_text(tp, "tp.json", "", {}, testing::catalog());
-  Platform platform(s.cluster, s.profiles);
-  auto makespan = [&](bool representatives) {
-    PlanOptions opts;
-    opts.representatives = representatives;
-    const WorkloadPlan plan = workload_of(s)->plan(platform, Placement::of(s.parallel), opts);
-    const std::unique_ptr<NetworkModel> network = platform.network_model(Fidelity::Analytical);
-    Executor exec(plan.setup, platform.cluster(), platform.costs(), *network);
-    const SimulationResult r = exec.run();
-    REQUIRE(r.completed);
-    return r.makespan.to_seconds();
-  };
-  const double every = makespan(false);
-  CHECK(makespan(true) == doctest::Approx(every).epsilon(0.005));
+  const double every = simulated_makespan(s, false).first;
+  CHECK(simulated_makespan(s, true).first == doctest::Approx(every).epsilon(0.005));
   CHECK(every >
         simulate(load_scenario_text(tp, "tp.json", "", {"perturbations={}"}, testing::catalog())).iteration_time_s);
+}
+
+TEST_CASE("a NIC at half speed: the all-reduce of every communicator through it slows, at both fidelities") {
+  // 16 A100 in data parallel over 2 nodes: the ring all-reduce crosses the NICs.
+  const char* dp = R"({
+    "model": "gpt3-1.3b",
+    "cluster": {"node": "dgx-a100", "nodes": 2},
+    "parallel": {"tp": 1, "pp": 1, "dp": 16, "micro_batch": 1, "global_batch": 16, "dp_overlap": false},
+    "training": {"seq_len": 2048}
+  })";
+  const auto index = static_cast<std::size_t>(CommClass::DP);
+  for (const Fidelity f : {Fidelity::Analytical, Fidelity::Flow}) {
+    CAPTURE(to_string(f));
+    const JobReport clean = simulate(load_scenario_text(dp, "dp.json", "", {}, testing::catalog()), f);
+    const Scenario s = load_scenario_text(
+        dp, "dp.json", "",
+        {R"(perturbations={"links": [{"from": "nic 0 of node 1", "to": "leaf rail 0 group 0", "capacity": 0.5}]})"},
+        testing::catalog());
+    const JobReport slow = simulate(s, f);
+    CHECK(slow.breakdown.exposed_comm_s[index] > clean.breakdown.exposed_comm_s[index] * 1.2);
+    CHECK(slow.iteration_time_s > clean.iteration_time_s);
+  }
 }

@@ -50,24 +50,33 @@ ReliabilityReport job_life(const ReliabilitySpec& spec, const JobReport& rep, co
   return analyse_reliability(spec, job);
 }
 
-// Degraded links change their capacity in the flow network at the given times.
-void apply_link_perturbations(const Scenario& s, Fidelity fidelity, Platform& platform, NetworkModel& network) {
+// Degraded links: events that change their capacity in the flow network at
+// the given times; at analytical fidelity (no time, no routes) a lower
+// capacity for the whole iteration of every communicator that uses the link.
+// `network` is null when called for the analytical model, before planning.
+void apply_link_perturbations(const Scenario& s, Fidelity fidelity, Platform& platform, NetworkModel* network) {
   if (s.link_perturbations.empty()) return;
-  if (fidelity != Fidelity::Flow) {
-    throw InputError({Diagnostic{s.file, s.link_perturbations.front().pointer,
-                                 "a degraded link needs --fidelity flow: the analytical model has no links "
-                                 "(docs/faults.md)"}});
-  }
+  const bool analytical = fidelity != Fidelity::Flow;
+  if (analytical != (network == nullptr)) return;
   const Topology& topo = platform.topology();
   for (const LinkPerturbation& lp : s.link_perturbations) {
+    if (analytical && (lp.start_s > 0 || lp.end_s >= 0)) {
+      throw InputError({Diagnostic{s.file, lp.pointer,
+                                   "a link degraded within a window of the iteration needs --fidelity flow: the "
+                                   "analytical model has no time within a transfer (docs/faults.md)"}});
+    }
     bool found = false;
     for (std::uint32_t l = 0; l < topo.num_links(); ++l) {
       const TopologyLink& link = topo.link(l);
       const std::string a = topo.vertex_name(link.from), b = topo.vertex_name(link.to);
       if (!((a == lp.from && b == lp.to) || (a == lp.to && b == lp.from))) continue;
       found = true;
-      network.set_link_capacity(Time::seconds(lp.start_s), l, link.capacity * lp.capacity_factor);
-      if (lp.end_s >= 0) network.set_link_capacity(Time::seconds(lp.end_s), l, link.capacity);
+      if (analytical) {
+        platform.degrade_analytical_link(l, lp.capacity_factor);
+        continue;
+      }
+      network->set_link_capacity(Time::seconds(lp.start_s), l, link.capacity * lp.capacity_factor);
+      if (lp.end_s >= 0) network->set_link_capacity(Time::seconds(lp.end_s), l, link.capacity);
     }
     if (!found) {
       throw InputError({Diagnostic{s.file, lp.pointer,
@@ -98,7 +107,8 @@ JobRun run_job(const Scenario& s, Fidelity fidelity) {
   const Cluster& cluster = platform.cluster();
   rep.gpus = cluster.num_gpus();
   PlanOptions opts;
-  opts.representatives = fidelity != Fidelity::Flow;  // the flow model needs every member
+  opts.representatives = fidelity != Fidelity::Flow;         // the flow model needs every member
+  apply_link_perturbations(s, fidelity, platform, nullptr);  // analytical: before planning reads the network
   run.plan = workload_of(s)->plan(platform, Placement::of(s.parallel), opts);
   const WorkloadPlan& plan = run.plan;
   if (fidelity == Fidelity::Flow) {
@@ -114,7 +124,7 @@ JobRun run_job(const Scenario& s, Fidelity fidelity) {
   }
   const std::unique_ptr<NetworkModel> network = platform.network_model(fidelity);
   TRAINSIM_CHECK(network->needs_every_member() == !opts.representatives, "plan and network model disagree on members");
-  apply_link_perturbations(s, fidelity, platform, *network);
+  apply_link_perturbations(s, fidelity, platform, network.get());
   {
     Executor exec(plan.setup, cluster, platform.costs(), *network);
     run.result = exec.run();

@@ -459,9 +459,11 @@ std::string summary_text(const JobReport& r) {
   const double it = r.iteration_time_s > 0 ? r.iteration_time_s : 1;
   const TimeBreakdown& b = r.breakdown;
   std::string out = r.scenario + " on " + std::to_string(r.gpus) + " GPUs\n";
-  const std::string rate = r.throughput_unit == "tokens" ? fmt("%.0f", r.tokens_per_s) + " tokens/s"
-                                                         : fmt("%.4g", r.units_per_s) + " " + r.throughput_unit +
-                                                               "/s (" + fmt("%.4g", r.samples_per_s) + " samples/s)";
+  std::string rate = r.throughput_unit == "tokens" ? fmt("%.0f", r.tokens_per_s) + " tokens/s"
+                                                   : fmt("%.4g", r.units_per_s) + " " + r.throughput_unit + "/s";
+  if (r.throughput_unit != "tokens" && r.throughput_unit != "samples") {
+    rate += " (" + fmt("%.4g", r.samples_per_s) + " samples/s)";
+  }
   const std::string iteration =
       r.throughput_unit == "tokens" ? fmt("%.3f", r.iteration_time_s) : fmt("%.4g", r.iteration_time_s);
   out += "  iteration " + iteration + " s | " + rate + " | " + fmt("%.1f", r.tflops_per_gpu) + " TFLOP/s/GPU | MFU " +

@@ -584,6 +584,22 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
   if (m.moe.enabled()) build_moe_layer(m, p, tr, D, dense, &out.by_kind[static_cast<std::size_t>(LayerKind::Moe)]);
   out.embedding_grad_elements = m.embedding_params() / p.tp;
   out.head_grad_elements = static_cast<double>(m.vocab) * m.hidden / p.tp;
+  // Every kernel of these steps is issued by the framework's host code (docs/frameworks.md, "Host dispatch").
+  if (const double host = host_dispatch_seconds(tr.framework); host > 0) {
+    auto issue = [host](std::vector<Step>& steps) {
+      for (Step& s : steps)
+        if (!s.is_comm) s.op.host_dispatch_seconds = host;
+    };
+    for (LayerSteps& k : out.by_kind) {
+      issue(k.forward);
+      issue(k.backward);
+      issue(k.recompute);
+    }
+    issue(out.embedding_forward);
+    issue(out.embedding_backward);
+    issue(out.head_forward);
+    issue(out.head_backward);
+  }
   return out;
 }
 

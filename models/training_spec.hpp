@@ -178,6 +178,19 @@ enum class AttentionKind : std::uint8_t { Flash, FlashTriton, Unfused, FlashAtte
 // optimizer: fp32 gradient accumulation per micro-batch, fp32 all-reduce).
 enum class Framework : std::uint8_t { Default, MegatronTe, TorchCompile, Eager, Fsdp2, DeepSpeed };
 
+// Host time per kernel a framework spends before the CUDA launch (Python, the
+// PyTorch dispatcher): eager PyTorch 3.34 us, the eager `torch.functional` call on
+// CUDA tensors in PyTorch's operator micro-benchmark (github.com/pytorch/pytorch
+// pull 32194: split_M8_N8_parts2_cuda, Forward Execution Time 3.340 us), a lower
+// bound (no autograd record, no nn.Module hooks). Megatron-LM, FSDP and DeepSpeed
+// issue their kernels from the same eager PyTorch. torch.compile's generated code
+// calls the kernel launchers without the dispatcher: 0. Default: 0, the predictions
+// from before the mechanism. docs/frameworks.md ("Host dispatch").
+constexpr double kEagerDispatchSeconds = 3.34e-6;
+constexpr double host_dispatch_seconds(Framework f) {
+  return f == Framework::Default || f == Framework::TorchCompile ? 0.0 : kEagerDispatchSeconds;
+}
+
 struct TrainingSpec {
   int seq_len = 2048;
   Dtype precision = Dtype::BF16;   // GEMM dtype (fp8: GEMMs in FP8, the rest in BF16)

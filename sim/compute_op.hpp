@@ -23,6 +23,10 @@ struct ComputeOp {
   // A measured duration (an imported trace replayed as profiled): when >= 0 the
   // op takes this long, times the GPU's slowdown, instead of its roofline cost.
   double measured_seconds = -1;
+  // Host time per kernel before its CUDA launch (the framework's Python and dispatcher,
+  // models/training_spec.hpp); 0: the host is never the bottleneck (the cost model's
+  // result from before the mechanism, bit for bit).
+  double host_dispatch_seconds = 0;
 };
 
 }  // namespace trainsim

@@ -52,7 +52,14 @@ double ComputeCostModel::seconds(const ComputeOp& op, int gpu_type, double compu
       break;
   }
   // A perturbed GPU (a straggler, a throttled one) takes `slowdown` times as long for everything.
-  return (std::max(compute_time / compute_share, mem_time) + op.kernels * p.launch_overhead.value) * gpu.slowdown;
+  const double gpu_time =
+      (std::max(compute_time / compute_share, mem_time) + op.kernels * p.launch_overhead.value) * gpu.slowdown;
+  if (op.host_dispatch_seconds <= 0) return gpu_time;
+  // Host dispatch: the host issues each kernel after the framework's dispatch and the CUDA
+  // launch (the profile's launch_overhead), and the stream cannot run ahead of the host. In
+  // the steady state of the asynchronous launch queue the op takes the longer of its GPU
+  // time and its kernels' host issue time (docs/frameworks.md, "Host dispatch").
+  return std::max(gpu_time, op.kernels * (p.launch_overhead.value + op.host_dispatch_seconds));
 }
 
 Time ComputeCostModel::duration(const ComputeOp& op, int gpu_type, double compute_share) const {

@@ -481,7 +481,10 @@ TEST_CASE("calibrate compare: predicted vs measured per kernel category of a one
   const StepCategories fused =
       predicted_categories(load_scenario_file(scenario, {"training.framework=default"}, catalog()));
   CHECK(p.elementwise > fused.elementwise);
-  CHECK(p.gemm == fused.gemm);
+  // The same GEMM kernels; this tiny model's shortest ones wait for the eager host
+  // (host dispatch, docs/frameworks.md), which the fused default lists do not charge.
+  CHECK(p.gemm >= fused.gemm);
+  CHECK(p.gemm < 1.5 * fused.gemm);
   const std::string text = compare_step(measured, scenario, catalog());
   const auto row = text.find("\ngemm");
   REQUIRE(row != std::string::npos);

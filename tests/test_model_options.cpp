@@ -395,3 +395,56 @@ TEST_CASE("optimizers: LAMB and Adafactor steps and states against Adam's") {
   CHECK(optimizer_bytes_per_param(tr) == 12.0);
   CHECK(run({"training.optimizer=adafactor"}, text).peak_memory_gib < run({}, text).peak_memory_gib);
 }
+
+TEST_CASE("host dispatch: a kernel shorter than its host issue cost waits for the host; a long one does not") {
+  const Scenario s = load_scenario_text(kBase, "options.json", "", {}, catalog());
+  const Cluster cluster(s.cluster);
+  const ComputeCostModel costs(cluster, s.profiles);
+  const double launch = costs.profile(0).launch_overhead.value;
+  REQUIRE(launch == doctest::Approx(3e-6));  // the A100 profile's launch overhead
+  // Ten 1 KiB memory-bound kernels: well under a microsecond of HBM time each.
+  ComputeOp tiny;
+  tiny.kind = OpKind::MemoryBound;
+  tiny.bytes = 10 * 1024;
+  tiny.kernels = 10;
+  const double gpu = costs.seconds(tiny, 0);
+  CHECK(gpu < 10 * (launch + 1e-6));
+  tiny.host_dispatch_seconds = host_dispatch_seconds(Framework::Eager);
+  CHECK(host_dispatch_seconds(Framework::Eager) == 3.34e-6);
+  // Host-bound: 10 x (3 us launch + 3.34 us eager dispatch) = 63.4 us.
+  CHECK(costs.seconds(tiny, 0) == doctest::Approx(63.4e-6).epsilon(1e-12));
+  // A 4096^3 GEMM (milliseconds on the GPU) is unchanged, bit for bit.
+  ComputeOp gemm;
+  gemm.kind = OpKind::Gemm;
+  gemm.m = gemm.n = gemm.k = 4096;
+  gemm.flops = 2.0 * 4096 * 4096 * 4096;
+  gemm.bytes = 3.0 * 4096 * 4096 * 2;
+  const double gemm_gpu = costs.seconds(gemm, 0);
+  gemm.host_dispatch_seconds = host_dispatch_seconds(Framework::Eager);
+  CHECK(costs.seconds(gemm, 0) == gemm_gpu);
+  // Frameworks: torch.compile and the default lists issue without the eager dispatcher.
+  CHECK(host_dispatch_seconds(Framework::Default) == 0);
+  CHECK(host_dispatch_seconds(Framework::TorchCompile) == 0);
+  CHECK(host_dispatch_seconds(Framework::MegatronTe) == host_dispatch_seconds(Framework::Eager));
+  CHECK(host_dispatch_seconds(Framework::DeepSpeed) == host_dispatch_seconds(Framework::Eager));
+}
+
+TEST_CASE("host dispatch in a plan: tiny kernels are host-bound, a large step is unchanged") {
+  // megatron-te runs the default kernel lists (the base sets its attention): only host dispatch differs.
+  const Scenario def = load_scenario_text(kBase, "options.json", "", {}, catalog());
+  const Scenario te = load_scenario_text(kBase, "options.json", "", {"training.framework=megatron-te"}, catalog());
+  const Cluster cluster(def.cluster);
+  const ComputeCostModel costs(cluster, def.profiles);
+  auto plan = [&](const Scenario& s) { return plan_training(s.model, s.parallel, s.training, cluster, PlanOptions{}); };
+  const TrainingPlan pd = plan(def), pt = plan(te);
+  const auto& od = pd.setup.programs.at(0).ops;
+  const auto& ot = pt.setup.programs.at(0).ops;
+  REQUIRE(od.size() == ot.size());
+  const double issue = costs.profile(0).launch_overhead.value + host_dispatch_seconds(Framework::MegatronTe);
+  for (std::size_t i = 0; i < od.size(); ++i) {
+    CHECK(od[i].host_dispatch_seconds == 0);
+    CHECK(costs.seconds(ot[i], 0) == std::max(costs.seconds(od[i], 0), ot[i].kernels * issue));
+  }
+  // Every kernel of this 1.3B step at 4096 tokens outlasts its host issue cost: the same prediction.
+  CHECK(simulate(te).iteration_time_s == simulate(def).iteration_time_s);
+}

@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 
+#include "models/training_spec.hpp"
 #include "sim/check.hpp"
 #include "workloads/spmd_plan.hpp"
 
@@ -119,6 +120,8 @@ WorkloadPlan GnnWorkload::plan(const Platform& /*platform*/, const Placement& pl
   auto deps_of_last = [&]() { return have_last ? std::vector<TaskId>{last} : std::vector<TaskId>{}; };
   auto run = [&](ComputeOp op, std::vector<TaskId> deps) {
     flops += op.flops;
+    // DGL and PyG issue every kernel from eager PyTorch (docs/frameworks.md, "Host dispatch").
+    op.host_dispatch_seconds = host_dispatch_seconds(Framework::Eager);
     const std::uint32_t label = pb.add_label(op.name);
     last = pb.compute(compute, pb.add_op(std::move(op)), label, -1, deps);
     have_last = true;

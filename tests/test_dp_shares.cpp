@@ -164,5 +164,14 @@ TEST_CASE("docs/limits.md lists the dp_shares bounds") {
   std::string shares = "[16385";
   for (int i = 0; i < 7; ++i) shares += ", 1";
   CHECK(testing::errors_of(kEight, {"parallel.global_batch=32784", "parallel.dp_shares=" + shares + "]"})
-            .find("/parallel/dp_shares: a replica's share of 16385 micro-batches") != std::string::npos);
+            .find("/parallel/dp_shares: the distinct shares (one program each) add up to 16386 micro-batches") !=
+        std::string::npos);
+  // Distinct shares each build their programs: their sum is bounded, not only the largest.
+  std::string many = "[";
+  for (int i = 0; i < 8; ++i) many += (i ? ", " : "") + std::to_string(4000 + i);
+  CHECK(testing::errors_of(kEight, {"parallel.global_batch=64056", "parallel.dp_shares=" + many + "]"})
+            .find("add up to 32028 micro-batches") != std::string::npos);
+  CHECK(testing::errors_of(kEight, {"parallel.global_batch=32784", R"(parallel.dp_shares="balanced")"})
+            .find("/parallel/dp_shares: \"balanced\" shares of global_batch / micro_batch = 16392") !=
+        std::string::npos);
 }

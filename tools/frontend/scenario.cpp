@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <numeric>
 #include <sstream>
 
 #include "models/layout_rules.hpp"
@@ -648,19 +649,30 @@ void check_consistency(Scenario& s, Diagnostics& d) {
   // The simulation's work and memory grow with micro-batches x layers (every
   // layer of every micro-batch is a task): bounded before anything is built.
   if (d.ok()) {
-    // Uneven shares: the largest explicit share; "balanced" may give one replica
-    // up to every micro-batch of the iteration.
+    // Uneven shares: the planner builds programs for each distinct explicit
+    // share (their sum bounds the work); "balanced" may give one replica up to
+    // every micro-batch of the iteration, and its distinct shares sum to no more.
     const ParallelSpec& par = s.parallel;
     std::int64_t micro_batches = par.global_batch / (std::int64_t{par.micro_batch} * par.dp);
-    if (par.dp_shares_balanced) micro_batches = par.global_batch / par.micro_batch;
-    if (!par.dp_shares.empty()) micro_batches = *std::max_element(par.dp_shares.begin(), par.dp_shares.end());
+    std::string what = "global_batch / (micro_batch*dp) = ";
+    if (par.dp_shares_balanced) {
+      micro_batches = par.global_batch / par.micro_batch;
+      what = "\"balanced\" shares of global_batch / micro_batch = ";
+    }
+    if (!par.dp_shares.empty()) {
+      std::vector<int> distinct = par.dp_shares;
+      std::sort(distinct.begin(), distinct.end());
+      distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+      micro_batches = std::accumulate(distinct.begin(), distinct.end(), std::int64_t{0});
+      what = "the distinct shares (one program each) add up to ";
+    }
     // An encoder's layers are tasks too (model.encoder, docs/heterogeneous.md).
     const std::int64_t layers = s.model.layers + (s.model.encoder.empty() ? 0 : s.model.encoder.front().layers);
     if (micro_batches > kMaxMicroBatches || micro_batches * layers > kMaxMicroBatchLayers) {
       d.error(par.uneven_shares() ? "/parallel/dp_shares" : "/parallel/global_batch",
-              std::string(par.uneven_shares() ? "a replica's share of " : "global_batch / (micro_batch*dp) = ") +
-                  std::to_string(micro_batches) + " micro-batches of " + std::to_string(layers) + " layers; at most " +
-                  std::to_string(kMaxMicroBatches) + " micro-batches and " + std::to_string(kMaxMicroBatchLayers) +
+              what + std::to_string(micro_batches) + " micro-batches of " + std::to_string(layers) +
+                  " layers; at most " + std::to_string(kMaxMicroBatches) + " micro-batches and " +
+                  std::to_string(kMaxMicroBatchLayers) +
                   " micro-batch layers per iteration are simulated (docs/limits.md)");
     }
   }

@@ -383,8 +383,8 @@ int run_commands(int argc, const char* const* argv, std::ostream& out, std::ostr
         for (const StageLayout& st : s.parallel.stages) tp += (tp.empty() ? "" : "/") + std::to_string(st.tp);
       }
       const std::string trained = s.workload.kind == WorkloadKind::Transformer ? s.model.name : workload_of(s)->name();
-      out << "ok: " << s.file << ": " << trained << " on " << s.cluster.total_gpus() << " GPUs, tp " << tp
-          << " pp " << s.parallel.pp << " dp " << s.parallel.dp << " cp " << s.parallel.cp << "\n";
+      out << "ok: " << s.file << ": " << trained << " on " << s.cluster.total_gpus() << " GPUs, tp " << tp << " pp "
+          << s.parallel.pp << " dp " << s.parallel.dp << " cp " << s.parallel.cp << "\n";
       return kOk;
     }
     check_output_paths(

@@ -6,6 +6,7 @@
 #include <initializer_list>
 #include <optional>
 
+#include "models/dp_shares.hpp"
 #include "models/moe.hpp"
 #include "models/mpmd.hpp"
 #include "models/placement.hpp"
@@ -83,6 +84,64 @@ void check_moe_layout(const TransformerSpec& m, const ParallelSpec& p, const Tra
       static_cast<int>(t.routing.histogram.size()) != m.moe.experts) {
     problem("/training/routing/histogram", "expected one load per expert (" + str(m.moe.experts) + "), found " +
                                                str(static_cast<std::int64_t>(t.routing.histogram.size())));
+  }
+}
+
+// Uneven data-parallel shares (models/dp_shares.hpp): one micro-batch count per
+// replica, each valid for the schedule, summing to global_batch / micro_batch.
+void check_shares(const TransformerSpec& m, const ParallelSpec& p, bool mpmd, std::vector<LayoutProblem>& out) {
+  auto problem = [&](std::string path, std::string message) { out.push_back({std::move(path), std::move(message)}); };
+  const std::size_t before = out.size();
+  if (mpmd) {
+    problem("/parallel/dp_shares",
+            "uneven data-parallel shares are not modelled with per-stage layouts (parallel.stages) or an encoder; "
+            "give an even split there");
+  }
+  if (p.schedule == ScheduleKind::Custom) {
+    problem("/parallel/dp_shares",
+            "a custom schedule's units are for one micro-batch count; uneven shares need a built-in schedule");
+  }
+  if (p.zero == 3) {
+    problem("/parallel/dp_shares",
+            "ZeRO-3 gathers the parameters over the data-parallel group for every micro-batch, which replicas with "
+            "different counts cannot share; use zero <= 2 with uneven shares");
+  }
+  if (m.moe.enabled() && p.ep > 1) {
+    problem("/parallel/dp_shares",
+            "expert-parallel all-to-alls span data-parallel replicas for every micro-batch, which replicas with "
+            "different counts cannot share; use ep = 1 with uneven shares");
+  }
+  if (p.global_batch % p.micro_batch != 0) {
+    problem("/parallel/global_batch",
+            "expected a multiple of micro_batch = " + str(p.micro_batch) + ", found " + str(p.global_batch));
+  }
+  if (out.size() != before) return;
+  const std::int64_t total = p.global_batch / p.micro_batch;
+  if (p.dp_shares_balanced) {
+    const ShareRule rule = share_rule(p);
+    if (total < static_cast<std::int64_t>(p.dp) * rule.min || total % rule.unit != 0) {
+      problem("/parallel/dp_shares", "\"balanced\" needs global_batch / micro_batch = " + str(total) +
+                                         " micro-batches to give each of dp = " + str(p.dp) + " replicas at least " +
+                                         str(rule.min) +
+                                         (rule.unit > 1 ? " in multiples of " + str(rule.unit) : std::string()) + " (" +
+                                         to_string(p.schedule) + ")");
+    }
+    return;
+  }
+  if (static_cast<std::int64_t>(p.dp_shares.size()) != p.dp) {
+    problem("/parallel/dp_shares", "expected one micro-batch count per data-parallel replica (dp = " + str(p.dp) +
+                                       "), found " + str(static_cast<std::int64_t>(p.dp_shares.size())));
+    return;
+  }
+  std::int64_t sum = 0;
+  for (std::size_t i = 0; i < p.dp_shares.size(); ++i) {
+    sum += p.dp_shares[i];
+    const std::string why = share_problem(p, p.dp_shares[i]);
+    if (!why.empty()) problem("/parallel/dp_shares/" + std::to_string(i), why);
+  }
+  if (sum != total) {
+    problem("/parallel/dp_shares", "the shares sum to " + str(sum) + " micro-batches; global_batch / micro_batch = " +
+                                       str(p.global_batch) + " / " + str(p.micro_batch) + " = " + str(total));
   }
 }
 
@@ -180,7 +239,9 @@ std::vector<LayoutProblem> check_layout(const TransformerSpec& m, const Parallel
     }
   }
   const auto per_step = product({p.micro_batch, p.dp});
-  if (!per_step || p.global_batch % *per_step != 0) {
+  if (p.uneven_shares()) {
+    check_shares(m, p, mpmd, out);
+  } else if (!per_step || p.global_batch % *per_step != 0) {
     problem("/parallel/global_batch", "expected a multiple of micro_batch*dp = " + str(p.micro_batch) + "*" +
                                           str(p.dp) + " = " + product_text(per_step) + ", found " +
                                           str(p.global_batch));

@@ -9,6 +9,7 @@
 #include <tuple>
 #include <unordered_map>
 
+#include "models/dp_shares.hpp"
 #include "models/layer_steps.hpp"
 #include "models/layout_rules.hpp"
 #include "models/memory_model.hpp"
@@ -962,13 +963,65 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
     }
   }
   const ModelSteps steps = mpmd ? stage_steps.front() : build_model_steps(model, par, train_);
-  const PipelineSchedule sched = planned_schedule(model, par, train_, steps, platform, placement);
-  {
+  // Micro-batches of each data-parallel replica (models/dp_shares.hpp) and the
+  // distinct counts: each count its own schedule and stage programs.
+  std::vector<int> share(par.dp, par.micro_batches());
+  if (!par.dp_shares.empty()) share = par.dp_shares;
+  if (par.dp_shares_balanced) {
+    // A replica's speed: one over the compute time of a micro-batch through the
+    // whole model on its slowest GPU (its GPU type and static slowdown).
+    std::map<int, double> seconds_of_type;
+    auto mb_seconds = [&](int type) {
+      auto it = seconds_of_type.find(type);
+      if (it != seconds_of_type.end()) return it->second;
+      double t = 0;
+      for (int l = 0; l < model.layers; ++l) {
+        const LayerSteps& ls = steps.of(model.layer_kind(l));
+        for (const auto* list : {&ls.forward, &ls.backward, &ls.recompute}) {
+          for (const Step& st : *list)
+            if (!st.is_comm) t += platform.costs().seconds(st.op, type);
+        }
+      }
+      seconds_of_type[type] = t;
+      return t;
+    };
+    std::vector<double> speed(par.dp, 1.0);
+    for (int d = 0; d < par.dp; ++d) {
+      double slowest = 0;
+      for (int st = 0; st < par.pp; ++st) {
+        for (int c = 0; c < par.cp; ++c) {
+          for (int t = 0; t < par.tp; ++t)
+            slowest = std::max(slowest, mb_seconds(cluster.gpu_type_of(placement.gpu(RankCoord{t, c, 0, d, st}))));
+        }
+      }
+      if (slowest > 0) speed[d] = 1.0 / slowest;
+    }
+    share = balanced_shares(par.global_batch / par.micro_batch, speed, share_rule(par));
+  }
+  std::vector<int> counts = share;
+  std::sort(counts.begin(), counts.end());
+  counts.erase(std::unique(counts.begin(), counts.end()), counts.end());
+  std::vector<int> count_of_replica(par.dp, 0);  // index into counts
+  std::vector<int> replicas_of_count(counts.size(), 0);
+  for (int d = 0; d < par.dp; ++d) {
+    count_of_replica[d] = static_cast<int>(std::lower_bound(counts.begin(), counts.end(), share[d]) - counts.begin());
+    ++replicas_of_count[count_of_replica[d]];
+  }
+  if (par.uneven_shares()) plan.dp_shares = share;
+  std::vector<ParallelSpec> count_par;
+  std::vector<PipelineSchedule> count_sched;
+  for (int k : counts) {
+    count_par.push_back(par.uneven_shares() ? replica_layout(par, k) : par);
+    count_sched.push_back(planned_schedule(model, count_par.back(), train_, steps, platform, placement));
+    const PipelineSchedule& sched = count_sched.back();
     const std::vector<std::string> problems = check_schedule(sched);
     TRAINSIM_CHECK(problems.empty(), "invalid pipeline schedule: " + (problems.empty() ? "" : problems.front()));
     TRAINSIM_CHECK(sched.stages == par.pp,
                    "the schedule has " + std::to_string(sched.stages) + " ranks for pp " + std::to_string(par.pp));
   }
+  // The stage facts (layers, memory) come from the largest share's schedule.
+  const PipelineSchedule& sched = count_sched.back();
+  const int num_counts = static_cast<int>(counts.size());
   plan.flop_convention = "Megatron-LM (Narayanan et al. 2021, eq. 3)";
   plan.throughput_unit = "tokens";
   plan.samples_per_iteration = par.global_batch;
@@ -982,20 +1035,29 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
   }
 
   auto tp_of = [&](int s) { return stage_tp(par, s); };
-  std::vector<std::vector<SlotUse>> slots_of_stage;
+  // Programs: count k's stage s is program k * pp + s (one count without uneven shares).
+  std::vector<std::vector<SlotUse>> slots_of_program;
+  for (int k = 0; k < num_counts; ++k) {
+    for (int s = 0; s < par.pp; ++s) {
+      const TransformerSpec& sm = mpmd ? stage_specs[s].model : model;
+      const ParallelSpec& sp_par = mpmd ? stage_specs[s].par : count_par[k];
+      const TrainingSpec& st = mpmd ? stage_specs[s].train : train_;
+      StageProgramBuilder builder(sm, sp_par, st, mpmd ? stage_steps[s] : steps, count_sched[k], s);
+      if (mpmd) builder.set_stage_layouts(&links, stage_specs[s].first_stage);
+      builder.plan_param_prefetch();
+      double hw = 0, mf = 0;
+      plan.setup.programs.push_back(builder.build(&hw, &mf));
+      slots_of_program.push_back(builder.slots());
+      const int ranks = tp_of(s) * replicas_of_count[k] * par.cp;
+      plan.hardware_flops += hw * ranks;
+      plan.model_flops += mf * ranks;
+    }
+  }
+  const std::vector<std::vector<SlotUse>> slots_of_stage(slots_of_program.begin(), slots_of_program.begin() + par.pp);
   for (int s = 0; s < par.pp; ++s) {
     const TransformerSpec& sm = mpmd ? stage_specs[s].model : model;
-    const ParallelSpec& sp_par = mpmd ? stage_specs[s].par : par;
+    const ParallelSpec& sp_par = mpmd ? stage_specs[s].par : count_par.back();
     const TrainingSpec& st = mpmd ? stage_specs[s].train : train_;
-    StageProgramBuilder builder(sm, sp_par, st, mpmd ? stage_steps[s] : steps, sched, s);
-    if (mpmd) builder.set_stage_layouts(&links, stage_specs[s].first_stage);
-    builder.plan_param_prefetch();
-    double hw = 0, mf = 0;
-    plan.setup.programs.push_back(builder.build(&hw, &mf));
-    slots_of_stage.push_back(builder.slots());
-    const int ranks_per_stage = tp_of(s) * par.dp * par.cp;
-    plan.hardware_flops += hw * ranks_per_stage;
-    plan.model_flops += mf * ranks_per_stage;
     StagePlan sp;
     for (int c = 0; c < sched.chunks_on(s); ++c)
       sp.layers += sp_par.layers_of_virtual_stage(sched.virtual_stage(s, c), sm.layers);
@@ -1095,6 +1157,7 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
       }
       for (int d = 0; d < par.dp; ++d) {
         TimingSignature& rs = replica_sig[d];
+        if (par.uneven_shares() && s == 0) rs.exact.push_back(share[d]);  // its own programs
         const int type0 = cluster.gpu_type_of(gpu(s, d, 0, 0));
         for (int c = 0; c < par.cp; ++c) {
           for (int t = 0; t < par.tp; ++t) {
@@ -1153,13 +1216,14 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
       for (int c = 0; c < cps; ++c) {
         for (int t = 0; t < tps; ++t) {
           RankProgram rp;
-          rp.program = static_cast<std::uint32_t>(s);
+          const int program = count_of_replica[d] * par.pp + s;
+          rp.program = static_cast<std::uint32_t>(program);
           rp.gpu = gpu(s, d, c, t);
           if (replica_compact[d]) rp.gpu_type = slowest_type[static_cast<std::size_t>(s) * par.dp + d];
           rp.name = "stage " + std::to_string(s) + " (dp " + std::to_string(d) + ", cp " + std::to_string(c) + ", tp " +
                     std::to_string(t) + ", gpu " + std::to_string(rp.gpu) + ")";
           rp.record = plan.recorded_rank_of_stage[s] < 0;
-          for (const SlotUse& use : slots_of_stage[s]) {
+          for (const SlotUse& use : slots_of_program[program]) {
             std::string role, name;
             switch (use.role) {
               case SlotRole::TP:

@@ -152,7 +152,15 @@ struct ParallelSpec {
   // Per-stage layouts (MPMD, models/mpmd.hpp): empty = every stage has tp and an even
   // (or stage_layers) share of the layers; else one entry per pipeline stage.
   std::vector<StageLayout> stages;
+  // Uneven data-parallel shares of the batch (docs/heterogeneous.md, docs/faults.md):
+  // micro-batches per replica (summing to global_batch / micro_batch); empty = an
+  // even split. `dp_shares_balanced`: the planner sets them proportional to each
+  // replica's speed (models/dp_shares.hpp).
+  std::vector<int> dp_shares;
+  bool dp_shares_balanced = false;
+  int replica_micro_batches = 0;  // > 0: one replica's layout (models/dp_shares.hpp), its count
 
+  bool uneven_shares() const { return dp_shares_balanced || !dp_shares.empty(); }
   int gpus() const { return tp * pp * dp * cp; }
   // Model chunks in layer order (pp * vpp, or the custom schedule's), the
   // layers of chunk v (stage_layers when it has one entry per chunk, else an
@@ -161,6 +169,7 @@ struct ParallelSpec {
   int layers_of_virtual_stage(int v, int model_layers) const;
   int first_layer_of_virtual_stage(int v, int model_layers) const;
   int micro_batches() const {  // the product in 64 bits: the layout rules check it after first use
+    if (replica_micro_batches > 0) return replica_micro_batches;
     return static_cast<int>(global_batch / (static_cast<std::int64_t>(micro_batch) * dp));
   }
 };

@@ -53,6 +53,9 @@ struct WorkloadPlan {
   // routed tokens the capacity factor drops; empty / 0 for other workloads.
   std::vector<double> expert_rank_tokens;
   double expert_dropped_fraction = 0;
+  // Uneven data-parallel shares (models/dp_shares.hpp): micro-batches of each
+  // replica; empty for an even split.
+  std::vector<int> dp_shares;
 };
 
 class Workload {

@@ -153,6 +153,7 @@ JobRun run_job(const Scenario& s, Fidelity fidelity) {
   rep.simulated_ranks = static_cast<int>(plan.setup.ranks.size());
   rep.expert_rank_tokens = plan.expert_rank_tokens;
   rep.expert_dropped_fraction = plan.expert_dropped_fraction;
+  rep.dp_shares = plan.dp_shares;
   rep.iteration_time_s = res.makespan.to_seconds();
   // The figures of a run that reached the clock's limit may have saturated: refused, never reported.
   const bool beyond_clock = res.makespan >= Time::saturated();
@@ -371,6 +372,26 @@ nlohmann::json reliability_json(const ReliabilityReport& r) {
             {"spare_wait", r.spare_wait_s / 3600}}},
           {"goodput_per_s", r.goodput_units_per_s}};
 }
+
+// Uneven data-parallel shares grouped by count, in the order of their first replica.
+struct DistinctShare {
+  int micro_batches = 0;
+  int replicas = 0;
+  int first = 0;
+};
+std::vector<DistinctShare> distinct_shares(const std::vector<int>& shares) {
+  std::vector<DistinctShare> out;
+  for (std::size_t d = 0; d < shares.size(); ++d) {
+    auto it =
+        std::find_if(out.begin(), out.end(), [&](const DistinctShare& x) { return x.micro_batches == shares[d]; });
+    if (it == out.end()) {
+      out.push_back({shares[d], 1, static_cast<int>(d)});
+    } else {
+      ++it->replicas;
+    }
+  }
+  return out;
+}
 }  // namespace
 
 nlohmann::json to_json(const JobReport& r) {
@@ -412,6 +433,13 @@ nlohmann::json to_json(const JobReport& r) {
   out["fidelity"] = r.fidelity;
   if (!r.expert_rank_tokens.empty()) {
     out["expert_load"] = {{"rank_tokens", r.expert_rank_tokens}, {"dropped_fraction", r.expert_dropped_fraction}};
+  }
+  if (!r.dp_shares.empty()) {
+    // Per distinct share: its micro-batches, how many replicas run it and the first of them.
+    nlohmann::json shares = nlohmann::json::array();
+    for (const DistinctShare& d : distinct_shares(r.dp_shares))
+      shares.push_back({{"micro_batches", d.micro_batches}, {"replicas", d.replicas}, {"first_replica", d.first}});
+    out["dp_shares"] = shares;
   }
   out["flops_convention"] = r.flops_convention;
   if (r.reliability) out["reliability"] = reliability_json(*r.reliability);
@@ -481,6 +509,12 @@ std::string summary_text(const JobReport& r) {
   bool mixed = false;
   for (const auto& st : r.per_stage) mixed = mixed || st.gpus != r.per_stage.front().gpus || st.gpus.size() > 1;
   if (mixed) out += "  pace set by stage " + std::to_string(r.pace_stage) + " (" + r.pace_gpu + ")\n";
+  if (!r.dp_shares.empty()) {
+    out += "  dp shares (micro-batches x replicas):";
+    for (const DistinctShare& d : distinct_shares(r.dp_shares))
+      out += " " + std::to_string(d.micro_batches) + " x " + std::to_string(d.replicas);
+    out += "\n";
+  }
   out += "  " + std::to_string(r.events) + " events, " + std::to_string(r.simulated_ranks) + " simulated ranks, " +
          fmt("%.3f", r.wall_time_s) + " s wall\n";
   for (const auto& w : r.warnings) out += "  warning: " + w + "\n";

@@ -82,6 +82,7 @@ struct JobReport {
   std::optional<PerturbationReport> perturbations;
   std::vector<double> expert_rank_tokens;  // MoE: routed tokens per EP rank, micro-batch and MoE layer
   double expert_dropped_fraction = 0;      // MoE: routed tokens dropped by the capacity factor
+  std::vector<int> dp_shares;              // uneven data-parallel shares: micro-batches per replica (else empty)
   std::vector<WanCrossing> wan;            // several datacenters: which communicators cross the WAN
   std::optional<DilocoReport> diloco;      // with a "diloco" section: the outer step (docs/cross-datacenter.md)
 };

@@ -193,7 +193,10 @@ void config_section(std::string& h, const Scenario& s) {
                      std::to_string(m.ffn_hidden) + ", vocab " + std::to_string(m.vocab));
     row("training", "sequence " + std::to_string(t.seq_len) + ", " + to_string(t.precision) + ", " + t.optimizer +
                         ", global batch " + std::to_string(p.global_batch) + ", micro-batch " +
-                        std::to_string(p.micro_batch) + " (" + std::to_string(p.micro_batches()) + " per iteration)");
+                        std::to_string(p.micro_batch) + " (" +
+                        (p.uneven_shares() ? std::string("uneven data-parallel shares")
+                                           : std::to_string(p.micro_batches()) + " per iteration") +
+                        ")");
     row("parallelism", "TP " + std::to_string(p.tp) + ", PP " + std::to_string(p.pp) + ", DP " + std::to_string(p.dp) +
                            ", CP " + std::to_string(p.cp) + ", EP " + std::to_string(p.ep) + ", VPP " +
                            std::to_string(p.vpp) + "; schedule " + to_string(p.schedule) + ", ZeRO " +

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <numeric>
 #include <sstream>
 
 #include "models/layout_rules.hpp"
@@ -442,6 +443,28 @@ ParallelSpec read_parallel(ObjectReader& top, bool batch_required) {
     }
   }
   read_stage_layouts(r, p);
+  // Uneven data-parallel shares (docs/heterogeneous.md): "even", "balanced" or
+  // micro-batches per replica; the layout rules check them against the batch.
+  if (const nlohmann::json* sh = r.raw("dp_shares")) {
+    if (sh->is_string() && (*sh == "even" || *sh == "balanced")) {
+      p.dp_shares_balanced = *sh == "balanced";
+    } else if (sh->is_array() && !sh->empty() && sh->size() <= (1U << 20)) {
+      for (std::size_t i = 0; i < sh->size(); ++i) {
+        const std::optional<std::int64_t> x = json_integer_value((*sh)[i]);
+        if (!x || *x < 0 || *x > kMaxInt) {
+          r.diagnostics().error(r.at("dp_shares") + "/" + std::to_string(i),
+                                "expected a micro-batch count in [1, " + std::to_string(kMaxInt) + "]");
+          p.dp_shares.push_back(1);
+        } else {
+          p.dp_shares.push_back(static_cast<int>(*x));
+        }
+      }
+    } else {
+      r.error("dp_shares",
+              "expected \"even\", \"balanced\" or an array with the micro-batches of each data-parallel replica "
+              "(1 to 1,048,576 entries)");
+    }
+  }
   r.finish();
   p.custom_schedule.microbatches = p.micro_batches();
   return p;
@@ -626,15 +649,31 @@ void check_consistency(Scenario& s, Diagnostics& d) {
   // The simulation's work and memory grow with micro-batches x layers (every
   // layer of every micro-batch is a task): bounded before anything is built.
   if (d.ok()) {
-    const std::int64_t micro_batches = s.parallel.global_batch / (std::int64_t{s.parallel.micro_batch} * s.parallel.dp);
+    // Uneven shares: the planner builds programs for each distinct explicit
+    // share (their sum bounds the work); "balanced" may give one replica up to
+    // every micro-batch of the iteration, and its distinct shares sum to no more.
+    const ParallelSpec& par = s.parallel;
+    std::int64_t micro_batches = par.global_batch / (std::int64_t{par.micro_batch} * par.dp);
+    std::string what = "global_batch / (micro_batch*dp) = ";
+    if (par.dp_shares_balanced) {
+      micro_batches = par.global_batch / par.micro_batch;
+      what = "\"balanced\" shares of global_batch / micro_batch = ";
+    }
+    if (!par.dp_shares.empty()) {
+      std::vector<int> distinct = par.dp_shares;
+      std::sort(distinct.begin(), distinct.end());
+      distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+      micro_batches = std::accumulate(distinct.begin(), distinct.end(), std::int64_t{0});
+      what = "the distinct shares (one program each) add up to ";
+    }
     // An encoder's layers are tasks too (model.encoder, docs/heterogeneous.md).
     const std::int64_t layers = s.model.layers + (s.model.encoder.empty() ? 0 : s.model.encoder.front().layers);
     if (micro_batches > kMaxMicroBatches || micro_batches * layers > kMaxMicroBatchLayers) {
-      d.error("/parallel/global_batch", "global_batch / (micro_batch*dp) = " + std::to_string(micro_batches) +
-                                            " micro-batches of " + std::to_string(layers) + " layers; at most " +
-                                            std::to_string(kMaxMicroBatches) + " micro-batches and " +
-                                            std::to_string(kMaxMicroBatchLayers) +
-                                            " micro-batch layers per iteration are simulated (docs/limits.md)");
+      d.error(par.uneven_shares() ? "/parallel/dp_shares" : "/parallel/global_batch",
+              what + std::to_string(micro_batches) + " micro-batches of " + std::to_string(layers) +
+                  " layers; at most " + std::to_string(kMaxMicroBatches) + " micro-batches and " +
+                  std::to_string(kMaxMicroBatchLayers) +
+                  " micro-batch layers per iteration are simulated (docs/limits.md)");
     }
   }
 }

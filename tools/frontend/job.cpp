@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <map>
+#include <set>
 
 #include "models/planner.hpp"
 #include "sim/check.hpp"
@@ -129,6 +130,27 @@ JobRun run_job(const Scenario& s, Fidelity fidelity) {
     Executor exec(plan.setup, cluster, platform.costs(), *network);
     run.result = exec.run();
     rep.warnings = network->warnings();
+  }
+  // A profile without a GEMM curve for a precision the plan runs GEMMs in
+  // times them at 100% of peak (EfficiencyCurve::at of an empty curve): say so.
+  {
+    std::set<std::pair<std::uint32_t, int>> program_types;
+    for (const RankProgram& r : plan.setup.ranks) {
+      program_types.emplace(r.program, r.gpu_type >= 0 ? r.gpu_type : cluster.gpu_type_of(r.gpu));
+    }
+    std::set<std::pair<int, int>> missing;  // (base GPU type, dtype)
+    for (const auto& [program, type] : program_types) {
+      for (const ComputeOp& op : plan.setup.programs[program].ops) {
+        if (op.kind == OpKind::Gemm && platform.profile(type).gemm[static_cast<std::size_t>(op.dtype)].curve.empty()) {
+          missing.emplace(cluster.base_gpu_type(type), static_cast<int>(op.dtype));
+        }
+      }
+    }
+    for (const auto& [type, dtype] : missing) {
+      rep.warnings.push_back("the calibration profile of " + cluster.gpu_type(type).name + " has no " +
+                             to_string(static_cast<Dtype>(dtype)) +
+                             " GEMM curve: its GEMMs in that precision are timed at 100% of peak");
+    }
   }
   // Communicators spanning GPU vendors (docs/heterogeneous.md): timed at their
   // slowest member's links; a multi-vendor library's staging through host memory is not charged.

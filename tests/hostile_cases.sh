@@ -80,7 +80,10 @@ cat >clock.json <<'JSON'
  "parallel": {"tp": 8, "pp": 1, "dp": 1, "micro_batch": 1073741824, "global_batch": 1073741824},
  "training": {"seq_len": 16777216}}
 JSON
-expect 1 "clock can count" run clock.json
+expect 1 "refused before simulation" run clock.json
+expect 1 "clock can count" run clock.json --ignore-memory
+# A job the memory model knows cannot fit is reported before simulation, at flow fidelity too.
+expect 1 "refused before simulation" run "$scenario" --fidelity flow --set parallel.pp=1 --set cluster.nodes=2
 expect 2 "micro-batches" run "$scenario" --set parallel.global_batch=1073741824
 expect 2 "at most 1048576 are simulated" run "$scenario" --set cluster.nodes=1048576
 

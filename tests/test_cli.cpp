@@ -106,6 +106,25 @@ TEST_CASE("an oversized configuration is infeasible: exit 1 naming the rank and 
   CHECK(r.code == 1);
   CHECK(r.err.find("out of memory on stage 0") != std::string::npos);
   CHECK(r.err.find("activations") != std::string::npos);
+  // Known from the memory model alone, so it is refused before simulation: no events, no times, only
+  // memory; --ignore-memory times it all the same as a what-if, and it stays infeasible.
+  const nlohmann::json refused =
+      nlohmann::json::parse(cli({"run", "--json", "--set", "parallel.micro_batch=16", "--set",
+                                 "parallel.recompute=none", "--set", "parallel.global_batch=512"})
+                                .out);
+  CHECK(refused["simulated"] == false);
+  CHECK(refused["events"] == 0);
+  CHECK(refused["iteration_time_s"] == 0.0);
+  CHECK(refused["per_stage"][0]["memory_gib"]["total"].get<double>() >
+        refused["per_stage"][0]["memory_gib"]["capacity"].get<double>());
+  const CliResult timed = cli({"run", "--ignore-memory", "--json", "--set", "parallel.micro_batch=16", "--set",
+                               "parallel.recompute=none", "--set", "parallel.global_batch=512"});
+  CHECK(timed.code == 1);
+  const nlohmann::json t = nlohmann::json::parse(timed.out);
+  CHECK(t["simulated"] == true);
+  CHECK(t["feasible"] == false);
+  CHECK(t["events"].get<std::uint64_t>() > 0);
+  CHECK(t["iteration_time_s"].get<double>() > 0);
 }
 
 TEST_CASE("command-line errors exit 2") {

@@ -188,6 +188,10 @@ int run_commands(int argc, const char* const* argv, std::ostream& out, std::ostr
   run->add_flag("--kernels", kernels,
                 "Also report per-kernel compute time of every pipeline stage (with --json: the field kernels)");
   run->add_option("--set", sets, "Override a scenario key, e.g. --set parallel.tp=4")->allow_extra_args(false);
+  bool ignore_memory = false;
+  run->add_flag("--ignore-memory", ignore_memory,
+                "Simulate a job even when it does not fit in GPU memory (a what-if; still exit 1 and reported "
+                "infeasible). Without it such a job is refused before simulation");
 
   std::string check_path;
   auto* check = app.add_subcommand("check", "Validate a scenario without simulating it; all errors at once");
@@ -392,7 +396,8 @@ int run_commands(int argc, const char* const* argv, std::ostream& out, std::ostr
         {{"scenario", scenario_path}});
     const Scenario s = load(scenario_path, sets, catalog);
     for (const auto& w : s.warnings) err << "warning: " << w << "\n";
-    const JobRun job = run_job(s, fidelity == "flow" ? Fidelity::Flow : Fidelity::Analytical);
+    const JobRun job = run_job(s, fidelity == "flow" ? Fidelity::Flow : Fidelity::Analytical,
+                               ignore_memory ? MemoryCheck::SimulateAnyway : MemoryCheck::BeforeSimulation);
     const JobReport& rep = job.report;
     if (!trace_path.empty()) {
       const std::vector<int> recorded = recorded_ranks(job);

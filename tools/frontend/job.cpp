@@ -88,6 +88,34 @@ void apply_link_perturbations(const Scenario& s, Fidelity fidelity, Platform& pl
     }
   }
 }
+
+// Each stage's memory against its GPU's usable capacity, from the plan alone:
+// a job that cannot fit is known before any simulation (docs/limits.md).
+void check_stage_memory(const WorkloadPlan& plan, const Platform& platform, JobReport& rep) {
+  const Cluster& cluster = platform.cluster();
+  for (int st = 0; st < static_cast<int>(plan.stages.size()); ++st) {
+    StageReport sr;
+    sr.stage = st;
+    sr.layers = plan.stages[st].layers;
+    sr.memory = plan.stages[st].memory;
+    const int rank = plan.recorded_rank_of_stage[st];
+    const int type = cluster.gpu_type_of(plan.setup.ranks[rank].gpu);
+    sr.memory_capacity = cluster.gpu_type(type).memory_bytes - platform.profile(type).memory_reserved.value;
+    for (int t : plan.stages[st].gpu_types) sr.gpus.push_back(cluster.gpu_type(t).name);
+    rep.peak_memory_gib = std::max(rep.peak_memory_gib, sr.memory.total() / kGiB);
+    if (sr.memory.total() > sr.memory_capacity) {
+      rep.feasible = false;
+      const MemoryBreakdown& m = sr.memory;
+      rep.problems.push_back(
+          "out of memory on " + plan.setup.ranks[rank].name + " (" + cluster.gpu_type(type).name + "): needs " +
+          fmt("%.1f", m.total() / kGiB) + " GiB of " + fmt("%.1f", sr.memory_capacity / kGiB) +
+          " GiB usable (weights " + fmt("%.1f", m.weights / kGiB) + ", gradients " + fmt("%.1f", m.gradients / kGiB) +
+          ", optimizer " + fmt("%.1f", m.optimizer / kGiB) + ", activations " + fmt("%.1f", m.activations / kGiB) +
+          ", buffers " + fmt("%.1f", m.buffers / kGiB) + " GiB)");
+    }
+    rep.per_stage.push_back(std::move(sr));
+  }
+}
 }  // namespace
 
 std::unique_ptr<Workload> workload_of(const Scenario& s) {
@@ -95,9 +123,11 @@ std::unique_ptr<Workload> workload_of(const Scenario& s) {
   return std::make_unique<TransformerWorkload>(s.model, s.parallel, s.training);
 }
 
-JobReport simulate(const Scenario& s, Fidelity fidelity) { return run_job(s, fidelity).report; }
+JobReport simulate(const Scenario& s, Fidelity fidelity, MemoryCheck memory) {
+  return run_job(s, fidelity, memory).report;
+}
 
-JobRun run_job(const Scenario& s, Fidelity fidelity) {
+JobRun run_job(const Scenario& s, Fidelity fidelity, MemoryCheck memory) {
   if (s.diloco) return run_diloco_job(s, fidelity);
   const auto t0 = std::chrono::steady_clock::now();
   JobRun run;
@@ -112,6 +142,14 @@ JobRun run_job(const Scenario& s, Fidelity fidelity) {
   apply_link_perturbations(s, fidelity, platform, nullptr);  // analytical: before planning reads the network
   run.plan = workload_of(s)->plan(platform, Placement::of(s.parallel), opts);
   const WorkloadPlan& plan = run.plan;
+  rep.throughput_unit = plan.throughput_unit;
+  rep.flops_convention = plan.flop_convention;
+  check_stage_memory(plan, platform, rep);
+  if (!rep.feasible && memory == MemoryCheck::BeforeSimulation) {
+    rep.simulated = false;
+    rep.wall_time_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return run;
+  }
   if (fidelity == Fidelity::Flow) {
     // Refused up front rather than dying of bad_alloc midway (docs/performance.md).
     const double need = static_cast<double>(estimate_run_bytes(plan.setup, true));
@@ -120,6 +158,7 @@ JobRun run_job(const Scenario& s, Fidelity fidelity) {
       rep.problems.push_back("flow fidelity would need about " + fmt("%.1f", need / kGiB) +
                              " GiB, above its limit of " + fmt("%.0f", kFlowMemoryLimitBytes / kGiB) +
                              " GiB (docs/performance.md); run at analytical fidelity or on fewer GPUs");
+      rep.simulated = false;
       return run;
     }
   }
@@ -186,8 +225,6 @@ JobRun run_job(const Scenario& s, Fidelity fidelity) {
         "the simulated iteration would take longer than the simulator's clock can count (about 146 years); check the "
         "model size, the batch and the calibration profile's efficiencies");
   }
-  rep.throughput_unit = plan.throughput_unit;
-  rep.flops_convention = plan.flop_convention;
   if (rep.iteration_time_s > 0) {
     rep.samples_per_s = plan.samples_per_iteration / rep.iteration_time_s;
     rep.units_per_s = plan.units_per_iteration / rep.iteration_time_s;
@@ -214,33 +251,15 @@ JobRun run_job(const Scenario& s, Fidelity fidelity) {
 
   double best_compute = -1;
   for (int st = 0; st < static_cast<int>(plan.stages.size()); ++st) {
-    StageReport sr;
-    sr.stage = st;
-    sr.layers = plan.stages[st].layers;
+    StageReport& sr = rep.per_stage[static_cast<std::size_t>(st)];
     const int rank = plan.recorded_rank_of_stage[st];
     for (const auto& tl : res.timelines) {
       if (static_cast<int>(tl.rank) == rank) sr.time = breakdown(tl.intervals, res.makespan);
-    }
-    sr.memory = plan.stages[st].memory;
-    const int gpu = plan.setup.ranks[rank].gpu;
-    const int type = cluster.gpu_type_of(gpu);
-    sr.memory_capacity = cluster.gpu_type(type).memory_bytes - platform.profile(type).memory_reserved.value;
-    rep.peak_memory_gib = std::max(rep.peak_memory_gib, sr.memory.total() / kGiB);
-    if (sr.memory.total() > sr.memory_capacity) {
-      rep.feasible = false;
-      const MemoryBreakdown& m = sr.memory;
-      rep.problems.push_back(
-          "out of memory on " + plan.setup.ranks[rank].name + " (" + cluster.gpu_type(type).name + "): needs " +
-          fmt("%.1f", m.total() / kGiB) + " GiB of " + fmt("%.1f", sr.memory_capacity / kGiB) +
-          " GiB usable (weights " + fmt("%.1f", m.weights / kGiB) + ", gradients " + fmt("%.1f", m.gradients / kGiB) +
-          ", optimizer " + fmt("%.1f", m.optimizer / kGiB) + ", activations " + fmt("%.1f", m.activations / kGiB) +
-          ", buffers " + fmt("%.1f", m.buffers / kGiB) + " GiB)");
     }
     double slowest_peak = -1;
     std::string slowest;
     for (int t : plan.stages[st].gpu_types) {
       const GpuSpec& g = cluster.gpu_type(t);
-      sr.gpus.push_back(g.name);
       const double peak = g.peak(plan.peak_dtype) / g.slowdown;
       if (slowest_peak < 0 || peak < slowest_peak) slowest_peak = peak, slowest = g.name;
     }
@@ -250,7 +269,6 @@ JobRun run_job(const Scenario& s, Fidelity fidelity) {
       rep.pace_stage = st;
       rep.pace_gpu = slowest;
     }
-    rep.per_stage.push_back(sr);
   }
   if (!s.cluster.slowdowns.empty() || !s.link_perturbations.empty()) {
     PerturbationReport p;
@@ -445,6 +463,7 @@ nlohmann::json to_json(const JobReport& r) {
                         {"pace", {{"stage", r.pace_stage}, {"gpu", r.pace_gpu}}},
                         {"per_stage", stages},
                         {"feasible", r.feasible},
+                        {"simulated", r.simulated},
                         {"problems", r.problems},
                         {"events", r.events},
                         {"simulated_ranks", r.simulated_ranks},
@@ -509,6 +528,12 @@ std::string summary_text(const JobReport& r) {
   const double it = r.iteration_time_s > 0 ? r.iteration_time_s : 1;
   const TimeBreakdown& b = r.breakdown;
   std::string out = r.scenario + " on " + std::to_string(r.gpus) + " GPUs\n";
+  if (!r.simulated) {
+    out += "  not simulated: the job was refused before simulation (why: below) | peak mem " +
+           fmt("%.1f", r.peak_memory_gib) + " GiB/GPU\n";
+    for (const auto& w : r.warnings) out += "  warning: " + w + "\n";
+    return out;
+  }
   std::string rate = r.throughput_unit == "tokens" ? fmt("%.0f", r.tokens_per_s) + " tokens/s"
                                                    : fmt("%.4g", r.units_per_s) + " " + r.throughput_unit + "/s";
   if (r.throughput_unit != "tokens" && r.throughput_unit != "samples") {

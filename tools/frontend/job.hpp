@@ -72,6 +72,9 @@ struct JobReport {
   std::string pace_gpu;
   std::vector<StageReport> per_stage;
   bool feasible = true;
+  // False when the job was refused before simulation (it does not fit in memory,
+  // or the flow fidelity would exceed its memory limit): no times, only memory.
+  bool simulated = true;
   std::vector<std::string> problems;  // why infeasible: OOM ranks, deadlock
   std::vector<std::string> warnings;  // what the chosen fidelity approximates (docs/network.md)
   std::string fidelity = "analytical";
@@ -98,8 +101,14 @@ struct JobRun {
 // The workload a scenario trains (the dense transformer today).
 std::unique_ptr<Workload> workload_of(const Scenario& scenario);
 
-JobRun run_job(const Scenario& scenario, Fidelity fidelity = Fidelity::Analytical);
-JobReport simulate(const Scenario& scenario, Fidelity fidelity = Fidelity::Analytical);  // run_job(...).report
+// What a job the memory model already knows does not fit gets: refused before
+// simulation (the default), or timed all the same (`run --ignore-memory`, a what-if).
+enum class MemoryCheck { BeforeSimulation, SimulateAnyway };
+
+JobRun run_job(const Scenario& scenario, Fidelity fidelity = Fidelity::Analytical,
+               MemoryCheck memory = MemoryCheck::BeforeSimulation);
+JobReport simulate(const Scenario& scenario, Fidelity fidelity = Fidelity::Analytical,
+                   MemoryCheck memory = MemoryCheck::BeforeSimulation);  // run_job(...).report
 
 // Per-kernel time of one pipeline stage's iteration (compute tasks only), the
 // largest first: where the compute time goes and at what efficiency.

@@ -153,19 +153,22 @@ struct TimeAxis {
 
 void summary_section(std::string& h, const JobReport& r) {
   h += "<h2>Summary</h2>\n<div class=\"cards\">";
-  card(h, duration_text(r.iteration_time_s), "iteration time");
-  card(h, grouped(r.tokens_per_s), "tokens/s");
-  card(h, fmt("%.2f", r.samples_per_s), "samples/s");
-  card(h, fmt("%.1f", r.tflops_per_gpu), "TFLOP/s per GPU");
-  card(h, fmt("%.1f%%", 100 * r.mfu), "MFU");
-  card(h, fmt("%.1f%%", 100 * r.hfu), "HFU");
+  if (r.simulated) {
+    card(h, duration_text(r.iteration_time_s), "iteration time");
+    card(h, grouped(r.tokens_per_s), "tokens/s");
+    card(h, fmt("%.2f", r.samples_per_s), "samples/s");
+    card(h, fmt("%.1f", r.tflops_per_gpu), "TFLOP/s per GPU");
+    card(h, fmt("%.1f%%", 100 * r.mfu), "MFU");
+    card(h, fmt("%.1f%%", 100 * r.hfu), "HFU");
+  }
   card(h, fmt("%.1f GiB", r.peak_memory_gib), "peak memory per GPU");
   card(h, std::to_string(r.gpus), "GPUs");
   h += "</div>\n";
   if (r.feasible) {
     h += "<div class=\"ok\"><b>Feasible</b>: fits in memory and completes.</div>\n";
   } else {
-    h += "<div class=\"bad\"><b>Infeasible</b>\n<pre>";
+    h += std::string("<div class=\"bad\"><b>Infeasible</b>") +
+         (r.simulated ? "" : " (refused before simulation: no times)") + "\n<pre>";
     for (const std::string& p : r.problems) h += esc(p) + "\n";
     h += "</pre></div>\n";
   }
@@ -770,8 +773,10 @@ std::string html_report(const Scenario& s, const JobRun& run, const HtmlReportOp
   h += "<p class=\"sub\">" + esc(sub) + "</p>\n";
   summary_section(h, r);
   config_section(h, s);
-  timeline_section(h, run, options.max_timeline_rects);
-  breakdown_section(h, r);
+  if (r.simulated) {
+    timeline_section(h, run, options.max_timeline_rects);
+    breakdown_section(h, r);
+  }
   memory_section(h, r);
   expert_load_section(h, r);
   page_end(h);

@@ -444,8 +444,23 @@ ObjectReader::ObjectReader(const nlohmann::json& value, std::string pointer, Dia
 
 bool ObjectReader::has(const char* key) const { return valid_ && value_->contains(key); }
 
+void Diagnostics::key_asked(const std::string& pointer, const char* key) {
+  if (key_log_ == nullptr) return;
+  std::string generic;
+  std::size_t start = 0;
+  while (start < pointer.size()) {  // "/a/3/b" -> "/a/*/b"
+    const std::size_t next = pointer.find('/', start + 1);
+    const std::string seg = pointer.substr(start + 1, next == std::string::npos ? std::string::npos : next - start - 1);
+    const bool index = !seg.empty() && seg.find_first_not_of("0123456789") == std::string::npos;
+    generic += "/" + (index ? std::string("*") : seg);
+    start = next == std::string::npos ? pointer.size() : next;
+  }
+  key_log_->insert(generic + "/" + key);
+}
+
 const nlohmann::json* ObjectReader::raw(const char* key) {
   known_.insert(key);
+  diags_->key_asked(pointer_, key);
   if (!has(key)) return nullptr;
   return &(*value_)[key];
 }

@@ -47,10 +47,16 @@ class Diagnostics {
   void throw_if_errors() const {
     if (!items_.empty()) throw InputError(items_);
   }
+  // Optionally records every key a reader asks for, as a pointer with array
+  // indices written "*" ("/cluster/groups/*/gpu"): what the loader accepts, so
+  // a test can check each key is documented.
+  void log_keys_to(std::set<std::string>* log) { key_log_ = log; }
+  void key_asked(const std::string& pointer, const char* key);
 
  private:
   std::string file_;
   std::vector<Diagnostic> items_;
+  std::set<std::string>* key_log_ = nullptr;
 };
 
 std::string json_pointer_append(const std::string& pointer, const std::string& key);

@@ -681,8 +681,10 @@ void check_consistency(Scenario& s, Diagnostics& d) {
 }  // namespace
 
 Scenario load_scenario_text(const std::string& text, const std::string& file, const std::string& base_dir,
-                            const std::vector<std::string>& overrides, const Catalog& catalog) {
+                            const std::vector<std::string>& overrides, const Catalog& catalog,
+                            std::set<std::string>* keys_read) {
   Diagnostics diags(file);
+  diags.log_keys_to(keys_read);
   std::optional<nlohmann::json> doc = parse_json_text(text, diags);
   diags.throw_if_errors();
   for (const auto& o : overrides) apply_override(*doc, o, diags);

@@ -3,6 +3,7 @@
 // apply --set overrides -> validate every field and the cross-field rules ->
 // typed structs. All problems are reported together (InputError, exit 2).
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -50,8 +51,10 @@ struct Scenario {
 
 // `overrides` are "json.path=value" strings (value parsed as JSON, else taken as a string).
 Scenario load_scenario_file(const std::string& path, const std::vector<std::string>& overrides, const Catalog& catalog);
+// `keys_read`, when given, collects every key the loader asked for (Diagnostics::log_keys_to).
 Scenario load_scenario_text(const std::string& text, const std::string& file, const std::string& base_dir,
-                            const std::vector<std::string>& overrides, const Catalog& catalog);
+                            const std::vector<std::string>& overrides, const Catalog& catalog,
+                            std::set<std::string>* keys_read = nullptr);
 
 // The scenario `trainsim run` uses without an argument (embedded in the binary).
 const EmbeddedFile& default_scenario_file();

@@ -327,9 +327,10 @@ bool metric_lower_is_better(const std::string& metric) {  // the others: higher 
 }
 
 SweepSpec load_sweep_text(const std::string& text, const std::string& file, const std::string& base_dir,
-                          const Catalog& catalog) {
+                          const Catalog& catalog, std::set<std::string>* keys_read) {
   (void)catalog;
   Diagnostics d(file);
+  d.log_keys_to(keys_read);
   const std::optional<nlohmann::json> doc = parse_json_text(text, d);
   d.throw_if_errors();
   SweepSpec spec;

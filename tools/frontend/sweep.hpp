@@ -9,6 +9,7 @@
 #include <functional>
 #include <iosfwd>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -101,8 +102,9 @@ struct SweepRow {
 
 // Reads and strictly validates a sweep file (InputError: file + JSON pointer, exit 2).
 SweepSpec load_sweep_file(const std::string& path, const Catalog& catalog);
+// `keys_read`, when given, collects every key the reader asked for (Diagnostics::log_keys_to).
 SweepSpec load_sweep_text(const std::string& text, const std::string& file, const std::string& base_dir,
-                          const Catalog& catalog);
+                          const Catalog& catalog, std::set<std::string>* keys_read = nullptr);
 // The CLI's --fidelity: replaces the file's; InputError when verify would then
 // re-run the points at the fidelity they already ran at.
 void set_sweep_fidelity(SweepSpec& spec, Fidelity fidelity);

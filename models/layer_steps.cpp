@@ -455,6 +455,62 @@ void build_moe_layer(const TransformerSpec& m, const ParallelSpec& p, const Trai
   moe->expert_grad_elements = params.expert;
 }
 
+// Steps of `in` appended to `out` as module `prefix` (names prefixed, waits re-indexed).
+void append_module(const std::vector<Step>& in, const std::string& prefix, std::vector<Step>* out) {
+  const std::size_t first = out->size();
+  append_slice(in, 0, in.size(), out);
+  for (std::size_t j = first; j < out->size(); ++j) (*out)[j].name = prefix + (*out)[j].name;
+}
+
+// Multi-token prediction (DeepSeek-V3 report, arXiv:2412.19437, Section 2.2),
+// on the last stage after the LM head: per depth k, RMSNorms of the previous
+// depth's hidden state and of the embeddings of the tokens k ahead (the
+// shared embedding), their concatenation projected from 2h to h (every TP
+// rank on its sequence shard), one transformer block of the last layer's
+// kind, and the shared output head with its loss. Backward: depth D first,
+// the LM head's last. The blocks are not recomputed.
+void add_mtp_modules(const TransformerSpec& m, const Dims& D, ModelSteps* out) {
+  const LayerSteps& block = out->of(m.layer_kind(m.layers - 1));
+  const std::vector<Step> head_f = out->head_forward, head_b = out->head_backward;
+  const double act_norm = D.tokens_norm * D.h * kActBytes;
+  auto proj_flops = [&D](double rows, double cols, double inner) {
+    return D.sp ? -1.0 : replicated_flops(D, rows, cols, inner);  // without SP every TP rank runs all tokens
+  };
+  std::vector<std::vector<Step>> module_backward;
+  for (int k = 1; k <= m.mtp_depth; ++k) {
+    const std::string prefix = "mtp" + std::to_string(k) + ".";
+    {
+      StepList L(&out->head_forward, Pass::Forward);
+      L.memory(prefix + "embed.lookup", act_norm * 2);
+      L.memory(prefix + "norms", act_norm * 4);
+      L.memory(prefix + "concat", act_norm * 4);
+      L.gemm(prefix + "proj", D.gemm_dtype, D.tokens_norm, D.h, 2 * D.h, {}, 1,
+             proj_flops(D.tokens_norm, D.h, 2 * D.h));
+    }
+    append_module(block.forward, prefix, &out->head_forward);
+    append_module(head_f, prefix, &out->head_forward);
+    std::vector<Step>& b = module_backward.emplace_back();
+    append_module(head_b, prefix, &b);
+    append_module(block.backward, prefix, &b);
+    StepList L(&b, Pass::BackwardInput);
+    L.gemm(prefix + "proj.dgrad", D.gemm_dtype, D.tokens_norm, 2 * D.h, D.h, {}, 1,
+           proj_flops(D.tokens_norm, 2 * D.h, D.h));
+    L.set_pass(Pass::BackwardWeight);
+    L.gemm(prefix + "proj.wgrad", D.gemm_dtype, 2 * D.h, D.h, D.tokens_norm, {}, 1,
+           proj_flops(2 * D.h, D.h, D.tokens_norm));
+    L.set_pass(Pass::BackwardInput);
+    L.memory(prefix + "norms.bwd", act_norm * 8);
+    L.memory(prefix + "embed.grad", D.tokens_norm * D.h * (kActBytes + 4 + 4));  // into the shared embedding
+  }
+  std::vector<Step> backward;
+  for (auto it = module_backward.rbegin(); it != module_backward.rend(); ++it)
+    append_slice(*it, 0, it->size(), &backward);
+  append_slice(head_b, 0, head_b.size(), &backward);
+  out->head_backward = std::move(backward);
+  out->head_grad_elements += m.mtp_depth * (2.0 * D.h * D.h + 2 * D.h + block.grad_elements);
+  out->head_expert_grad_elements += m.mtp_depth * block.expert_grad_elements;
+}
+
 }  // namespace
 
 ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, const TrainingSpec& tr,
@@ -639,6 +695,7 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
   }
   out.embedding_grad_elements = m.embedding_params() / p.tp;
   out.head_grad_elements = static_cast<double>(m.vocab) * m.hidden / p.tp;
+  if (m.mtp_depth > 0) add_mtp_modules(m, D, &out);
   // Every kernel of these steps is issued by the framework's host code (docs/frameworks.md, "Host dispatch").
   if (const double host = host_dispatch_seconds(tr.framework); host > 0) {
     auto issue = [host](std::vector<Step>& steps) {
@@ -688,7 +745,11 @@ double model_flops_per_iteration(const TransformerSpec& m, const TrainingSpec& t
   for (int l = 0; l < m.layers; ++l) {
     per_token += 2 * (projections + (m.layer_kind(l) == LayerKind::Moe ? moe_mlp : dense_mlp)) + core;
   }
-  per_token += 2 * h * m.vocab;   // LM head
+  per_token += 2 * h * m.vocab;  // LM head
+  // Multi-token prediction: per depth the 2h -> h projection, one block of
+  // the last layer's kind and the LM head again.
+  const double last = m.layer_kind(m.layers - 1) == LayerKind::Moe ? moe_mlp : dense_mlp;
+  per_token += m.mtp_depth * (2 * (2 * h * h) + 2 * (projections + last) + core + 2 * h * m.vocab);
   return 3 * tokens * per_token;  // forward + 2x backward
 }
 

@@ -55,6 +55,7 @@ struct ModelSteps {
   std::vector<Step> embedding_forward, embedding_backward;  // first pipeline stage
   std::vector<Step> head_forward, head_backward;            // last stage: final norm, LM head, loss
   double embedding_grad_elements = 0, head_grad_elements = 0;
+  double head_expert_grad_elements = 0;  // routed experts of multi-token prediction blocks, reduced over edp
 };
 
 // `ep_node[x]`: the node of EP rank x of an expert-parallel group (the deepep

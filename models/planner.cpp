@@ -200,7 +200,10 @@ class StageProgramBuilder {
         layers.push_back(first_layer_[c] + l);
         if (elems * kActBytes >= bucket_bytes_ / train_.grad_reduce_bytes * kActBytes) flush();
       }
-      if (last_vstage(c)) elems += steps_.head_grad_elements;
+      if (last_vstage(c)) {
+        elems += steps_.head_grad_elements;
+        expert_elems += steps_.head_expert_grad_elements;
+      }
       flush();
     }
   }
@@ -484,7 +487,7 @@ class StageProgramBuilder {
       last = emit(steps_.head_backward, "B ", u.microbatch, entry, false, nullptr, filter,
                   whole ? nullptr : &saved->back());
       entry = {last};
-      if (reduce_grads && !zero3()) add_grads(steps_.head_grad_elements, last, u.microbatch);
+      if (reduce_grads && !zero3()) head_grads_done(last, u.microbatch);
     }
     // ZeRO-3 / FSDP: the next layer's parameters are gathered when this layer's
     // backward starts, and that all-gather is issued before this layer's
@@ -537,7 +540,7 @@ class StageProgramBuilder {
     if (v == V_ - 1) {
       last = emit(steps_.head_backward, "W ", u.microbatch, entry, false, nullptr, PassFilter::WeightOnly, &ids.back());
       if (last != kNone) entry = {last};
-      if (reduce_grads && !zero3()) add_grads(steps_.head_grad_elements, last, u.microbatch);
+      if (reduce_grads && !zero3()) head_grads_done(last, u.microbatch);
     }
     for (int l = layers_[u.chunk] - 1; l >= 0; --l) {
       const int layer = first_layer_[u.chunk] + l;
@@ -580,6 +583,12 @@ class StageProgramBuilder {
     }
     if (reduce_grads && !zero3()) flush_bucket(last, mb);
     return last;
+  }
+
+  // The LM head's (and multi-token prediction modules') weight gradients are done at `last`.
+  void head_grads_done(TaskId last, int mb) {
+    if (edp_group_ > 1) expert_bucket_elems_ += steps_.head_expert_grad_elements;
+    add_grads(steps_.head_grad_elements, last, mb);
   }
 
   // A layer's weight gradients of this micro-batch are done at `last`.
@@ -674,6 +683,7 @@ class StageProgramBuilder {
     double p = 0;
     for (int c = 0; c < chunks_; ++c) {
       for (int l = 0; l < layers_[c]; ++l) p += layer_steps(first_layer_[c] + l).expert_grad_elements;
+      if (last_vstage(c)) p += steps_.head_expert_grad_elements;
     }
     return p;
   }

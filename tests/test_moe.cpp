@@ -515,6 +515,45 @@ TEST_CASE("moe model FLOPs: the closed form counts routed, shared experts, route
   }
 }
 
+TEST_CASE("multi-token prediction: one more block and LM head per depth on the last stage") {
+  CHECK(catalog().find_model("deepseek-v3")->mtp_depth == 1);  // the report's D = 1
+  const Scenario base = load({});
+  const Scenario mtp = load({"model={\"preset\": \"olmoe-1b-7b\", \"mtp_depth\": 1}"});
+  const double h = 2048, tokens = 4096;
+  // Weights: the 2h -> h projection, two norms and one MoE block.
+  CHECK(mtp.model.mtp_params() == doctest::Approx(2 * h * h + 2 * h + mtp.model.params_of_kind(LayerKind::Moe)));
+  const ModelSteps steps = build_model_steps(mtp.model, mtp.parallel, mtp.training);
+  bool proj = false, logits = false, expert = false, proj_wgrad = false;
+  for (const Step& st : steps.head_forward) {
+    if (st.name == "mtp1.proj") {
+      proj = true;
+      CHECK(st.op.m == tokens);
+      CHECK(st.op.n == h);
+      CHECK(st.op.k == 2 * h);
+    }
+    logits |= st.name == "mtp1.head.logits";
+    expert |= st.name == "mtp1.moe.expert.up";
+  }
+  for (const Step& st : steps.head_backward) proj_wgrad |= st.name == "mtp1.proj.wgrad";
+  CHECK(proj);
+  CHECK(logits);
+  CHECK(expert);
+  CHECK(proj_wgrad);
+  // Model FLOPs: the steps' sum is the closed form, which adds per token
+  // 3 x (projection + block + LM head) to the model without prediction.
+  const JobRun with = run_job(mtp);
+  REQUIRE(with.report.feasible);
+  const double closed = model_flops_per_iteration(mtp.model, mtp.training, mtp.parallel.global_batch);
+  CHECK(with.plan.model_flops == doctest::Approx(closed).epsilon(1e-9));
+  CHECK(closed > model_flops_per_iteration(base.model, base.training, base.parallel.global_batch));
+  // Time and memory on the last stage: longer, and the module's weights (nothing sharded here).
+  CHECK(with.report.iteration_time_s > run(base).iteration_time_s);
+  const MoeLayerParams block = moe_layer_params_per_rank(mtp.model, mtp.parallel);
+  const double added = stage_memory(mtp.model, mtp.parallel, mtp.training, 0).weights -
+                       stage_memory(base.model, base.parallel, base.training, 0).weights;
+  CHECK(added == doctest::Approx(2 * (2 * h * h + 2 * h + block.dense + block.expert)));
+}
+
 TEST_CASE("multi-head latent attention: DeepSeek-V3's projections, parameters and attention sizes") {
   const TransformerSpec& v3 = *catalog().find_model("deepseek-v3");
   REQUIRE(v3.mla.enabled());

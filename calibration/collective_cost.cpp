@@ -223,6 +223,21 @@ AlgorithmCost choose_algorithm(const CommShape& s, CollectiveKind kind, double b
   return best;
 }
 
+double all_to_all_v_seconds(const CommShape& s, const AllToAllVLoad& load) {
+  const int n = s.size;
+  if (n <= 1 || !(load.scaleup > 0 || load.network > 0 || load.wan > 0)) return 0.0;
+  // Inside one domain: the uniform buffer that loads a member as much (n-1 of
+  // its n shares leave it), on the scale-up ring's terms (its measured curve).
+  if (s.nodes == 1) return ring_seconds(s, CollectiveKind::AllToAll, load.scaleup * n / (n - 1.0));
+  double t = std::max(load.network / s.network_bw, s.scaleup_bw > 0 ? load.scaleup / s.scaleup_bw : 0.0);
+  double hop = s.network_latency;
+  if (s.datacenters > 1) {
+    t = std::max(t, load.wan / s.wan_bw);
+    hop = s.wan_latency;
+  }
+  return s.base_latency + (n - 1) * hop + t;
+}
+
 double p2p_seconds(const CommShape& s, double bytes) {
   if (s.nodes == 1) return s.base_latency + s.scaleup_latency + bytes / s.scaleup_bw;
   if (s.datacenters > 1) return s.base_latency + s.wan_latency + bytes / s.wan_bw;

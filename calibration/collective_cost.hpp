@@ -88,6 +88,21 @@ double algorithm_seconds(const CommShape& shape, CollectiveKind kind, Collective
 AlgorithmCost choose_algorithm(const CommShape& shape, CollectiveKind kind, double bytes,
                                double tree_bandwidth_factor = kNcclTreeBandwidthFactor);
 
+// All-to-all-v with per-pair sizes: the most bytes any one member sends or
+// receives over each link class (a member's traffic to itself moves nothing).
+// A uniform all-to-all of buffer B over n members with k per domain loads
+// every member with B(k-1)/n over scale-up and B(n-k)/n over the network.
+struct AllToAllVLoad {
+  double scaleup = 0;  // inside the member's scale-up domain
+  double network = 0;  // to or from other domains (the member's NIC)
+  double wan = 0;      // to or from other datacenters (its share of the WAN)
+};
+// Contention-free time of a pairwise all-to-all-v: the busiest member's
+// traffic per link class at that class's bandwidth (classes run at once),
+// plus the pairwise algorithm's latencies; equals all_to_all's cost for a
+// uniform matrix.
+double all_to_all_v_seconds(const CommShape& shape, const AllToAllVLoad& load);
+
 // One transfer between the two members of `shape`.
 double p2p_seconds(const CommShape& shape, double bytes);
 

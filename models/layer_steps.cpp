@@ -67,8 +67,9 @@ class StepList {
     return add_compute(std::move(op), model_flops, std::move(waits));
   }
   int comm(const std::string& name, CollectiveKind kind, CommClass cls, double bytes, std::vector<int> waits = {},
-           bool overlap_previous = false, bool expert_tp_group = false) {
+           bool overlap_previous = false, bool expert_tp_group = false, int matrix = -1) {
     Step s;
+    s.matrix = matrix;
     s.expert_tp_group = expert_tp_group;
     s.is_comm = true;
     s.overlap_previous = overlap_previous;
@@ -177,15 +178,21 @@ Dims dims_of(const TransformerSpec& m, const ParallelSpec& p, const TrainingSpec
   return d;
 }
 
+// Model FLOPs of a GEMM every TP rank runs in full (MLA's down-projections):
+// counted once over the TP group.
+double replicated_flops(const Dims& D, double m, double n, double k) { return 2 * m * n * k / D.t; }
+
 // MLA projections of one layer (DeepSeek-V2, arXiv:2405.04434, Section 2.1) in
 // place of the QKV GEMM: the down-projections (replicated over TP, as
 // Megatron-Core's MLA keeps them) with RMSNorms on the latents, the
 // up-projections split by heads over TP.
 void mla_projections_forward(StepList& L, const TransformerSpec& m, const Dims& D, std::vector<int> waits) {
+  auto replicated = [&D](double rows, double cols, double inner) { return replicated_flops(D, rows, cols, inner); };
   const MlaSpec& a = m.mla;
   const double qk = a.qk_nope_dim + a.qk_rope_dim;
   if (a.q_lora_rank > 0) {
-    L.gemm("attn.q.down", D.gemm_dtype, D.tokens, a.q_lora_rank, D.h, std::move(waits));
+    L.gemm("attn.q.down", D.gemm_dtype, D.tokens, a.q_lora_rank, D.h, std::move(waits), 1,
+           replicated(D.tokens, a.q_lora_rank, D.h));
     waits = {};
     L.memory("attn.q.norm", D.tokens * a.q_lora_rank * kActBytes * 2);
     L.gemm("attn.q.up", D.gemm_dtype, D.tokens, D.a_t * qk, a.q_lora_rank);
@@ -193,23 +200,27 @@ void mla_projections_forward(StepList& L, const TransformerSpec& m, const Dims& 
     L.gemm("attn.q", D.gemm_dtype, D.tokens, D.a_t * qk, D.h, std::move(waits));
     waits = {};
   }
-  L.gemm("attn.kv.down", D.gemm_dtype, D.tokens, a.kv_lora_rank + a.qk_rope_dim, D.h);
+  L.gemm("attn.kv.down", D.gemm_dtype, D.tokens, a.kv_lora_rank + a.qk_rope_dim, D.h, {}, 1,
+         replicated(D.tokens, a.kv_lora_rank + a.qk_rope_dim, D.h));
   L.memory("attn.kv.norm", D.tokens * a.kv_lora_rank * kActBytes * 2);
   L.gemm("attn.kv.up", D.gemm_dtype, D.tokens, D.a_t * (a.qk_nope_dim + a.v_head_dim), a.kv_lora_rank);
 }
 
 // Input gradients of the MLA projections (B); `waits` gate the first one.
 void mla_projections_dgrad(StepList& L, const TransformerSpec& m, const Dims& D, std::vector<int> waits) {
+  auto replicated = [&D](double rows, double cols, double inner) { return replicated_flops(D, rows, cols, inner); };
   const MlaSpec& a = m.mla;
   const double qk = a.qk_nope_dim + a.qk_rope_dim;
   L.gemm("attn.kv.up.dgrad", D.gemm_dtype, D.tokens, a.kv_lora_rank, D.a_t * (a.qk_nope_dim + a.v_head_dim),
          std::move(waits));
   L.memory("attn.kv.norm.bwd", D.tokens * a.kv_lora_rank * kActBytes * 3);
-  L.gemm("attn.kv.down.dgrad", D.gemm_dtype, D.tokens, D.h, a.kv_lora_rank + a.qk_rope_dim);
+  L.gemm("attn.kv.down.dgrad", D.gemm_dtype, D.tokens, D.h, a.kv_lora_rank + a.qk_rope_dim, {}, 1,
+         replicated(D.tokens, D.h, a.kv_lora_rank + a.qk_rope_dim));
   if (a.q_lora_rank > 0) {
     L.gemm("attn.q.up.dgrad", D.gemm_dtype, D.tokens, a.q_lora_rank, D.a_t * qk);
     L.memory("attn.q.norm.bwd", D.tokens * a.q_lora_rank * kActBytes * 3);
-    L.gemm("attn.q.down.dgrad", D.gemm_dtype, D.tokens, D.h, a.q_lora_rank);
+    L.gemm("attn.q.down.dgrad", D.gemm_dtype, D.tokens, D.h, a.q_lora_rank, {}, 1,
+           replicated(D.tokens, D.h, a.q_lora_rank));
   } else {
     L.gemm("attn.q.dgrad", D.gemm_dtype, D.tokens, D.h, D.a_t * qk);
   }
@@ -217,14 +228,17 @@ void mla_projections_dgrad(StepList& L, const TransformerSpec& m, const Dims& D,
 
 // Weight gradients of the MLA projections (W); `waits` gate the first one.
 void mla_projections_wgrad(StepList& L, const TransformerSpec& m, const Dims& D, std::vector<int> waits) {
+  auto replicated = [&D](double rows, double cols, double inner) { return replicated_flops(D, rows, cols, inner); };
   const MlaSpec& a = m.mla;
   const double qk = a.qk_nope_dim + a.qk_rope_dim;
   L.gemm("attn.kv.up.wgrad", D.gemm_dtype, a.kv_lora_rank, D.a_t * (a.qk_nope_dim + a.v_head_dim), D.tokens,
          std::move(waits));
-  L.gemm("attn.kv.down.wgrad", D.gemm_dtype, D.h, a.kv_lora_rank + a.qk_rope_dim, D.tokens);
+  L.gemm("attn.kv.down.wgrad", D.gemm_dtype, D.h, a.kv_lora_rank + a.qk_rope_dim, D.tokens, {}, 1,
+         replicated(D.h, a.kv_lora_rank + a.qk_rope_dim, D.tokens));
   if (a.q_lora_rank > 0) {
     L.gemm("attn.q.up.wgrad", D.gemm_dtype, a.q_lora_rank, D.a_t * qk, D.tokens);
-    L.gemm("attn.q.down.wgrad", D.gemm_dtype, D.h, a.q_lora_rank, D.tokens);
+    L.gemm("attn.q.down.wgrad", D.gemm_dtype, D.h, a.q_lora_rank, D.tokens, {}, 1,
+           replicated(D.h, a.q_lora_rank, D.tokens));
   } else {
     L.gemm("attn.q.wgrad", D.gemm_dtype, D.h, D.a_t * qk, D.tokens);
   }
@@ -286,31 +300,55 @@ std::size_t index_of(const std::vector<Step>& steps, const std::string& name) {
 }
 
 // A MoE layer: the dense layer's attention block, then router, permutation,
-// token dispatch (all-to-all over the EP group, all-gather over the expert TP
-// group), the local experts as one grouped GEMM per projection sized by the
-// busiest rank's tokens, combine, unpermutation and shared experts (Megatron-Core
-// MoELayer with the alltoall token dispatcher; shared experts after the routed
-// ones, its default without shared-expert overlap). Backward mirrors it.
+// token dispatch (all-to-all-v over the EP group with the draw's per-pair
+// bytes, all-gather over the expert TP group), the local experts as one
+// grouped GEMM per projection sized by the draw's busiest rank, combine,
+// unpermutation and shared experts (Megatron-Core MoELayer with the alltoall
+// token dispatcher; shared experts after the routed ones, its default without
+// shared-expert overlap). Backward mirrors it. The dispatch and combine
+// matrices are appended to `traffic`.
 void build_moe_layer(const TransformerSpec& m, const ParallelSpec& p, const TrainingSpec& tr, const Dims& D,
-                     const LayerSteps& dense, LayerSteps* moe) {
-  const RoutedTokens rt = routed_tokens(m, p, tr);
-  const double h = D.h, E = m.moe.experts, k = m.moe.top_k;
+                     const LayerSteps& dense, const RoutingDraw& draw, const std::vector<int>& ep_node,
+                     std::vector<std::vector<double>>* traffic, LayerSteps* moe) {
+  const RoutedTokens rt = routed_tokens(m, p, tr, {draw});
+  const double h = D.h, E = m.moe.experts;
   const int etp = expert_tp(p);
   const double local = E / p.ep;
   const double f_e = static_cast<double>(m.moe.expert_ffn) / etp;
-  const double busiest = rt.max_rank_tokens * etp;         // tokens the busiest rank's experts compute
-  const double balanced = rt.balanced_rank_tokens * etp;   // the same without skew or drops (model FLOPs)
-  const double m_e = busiest / local;                      // rows of one expert's GEMM
-  const double recv = rt.max_rank_tokens * h * kActBytes;  // tokens the busiest rank receives
-  const double send = rt.tokens_in * k * (1 - rt.dropped_fraction) * h * kActBytes;
-  const double permuted = rt.tokens_in * k * h * kActBytes;  // permuted copies of the input tokens
-  // alltoall: the larger of what a rank sends and what the busiest receives (the
-  // slowest member paces it). allgather: every EP rank's tokens gathered on every
-  // rank (the output buffer), the local experts' copies picked from them, and the
-  // outputs reduce-scattered back; its traffic does not depend on routing.
+  const double busiest = rt.max_rank_tokens * etp;                     // tokens the busiest rank's experts compute
+  const double balanced = rt.balanced_rank_tokens * etp;               // the same without skew or drops (model FLOPs)
+  const double m_e = busiest / local;                                  // rows of one expert's GEMM
+  const double recv = rt.max_rank_tokens * h * kActBytes;              // tokens the busiest rank receives
+  const double permuted = rt.tokens_in * m.moe.top_k * h * kActBytes;  // permuted copies of the input tokens
+  // alltoall / deepep: an all-to-all-v with the draw's per-pair bytes (combine:
+  // the transpose); its buffer is the most any rank sends or receives.
+  // allgather: every EP rank's tokens gathered on every rank (the output
+  // buffer), the local experts' copies picked from them, and the outputs
+  // reduce-scattered back; its traffic does not depend on routing.
   const bool allgather = p.moe_dispatcher == MoeDispatcher::AllGather;
   const double gathered = p.ep * rt.tokens_in * h * kActBytes;
-  const double a2a = allgather ? gathered : std::max(send, recv);
+  double a2a = gathered;
+  int dispatch_matrix = -1, combine_matrix = -1;
+  if (!allgather) {
+    const std::vector<double> bytes = dispatch_bytes(m, p, draw, rt.tokens_in, ep_node, h * kActBytes);
+    const int n = p.ep;
+    std::vector<double> transpose(bytes.size());
+    a2a = 0;
+    for (int i = 0; i < n; ++i) {
+      double out = 0, in = 0;
+      for (int j = 0; j < n; ++j) {
+        transpose[static_cast<std::size_t>(j) * n + i] = bytes[static_cast<std::size_t>(i) * n + j];
+        if (j == i) continue;  // a rank's copies for its own experts stay
+        out += bytes[static_cast<std::size_t>(i) * n + j];
+        in += bytes[static_cast<std::size_t>(j) * n + i];
+      }
+      a2a = std::max({a2a, out, in});
+    }
+    dispatch_matrix = static_cast<int>(traffic->size());
+    traffic->push_back(bytes);
+    combine_matrix = static_cast<int>(traffic->size());
+    traffic->push_back(std::move(transpose));
+  }
   const CollectiveKind dispatch_kind = allgather ? CollectiveKind::AllGather : CollectiveKind::AllToAll;
   const CollectiveKind combine_kind = allgather ? CollectiveKind::ReduceScatter : CollectiveKind::AllToAll;
   const double permute_bytes = allgather ? gathered + recv : permuted * 2;
@@ -328,7 +366,8 @@ void build_moe_layer(const TransformerSpec& m, const ParallelSpec& p, const Trai
     L.gemm("moe.router", D.attn_dtype, rt.tokens_in, E, h);
     L.memory("moe.router.topk", rt.tokens_in * E * 4 * 3);  // fp32 scores: softmax / sigmoid, top-k
     if (!allgather) L.memory("moe.permute", permute_bytes);
-    const int d = ep_comm ? L.comm("ep.dispatch", dispatch_kind, CommClass::EP, a2a) : -1;
+    const int d =
+        ep_comm ? L.comm("ep.dispatch", dispatch_kind, CommClass::EP, a2a, {}, false, false, dispatch_matrix) : -1;
     if (allgather) L.memory("moe.permute", permute_bytes, maybe(d));
     const int g =
         etp_comm ? L.comm("etp.ag.tokens", CollectiveKind::AllGather, CommClass::EP, etp * recv, maybe(d), false, true)
@@ -340,7 +379,8 @@ void build_moe_layer(const TransformerSpec& m, const ParallelSpec& p, const Trai
         etp_comm ? L.comm("etp.rs.tokens", CollectiveKind::ReduceScatter, CommClass::EP, etp * recv, {}, false, true)
                  : -1;
     if (allgather) L.memory("moe.unpermute.local", permute_bytes);  // scatter the outputs into the gathered order
-    const int c = ep_comm ? L.comm("ep.combine", combine_kind, CommClass::EP, a2a, maybe(rs)) : -1;
+    const int c =
+        ep_comm ? L.comm("ep.combine", combine_kind, CommClass::EP, a2a, maybe(rs), false, false, combine_matrix) : -1;
     int shared_out = -1;
     if (shared_f > 0) {
       const int ag = D.sp ? L.comm("tp.ag.shared", CollectiveKind::AllGather, CommClass::TP, act) : -1;
@@ -360,7 +400,8 @@ void build_moe_layer(const TransformerSpec& m, const ParallelSpec& p, const Trai
     L.memory("mlp.residual.bwd", act_norm * 2);
     L.memory("moe.unpermute.bwd", permute_bytes);
     // The gradient of a reduce-scatter is an all-gather and vice versa.
-    const int cb = ep_comm ? L.comm("ep.combine.bwd", dispatch_kind, CommClass::EP, a2a) : -1;
+    const int cb =
+        ep_comm ? L.comm("ep.combine.bwd", dispatch_kind, CommClass::EP, a2a, {}, false, false, dispatch_matrix) : -1;
     const int g = etp_comm ? L.comm("etp.ag.tokens.grad", CollectiveKind::AllGather, CommClass::EP, etp * recv,
                                     maybe(cb), false, true)
                            : -1;
@@ -377,7 +418,9 @@ void build_moe_layer(const TransformerSpec& m, const ParallelSpec& p, const Trai
     const int rs = etp_comm ? L.comm("etp.rs.tokens.grad", CollectiveKind::ReduceScatter, CommClass::EP, etp * recv, {},
                                      false, true)
                             : -1;
-    const int db = ep_comm ? L.comm("ep.dispatch.bwd", combine_kind, CommClass::EP, a2a, maybe(rs)) : -1;
+    const int db =
+        ep_comm ? L.comm("ep.dispatch.bwd", combine_kind, CommClass::EP, a2a, maybe(rs), false, false, combine_matrix)
+                : -1;
     int shared_in = -1;
     if (shared_f > 0) {
       const int ag = D.sp ? L.comm("tp.ag.shared.grad", CollectiveKind::AllGather, CommClass::TP, act) : -1;
@@ -412,9 +455,66 @@ void build_moe_layer(const TransformerSpec& m, const ParallelSpec& p, const Trai
   moe->expert_grad_elements = params.expert;
 }
 
+// Steps of `in` appended to `out` as module `prefix` (names prefixed, waits re-indexed).
+void append_module(const std::vector<Step>& in, const std::string& prefix, std::vector<Step>* out) {
+  const std::size_t first = out->size();
+  append_slice(in, 0, in.size(), out);
+  for (std::size_t j = first; j < out->size(); ++j) (*out)[j].name = prefix + (*out)[j].name;
+}
+
+// Multi-token prediction (DeepSeek-V3 report, arXiv:2412.19437, Section 2.2),
+// on the last stage after the LM head: per depth k, RMSNorms of the previous
+// depth's hidden state and of the embeddings of the tokens k ahead (the
+// shared embedding), their concatenation projected from 2h to h (every TP
+// rank on its sequence shard), one transformer block of the last layer's
+// kind, and the shared output head with its loss. Backward: depth D first,
+// the LM head's last. The blocks are not recomputed.
+void add_mtp_modules(const TransformerSpec& m, const Dims& D, ModelSteps* out) {
+  const LayerSteps& block = out->of(m.layer_kind(m.layers - 1));
+  const std::vector<Step> head_f = out->head_forward, head_b = out->head_backward;
+  const double act_norm = D.tokens_norm * D.h * kActBytes;
+  auto proj_flops = [&D](double rows, double cols, double inner) {
+    return D.sp ? -1.0 : replicated_flops(D, rows, cols, inner);  // without SP every TP rank runs all tokens
+  };
+  std::vector<std::vector<Step>> module_backward;
+  for (int k = 1; k <= m.mtp_depth; ++k) {
+    const std::string prefix = "mtp" + std::to_string(k) + ".";
+    {
+      StepList L(&out->head_forward, Pass::Forward);
+      L.memory(prefix + "embed.lookup", act_norm * 2);
+      L.memory(prefix + "norms", act_norm * 4);
+      L.memory(prefix + "concat", act_norm * 4);
+      L.gemm(prefix + "proj", D.gemm_dtype, D.tokens_norm, D.h, 2 * D.h, {}, 1,
+             proj_flops(D.tokens_norm, D.h, 2 * D.h));
+    }
+    append_module(block.forward, prefix, &out->head_forward);
+    append_module(head_f, prefix, &out->head_forward);
+    std::vector<Step>& b = module_backward.emplace_back();
+    append_module(head_b, prefix, &b);
+    append_module(block.backward, prefix, &b);
+    StepList L(&b, Pass::BackwardInput);
+    L.gemm(prefix + "proj.dgrad", D.gemm_dtype, D.tokens_norm, 2 * D.h, D.h, {}, 1,
+           proj_flops(D.tokens_norm, 2 * D.h, D.h));
+    L.set_pass(Pass::BackwardWeight);
+    L.gemm(prefix + "proj.wgrad", D.gemm_dtype, 2 * D.h, D.h, D.tokens_norm, {}, 1,
+           proj_flops(2 * D.h, D.h, D.tokens_norm));
+    L.set_pass(Pass::BackwardInput);
+    L.memory(prefix + "norms.bwd", act_norm * 8);
+    L.memory(prefix + "embed.grad", D.tokens_norm * D.h * (kActBytes + 4 + 4));  // into the shared embedding
+  }
+  std::vector<Step> backward;
+  for (auto it = module_backward.rbegin(); it != module_backward.rend(); ++it)
+    append_slice(*it, 0, it->size(), &backward);
+  append_slice(head_b, 0, head_b.size(), &backward);
+  out->head_backward = std::move(backward);
+  out->head_grad_elements += m.mtp_depth * (2.0 * D.h * D.h + 2 * D.h + block.grad_elements);
+  out->head_expert_grad_elements += m.mtp_depth * block.expert_grad_elements;
+}
+
 }  // namespace
 
-ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, const TrainingSpec& tr) {
+ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, const TrainingSpec& tr,
+                             const std::vector<int>& ep_node) {
   const Dims D = dims_of(m, p, tr);
   ModelSteps out;
   // The dense layer (attention + MLP); other layer kinds get their own steps here.
@@ -581,20 +681,34 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
   }
 
   dense.grad_elements = m.params_per_layer() / p.tp;
-  if (m.moe.enabled()) build_moe_layer(m, p, tr, D, dense, &out.by_kind[static_cast<std::size_t>(LayerKind::Moe)]);
+  if (m.moe.enabled()) {
+    const std::vector<RoutingDraw> draws = routing_draws(m, p, tr);
+    LayerSteps& first = out.by_kind[static_cast<std::size_t>(LayerKind::Moe)];
+    build_moe_layer(m, p, tr, D, dense, draws.front(), ep_node, &out.traffic, &first);
+    if (draws.size() > 1) {
+      out.moe_draws.push_back(first);
+      for (std::size_t i = 1; i < draws.size(); ++i) {
+        out.moe_draws.emplace_back();
+        build_moe_layer(m, p, tr, D, dense, draws[i], ep_node, &out.traffic, &out.moe_draws.back());
+      }
+    }
+  }
   out.embedding_grad_elements = m.embedding_params() / p.tp;
   out.head_grad_elements = static_cast<double>(m.vocab) * m.hidden / p.tp;
+  if (m.mtp_depth > 0) add_mtp_modules(m, D, &out);
   // Every kernel of these steps is issued by the framework's host code (docs/frameworks.md, "Host dispatch").
   if (const double host = host_dispatch_seconds(tr.framework); host > 0) {
     auto issue = [host](std::vector<Step>& steps) {
       for (Step& s : steps)
         if (!s.is_comm) s.op.host_dispatch_seconds = host;
     };
-    for (LayerSteps& k : out.by_kind) {
+    auto issue_layer = [&](LayerSteps& k) {
       issue(k.forward);
       issue(k.backward);
       issue(k.recompute);
-    }
+    };
+    for (LayerSteps& k : out.by_kind) issue_layer(k);
+    for (LayerSteps& k : out.moe_draws) issue_layer(k);
     issue(out.embedding_forward);
     issue(out.embedding_backward);
     issue(out.head_forward);
@@ -604,13 +718,39 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
 }
 
 double model_flops_per_iteration(const TransformerSpec& m, const TrainingSpec& tr, int global_batch) {
-  const double h = m.hidden, d = m.head_dim(), s = tr.seq_len;
+  const double h = m.hidden, d = m.head_dim(), s = tr.seq_len, a = m.heads;
   const double tokens = static_cast<double>(global_batch) * s;
-  const double linear = h * (m.heads * d) + 2 * h * (m.kv_heads * d) + (m.heads * d) * h +
-                        (m.mlp == MlpKind::SwiGlu ? 3.0 : 2.0) * h * m.ffn_hidden;
-  const double per_token_layer = 2 * linear + 4 * s * m.heads * d;  // GEMMs + attention scores/values
-  const double per_token_head = 2 * h * m.vocab;
-  return 3 * tokens * (m.layers * per_token_layer + per_token_head);  // forward + 2x backward
+  const double mult = m.mlp == MlpKind::SwiGlu ? 3.0 : 2.0;
+  // Attention projections (weights a token multiplies) and the attention core
+  // (QK^T and AV, full count), per token.
+  double projections = h * (a * d) + 2 * h * (m.kv_heads * d) + (a * d) * h;
+  double core = 4 * s * a * d;
+  if (m.mla.enabled()) {
+    // MLA (DeepSeek-V2 Section 2.1): the down- and up-projections, output from
+    // the value heads; QK^T over qk_nope + qk_rope, AV over v_head_dim.
+    const MlaSpec& x = m.mla;
+    const double qk = x.qk_nope_dim + x.qk_rope_dim;
+    projections = (x.q_lora_rank > 0 ? h * x.q_lora_rank + x.q_lora_rank * a * qk : h * a * qk) +
+                  h * (x.kv_lora_rank + x.qk_rope_dim) + x.kv_lora_rank * a * (x.qk_nope_dim + x.v_head_dim) +
+                  a * x.v_head_dim * h;
+    core = 2 * s * a * (qk + x.v_head_dim);
+  }
+  // A MoE layer: the router and, with balanced routing, top_k routed experts
+  // and every shared expert per token (docs/moe.md).
+  const double dense_mlp = mult * h * m.ffn_hidden;
+  const double moe_mlp = h * m.moe.experts + mult * h *
+                                                 (static_cast<double>(m.moe.top_k) * m.moe.expert_ffn +
+                                                  static_cast<double>(m.moe.shared_experts) * m.moe.shared_ffn);
+  double per_token = 0;
+  for (int l = 0; l < m.layers; ++l) {
+    per_token += 2 * (projections + (m.layer_kind(l) == LayerKind::Moe ? moe_mlp : dense_mlp)) + core;
+  }
+  per_token += 2 * h * m.vocab;  // LM head
+  // Multi-token prediction: per depth the 2h -> h projection, one block of
+  // the last layer's kind and the LM head again.
+  const double last = m.layer_kind(m.layers - 1) == LayerKind::Moe ? moe_mlp : dense_mlp;
+  per_token += m.mtp_depth * (2 * (2 * h * h) + 2 * (projections + last) + core + 2 * h * m.vocab);
+  return 3 * tokens * per_token;  // forward + 2x backward
 }
 
 }  // namespace trainsim

@@ -28,6 +28,7 @@ struct Step {
   std::vector<int> waits;         // indices of earlier comm steps whose result this step needs
   bool overlap_previous = false;  // comm: start with the compute step before it (overlapped TP comm)
   bool expert_tp_group = false;   // comm of class EP on the expert tensor-parallel group (else the EP group)
+  int matrix = -1;                // all-to-all-v: index into ModelSteps::traffic of its per-pair bytes
 };
 
 struct LayerSteps {
@@ -41,15 +42,30 @@ struct LayerSteps {
 struct ModelSteps {
   std::array<LayerSteps, kNumLayerKinds> by_kind;  // the steps of each layer kind
   const LayerSteps& of(LayerKind k) const { return by_kind[static_cast<std::size_t>(k)]; }
+  // MoE layers under per-micro-batch routing draws: micro-batch m runs
+  // moe_draws[m % size] (by_kind holds draw 0); empty when every micro-batch routes alike.
+  std::vector<LayerSteps> moe_draws;
+  const LayerSteps& of(LayerKind k, int microbatch) const {
+    if (k != LayerKind::Moe || moe_draws.empty() || microbatch < 0) return of(k);
+    return moe_draws[static_cast<std::size_t>(microbatch) % moe_draws.size()];
+  }
+  // Per-pair bytes of the all-to-all-v steps (Step::matrix), bytes[i * n + j]
+  // from EP rank i to EP rank j.
+  std::vector<std::vector<double>> traffic;
   std::vector<Step> embedding_forward, embedding_backward;  // first pipeline stage
   std::vector<Step> head_forward, head_backward;            // last stage: final norm, LM head, loss
   double embedding_grad_elements = 0, head_grad_elements = 0;
+  double head_expert_grad_elements = 0;  // routed experts of multi-token prediction blocks, reduced over edp
 };
 
-ModelSteps build_model_steps(const TransformerSpec& model, const ParallelSpec& par, const TrainingSpec& train);
+// `ep_node[x]`: the node of EP rank x of an expert-parallel group (the deepep
+// dispatcher forwards inside nodes); empty: the whole group on one node.
+ModelSteps build_model_steps(const TransformerSpec& model, const ParallelSpec& par, const TrainingSpec& train,
+                             const std::vector<int>& ep_node = {});
 
 // Model FLOPs per iteration by the Megatron-LM convention (Narayanan et al.
-// 2021, eq. 3 without recomputation), generalised to GQA and gated MLPs.
+// 2021, eq. 3 without recomputation), generalised to GQA, gated MLPs, MLA and
+// MoE layers (router, top_k routed and the shared experts per token).
 double model_flops_per_iteration(const TransformerSpec& model, const TrainingSpec& train, int global_batch);
 
 }  // namespace trainsim

@@ -2,6 +2,7 @@
 
 #include "models/mpmd.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <initializer_list>
 #include <optional>
@@ -79,6 +80,23 @@ void check_moe_layout(const TransformerSpec& m, const ParallelSpec& p, const Tra
   if (t.routing.distribution == RoutingDistribution::Imbalance && t.routing.imbalance > p.ep) {
     problem("/training/routing/imbalance", "expected at most ep = " + str(p.ep) + " (all tokens on one rank), found " +
                                                std::to_string(t.routing.imbalance));
+  }
+  if (m.moe.max_nodes_per_token > 0 && p.moe_dispatcher != MoeDispatcher::DeepEP) {
+    problem("/model/moe/max_nodes_per_token",
+            std::string("node-limited routing is modelled for the deepep dispatcher (its traffic per destination "
+                        "node), found moe_dispatcher \"") +
+                to_string(p.moe_dispatcher) + "\"; set parallel.moe_dispatcher to \"deepep\" or drop the key");
+  }
+  if (t.routing.sampling == RoutingSampling::Multinomial) {
+    // One draw per micro-batch: ep source ranks each split over every expert (docs/limits.md).
+    const auto work =
+        product({p.global_batch / std::max<std::int64_t>(1, static_cast<std::int64_t>(p.micro_batch) * p.dp), p.ep,
+                 std::max(p.ep, m.moe.experts)});
+    if (!work || *work > kMaxRoutingDrawWork) {
+      problem("/training/routing/sampling",
+              "multinomial routing draws micro-batches*ep*max(ep, experts) = " + product_text(work) + ", more than " +
+                  str(kMaxRoutingDrawWork) + "; use \"expected\" sampling");
+    }
   }
   if (t.routing.distribution == RoutingDistribution::Histogram &&
       static_cast<int>(t.routing.histogram.size()) != m.moe.experts) {

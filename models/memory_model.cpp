@@ -106,6 +106,15 @@ MemoryBreakdown stage_memory(const TransformerSpec& m, const ParallelSpec& p, co
     }
   }
   params = params / p.tp + moe_dense;
+  const bool mtp = last && m.mtp_depth > 0;
+  const bool mtp_moe = m.layer_kind(m.layers - 1) == LayerKind::Moe;
+  if (mtp) {
+    // Multi-token prediction modules: projection and norms (on every TP rank)
+    // and one block of the last layer's kind each; embedding and head shared.
+    const double h = m.hidden;
+    params += m.mtp_depth * (2 * h * h + 2 * h + (mtp_moe ? moe_layer.dense : m.params_per_layer() / p.tp));
+    if (mtp_moe) expert += m.mtp_depth * moe_layer.expert;
+  }
   if (first) params += m.embedding_params() / p.tp;
   if (last && (!m.tied_embeddings || !first)) params += static_cast<double>(m.vocab) * m.hidden / p.tp;
   const double dp_group = static_cast<double>(p.dp) * p.cp;
@@ -136,9 +145,25 @@ MemoryBreakdown stage_memory(const TransformerSpec& m, const ParallelSpec& p, co
   // backward frees them (B keeps the weight-gradient inputs until W).
   const double tokens = static_cast<double>(p.micro_batch) * tr.seq_len / p.cp;
   const double embedding_out = tokens * m.hidden * 3 / (p.sequence_parallel ? p.tp : 1);
+  // A multi-token prediction module keeps its block's activations (never
+  // recomputed) and the concatenated 2h input of its projection.
+  ChunkActivation mtp_act;
+  if (mtp) {
+    ParallelSpec kept = p;
+    kept.recompute = Recompute::None;
+    const ChunkActivation block =
+        mtp_moe ? moe_layer_activation(m, kept, tr)
+                : ChunkActivation{layer_activation_bytes(m, kept, tr), layer_weight_input_bytes(m, kept, tr)};
+    const double proj_in = tokens * 2 * m.hidden * 2 / (p.sequence_parallel ? p.tp : 1);
+    mtp_act = ChunkActivation{m.mtp_depth * (block.total + proj_in), m.mtp_depth * (block.after_input + proj_in)};
+  }
   mem.activations = peak_activation_bytes(sched, stage, [&](int c) {
     const int v = sched.virtual_stage(stage, c);
     ChunkActivation a{v == first_virtual_stage ? embedding_out : 0.0, 0.0};
+    if (v == last_v) {
+      a.total += mtp_act.total;
+      a.after_input += mtp_act.after_input;
+    }
     const int l0 = p.first_layer_of_virtual_stage(v, m.layers);
     for (int l = l0; l < l0 + p.layers_of_virtual_stage(v, m.layers); ++l) {
       const ChunkActivation layer = activation_of(m.layer_kind(l));
@@ -153,7 +178,10 @@ MemoryBreakdown stage_memory(const TransformerSpec& m, const ParallelSpec& p, co
     none.recompute = Recompute::None;
     mem.activations += layer_activation_bytes(m, none, tr);
   }
-  if (last) mem.buffers += tokens * static_cast<double>(m.vocab) / p.tp * (2 + 4);  // logits + fp32 loss input
+  if (last) {
+    // Logits and fp32 loss input of the LM head and of each prediction module.
+    mem.buffers += (1 + m.mtp_depth) * tokens * static_cast<double>(m.vocab) / p.tp * (2 + 4);
+  }
   return mem;
 }
 

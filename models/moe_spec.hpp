@@ -24,6 +24,9 @@ struct MoeSpec {
   // Tokens one expert takes per micro-batch, as a multiple of its even share
   // (tokens * top_k / experts); tokens beyond are dropped. 0 = dropless.
   double capacity_factor = 0;
+  // Node-limited routing (DeepSeek-V3 report, Section 3.2.2: at most M = 4
+  // nodes per token): a token's experts lie on at most this many nodes; 0 = any.
+  int max_nodes_per_token = 0;
 
   bool enabled() const { return experts > 0; }
   bool is_moe_layer(int layer) const {
@@ -44,11 +47,13 @@ struct MlaSpec {
   bool enabled() const { return kv_lora_rank > 0; }
 };
 
-// Megatron-Core token dispatchers: AllToAll sends each routed copy to its
-// expert's rank (alltoall); AllGather gathers every EP rank's tokens on every
+// Token dispatchers: AllToAll sends each routed copy to its expert's rank
+// (Megatron-Core alltoall); AllGather gathers every EP rank's tokens on every
 // rank and reduce-scatters the outputs back (allgather), traffic independent of
-// routing.
-enum class MoeDispatcher : std::uint8_t { AllToAll, AllGather };
+// routing; DeepEP sends a token once to every distinct destination node (to the
+// GPU of the sender's local index there) and forwards it over NVLink to each
+// distinct destination GPU of that node (DeepEP's internode kernels).
+enum class MoeDispatcher : std::uint8_t { AllToAll, AllGather, DeepEP };
 const char* to_string(MoeDispatcher d);
 
 // How the router spreads tokens over experts. Uniform: evenly. Zipf: expert
@@ -59,8 +64,16 @@ const char* to_string(MoeDispatcher d);
 enum class RoutingDistribution : std::uint8_t { Uniform, Zipf, Histogram, Imbalance };
 const char* to_string(RoutingDistribution d);
 
+// Expected: every EP rank's tokens split over the experts exactly by the
+// shares, the same in every micro-batch. Multinomial: each EP rank's routed
+// copies of each micro-batch are drawn from the shares (seeded), so token
+// counts differ between ranks and micro-batches.
+enum class RoutingSampling : std::uint8_t { Expected, Multinomial };
+const char* to_string(RoutingSampling s);
+
 struct RoutingSpec {
   RoutingDistribution distribution = RoutingDistribution::Uniform;
+  RoutingSampling sampling = RoutingSampling::Expected;
   double zipf_exponent = 0;
   std::vector<double> histogram;  // one relative load per expert
   double imbalance = 1;           // busiest rank / mean, 1 .. ep

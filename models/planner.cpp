@@ -163,6 +163,8 @@ class StageProgramBuilder {
   }
 
   const std::vector<SlotUse>& slots() const { return slots_; }
+  // Where this stage's traffic matrices (ModelSteps::traffic) start in the run's table.
+  void set_matrix_base(std::uint32_t base) { matrix_base_ = base; }
 
   // Per-stage layouts: the shape of each pipeline link, and the first stage of
   // this stage's sub-model (it runs the sub-model's embedding).
@@ -198,7 +200,10 @@ class StageProgramBuilder {
         layers.push_back(first_layer_[c] + l);
         if (elems * kActBytes >= bucket_bytes_ / train_.grad_reduce_bytes * kActBytes) flush();
       }
-      if (last_vstage(c)) elems += steps_.head_grad_elements;
+      if (last_vstage(c)) {
+        elems += steps_.head_grad_elements;
+        expert_elems += steps_.head_expert_grad_elements;
+      }
       flush();
     }
   }
@@ -207,6 +212,8 @@ class StageProgramBuilder {
   static constexpr TaskId kNone = ~TaskId{0};
 
   const LayerSteps& layer_steps(int layer) const { return steps_.of(model_.layer_kind(layer)); }
+  // The steps a micro-batch runs (a MoE layer's token counts may differ per micro-batch).
+  const LayerSteps& layer_steps(int layer, int mb) const { return steps_.of(model_.layer_kind(layer), mb); }
   const LayerSteps& dense() const { return steps_.of(LayerKind::Dense); }
   bool zero_sharded_optimizer() const { return par_.zero >= 1 && par_.zero <= 2 && dp_group_ > 1; }
   bool zero3() const { return par_.zero == 3 && dp_group_ > 1; }
@@ -313,8 +320,9 @@ class StageProgramBuilder {
       if (s.is_comm) {
         const TaskId after = s.overlap_previous ? before_last : last_compute;
         if (after != kNone) deps.push_back(after);
+        const std::uint32_t matrix = s.matrix >= 0 ? matrix_base_ + static_cast<std::uint32_t>(s.matrix) : kNoMatrix;
         ids[j] = b_.collective(comm_stream(s.comm_class), comm_slot(s), s.collective, s.comm_class,
-                               static_cast<std::uint64_t>(s.bytes), lbl, mb, dedupe(deps));
+                               static_cast<std::uint64_t>(s.bytes), lbl, mb, dedupe(deps), matrix);
       } else {
         ids[j] = b_.compute(s_.compute, op_id(s), lbl, mb, dedupe(deps));
         before_last = last_compute;
@@ -434,7 +442,8 @@ class StageProgramBuilder {
       if (zero3()) deps.push_back(param_gather(layer, prev_layer_first, u.microbatch));
       if (prefetch_params_ && first_of_chunk) deps.push_back(param_bucket_of_layer_[layer]);
       TaskId first = kNone;
-      last = emit(layer_steps(layer).forward, layer_prefix('F', layer), u.microbatch, dedupe(deps), false, &first);
+      last = emit(layer_steps(layer, u.microbatch).forward, layer_prefix('F', layer), u.microbatch, dedupe(deps), false,
+                  &first);
       prev_layer_first = first;
       entry = {last};
     }
@@ -478,7 +487,7 @@ class StageProgramBuilder {
       last = emit(steps_.head_backward, "B ", u.microbatch, entry, false, nullptr, filter,
                   whole ? nullptr : &saved->back());
       entry = {last};
-      if (reduce_grads && !zero3()) add_grads(steps_.head_grad_elements, last, u.microbatch);
+      if (reduce_grads && !zero3()) head_grads_done(last, u.microbatch);
     }
     // ZeRO-3 / FSDP: the next layer's parameters are gathered when this layer's
     // backward starts, and that all-gather is issued before this layer's
@@ -495,7 +504,7 @@ class StageProgramBuilder {
       std::vector<TaskId> deps = entry;
       if (zero3()) deps.push_back(gathered);
       TaskId first = kNone;
-      const LayerSteps& ls = layer_steps(layer);
+      const LayerSteps& ls = layer_steps(layer, u.microbatch);
       if (!ls.recompute.empty()) {
         last = emit(ls.recompute, layer_prefix('R', layer), u.microbatch, dedupe(deps), true, &first);
         deps = {last};
@@ -531,12 +540,12 @@ class StageProgramBuilder {
     if (v == V_ - 1) {
       last = emit(steps_.head_backward, "W ", u.microbatch, entry, false, nullptr, PassFilter::WeightOnly, &ids.back());
       if (last != kNone) entry = {last};
-      if (reduce_grads && !zero3()) add_grads(steps_.head_grad_elements, last, u.microbatch);
+      if (reduce_grads && !zero3()) head_grads_done(last, u.microbatch);
     }
     for (int l = layers_[u.chunk] - 1; l >= 0; --l) {
       const int layer = first_layer_[u.chunk] + l;
-      last = emit(layer_steps(layer).backward, layer_prefix('W', layer), u.microbatch, entry, false, nullptr,
-                  PassFilter::WeightOnly, &ids[l]);
+      last = emit(layer_steps(layer, u.microbatch).backward, layer_prefix('W', layer), u.microbatch, entry, false,
+                  nullptr, PassFilter::WeightOnly, &ids[l]);
       entry = {last};
       layer_grads_done(layer, last, u.microbatch, reduce_grads);
     }
@@ -574,6 +583,12 @@ class StageProgramBuilder {
     }
     if (reduce_grads && !zero3()) flush_bucket(last, mb);
     return last;
+  }
+
+  // The LM head's (and multi-token prediction modules') weight gradients are done at `last`.
+  void head_grads_done(TaskId last, int mb) {
+    if (edp_group_ > 1) expert_bucket_elems_ += steps_.head_expert_grad_elements;
+    add_grads(steps_.head_grad_elements, last, mb);
   }
 
   // A layer's weight gradients of this micro-batch are done at `last`.
@@ -668,6 +683,7 @@ class StageProgramBuilder {
     double p = 0;
     for (int c = 0; c < chunks_; ++c) {
       for (int l = 0; l < layers_[c]; ++l) p += layer_steps(first_layer_[c] + l).expert_grad_elements;
+      if (last_vstage(c)) p += steps_.head_expert_grad_elements;
     }
     return p;
   }
@@ -777,7 +793,8 @@ class StageProgramBuilder {
   // B units whose W has not run yet: task ids of each layer's (and the head's) backward steps.
   std::unordered_map<std::size_t, std::vector<std::vector<TaskId>>> b_ids_;
   int dp_group_ = 1;
-  int edp_group_ = 1;  // expert data-parallel group (MoE)
+  int edp_group_ = 1;              // expert data-parallel group (MoE)
+  std::uint32_t matrix_base_ = 0;  // this stage's first traffic matrix in SimulationSetup::traffic
   double expert_bucket_elems_ = 0;
   std::vector<double> pending_expert_buckets_;
   double bucket_bytes_ = 0;
@@ -941,6 +958,18 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
   // Per-stage layouts (MPMD, models/mpmd.hpp): each stage its sub-model, TP,
   // layers and recomputation, its ranks from its group's first GPU.
   const bool mpmd = !par.stages.empty();
+  // The node of each EP rank of stage s's first expert-parallel group (the
+  // hierarchical dispatcher forwards inside nodes); every group has the same
+  // shape under the placement's regular layout.
+  auto ep_nodes = [&](const ParallelSpec& sp, int s) {
+    std::vector<int> nodes;
+    if (!model.moe.enabled() || mpmd) return nodes;
+    for (int x = 0; x < sp.ep; ++x) {
+      const DenseCoord dc = dense_coord(sp, ExpertCoord{0, x, 0});
+      nodes.push_back(cluster.node_of(placement.gpu(RankCoord{dc.tp, dc.cp, 0, dc.dp, s})));
+    }
+    return nodes;
+  };
   std::vector<StageProgramSpec> stage_specs;
   std::vector<ModelSteps> stage_steps;
   std::vector<int> first_gpu;
@@ -949,7 +978,7 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
     for (int s = 0; s < par.pp; ++s) {
       stage_specs.push_back(stage_program_spec(model, par, train_, s));
       const StageProgramSpec& sp = stage_specs.back();
-      stage_steps.push_back(build_model_steps(sp.model, sp.par, sp.train));
+      stage_steps.push_back(build_model_steps(sp.model, sp.par, sp.train, ep_nodes(sp.par, s)));
     }
     first_gpu = stage_first_gpus(par, cluster.spec());
     TRAINSIM_CHECK(static_cast<int>(first_gpu.size()) == par.pp, "per-stage layouts do not fit the cluster");
@@ -962,7 +991,7 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
       links[{s + 1, s}] = LinkShape{a >= b ? a / b : 1, b >= a ? b / a : 1, bytes};
     }
   }
-  const ModelSteps steps = mpmd ? stage_steps.front() : build_model_steps(model, par, train_);
+  const ModelSteps steps = mpmd ? stage_steps.front() : build_model_steps(model, par, train_, ep_nodes(par, 0));
   // Micro-batches of each data-parallel replica (models/dp_shares.hpp) and the
   // distinct counts: each count its own schedule and stage programs.
   std::vector<int> share(par.dp, par.micro_batches());
@@ -1035,6 +1064,18 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
   }
 
   auto tp_of = [&](int s) { return stage_tp(par, s); };
+  // Traffic matrices of the all-to-all-v steps: the shared steps' first, then each per-stage layout's.
+  std::vector<std::uint32_t> matrix_base(par.pp, 0);
+  auto add_traffic = [&](const ModelSteps& ms) {
+    const auto base = static_cast<std::uint32_t>(plan.setup.traffic.size());
+    plan.setup.traffic.insert(plan.setup.traffic.end(), ms.traffic.begin(), ms.traffic.end());
+    return base;
+  };
+  if (mpmd) {
+    for (int s = 0; s < par.pp; ++s) matrix_base[s] = add_traffic(stage_steps[s]);
+  } else {
+    add_traffic(steps);
+  }
   // Programs: count k's stage s is program k * pp + s (one count without uneven shares).
   std::vector<std::vector<SlotUse>> slots_of_program;
   for (int k = 0; k < num_counts; ++k) {
@@ -1044,6 +1085,7 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
       const TrainingSpec& st = mpmd ? stage_specs[s].train : train_;
       StageProgramBuilder builder(sm, sp_par, st, mpmd ? stage_steps[s] : steps, count_sched[k], s);
       if (mpmd) builder.set_stage_layouts(&links, stage_specs[s].first_stage);
+      builder.set_matrix_base(matrix_base[s]);
       builder.plan_param_prefetch();
       double hw = 0, mf = 0;
       plan.setup.programs.push_back(builder.build(&hw, &mf));

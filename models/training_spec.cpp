@@ -29,6 +29,11 @@ double TransformerSpec::attention_params() const {
   return attn + norms + biases;
 }
 
+double TransformerSpec::mtp_params() const {
+  const double h = hidden;
+  return mtp_depth * (2 * h * h + 2 * h + params_of_kind(layer_kind(layers - 1)));
+}
+
 double TransformerSpec::params_of_kind(LayerKind k) const {
   switch (k) {
     case LayerKind::Dense:

@@ -39,6 +39,9 @@ struct TransformerSpec {
   std::vector<LayerKind> layer_kinds;  // one per layer; empty = every layer dense
   MoeSpec moe;                         // routed experts of the Moe layers
   MlaSpec mla;                         // multi-head latent attention instead of (grouped-query) attention
+  // Multi-token prediction modules (DeepSeek-V3 report, Section 2.2), run on
+  // the last pipeline stage after the LM head; 0 = none.
+  int mtp_depth = 0;
   std::string source;
   // A sub-model in front of this one (LLaVA-style vision or audio encoder; at
   // most one): its layers run first, on pipeline stages of their own
@@ -55,6 +58,9 @@ struct TransformerSpec {
   double params_of_kind(LayerKind k) const;
   double embedding_params() const;  // token (+ learned position) embedding
   double total_params() const;
+  // Weights of the multi-token prediction modules (projection, norms and one
+  // block of the last layer's kind each; embedding and head are shared).
+  double mtp_params() const;
 };
 
 // ZeroBubbleH1 / ZeroBubbleH2: the handcrafted schedules of Qi et al., "Zero

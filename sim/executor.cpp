@@ -103,6 +103,13 @@ void Executor::init() {
       result_.timelines.push_back(RankTimeline{static_cast<std::uint32_t>(r), {}});
     }
   }
+  for (const ProgramTemplate& p : setup.programs) {
+    for (const Task& t : p.tasks) {
+      TRAINSIM_CHECK(t.matrix == kNoMatrix || t.matrix < setup.traffic.size(),
+                     "program " + p.name + " names traffic matrix " + std::to_string(t.matrix) + " of " +
+                         std::to_string(setup.traffic.size()));
+    }
+  }
   remaining_deps_.resize(tasks);
   for (std::size_t r = 0; r < nr; ++r) {
     const ProgramTemplate& p = setup.programs[setup.ranks[r].program];
@@ -317,7 +324,7 @@ bool Executor::same_transfer(const Waiter& a, const Waiter& b, std::uint32_t com
   const Task& ta = setup_->programs[setup_->ranks[a.rank].program].tasks[a.task];
   const Task& tb = setup_->programs[setup_->ranks[b.rank].program].tasks[b.task];
   const bool collective = ta.kind == TaskKind::Collective;
-  if (ta.bytes == tb.bytes && (!collective || ta.collective == tb.collective)) return true;
+  if (ta.bytes == tb.bytes && ta.matrix == tb.matrix && (!collective || ta.collective == tb.collective)) return true;
   auto describe = [&](const Waiter& w, const Task& t) {
     const ProgramTemplate& p = *program_of_rank_[w.rank];
     return WaitingTask{setup_->ranks[w.rank].name, p.streams[t.stream], p.labels[t.label],
@@ -372,7 +379,12 @@ void Executor::post_collective(std::uint32_t rank, std::uint32_t task, Time now)
   pc.waiters.push_back(me);
   if (static_cast<int>(pc.waiters.size()) < setup_->comms[comm].simulated_members) return;
   for (const Waiter& w : pc.waiters) record(w.rank, w.task, w.posted, now, kWaitCategory);
-  start_transfer(TransferRequest{comm, false, t.collective, 0, t.bytes}, pc.waiters, now);
+  TransferRequest request{comm, false, t.collective, 0, t.bytes, kNoMatrix, {}};
+  if (t.matrix != kNoMatrix) {
+    request.matrix = t.matrix;
+    request.pairs = setup_->traffic[t.matrix];
+  }
+  start_transfer(request, pc.waiters, now);
   pc.done = true;
   pc.waiters.clear();
   while (c.pending_live > 0 && c.pending[c.pending_head].done) {
@@ -404,7 +416,7 @@ void Executor::post_p2p(std::uint32_t rank, std::uint32_t task, Time now) {
   sends.pop();
   recvs.pop();
   if (!same_transfer(pair[0], pair[1], comm)) return;
-  start_transfer(TransferRequest{comm, true, CollectiveKind::AllReduce, sender, t.bytes}, pair, now);
+  start_transfer(TransferRequest{comm, true, CollectiveKind::AllReduce, sender, t.bytes, kNoMatrix, {}}, pair, now);
 }
 
 void Executor::complete(std::uint32_t rank, std::uint32_t task, Time now) {

@@ -41,6 +41,9 @@ struct SimulationSetup {
   std::vector<ProgramTemplate> programs;
   std::vector<RankProgram> ranks;  // the simulated ranks
   std::vector<Communicator> comms;
+  // Per-pair bytes of the all-to-all-v tasks (Task::matrix): traffic[m][i * n + j]
+  // from member i to member j of the communicator the task runs on (n members).
+  std::vector<std::vector<double>> traffic;
 };
 
 // What a recorded rank did and when. Category: 0 compute, 1+CommClass a

@@ -4,7 +4,11 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <map>
+#include <string>
 #include <utility>
+
+#include "sim/check.hpp"
 
 namespace trainsim {
 
@@ -272,6 +276,68 @@ CommShape AnalyticalNetwork::shape(const std::vector<int>& members) const {
 
 double AnalyticalNetwork::collective_seconds(const CommShape& s, CollectiveKind kind, double bytes) const {
   return choose_algorithm(s, kind, bytes).seconds;
+}
+
+double AnalyticalNetwork::all_to_all_v_seconds(const CommShape& s, const std::vector<int>& members,
+                                               std::span<const double> bytes) const {
+  const std::size_t n = members.size();
+  TRAINSIM_CHECK(bytes.size() == n * n, "all-to-all-v over " + std::to_string(n) + " members got " +
+                                            std::to_string(bytes.size()) + " sizes, expected n*n");
+  // Domain, datacenter and NIC port of each member, as shape() counts them.
+  // On a rail-optimized fabric a message to another domain leaves through the
+  // NIC of the destination's rail (PXN relays it over scale-up first) and
+  // arrives through the destination's: the network load is counted per
+  // (domain, rail) NIC, shared by the GPUs on that rail.
+  const bool pxn = fabric_.kind == FabricKind::RailOptimized;
+  std::vector<int> domain(n), dc(n), port(n);
+  std::vector<double> sharing(n, 1.0);
+  for (std::size_t i = 0; i < n; ++i) {
+    const int node = cluster_->node_of(members[i]);
+    const NodeSpec& ns = cluster_->node_spec(node);
+    const bool su = has_scaleup(ns);
+    domain[i] = su ? node : cluster_->num_nodes() + members[i];
+    dc[i] = std::min(fabric_.datacenters - 1, fabric_.datacenter_of(node));
+    port[i] = static_cast<int>(i);
+    if (pxn && su && rail_of_gpu_[members[i]] >= 0) {
+      port[i] = -1 - (domain[i] * std::max(1, ns.nic_count) + rail_of_gpu_[members[i]]);  // negative: a NIC port
+      sharing[i] = static_cast<double>(ns.gpus_per_node) / std::max(1, ns.nic_count);
+    }
+  }
+  std::vector<AllToAllVLoad> send(n), recv(n);
+  std::map<int, std::pair<double, double>> nic;  // NIC port -> (bytes out, bytes in), per GPU sharing it
+  for (std::size_t i = 0; i < n; ++i) {
+    for (std::size_t j = 0; j < n; ++j) {
+      const double b = bytes[i * n + j];
+      if (i == j || !(b > 0)) continue;
+      if (domain[i] == domain[j]) {
+        send[i].scaleup += b;
+        recv[j].scaleup += b;
+      } else if (port[i] < 0 && port[j] < 0) {
+        // Out through the NIC of j's rail in i's domain, in through j's.
+        const int out = -1 - (domain[i] * std::max(1, cluster_->node_spec(cluster_->node_of(members[i])).nic_count) +
+                              rail_of_gpu_[members[j]]);
+        nic[out].first += b / sharing[j];
+        nic[port[j]].second += b / sharing[j];
+      } else {
+        send[i].network += b;
+        recv[j].network += b;
+      }
+      if (dc[i] != dc[j]) {
+        send[i].wan += b;
+        recv[j].wan += b;
+      }
+    }
+  }
+  AllToAllVLoad busiest;
+  for (std::size_t i = 0; i < n; ++i) {
+    for (const AllToAllVLoad* l : {&send[i], &recv[i]}) {
+      busiest.scaleup = std::max(busiest.scaleup, l->scaleup);
+      busiest.network = std::max(busiest.network, l->network);
+      busiest.wan = std::max(busiest.wan, l->wan);
+    }
+  }
+  for (const auto& [p, load] : nic) busiest.network = std::max({busiest.network, load.first, load.second});
+  return trainsim::all_to_all_v_seconds(s, busiest);
 }
 
 double AnalyticalNetwork::p2p_seconds(const CommShape& s, double bytes) const {

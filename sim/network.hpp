@@ -5,6 +5,7 @@
 // (scale-up kind, NICs, leaf uplinks, datacenters) become a CommShape; the
 // algorithm choice and cost formulas live in calibration/collective_cost.
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,11 @@ class AnalyticalNetwork {
   CommShape shape(const std::vector<int>& members) const;
   // Time of one collective of `bytes` (NCCL buffer convention) on a communicator.
   double collective_seconds(const CommShape& shape, CollectiveKind kind, double bytes) const;
+  // Time of an all-to-all-v on `members` (whose shape is `shape`): bytes[i*n+j]
+  // is what member i sends to member j; each member's traffic is split by
+  // link class (scale-up domain, network, WAN) by where its peers sit.
+  double all_to_all_v_seconds(const CommShape& shape, const std::vector<int>& members,
+                              std::span<const double> bytes) const;
   // Time of one point-to-point transfer between the two members of `shape`.
   double p2p_seconds(const CommShape& shape, double bytes) const;
   // analytical_limitations(cluster).

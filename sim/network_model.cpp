@@ -26,7 +26,9 @@ Time AnalyticalNetworkModel::start(Time now, const TransferRequest& t, std::uint
   const CommShape& shape = shapes_[t.comm];
   const double bytes = static_cast<double>(t.bytes);
   const Time duration =
-      Time::seconds(t.p2p ? network_->p2p_seconds(shape, bytes) : network_->collective_seconds(shape, t.kind, bytes));
+      Time::seconds(t.p2p                   ? network_->p2p_seconds(shape, bytes)
+                    : t.matrix != kNoMatrix ? network_->all_to_all_v_seconds(shape, (*comms_)[t.comm].members, t.pairs)
+                                            : network_->collective_seconds(shape, t.kind, bytes));
   known.push_back(Duration{what, t.bytes, duration});
   return now + duration;
 }
@@ -61,7 +63,8 @@ Time FlowNetworkModel::start(Time now, const TransferRequest& t, std::uint64_t c
     const Communicator& cm = (*comms_)[t.comm];
     const double bytes = static_cast<double>(t.bytes);
     CollectivePlan plan = t.p2p ? flows_->plan_p2p(cm.members[t.sender], cm.members[1 - t.sender], bytes, t.comm)
-                                : flows_->plan_collective(cm.members, t.kind, bytes, t.comm);
+                          : t.matrix != kNoMatrix ? flows_->plan_all_to_all_v(cm.members, t.pairs, t.comm)
+                                                  : flows_->plan_collective(cm.members, t.kind, bytes, t.comm);
     id = flows_->add_plan(std::move(plan));
     plans.emplace_back(key, id);
   }

@@ -8,6 +8,7 @@
 // cluster and calibration facts.
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -27,9 +28,17 @@ struct TransferRequest {
   CollectiveKind kind = CollectiveKind::AllReduce;
   int sender = 0;
   std::uint64_t bytes = 0;  // collective: NCCL buffer convention; p2p: payload
+  // All-to-all-v: which traffic matrix of the run (kNoMatrix otherwise) and its
+  // per-pair bytes, pairs[i * n + j] from member i to member j of the communicator.
+  std::uint32_t matrix = kNoMatrix;
+  std::span<const double> pairs;
 
-  // What is moved, for caches keyed by (what, bytes): the collective kind, or 8 + sender.
-  std::uint32_t what() const { return p2p ? 8 + static_cast<std::uint32_t>(sender) : static_cast<std::uint32_t>(kind); }
+  // What is moved, for caches keyed by (what, bytes): the collective kind, 8 +
+  // sender for a message, or 16 + the traffic matrix of an all-to-all-v.
+  std::uint32_t what() const {
+    if (matrix != kNoMatrix) return 16 + matrix;
+    return p2p ? 8 + static_cast<std::uint32_t>(sender) : static_cast<std::uint32_t>(kind);
+  }
 };
 
 class NetworkModel {

@@ -90,23 +90,27 @@ TaskId ProgramBuilder::add(Task task, std::span<const TaskId> deps) {
 
 TaskId ProgramBuilder::compute(std::uint8_t stream, std::uint32_t op, std::uint32_t label, int microbatch,
                                std::span<const TaskId> deps) {
-  return add(Task{TaskKind::Compute, stream, CollectiveKind::AllReduce, CommClass::TP, op, label, microbatch, 0}, deps);
+  return add(
+      Task{TaskKind::Compute, stream, CollectiveKind::AllReduce, CommClass::TP, op, label, microbatch, 0, kNoMatrix},
+      deps);
 }
 
 TaskId ProgramBuilder::collective(std::uint8_t stream, std::uint32_t slot, CollectiveKind kind, CommClass cls,
                                   std::uint64_t bytes, std::uint32_t label, int microbatch,
-                                  std::span<const TaskId> deps) {
-  return add(Task{TaskKind::Collective, stream, kind, cls, slot, label, microbatch, bytes}, deps);
+                                  std::span<const TaskId> deps, std::uint32_t matrix) {
+  return add(Task{TaskKind::Collective, stream, kind, cls, slot, label, microbatch, bytes, matrix}, deps);
 }
 
 TaskId ProgramBuilder::send(std::uint8_t stream, std::uint32_t slot, CommClass cls, std::uint64_t bytes,
                             std::uint32_t label, int microbatch, std::span<const TaskId> deps) {
-  return add(Task{TaskKind::Send, stream, CollectiveKind::AllReduce, cls, slot, label, microbatch, bytes}, deps);
+  return add(Task{TaskKind::Send, stream, CollectiveKind::AllReduce, cls, slot, label, microbatch, bytes, kNoMatrix},
+             deps);
 }
 
 TaskId ProgramBuilder::recv(std::uint8_t stream, std::uint32_t slot, CommClass cls, std::uint64_t bytes,
                             std::uint32_t label, int microbatch, std::span<const TaskId> deps) {
-  return add(Task{TaskKind::Recv, stream, CollectiveKind::AllReduce, cls, slot, label, microbatch, bytes}, deps);
+  return add(Task{TaskKind::Recv, stream, CollectiveKind::AllReduce, cls, slot, label, microbatch, bytes, kNoMatrix},
+             deps);
 }
 
 void ProgramBuilder::reserve(std::size_t tasks, std::size_t deps) {

@@ -23,6 +23,8 @@ const char* to_string(TaskKind k);
 const char* to_string(CollectiveKind k);
 const char* to_string(CommClass c);
 
+inline constexpr std::uint32_t kNoMatrix = ~std::uint32_t{0};
+
 struct Task {
   TaskKind kind = TaskKind::Compute;
   std::uint8_t stream = 0;
@@ -32,6 +34,9 @@ struct Task {
   std::uint32_t label = 0;  // index into ProgramTemplate::labels
   std::int32_t microbatch = -1;
   std::uint64_t bytes = 0;  // Collective: NCCL buffer size (all-gather: output); Send/Recv: payload
+  // All-to-all-v: index into SimulationSetup::traffic of its per-pair bytes
+  // (`bytes` is then their total); kNoMatrix for every other task.
+  std::uint32_t matrix = kNoMatrix;
 };
 
 struct ProgramTemplate {
@@ -73,7 +78,8 @@ class ProgramBuilder {
   TaskId compute(std::uint8_t stream, std::uint32_t op, std::uint32_t label, int microbatch,
                  std::span<const TaskId> deps);
   TaskId collective(std::uint8_t stream, std::uint32_t slot, CollectiveKind kind, CommClass cls, std::uint64_t bytes,
-                    std::uint32_t label, int microbatch, std::span<const TaskId> deps);
+                    std::uint32_t label, int microbatch, std::span<const TaskId> deps,
+                    std::uint32_t matrix = kNoMatrix);
   TaskId send(std::uint8_t stream, std::uint32_t slot, CommClass cls, std::uint64_t bytes, std::uint32_t label,
               int microbatch, std::span<const TaskId> deps);
   TaskId recv(std::uint8_t stream, std::uint32_t slot, CommClass cls, std::uint64_t bytes, std::uint32_t label,

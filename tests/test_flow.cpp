@@ -261,6 +261,41 @@ TEST_CASE("all-to-all: pairwise flows; all-to-all-v with per-pair sizes") {
   CHECK(fc.measure(v).to_seconds() == doctest::Approx(0.2).epsilon(1e-6));
 }
 
+TEST_CASE("all-to-all-v: the analytical time from per-rank bytes per link class agrees with the flows") {
+  // Two toy nodes of 8 GPUs (100 GB/s NVLink, 10 GB/s NICs, rail-optimized), no latencies.
+  ClusterSpec spec = toy_cluster(2, 8);
+  spec.fabric.link_latency = 0;
+  const Cluster cluster(spec);
+  const std::vector<CalibrationProfile> profiles{ideal_profile(0, 0)};
+  Topology topo(cluster);
+  FlowCollectives fc(cluster, topo, profiles);
+  const AnalyticalNetwork an(cluster, profiles);
+  const std::vector<int> all = iota(0, 16);
+  const CommShape shape = an.shape(all);
+  // Uniform: exactly the all-to-all of the same buffer (1 GB per GPU, 1/16 per peer).
+  const std::vector<double> uniform(16 * 16, 1e9 / 16);
+  CHECK(an.all_to_all_v_seconds(shape, all, uniform) ==
+        doctest::Approx(an.collective_seconds(shape, CollectiveKind::AllToAll, 1e9)));
+  // Skewed: GPU 3 receives four times what the others do from every peer.
+  std::vector<double> skewed(16 * 16, 0.0);
+  for (int i = 0; i < 16; ++i) {
+    for (int j = 0; j < 16; ++j) skewed[i * 16 + j] = i == j ? 0.0 : (j == 3 ? 4e8 : 1e8);
+  }
+  // By hand: GPU 3's NIC (rail 3 of node 0) takes 8 x 0.4 GB from node 1 = 3.2 GB:
+  // 320 ms at 10 GB/s; node 1's rail-3 NIC sends the same. Every other NIC moves 0.8 GB.
+  const double analytical = an.all_to_all_v_seconds(shape, all, skewed);
+  CHECK(analytical == doctest::Approx(0.32).epsilon(1e-9));
+  const CollectivePlan plan = fc.plan_all_to_all_v(all, skewed, 0);
+  CHECK(plan.flows.size() == 16 * 15);  // one flow per (src, dst) pair with its bytes
+  CHECK(fc.measure(plan).to_seconds() == doctest::Approx(analytical).epsilon(1e-3));
+  // A lighter pair matrix on the same ranks takes less time in both.
+  std::vector<double> lighter = skewed;
+  for (double& b : lighter) b /= 2;
+  CHECK(an.all_to_all_v_seconds(shape, all, lighter) == doctest::Approx(analytical / 2));
+  CHECK(fc.measure(fc.plan_all_to_all_v(all, lighter, 0)).to_seconds() ==
+        doctest::Approx(analytical / 2).epsilon(1e-3));
+}
+
 TEST_CASE("two rings sharing a 4:1 oversubscribed uplink take the max-min time") {
   // 4 nodes x 2 GPUs, rail-optimized, 2 nodes per leaf, one spine, 4:1: the
   // leaf of rail 0 in group 0 has 2 x 10 GB/s down and 5 GB/s up.

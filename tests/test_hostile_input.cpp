@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "models/layout_rules.hpp"
 #include "scenario_fixtures.hpp"
 #include "sim/time.hpp"
 #include "tools/frontend/cli.hpp"
@@ -316,4 +317,6 @@ TEST_CASE("docs/limits.md states the reader's bounds") {
   CHECK(kMaxWorkloadRanks == 16384);
   CHECK(contains(doc, "trace nodes x ranks | at most 134,217,728"));
   CHECK(kMaxTraceTasks == 134217728);
+  CHECK(contains(doc, "micro-batches x ep x max(ep, experts) | at most 16,777,216"));
+  CHECK(kMaxRoutingDrawWork == 16777216);
 }

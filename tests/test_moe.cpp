@@ -49,12 +49,14 @@ JobReport run(const Scenario& s) {
 
 // Seconds of one MoE layer's forward and backward steps on the busiest rank,
 // priced alone: kernels by the cost model, EP collectives by the analytical
-// network on the group of all eight GPUs.
+// network on the group of all eight GPUs (all-to-all-v: from its per-pair bytes).
 double moe_layer_seconds(const Scenario& s) {
   const Platform platform(s.cluster, s.profiles);
   const ModelSteps steps = build_model_steps(s.model, s.parallel, s.training);
   const LayerSteps& moe = steps.of(LayerKind::Moe);
-  const CommShape ep_group = platform.analytical_network().shape({0, 1, 2, 3, 4, 5, 6, 7});
+  const std::vector<int> members{0, 1, 2, 3, 4, 5, 6, 7};
+  const AnalyticalNetwork& net = platform.analytical_network();
+  const CommShape ep_group = net.shape(members);
   double total = 0;
   for (const auto* list : {&moe.forward, &moe.backward}) {
     for (const Step& st : *list) {
@@ -62,7 +64,8 @@ double moe_layer_seconds(const Scenario& s) {
         total += platform.costs().seconds(st.op, 0);
       } else {
         REQUIRE(st.comm_class == CommClass::EP);
-        total += platform.analytical_network().collective_seconds(ep_group, st.collective, st.bytes);
+        total += st.matrix >= 0 ? net.all_to_all_v_seconds(ep_group, members, steps.traffic[st.matrix])
+                                : net.collective_seconds(ep_group, st.collective, st.bytes);
       }
     }
   }
@@ -221,7 +224,7 @@ TEST_CASE("moe: expert-parallel groups, expert gradients over the expert data-pa
 }
 
 TEST_CASE("moe: the shipped examples run at analytical fidelity with expert-parallel time in the breakdown") {
-  for (const char* name : {"mixtral-8x7b-64xh100", "deepseek-v3-2048xh800"}) {
+  for (const char* name : {"mixtral-8x7b-64xh100", "deepseek-v3-2048xh800", "deepseek-v3-2048xh800-deepep"}) {
     const Scenario s =
         load_scenario_file(std::string(TRAINSIM_SOURCE_DIR) + "/scenarios/examples/" + name + ".json", {}, catalog());
     const JobReport r = run(s);
@@ -343,8 +346,9 @@ TEST_CASE("moe dispatchers: allgather traffic ignores routing skew, alltoall fol
   const auto a2a = dispatch_bytes({});
   const auto a2a_skewed = dispatch_bytes({skew});
   CHECK(a2a.first == CollectiveKind::AllToAll);
-  CHECK(a2a.second == doctest::Approx(tokens * k * h * 2));
-  CHECK(a2a_skewed.second == doctest::Approx(3 * tokens * k * h * 2));  // what the busiest rank receives
+  // All-to-all-v: the most any rank sends to or receives from the others (its own copies stay).
+  CHECK(a2a.second == doctest::Approx(7.0 / 8 * tokens * k * h * 2));
+  CHECK(a2a_skewed.second == doctest::Approx(7 * 3.0 / 8 * tokens * k * h * 2));  // the busiest rank's receipts
   const auto ag = dispatch_bytes({"parallel.moe_dispatcher=allgather"});
   const auto ag_skewed = dispatch_bytes({"parallel.moe_dispatcher=allgather", skew});
   CHECK(ag.first == CollectiveKind::AllGather);
@@ -366,6 +370,122 @@ TEST_CASE("moe dispatchers: allgather traffic ignores routing skew, alltoall fol
   }
 }
 
+TEST_CASE("moe all-to-all-v: the per-pair matrix follows the routing, multinomial draws differ per micro-batch") {
+  const double tokens = 4096, k = 8, h = 2048;
+  SUBCASE("imbalance: every rank sends rank 0 three times its even share") {
+    const Scenario s = load({"training.routing={\"distribution\": \"imbalance\", \"imbalance\": 3}"});
+    const std::vector<RoutingDraw> draws = routing_draws(s.model, s.parallel, s.training);
+    REQUIRE(draws.size() == 1);  // expected sampling: every micro-batch alike
+    const std::vector<double> bytes = dispatch_bytes(s.model, s.parallel, draws[0], tokens, {}, h * 2);
+    CHECK(bytes[1 * 8 + 0] == doctest::Approx(tokens * k * 3 / 8 * h * 2));
+    CHECK(bytes[1 * 8 + 2] == doctest::Approx(tokens * k * 5.0 / 7 / 8 * h * 2));
+    const ModelSteps steps = build_model_steps(s.model, s.parallel, s.training);
+    int matrices = 0;
+    for (const Step& st : steps.of(LayerKind::Moe).forward) {
+      if (st.name == "ep.dispatch") CHECK(steps.traffic[st.matrix] == bytes);
+      if (st.name == "ep.combine") CHECK(steps.traffic[st.matrix][0 * 8 + 1] == bytes[1 * 8 + 0]);  // the transpose
+      matrices += st.matrix >= 0 ? 1 : 0;
+    }
+    CHECK(matrices == 2);
+  }
+  SUBCASE("multinomial: seeded per-micro-batch counts, the busiest draw sets each micro-batch's pace") {
+    auto scenario = [&](int seed) {
+      return load(
+          {"training.routing={\"distribution\": \"zipf\", \"zipf_exponent\": 0.5, \"sampling\": "
+           "\"multinomial\", \"seed\": " +
+           std::to_string(seed) + "}"});
+    };
+    const Scenario s = scenario(5);
+    const std::vector<RoutingDraw> draws = routing_draws(s.model, s.parallel, s.training);
+    REQUIRE(draws.size() == 4);  // one per micro-batch of a replica
+    CHECK(draws[0].received != draws[1].received);
+    for (const RoutingDraw& d : draws) {
+      for (int i = 0; i < 8; ++i) {
+        double sent = 0;  // every rank routes all its copies, in whole tokens
+        for (int j = 0; j < 8; ++j) sent += d.copies[i * 8 + j];
+        CHECK(sent == tokens * k);
+      }
+      // Ranks differ within a draw, and the draw's busiest rank is above the mean.
+      CHECK(d.max_received > tokens * k);
+    }
+    // Two draws from the same seed are the same; another seed differs.
+    CHECK(routing_draws(s.model, s.parallel, s.training)[2].copies == draws[2].copies);
+    const Scenario other = scenario(6);
+    CHECK(routing_draws(other.model, other.parallel, other.training)[2].copies != draws[2].copies);
+    const ModelSteps steps = build_model_steps(s.model, s.parallel, s.training);
+    CHECK(steps.moe_draws.size() == 4);
+    CHECK(&steps.of(LayerKind::Moe, 1) == &steps.moe_draws[1]);
+    // Identical seeds give bit-identical iterations; the sampled run is slower
+    // than the same shares split exactly (expected sampling).
+    const double t = run(s).iteration_time_s;
+    CHECK(run(scenario(5)).iteration_time_s == t);
+    const Scenario expected =
+        load({"training.routing={\"distribution\": \"zipf\", \"zipf_exponent\": 0.5, \"seed\": 5}"});
+    CHECK(t > run(expected).iteration_time_s);
+  }
+}
+
+TEST_CASE("moe deepep dispatch: a token crosses the network once per distinct destination node") {
+  // OLMoE (64 experts, top-8) with EP 16 over two DGX H100 nodes: 4 experts per rank.
+  const char* two_nodes = R"({
+    "model": "olmoe-1b-7b",
+    "cluster": {"node": "dgx-h100", "nodes": 2},
+    "parallel": {"tp": 1, "dp": 16, "ep": 16, "micro_batch": 1, "global_batch": 64, "dp_overlap": false,
+                 "moe_dispatcher": "deepep"},
+    "training": {"seq_len": 4096, "precision": "bf16", "dropout": false}
+  })";
+  const double tokens = 4096, k = 8, h = 2048, token = h * 2;
+  const std::vector<int> ep_node{0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1};
+  auto network_bytes = [&](const std::vector<double>& bytes) {
+    double b = 0;
+    for (int i = 0; i < 16; ++i) {
+      for (int j = 0; j < 16; ++j) b += ep_node[i] != ep_node[j] ? bytes[i * 16 + j] : 0.0;
+    }
+    return b;
+  };
+  const Scenario s = load({}, two_nodes);
+  const RoutingDraw draw = routing_draws(s.model, s.parallel, s.training).front();
+  // Uniform routing: each node holds half the experts, so a token with 8 picks
+  // reaches the other node with probability 1 - (1/2)^8: it crosses the network
+  // that often, once, however many of its experts sit there.
+  const double reach = 1 - std::pow(0.5, 8);
+  CHECK(network_bytes(dispatch_bytes(s.model, s.parallel, draw, tokens, ep_node, token)) ==
+        doctest::Approx(16 * tokens * reach * token));
+  // The alltoall dispatcher sends every copy: half of each rank's 8 copies per token leave the node.
+  ParallelSpec flat = s.parallel;
+  flat.moe_dispatcher = MoeDispatcher::AllToAll;
+  CHECK(network_bytes(dispatch_bytes(s.model, flat, draw, tokens, ep_node, token)) ==
+        doctest::Approx(16 * tokens * k / 2 * token));
+  // Node-limited to one node: tokens x 1 distinct node, of which half lies on the other node.
+  const Scenario limited =
+      load({"model={\"preset\": \"olmoe-1b-7b\", \"moe\": {\"max_nodes_per_token\": 1}}"}, two_nodes);
+  CHECK(network_bytes(dispatch_bytes(limited.model, limited.parallel, draw, tokens, ep_node, token)) ==
+        doctest::Approx(16 * tokens * 0.5 * token));
+  // The planner hands the run the same matrices, on EP groups laid over both nodes.
+  const JobRun job = run_job(s);
+  REQUIRE(job.report.feasible);
+  bool found = false;
+  for (const std::vector<double>& m : job.plan.setup.traffic) {
+    if (network_bytes(m) == doctest::Approx(16 * tokens * reach * token)) found = true;
+  }
+  CHECK(found);
+  // Fewer bytes on the NICs: deepep beats alltoall here, at both fidelities.
+  const Scenario a2a = load({"parallel.moe_dispatcher=alltoall"}, two_nodes);
+  CHECK(job.report.iteration_time_s < run(a2a).iteration_time_s);
+  const JobReport deepep_flow = simulate(s, Fidelity::Flow);
+  REQUIRE(deepep_flow.feasible);
+  CHECK(deepep_flow.iteration_time_s < simulate(a2a, Fidelity::Flow).iteration_time_s);
+  // Node-limited routing is refused with another dispatcher, by its key.
+  try {
+    load({"model={\"preset\": \"olmoe-1b-7b\", \"moe\": {\"max_nodes_per_token\": 1}}",
+          "parallel.moe_dispatcher=alltoall"},
+         two_nodes);
+    FAIL("expected an input error");
+  } catch (const InputError& e) {
+    CHECK(std::string(e.what()).find("/model/moe/max_nodes_per_token") != std::string::npos);
+  }
+}
+
 TEST_CASE("moe: flow fidelity agrees with the analytical model on one node") {
   const Scenario s = load({"training.routing={\"distribution\": \"zipf\", \"zipf_exponent\": 0.8, \"seed\": 1}"});
   const double analytical = run(s).iteration_time_s;
@@ -373,6 +493,65 @@ TEST_CASE("moe: flow fidelity agrees with the analytical model on one node") {
   REQUIRE(flow.feasible);
   CHECK(flow.iteration_time_s == doctest::Approx(analytical).epsilon(0.05));
   CHECK(flow.breakdown.exposed_comm_s[static_cast<std::size_t>(CommClass::EP)] > 0);
+}
+
+TEST_CASE("moe model FLOPs: the closed form counts routed, shared experts, router and MLA as the steps do") {
+  // DeepSeek-V2-Lite (MLA without a query bottleneck, 2 shared + 64 routed experts,
+  // top-6, one dense first layer) and OLMoE (64 experts, top-8), TP 2 with SP on one node.
+  for (const char* model : {"deepseek-v2-lite", "olmoe-1b-7b"}) {
+    const std::string text = std::string(R"({"model": ")") + model + R"(",
+      "cluster": {"node": "dgx-h100", "nodes": 1},
+      "parallel": {"tp": 2, "dp": 4, "ep": 4, "etp": 1, "sequence_parallel": true, "micro_batch": 1, "global_batch": 8},
+      "training": {"seq_len": 2048, "precision": "bf16", "dropout": false}})";
+    const Scenario s = load({}, text);
+    const JobRun job = run_job(s);
+    REQUIRE(job.report.feasible);
+    const double closed = model_flops_per_iteration(s.model, s.training, s.parallel.global_batch);
+    CHECK_MESSAGE(job.plan.model_flops == doctest::Approx(closed).epsilon(1e-9), model);
+    // A dense model of the same attention and every expert active would count far more.
+    TransformerSpec all_active = s.model;
+    all_active.moe.top_k = all_active.moe.experts;
+    CHECK(model_flops_per_iteration(all_active, s.training, 8) > 2 * closed);
+  }
+}
+
+TEST_CASE("multi-token prediction: one more block and LM head per depth on the last stage") {
+  CHECK(catalog().find_model("deepseek-v3")->mtp_depth == 1);  // the report's D = 1
+  const Scenario base = load({});
+  const Scenario mtp = load({"model={\"preset\": \"olmoe-1b-7b\", \"mtp_depth\": 1}"});
+  const double h = 2048, tokens = 4096;
+  // Weights: the 2h -> h projection, two norms and one MoE block.
+  CHECK(mtp.model.mtp_params() == doctest::Approx(2 * h * h + 2 * h + mtp.model.params_of_kind(LayerKind::Moe)));
+  const ModelSteps steps = build_model_steps(mtp.model, mtp.parallel, mtp.training);
+  bool proj = false, logits = false, expert = false, proj_wgrad = false;
+  for (const Step& st : steps.head_forward) {
+    if (st.name == "mtp1.proj") {
+      proj = true;
+      CHECK(st.op.m == tokens);
+      CHECK(st.op.n == h);
+      CHECK(st.op.k == 2 * h);
+    }
+    logits |= st.name == "mtp1.head.logits";
+    expert |= st.name == "mtp1.moe.expert.up";
+  }
+  for (const Step& st : steps.head_backward) proj_wgrad |= st.name == "mtp1.proj.wgrad";
+  CHECK(proj);
+  CHECK(logits);
+  CHECK(expert);
+  CHECK(proj_wgrad);
+  // Model FLOPs: the steps' sum is the closed form, which adds per token
+  // 3 x (projection + block + LM head) to the model without prediction.
+  const JobRun with = run_job(mtp);
+  REQUIRE(with.report.feasible);
+  const double closed = model_flops_per_iteration(mtp.model, mtp.training, mtp.parallel.global_batch);
+  CHECK(with.plan.model_flops == doctest::Approx(closed).epsilon(1e-9));
+  CHECK(closed > model_flops_per_iteration(base.model, base.training, base.parallel.global_batch));
+  // Time and memory on the last stage: longer, and the module's weights (nothing sharded here).
+  CHECK(with.report.iteration_time_s > run(base).iteration_time_s);
+  const MoeLayerParams block = moe_layer_params_per_rank(mtp.model, mtp.parallel);
+  const double added = stage_memory(mtp.model, mtp.parallel, mtp.training, 0).weights -
+                       stage_memory(base.model, base.parallel, base.training, 0).weights;
+  CHECK(added == doctest::Approx(2 * (2 * h * h + 2 * h + block.dense + block.expert)));
 }
 
 TEST_CASE("multi-head latent attention: DeepSeek-V3's projections, parameters and attention sizes") {

@@ -59,6 +59,7 @@ TransformerSpec read_model(ObjectReader& r, const TransformerSpec* base) {
   m.source = r.string("source", m.source);
   m.moe = read_moe(r, m.moe, m.layers);
   m.mla = read_mla(r, m.mla);
+  m.mtp_depth = static_cast<int>(r.integer("mtp_depth", m.mtp_depth, 0, 16));
   m.layer_kinds = moe_layer_kinds(m);
   if (m.heads > 0 && m.head_dim_override == 0 && m.hidden % m.heads != 0)
     r.error("heads",

@@ -22,6 +22,7 @@ MoeSpec read_moe(ObjectReader& model, const MoeSpec& base, int layers) {
                  ? RouterKind::Softmax
                  : RouterKind::SigmoidBias;
   m.capacity_factor = r.number("capacity_factor", m.capacity_factor, 0, 1e6);
+  m.max_nodes_per_token = static_cast<int>(r.integer("max_nodes_per_token", m.max_nodes_per_token, 0, 1 << 16));
   if (m.top_k > m.experts) {
     r.error("top_k",
             "expected at most the " + std::to_string(m.experts) + " experts, found " + std::to_string(m.top_k));
@@ -68,7 +69,12 @@ RoutingSpec read_routing(ObjectReader& training) {
                                       : RoutingDistribution::Imbalance;
   using RD = RoutingDistribution;
   if (s.distribution == RD::Zipf) s.zipf_exponent = r.number("zipf_exponent", 1.0, 0, 100, true);
-  if (s.distribution == RD::Zipf) s.seed = static_cast<std::uint64_t>(r.integer("seed", 0, 0, INT64_MAX));
+  s.sampling = r.choice("sampling", "expected", {"expected", "multinomial"}) == "multinomial"
+                   ? RoutingSampling::Multinomial
+                   : RoutingSampling::Expected;
+  if (s.distribution == RD::Zipf || s.sampling == RoutingSampling::Multinomial) {
+    s.seed = static_cast<std::uint64_t>(r.integer("seed", 0, 0, INT64_MAX));
+  }
   if (s.distribution == RD::Imbalance) s.imbalance = r.number("imbalance", 1.0, 1.0, 1e6, true);
   if (s.distribution == RD::Histogram) {
     const nlohmann::json* h = r.raw("histogram");

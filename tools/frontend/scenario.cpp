@@ -382,9 +382,10 @@ ParallelSpec read_parallel(ObjectReader& top, bool batch_required) {
   p.cp = static_cast<int>(r.integer("cp", 1, 1, 1 << 16));
   p.ep = static_cast<int>(r.integer("ep", 1, 1, 1 << 16));
   p.etp = static_cast<int>(r.integer("etp", 0, 1, 1 << 16));
-  p.moe_dispatcher = r.choice("moe_dispatcher", "alltoall", {"alltoall", "allgather"}) == "allgather"
-                         ? MoeDispatcher::AllGather
-                         : MoeDispatcher::AllToAll;
+  const std::string dispatcher = r.choice("moe_dispatcher", "alltoall", {"alltoall", "allgather", "deepep"});
+  p.moe_dispatcher = dispatcher == "allgather" ? MoeDispatcher::AllGather
+                     : dispatcher == "deepep"  ? MoeDispatcher::DeepEP
+                                               : MoeDispatcher::AllToAll;
   p.vpp = static_cast<int>(r.integer("vpp", 1, 1, 1 << 10));
   const nlohmann::json* sched_json = r.raw("schedule");
   if (sched_json != nullptr && sched_json->is_object()) {

@@ -28,6 +28,9 @@ struct Step {
   std::vector<int> waits;         // indices of earlier comm steps whose result this step needs
   bool overlap_previous = false;  // comm: start with the compute step before it (overlapped TP comm)
   bool expert_tp_group = false;   // comm of class EP on the expert tensor-parallel group (else the EP group)
+  // comm of class CP under hybrid context parallelism (cp_ulysses between 1 and
+  // cp): the Ulysses all-to-all group or the ring group (else the whole CP group).
+  enum class CpGroup : std::uint8_t { All, Ulysses, Ring } cp_group = CpGroup::All;
 };
 
 struct LayerSteps {

@@ -131,6 +131,16 @@ MemoryBreakdown stage_memory(const TransformerSpec& m, const ParallelSpec& p, co
     mem.buffers += 2 * received * m.hidden * 2.0;
   }
   if (p.zero >= 3 && dp_group > 1) mem.buffers += 2 * 2 * m.params_per_layer() / p.tp;  // gathered layer + prefetch
+  if (p.cp_ring() > 1) {
+    // Ring CP: the K and V of the whole sequence gathered for one layer (of the heads
+    // this rank attends to after any Ulysses all-to-all), and their gradient before
+    // the reduce-scatter. Ulysses' all-to-all buffers are the size of the rank's own
+    // Q, K, V shard, already counted in its activations.
+    const double kv_heads =
+        m.mla.enabled() ? static_cast<double>(m.heads) / p.tp : std::max(1.0, static_cast<double>(m.kv_heads) / p.tp);
+    const double heads = std::max(1.0, kv_heads / p.cp_ulysses);
+    mem.buffers += 2 * static_cast<double>(p.micro_batch) * tr.seq_len * 2 * heads * m.head_dim() * 2;
+  }
 
   // Activations in flight: each forward unit adds its chunk's activations, its
   // backward frees them (B keeps the weight-gradient inputs until W).

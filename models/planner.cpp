@@ -36,8 +36,10 @@ double default_bucket_elements(int dp_group) { return std::max(40e6, 1e6 * dp_gr
 // What a communicator slot of a stage program stands for; the planner resolves
 // it per rank into members through the placement.
 // EP, ETP, EDP: the expert-parallel, expert tensor-parallel and expert
-// data-parallel groups of MoE layers (models/moe.hpp).
-enum class SlotRole : std::uint8_t { TP, CP, DP, PipelineForward, PipelineBackward, EP, ETP, EDP };
+// data-parallel groups of MoE layers (models/moe.hpp). CPUlysses, CPRing: the
+// two sub-groups of a CP group under hybrid context parallelism (cp_ulysses
+// consecutive CP ranks, and the ranks at the same place of each such block).
+enum class SlotRole : std::uint8_t { TP, CP, DP, PipelineForward, PipelineBackward, EP, ETP, EDP, CPUlysses, CPRing };
 struct SlotUse {
   SlotRole role = SlotRole::TP;
   int from = -1, to = -1;  // pipeline: sending and receiving stage (one of them is this stage)
@@ -91,6 +93,10 @@ class StageProgramBuilder {
     slot_tp_ = add_slot("tp", SlotUse{SlotRole::TP});
     slot_cp_ = add_slot("cp", SlotUse{SlotRole::CP});
     slot_dp_ = add_slot("dp", SlotUse{SlotRole::DP});
+    if (par.cp_ulysses > 1 && par.cp_ring() > 1) {
+      slot_cp_ulysses_ = add_slot("cp.ulysses", SlotUse{SlotRole::CPUlysses});
+      slot_cp_ring_ = add_slot("cp.ring", SlotUse{SlotRole::CPRing});
+    }
     if (model.moe.enabled()) {
       s_.ep = b_.add_stream("ep");
       slot_ep_ = add_slot("ep", SlotUse{SlotRole::EP});
@@ -279,7 +285,10 @@ class StageProgramBuilder {
   }
   std::uint32_t comm_slot(const Step& s) const {
     if (s.comm_class == CommClass::EP) return s.expert_tp_group ? slot_etp_ : slot_ep_;
-    return s.comm_class == CommClass::CP ? slot_cp_ : slot_tp_;
+    if (s.comm_class != CommClass::CP) return slot_tp_;
+    return s.cp_group == Step::CpGroup::Ulysses ? slot_cp_ulysses_
+           : s.cp_group == Step::CpGroup::Ring  ? slot_cp_ring_
+                                                : slot_cp_;
   }
 
   // Emits the steps of a list that pass `filter`; `entry` are extra deps of the
@@ -766,6 +775,7 @@ class StageProgramBuilder {
   Streams s_{};
   std::vector<SlotUse> slots_;
   std::uint32_t slot_tp_ = 0, slot_cp_ = 0, slot_dp_ = 0, slot_ep_ = 0, slot_etp_ = 0, slot_edp_ = 0;
+  std::uint32_t slot_cp_ulysses_ = 0, slot_cp_ring_ = 0;
   std::map<std::tuple<int, int, int, int>, PipelineLink> pipeline_slots_;
   const LinkShapes* links_ = nullptr;  // per-stage layouts only
   int model_first_v_ = 0;              // the virtual stage that runs the embedding
@@ -1085,6 +1095,12 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
       case SlotRole::CP:
         for (int x = 0; x < par.cp; ++x) m.push_back(gpu(s, d, x, t));
         break;
+      case SlotRole::CPUlysses:
+        for (int x = 0; x < par.cp_ulysses; ++x) m.push_back(gpu(s, d, c / par.cp_ulysses * par.cp_ulysses + x, t));
+        break;
+      case SlotRole::CPRing:
+        for (int x = 0; x < par.cp_ring(); ++x) m.push_back(gpu(s, d, c % par.cp_ulysses + x * par.cp_ulysses, t));
+        break;
       case SlotRole::DP:
         for (int x = 0; x < par.dp; ++x) {
           for (int y = 0; y < par.cp; ++y) m.push_back(gpu(s, x, y, t));
@@ -1231,6 +1247,12 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
                 break;
               case SlotRole::CP:
                 role = "cp", name = "cp group " + where;
+                break;
+              case SlotRole::CPUlysses:
+                role = "cp.ulysses", name = "cp ulysses group " + where;
+                break;
+              case SlotRole::CPRing:
+                role = "cp.ring", name = "cp ring group " + where;
                 break;
               case SlotRole::DP:
                 role = "dp", name = "dp group " + where;

@@ -110,10 +110,16 @@ const char* to_string(ScheduleKind s);
 const char* to_string(Recompute r);
 
 struct ParallelSpec {
-  int tp = 1;   // tensor (Megatron) parallel size
-  int pp = 1;   // pipeline stages
-  int dp = 1;   // data-parallel replicas
-  int cp = 1;   // context parallel (sequence split of attention)
+  int tp = 1;  // tensor (Megatron) parallel size
+  int pp = 1;  // pipeline stages
+  int dp = 1;  // data-parallel replicas
+  int cp = 1;  // context parallel (sequence split of attention)
+  // How attention sees the sequence split over cp (docs/long-context.md): the
+  // Ulysses degree, a divisor of cp. 1: ring (K and V of the whole sequence
+  // gathered over the CP group); cp: DeepSpeed-Ulysses (all-to-all of Q, K, V
+  // from sequence to heads and of the output back); between: hybrid (USP),
+  // Ulysses groups of cp_ulysses consecutive CP ranks, rings across them.
+  int cp_ulysses = 1;
   int ep = 1;   // expert parallel (MoE only): carved out of tp*cp*dp (models/moe.hpp)
   int etp = 0;  // expert tensor parallel (MoE only; 0 = tp, Megatron-Core's default)
   MoeDispatcher moe_dispatcher = MoeDispatcher::AllToAll;  // MoE token dispatcher (models/moe_spec.hpp)
@@ -160,6 +166,7 @@ struct ParallelSpec {
   bool dp_shares_balanced = false;
   int replica_micro_batches = 0;  // > 0: one replica's layout (models/dp_shares.hpp), its count
 
+  int cp_ring() const { return cp / cp_ulysses; }  // ranks of a CP ring (cp without Ulysses)
   bool uneven_shares() const { return dp_shares_balanced || !dp_shares.empty(); }
   int gpus() const { return tp * pp * dp * cp; }
   // Model chunks in layer order (pp * vpp, or the custom schedule's), the

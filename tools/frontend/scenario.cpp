@@ -380,6 +380,20 @@ ParallelSpec read_parallel(ObjectReader& top, bool batch_required) {
   p.pp = static_cast<int>(r.integer("pp", 1, 1, 1 << 16));
   p.dp = static_cast<int>(r.integer("dp", 1, 1, 1 << 20));
   p.cp = static_cast<int>(r.integer("cp", 1, 1, 1 << 16));
+  // How attention splits the sequence over cp (docs/long-context.md); the layout
+  // rules check cp_ulysses against cp and the heads.
+  const std::string cp_kind = r.choice("cp_kind", "ring", {"ring", "ulysses", "hybrid"});
+  const bool hybrid = cp_kind == "hybrid";
+  const int cp_ulysses = static_cast<int>(r.integer("cp_ulysses", 1, 2, 1 << 16, hybrid));
+  if (!hybrid && r.raw("cp_ulysses") != nullptr) {
+    r.error("cp_ulysses", "sets the Ulysses degree of cp_kind \"hybrid\"; cp_kind is \"" + cp_kind + "\"");
+  }
+  if (hybrid && (cp_ulysses >= p.cp || p.cp % cp_ulysses != 0)) {
+    r.error("cp_ulysses", "expected a Ulysses degree that divides cp = " + std::to_string(p.cp) +
+                              " and is smaller than it (cp_kind \"ulysses\" uses all of cp), found " +
+                              std::to_string(cp_ulysses));
+  }
+  p.cp_ulysses = hybrid ? cp_ulysses : cp_kind == "ulysses" ? p.cp : 1;
   p.ep = static_cast<int>(r.integer("ep", 1, 1, 1 << 16));
   p.etp = static_cast<int>(r.integer("etp", 0, 1, 1 << 16));
   p.moe_dispatcher = r.choice("moe_dispatcher", "alltoall", {"alltoall", "allgather"}) == "allgather"

@@ -103,6 +103,9 @@ std::vector<int> maybe(int idx) { return idx >= 0 ? std::vector<int>{idx} : std:
 struct Dims {
   double b, s_local, s_full, tokens, tokens_norm, h, d, a_t, g_t, f_t, up_mult, t;
   double d_out;  // per-head size of the attention output (MLA: the value head size; else d)
+  // Attention: the share of the s_local x s_full score tiles a causal kernel runs,
+  // and the keys per query the model-FLOP convention counts (the whole sequence).
+  double causal, s_model;
   int cp;
   int ulysses, ring;  // Ulysses degree and ring size within cp (ParallelSpec::cp_ulysses)
   bool sp, tp_comm, swiglu;
@@ -152,6 +155,8 @@ Dims dims_of(const TransformerSpec& m, const ParallelSpec& p, const TrainingSpec
   d.b = p.micro_batch;
   d.s_full = tr.seq_len;
   d.s_local = static_cast<double>(tr.seq_len) / p.cp;
+  d.causal = 0.5;
+  d.s_model = d.s_full;
   d.tokens = d.b * d.s_local;
   d.sp = p.sequence_parallel && p.tp > 1;
   d.tokens_norm = d.sp ? d.tokens / p.tp : d.tokens;
@@ -189,7 +194,7 @@ Dims attention_view(const Dims& d) {
   Dims a = d;
   a.a_t = d.a_t / d.ulysses;
   a.g_t = std::max(1.0, d.g_t / d.ulysses);
-  a.s_local = d.s_full / d.ring;
+  a.s_local = d.s_local * d.ulysses;  // the queries of ulysses sequence shards
   a.tokens = d.b * a.s_local;
   return a;
 }
@@ -249,13 +254,14 @@ void mla_projections_wgrad(StepList& L, const TransformerSpec& m, const Dims& D,
 
 // Attention core forward (flash: one fused kernel; unfused: QK^T, softmax, dropout, AV).
 void attention_core_forward(StepList& L, const Dims& D, AttentionKind kind, std::vector<int> waits) {
-  const double model = 4 * D.b * D.s_local * D.s_full * D.a_t * D.d;  // QK^T and AV, full (non-causal) count
+  const double model = 4 * D.b * D.s_local * D.s_model * D.a_t * D.d;           // QK^T and AV, full (non-causal) count
+  const double exec = 4 * D.b * D.s_local * D.s_full * D.a_t * D.d * D.causal;  // the tiles a causal kernel runs
   // ALiBi in a fused kernel (FlashAttention-2 from 2.4 takes the per-head
   // slopes and adds the bias in registers): no memory traffic of its own.
   if (kind != AttentionKind::Unfused) {
     const double bytes = (D.tokens * (2 * D.a_t * D.d) + D.b * D.s_full * 2 * D.g_t * D.d) * kActBytes;
     // causal: half the tiles run
-    L.attention("attn.core", D.attn_dtype, model / 2, model, bytes, std::move(waits), false, kind);
+    L.attention("attn.core", D.attn_dtype, exec, model, bytes, std::move(waits), false, kind);
     return;
   }
   const double heads = D.b * D.a_t;
@@ -431,8 +437,20 @@ void build_moe_layer(const TransformerSpec& m, const ParallelSpec& p, const Trai
 
 }  // namespace
 
-ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, const TrainingSpec& tr) {
-  const Dims D = dims_of(m, p, tr);
+ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, const TrainingSpec& train,
+                             SequenceChunk chunk) {
+  // A sequence chunk is a micro-batch of seq_len / count tokens (every token-wise
+  // step) whose queries attend to the keys of the chunks up to it: a causal kernel
+  // runs the (index + 1/2) / (index + 1) of those tiles; model FLOPs count the
+  // chunk's share of the whole sequence's attention (arXiv:2406.03488, Section 3).
+  TrainingSpec tr = train;
+  tr.seq_len = train.seq_len / chunk.count;
+  Dims D = dims_of(m, p, tr);
+  if (chunk.count > 1) {
+    D.s_full = static_cast<double>(tr.seq_len) * (chunk.index + 1);
+    D.causal = (chunk.index + 0.5) / (chunk.index + 1);
+    D.s_model = train.seq_len;
+  }
   ModelSteps out;
   // The dense layer (attention + MLP); other layer kinds get their own steps here.
   LayerSteps& dense = out.by_kind[static_cast<std::size_t>(LayerKind::Dense)];
@@ -538,11 +556,12 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     // Ulysses: the output gradient goes from sequence to head shards.
     const int gout =
         D.ulysses > 1 ? cp_step(L, "cp.a2a.out.grad", CollectiveKind::AllToAll, out_bytes, ulysses_group, {}) : -1;
-    const double model_core = 4 * A.b * A.s_local * A.s_full * A.a_t * A.d;
+    const double model_core = 4 * A.b * A.s_local * A.s_model * A.a_t * A.d;
+    const double exec_core = 4 * A.b * A.s_local * A.s_full * A.a_t * A.d * A.causal;
     if (tr.attention != AttentionKind::Unfused) {
       // FlashAttention backward: recomputes QK^T and runs four GEMMs (2.5x the forward work).
       const double bytes = (A.tokens * (4 * A.a_t * A.d) + A.b * A.s_full * 4 * A.g_t * A.d) * kActBytes;
-      L.attention("attn.core.bwd", A.attn_dtype, 2.5 * model_core / 2, 2 * model_core, bytes, maybe(gout), true,
+      L.attention("attn.core.bwd", A.attn_dtype, 2.5 * exec_core, 2 * model_core, bytes, maybe(gout), true,
                   tr.attention);
     } else {
       const double heads = A.b * A.a_t;

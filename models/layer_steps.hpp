@@ -49,7 +49,15 @@ struct ModelSteps {
   double embedding_grad_elements = 0, head_grad_elements = 0;
 };
 
-ModelSteps build_model_steps(const TransformerSpec& model, const ParallelSpec& par, const TrainingSpec& train);
+// seq1F1B's sequence chunk `index` of `count` (ParallelSpec::seq_chunks): the steps of
+// seq_len / count tokens whose attention reads the keys of chunks 0..index.
+struct SequenceChunk {
+  int index = 0;
+  int count = 1;
+};
+
+ModelSteps build_model_steps(const TransformerSpec& model, const ParallelSpec& par, const TrainingSpec& train,
+                             SequenceChunk chunk = {});
 
 // Model FLOPs per iteration by the Megatron-LM convention (Narayanan et al.
 // 2021, eq. 3 without recomputation), generalised to GQA and gated MLPs.

@@ -292,6 +292,18 @@ std::vector<LayoutProblem> check_layout(const TransformerSpec& m, const Parallel
     problem("/parallel/cp", "expected a divisor of seq_len " + str(t.seq_len) + ", found " + str(p.cp));
   }
   check_ulysses(m, p, mpmd, problem);
+  if (p.seq_chunks > 1 && p.schedule != ScheduleKind::Seq1F1B) {
+    problem("/parallel/seq_chunks", "splits micro-batches for the \"seq1f1b\" schedule; the schedule is \"" +
+                                        std::string(to_string(p.schedule)) + "\"");
+  } else if (p.seq_chunks > 1 && t.seq_len % p.seq_chunks != 0) {
+    problem("/parallel/seq_chunks", "expected a divisor of seq_len " + str(t.seq_len) + ", found " + str(p.seq_chunks));
+  } else if (p.seq_chunks > 1 && p.cp > 1) {
+    problem("/parallel/cp",
+            "seq1f1b's sequence chunks with context parallelism are not modelled; use cp = 1 or "
+            "seq_chunks = 1");
+  } else if (p.seq_chunks > 1 && mpmd) {
+    problem("/parallel/seq_chunks", "seq1f1b's sequence chunks with per-stage layouts are not modelled");
+  }
   for (const auto& g : cluster.groups) {
     if (g.node.gpu.peak(t.precision) <= 0) {
       problem("/training/precision",

@@ -74,15 +74,18 @@ MemoryBreakdown stage_memory(const TransformerSpec& m, const ParallelSpec& p, co
 MemoryBreakdown stage_memory(const TransformerSpec& m, const ParallelSpec& p, const TrainingSpec& tr,
                              const PipelineSchedule& sched, int stage, int first_virtual_stage) {
   MemoryBreakdown mem;
+  // A unit of seq1F1B holds one sequence chunk: the activations of seq_len / seq_chunks tokens.
+  TrainingSpec unit_tr = tr;
+  unit_tr.seq_len = tr.seq_len / p.seq_chunks;
   const int chunks = sched.chunks_on(stage);
   const int last_v = sched.chunks() - 1;
   // Per layer kind: activation bytes one layer keeps, and the weight-gradient inputs among them.
   auto activation_of = [&](LayerKind k) {
     switch (k) {
       case LayerKind::Dense:
-        return ChunkActivation{layer_activation_bytes(m, p, tr), layer_weight_input_bytes(m, p, tr)};
+        return ChunkActivation{layer_activation_bytes(m, p, unit_tr), layer_weight_input_bytes(m, p, unit_tr)};
       case LayerKind::Moe:
-        return moe_layer_activation(m, p, tr);
+        return moe_layer_activation(m, p, unit_tr);
     }
     return ChunkActivation{};
   };
@@ -144,7 +147,7 @@ MemoryBreakdown stage_memory(const TransformerSpec& m, const ParallelSpec& p, co
 
   // Activations in flight: each forward unit adds its chunk's activations, its
   // backward frees them (B keeps the weight-gradient inputs until W).
-  const double tokens = static_cast<double>(p.micro_batch) * tr.seq_len / p.cp;
+  const double tokens = static_cast<double>(p.micro_batch) * unit_tr.seq_len / p.cp;
   const double embedding_out = tokens * m.hidden * 3 / (p.sequence_parallel ? p.tp : 1);
   mem.activations = peak_activation_bytes(sched, stage, [&](int c) {
     const int v = sched.virtual_stage(stage, c);
@@ -161,7 +164,7 @@ MemoryBreakdown stage_memory(const TransformerSpec& m, const ParallelSpec& p, co
     // One layer's full activations are live while it is recomputed.
     ParallelSpec none = p;
     none.recompute = Recompute::None;
-    mem.activations += layer_activation_bytes(m, none, tr);
+    mem.activations += layer_activation_bytes(m, none, unit_tr);
   }
   if (last) mem.buffers += tokens * static_cast<double>(m.vocab) / p.tp * (2 + 4);  // logits + fp32 loss input
   return mem;

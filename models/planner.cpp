@@ -138,6 +138,7 @@ class StageProgramBuilder {
     if (zero_sharded_optimizer() && par_.dp_overlap && !deepspeed_bf16_optimizer()) prefetch_params_ = true;
     auto emit_unit = [&](int i) {
       const ScheduleUnit& u = order[i];
+      if (seq_steps_ != nullptr) cur_ = &(*seq_steps_)[u.microbatch % seq_steps_->size()];
       switch (u.kind) {
         case UnitKind::Forward:
           forward_unit(u, i == first_forward[u.chunk]);
@@ -172,6 +173,7 @@ class StageProgramBuilder {
 
   // Per-stage layouts: the shape of each pipeline link, and the first stage of
   // this stage's sub-model (it runs the sub-model's embedding).
+  void set_sequence_chunks(const std::vector<ModelSteps>* chunks) { seq_steps_ = chunks; }
   void set_stage_layouts(const LinkShapes* links, int model_first_stage) {
     links_ = links;
     model_first_v_ = model_first_stage;
@@ -197,14 +199,14 @@ class StageProgramBuilder {
       elems = expert_elems = 0;
     };
     for (int c = 0; c < chunks_; ++c) {
-      if (first_vstage(c)) elems += steps_.embedding_grad_elements;
+      if (first_vstage(c)) elems += cur_->embedding_grad_elements;
       for (int l = 0; l < layers_[c]; ++l) {
         elems += layer_steps(first_layer_[c] + l).grad_elements;
         expert_elems += layer_steps(first_layer_[c] + l).expert_grad_elements;
         layers.push_back(first_layer_[c] + l);
         if (elems * kActBytes >= bucket_bytes_ / train_.grad_reduce_bytes * kActBytes) flush();
       }
-      if (last_vstage(c)) elems += steps_.head_grad_elements;
+      if (last_vstage(c)) elems += cur_->head_grad_elements;
       flush();
     }
   }
@@ -212,8 +214,8 @@ class StageProgramBuilder {
  private:
   static constexpr TaskId kNone = ~TaskId{0};
 
-  const LayerSteps& layer_steps(int layer) const { return steps_.of(model_.layer_kind(layer)); }
-  const LayerSteps& dense() const { return steps_.of(LayerKind::Dense); }
+  const LayerSteps& layer_steps(int layer) const { return cur_->of(model_.layer_kind(layer)); }
+  const LayerSteps& dense() const { return cur_->of(LayerKind::Dense); }
   bool zero_sharded_optimizer() const { return par_.zero >= 1 && par_.zero <= 2 && dp_group_ > 1; }
   bool zero3() const { return par_.zero == 3 && dp_group_ > 1; }
   // DeepSpeed's BF16_Optimizer (bf16 with ZeRO stage 0 or 1; deepspeed/runtime/
@@ -433,7 +435,7 @@ class StageProgramBuilder {
     if (v == model_first_v_) {
       std::vector<TaskId> deps = entry;
       if (outer != kNone) deps.push_back(outer);
-      last = emit(steps_.embedding_forward, "F ", u.microbatch, deps, false);
+      last = emit(cur_->embedding_forward, "F ", u.microbatch, deps, false);
     }
     if (last != kNone) entry = {last};
     TaskId prev_layer_first = kNone;
@@ -450,7 +452,7 @@ class StageProgramBuilder {
     if (v == V_ - 1) {
       std::vector<TaskId> deps = entry;
       if (outer != kNone) deps.push_back(outer);
-      last = emit(steps_.head_forward, "F ", u.microbatch, dedupe(deps), false);
+      last = emit(cur_->head_forward, "F ", u.microbatch, dedupe(deps), false);
     }
     if (last == kNone && !entry.empty()) last = entry.back();
     if (v < V_ - 1) {
@@ -484,10 +486,10 @@ class StageProgramBuilder {
     }
     TaskId last = kNone;
     if (v == V_ - 1) {
-      last = emit(steps_.head_backward, "B ", u.microbatch, entry, false, nullptr, filter,
+      last = emit(cur_->head_backward, "B ", u.microbatch, entry, false, nullptr, filter,
                   whole ? nullptr : &saved->back());
       entry = {last};
-      if (reduce_grads && !zero3()) add_grads(steps_.head_grad_elements, last, u.microbatch);
+      if (reduce_grads && !zero3()) add_grads(cur_->head_grad_elements, last, u.microbatch);
     }
     // ZeRO-3 / FSDP: the next layer's parameters are gathered when this layer's
     // backward starts, and that all-gather is issued before this layer's
@@ -538,9 +540,9 @@ class StageProgramBuilder {
     std::vector<TaskId> entry = unit_entry();
     TaskId last = kNone;
     if (v == V_ - 1) {
-      last = emit(steps_.head_backward, "W ", u.microbatch, entry, false, nullptr, PassFilter::WeightOnly, &ids.back());
+      last = emit(cur_->head_backward, "W ", u.microbatch, entry, false, nullptr, PassFilter::WeightOnly, &ids.back());
       if (last != kNone) entry = {last};
-      if (reduce_grads && !zero3()) add_grads(steps_.head_grad_elements, last, u.microbatch);
+      if (reduce_grads && !zero3()) add_grads(cur_->head_grad_elements, last, u.microbatch);
     }
     for (int l = layers_[u.chunk] - 1; l >= 0; --l) {
       const int layer = first_layer_[u.chunk] + l;
@@ -559,8 +561,8 @@ class StageProgramBuilder {
     if (v == model_first_v_) {
       std::vector<TaskId> entry;
       if (last != kNone) entry.push_back(last);
-      last = emit(steps_.embedding_backward, prefix, mb, entry, false);
-      if (reduce_grads && !zero3()) add_grads(steps_.embedding_grad_elements, last, mb);
+      last = emit(cur_->embedding_backward, prefix, mb, entry, false);
+      if (reduce_grads && !zero3()) add_grads(cur_->embedding_grad_elements, last, mb);
     }
     if (deepspeed_bf16_optimizer()) {
       // update_hp_grads: hp.add_(lp.grad.to(fp32)) per parameter: the cast reads
@@ -610,8 +612,8 @@ class StageProgramBuilder {
   // and the LM head (last; the embedding itself when tied on the same stage).
   double outer_elements(int v) const {
     double e = 0;
-    if (v == model_first_v_) e += steps_.embedding_grad_elements;
-    if (v == V_ - 1 && !(v == model_first_v_ && model_.tied_embeddings)) e += steps_.head_grad_elements;
+    if (v == model_first_v_) e += cur_->embedding_grad_elements;
+    if (v == V_ - 1 && !(v == model_first_v_ && model_.tied_embeddings)) e += cur_->head_grad_elements;
     return e;
   }
 
@@ -702,8 +704,8 @@ class StageProgramBuilder {
     double p = 0;
     for (int c = 0; c < chunks_; ++c) {
       for (int l = 0; l < layers_[c]; ++l) p += layer_steps(first_layer_[c] + l).grad_elements;
-      if (first_vstage(c)) p += steps_.embedding_grad_elements;
-      if (last_vstage(c)) p += steps_.head_grad_elements;
+      if (first_vstage(c)) p += cur_->embedding_grad_elements;
+      if (last_vstage(c)) p += cur_->head_grad_elements;
     }
     return p;
   }
@@ -760,7 +762,7 @@ class StageProgramBuilder {
   std::uint64_t activation_message_bytes() const {
     // Megatron-LM's scatter/gather optimisation: each TP rank sends 1/tp of the
     // activation (with SP it only holds that much); without it every TP rank sends it whole.
-    const double tokens = static_cast<double>(par_.micro_batch) * train_.seq_len / par_.cp;
+    const double tokens = static_cast<double>(par_.micro_batch) * train_.seq_len / par_.cp / par_.seq_chunks;
     const bool split = par_.pp_scatter_gather || (par_.sequence_parallel && par_.tp > 1);
     return static_cast<std::uint64_t>(tokens * model_.hidden * kActBytes / (split ? par_.tp : 1));
   }
@@ -769,6 +771,10 @@ class StageProgramBuilder {
   const ParallelSpec& par_;
   const TrainingSpec& train_;
   const ModelSteps& steps_;
+  // seq1F1B: the steps of each sequence chunk (unit micro-batch n runs chunk n % k);
+  // cur_: the steps of the unit being emitted.
+  const std::vector<ModelSteps>* seq_steps_ = nullptr;
+  const ModelSteps* cur_ = &steps_;
   const PipelineSchedule& sched_;
   int stage_;
   ProgramBuilder b_;
@@ -973,6 +979,10 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
     }
   }
   const ModelSteps steps = mpmd ? stage_steps.front() : build_model_steps(model, par, train_);
+  // seq1F1B: each sequence chunk its own steps (its tokens, and the keys before it).
+  std::vector<ModelSteps> seq_steps;
+  for (int j = 0; par.seq_chunks > 1 && j < par.seq_chunks; ++j)
+    seq_steps.push_back(build_model_steps(model, par, train_, SequenceChunk{j, par.seq_chunks}));
   // Micro-batches of each data-parallel replica (models/dp_shares.hpp) and the
   // distinct counts: each count its own schedule and stage programs.
   std::vector<int> share(par.dp, par.micro_batches());
@@ -1054,6 +1064,7 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
       const TrainingSpec& st = mpmd ? stage_specs[s].train : train_;
       StageProgramBuilder builder(sm, sp_par, st, mpmd ? stage_steps[s] : steps, count_sched[k], s);
       if (mpmd) builder.set_stage_layouts(&links, stage_specs[s].first_stage);
+      if (!seq_steps.empty()) builder.set_sequence_chunks(&seq_steps);
       builder.plan_param_prefetch();
       double hw = 0, mf = 0;
       plan.setup.programs.push_back(builder.build(&hw, &mf));

@@ -63,6 +63,8 @@ struct TransformerSpec {
 // its automatic schedules under a memory limit of p or 2p micro-batches'
 // activations (models/zero_bubble.hpp). ZeroBubbleV / DualPipeV: two chunks
 // per rank in a V (rank i holds chunks i and 2p-1-i; models/v_schedules.hpp).
+// Seq1F1B: 1F1B over the sequence chunks of each micro-batch (Sun et al.,
+// arXiv:2406.03488; ParallelSpec::seq_chunks, models/schedule.hpp).
 enum class ScheduleKind : std::uint8_t {
   GPipe,
   OneFOneB,
@@ -73,7 +75,8 @@ enum class ScheduleKind : std::uint8_t {
   ZeroBubble2p,
   Custom,
   ZeroBubbleV,
-  DualPipeV
+  DualPipeV,
+  Seq1F1B
 };
 
 // One unit of pipeline work on a rank: the forward, the whole backward (B and W
@@ -124,6 +127,7 @@ struct ParallelSpec {
   int etp = 0;  // expert tensor parallel (MoE only; 0 = tp, Megatron-Core's default)
   MoeDispatcher moe_dispatcher = MoeDispatcher::AllToAll;  // MoE token dispatcher (models/moe_spec.hpp)
   int vpp = 1;                                             // virtual stages per pipeline rank (interleaved 1F1B)
+  int seq_chunks = 1;  // seq1f1b: sequence chunks per micro-batch, each a unit of the schedule
   ScheduleKind schedule = ScheduleKind::OneFOneB;
   int micro_batch = 1;             // sequences per micro-batch
   int global_batch = 1;            // sequences per iteration

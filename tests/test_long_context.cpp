@@ -97,3 +97,38 @@ TEST_CASE("long context: cp_kind and cp_ulysses errors name the key and what was
   CHECK(heads.find("/parallel/cp") != std::string::npos);
   CHECK(heads.find("32 attention heads") != std::string::npos);
 }
+
+TEST_CASE("long context: seq1f1b shrinks the bubble and the activations of 1F1B at 128k tokens") {
+  // The example without CP: TP 4 with SP, PP 4, 4 micro-batches of 131072 tokens.
+  std::vector<std::string> pipeline = {"parallel.cp=1", "parallel.tp=4", "parallel.pp=4",
+                                       "parallel.sequence_parallel=true"};
+  std::vector<std::string> seq = pipeline;
+  pipeline.emplace_back(R"(parallel.schedule="1f1b")");
+  seq.emplace_back(R"(parallel.schedule="seq1f1b")");
+  seq.emplace_back("parallel.seq_chunks=8");
+  const JobReport one = run(pipeline);
+  const JobReport chunked = run(seq);
+  // Even chunks: at 128k attention dominates and chunk j costs about 2j+1 times
+  // chunk 0's, so the bubble shrinks far less than k-fold (docs/long-context.md).
+  CHECK(chunked.breakdown.bubble_s < 0.8 * one.breakdown.bubble_s);
+  CHECK(chunked.iteration_time_s < one.iteration_time_s);
+  CHECK(chunked.peak_memory_gib < 0.5 * one.peak_memory_gib);
+  // At 16k tokens the chunks cost about the same: 4 chunks nearly halve the bubble.
+  pipeline.emplace_back("training.seq_len=16384");
+  seq.back() = "parallel.seq_chunks=4";
+  seq.emplace_back("training.seq_len=16384");
+  CHECK(run(seq).breakdown.bubble_s < 0.6 * run(pipeline).breakdown.bubble_s);
+  // The same model FLOPs: the chunks' attention adds up to the sequence's.
+  CHECK(chunked.tflops_per_gpu * chunked.iteration_time_s ==
+        doctest::Approx(one.tflops_per_gpu * one.iteration_time_s).epsilon(1e-9));
+}
+
+TEST_CASE("long context: seq_chunks errors name the key and what was expected") {
+  CHECK(errors_of(kSmall, {"parallel.seq_chunks=2"}).find("/parallel/seq_chunks") != std::string::npos);
+  const std::string with_cp = errors_of(kSmall, {R"(parallel.schedule="seq1f1b")", "parallel.seq_chunks=2"});
+  CHECK(with_cp.find("/parallel/cp") != std::string::npos);
+  const std::string not_divisor = errors_of(replace(kSmall, R"("cp": 8)", R"("cp": 1)"),
+                                            {R"(parallel.schedule="seq1f1b")", "parallel.seq_chunks=3",
+                                             "cluster.nodes=1", "parallel.dp=8", "parallel.global_batch=8"});
+  CHECK(not_divisor.find("divisor of seq_len 32768") != std::string::npos);
+}

@@ -186,7 +186,7 @@ Dims dims_of(const TransformerSpec& m, const ParallelSpec& p, const TrainingSpec
 }
 
 // The dimensions the attention core sees. Ulysses (Jacobs et al., DeepSpeed-Ulysses,
-// arXiv:2309.14509, Section 3.1) turns the rank's sequence shard of all heads into
+// arXiv:2309.14509) turns the rank's sequence shard of all heads into
 // 1/ulysses of the heads over ulysses sequence shards; K and V heads fewer than the
 // Ulysses degree are replicated (each rank keeps one). Ring CP then splits the
 // queries of those heads over the ring (the whole sequence's K and V gathered).
@@ -442,7 +442,7 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
   // A sequence chunk is a micro-batch of seq_len / count tokens (every token-wise
   // step) whose queries attend to the keys of the chunks up to it: a causal kernel
   // runs the (index + 1/2) / (index + 1) of those tiles; model FLOPs count the
-  // chunk's share of the whole sequence's attention (arXiv:2406.03488, Section 3).
+  // chunk's share of the whole sequence's attention (arXiv:2406.03488).
   TrainingSpec tr = train;
   tr.seq_len = train.seq_len / chunk.count;
   Dims D = dims_of(m, p, tr);
@@ -459,7 +459,7 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
   const double act_norm = D.tokens_norm * D.h * kActBytes;  // the same where SP shards it
   const Dims A = attention_view(D);
   const double kv_bytes = A.b * A.s_full * 2 * A.g_t * A.d * kActBytes;  // K and V gathered over the ring
-  // Ulysses all-to-alls of one rank (arXiv:2309.14509, Section 3.2): its sequence
+  // Ulysses all-to-alls of one rank (arXiv:2309.14509): its sequence
   // shard of Q, K and V (all heads of its TP rank) before attention, of the output after.
   const double qkv_bytes = D.tokens * (D.a_t + 2 * D.g_t) * D.d * kActBytes;
   const double out_bytes = D.tokens * D.a_t * D.d_out * kActBytes;

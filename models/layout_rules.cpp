@@ -147,9 +147,8 @@ void check_shares(const TransformerSpec& m, const ParallelSpec& p, bool mpmd, st
 
 }  // namespace
 
-// Ulysses (DeepSpeed-Ulysses, arXiv:2309.14509, Section 3.1: "the number of
-// attention heads should be divisible by the degree of sequence parallelism")
-// splits each TP rank's heads over the Ulysses group; K and V heads fewer than
+// Ulysses (DeepSpeed-Ulysses, arXiv:2309.14509: the head count must be divisible
+// by the sequence-parallel degree) splits each TP rank's heads over the Ulysses group; K and V heads fewer than
 // the degree are replicated, so the degree must then be a multiple of them.
 template <typename Problem>
 void check_ulysses(const TransformerSpec& m, const ParallelSpec& p, bool mpmd, Problem&& problem) {

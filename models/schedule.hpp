@@ -34,7 +34,7 @@ PipelineSchedule builtin_schedule(ScheduleKind kind, int pp, int m, int vpp);
 PipelineSchedule zero_bubble_family(int pp, int m, int extra_warmup, int deferral_per_rank);
 
 // seq1F1B (Sun et al., "Seq1F1B: Efficient Sequence-Level Pipeline Parallelism
-// for Large Language Model Training", arXiv:2406.03488, Section 3): each of the m
+// for Large Language Model Training", arXiv:2406.03488): each of the m
 // micro-batches split into k sequence chunks, unit micro-batch n = mb*k + j for
 // chunk j. Forwards run in sequence order; the backwards of a micro-batch run from
 // its last chunk to its first (chunk j's backward needs the K and V gradients of

@@ -52,7 +52,7 @@ struct CpCase {
 TEST_CASE("Ulysses: the all-to-alls of one layer carry 4Nh/P elements per GPU each pass, no KV gather") {
   const CpCase c(8, 8);
   const LayerSteps L = c.dense();
-  // DeepSpeed-Ulysses (arXiv:2309.14509, Section 3.2): each GPU holds N/P tokens; the
+  // DeepSpeed-Ulysses (arXiv:2309.14509): each GPU holds N/P tokens; the
   // all-to-all of Q, K, V moves a 3Nh/P buffer per GPU, that of the output Nh/P.
   const double N = 16384, h = 2048, P = 8, bytes = 2;
   CHECK(cp_bytes(L.forward, "cp.a2a.qkv", CollectiveKind::AllToAll) == doctest::Approx(3 * N * h / P * bytes));

@@ -67,10 +67,12 @@ class StepList {
     return add_compute(std::move(op), model_flops, std::move(waits));
   }
   int comm(const std::string& name, CollectiveKind kind, CommClass cls, double bytes, std::vector<int> waits = {},
-           bool overlap_previous = false, bool expert_tp_group = false, int matrix = -1) {
+           bool overlap_previous = false, bool expert_tp_group = false, int matrix = -1,
+           Step::CpGroup cp_group = Step::CpGroup::All) {
     Step s;
     s.matrix = matrix;
     s.expert_tp_group = expert_tp_group;
+    s.cp_group = cp_group;
     s.is_comm = true;
     s.overlap_previous = overlap_previous;
     s.pass = pass_;
@@ -103,8 +105,12 @@ std::vector<int> maybe(int idx) { return idx >= 0 ? std::vector<int>{idx} : std:
 struct Dims {
   double b, s_local, s_full, tokens, tokens_norm, h, d, a_t, g_t, f_t, up_mult, t;
   double d_out;  // per-head size of the attention output (MLA: the value head size; else d)
+  // Attention: the share of the s_local x s_full score tiles a causal kernel runs,
+  // and the keys per query the model-FLOP convention counts (the whole sequence).
+  double causal, s_model;
   int cp;
-  bool sp, tp_comm, cp_comm, swiglu;
+  int ulysses, ring;  // Ulysses degree and ring size within cp (ParallelSpec::cp_ulysses)
+  bool sp, tp_comm, swiglu;
   bool alibi;
   Dtype gemm_dtype;
   bool dropout;
@@ -151,6 +157,8 @@ Dims dims_of(const TransformerSpec& m, const ParallelSpec& p, const TrainingSpec
   d.b = p.micro_batch;
   d.s_full = tr.seq_len;
   d.s_local = static_cast<double>(tr.seq_len) / p.cp;
+  d.causal = 0.5;
+  d.s_model = d.s_full;
   d.tokens = d.b * d.s_local;
   d.sp = p.sequence_parallel && p.tp > 1;
   d.tokens_norm = d.sp ? d.tokens / p.tp : d.tokens;
@@ -163,7 +171,8 @@ Dims dims_of(const TransformerSpec& m, const ParallelSpec& p, const TrainingSpec
   d.alibi = m.alibi;
   d.up_mult = d.swiglu ? 2 : 1;
   d.tp_comm = p.tp > 1;
-  d.cp_comm = p.cp > 1;
+  d.ulysses = p.cp_ulysses;
+  d.ring = p.cp_ring();
   d.gemm_dtype = tr.precision;
   d.dropout = tr.dropout;
   d.attn_dtype = tr.precision == Dtype::FP8 ? Dtype::BF16 : tr.precision;
@@ -181,6 +190,20 @@ Dims dims_of(const TransformerSpec& m, const ParallelSpec& p, const TrainingSpec
 // Model FLOPs of a GEMM every TP rank runs in full (MLA's down-projections):
 // counted once over the TP group.
 double replicated_flops(const Dims& D, double m, double n, double k) { return 2 * m * n * k / D.t; }
+
+// The dimensions the attention core sees. Ulysses (Jacobs et al., DeepSpeed-Ulysses,
+// arXiv:2309.14509) turns the rank's sequence shard of all heads into
+// 1/ulysses of the heads over ulysses sequence shards; K and V heads fewer than the
+// Ulysses degree are replicated (each rank keeps one). Ring CP then splits the
+// queries of those heads over the ring (the whole sequence's K and V gathered).
+Dims attention_view(const Dims& d) {
+  Dims a = d;
+  a.a_t = d.a_t / d.ulysses;
+  a.g_t = std::max(1.0, d.g_t / d.ulysses);
+  a.s_local = d.s_local * d.ulysses;  // the queries of ulysses sequence shards
+  a.tokens = d.b * a.s_local;
+  return a;
+}
 
 // MLA projections of one layer (DeepSeek-V2, arXiv:2405.04434, Section 2.1) in
 // place of the QKV GEMM: the down-projections (replicated over TP, as
@@ -246,13 +269,14 @@ void mla_projections_wgrad(StepList& L, const TransformerSpec& m, const Dims& D,
 
 // Attention core forward (flash: one fused kernel; unfused: QK^T, softmax, dropout, AV).
 void attention_core_forward(StepList& L, const Dims& D, AttentionKind kind, std::vector<int> waits) {
-  const double model = 4 * D.b * D.s_local * D.s_full * D.a_t * D.d;  // QK^T and AV, full (non-causal) count
+  const double model = 4 * D.b * D.s_local * D.s_model * D.a_t * D.d;           // QK^T and AV, full (non-causal) count
+  const double exec = 4 * D.b * D.s_local * D.s_full * D.a_t * D.d * D.causal;  // the tiles a causal kernel runs
   // ALiBi in a fused kernel (FlashAttention-2 from 2.4 takes the per-head
   // slopes and adds the bias in registers): no memory traffic of its own.
   if (kind != AttentionKind::Unfused) {
     const double bytes = (D.tokens * (2 * D.a_t * D.d) + D.b * D.s_full * 2 * D.g_t * D.d) * kActBytes;
     // causal: half the tiles run
-    L.attention("attn.core", D.attn_dtype, model / 2, model, bytes, std::move(waits), false, kind);
+    L.attention("attn.core", D.attn_dtype, exec, model, bytes, std::move(waits), false, kind);
     return;
   }
   const double heads = D.b * D.a_t;
@@ -513,16 +537,39 @@ void add_mtp_modules(const TransformerSpec& m, const Dims& D, ModelSteps* out) {
 
 }  // namespace
 
-ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, const TrainingSpec& tr,
-                             const std::vector<int>& ep_node) {
-  const Dims D = dims_of(m, p, tr);
+ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, const TrainingSpec& train,
+                             const std::vector<int>& ep_node, SequenceChunk chunk) {
+  // A sequence chunk is a micro-batch of seq_len / count tokens (every token-wise
+  // step) whose queries attend to the keys of the chunks up to it: a causal kernel
+  // runs the (index + 1/2) / (index + 1) of those tiles; model FLOPs count the
+  // chunk's share of the whole sequence's attention (arXiv:2406.03488).
+  TrainingSpec tr = train;
+  tr.seq_len = train.seq_len / chunk.count;
+  Dims D = dims_of(m, p, tr);
+  if (chunk.count > 1) {
+    D.s_full = static_cast<double>(tr.seq_len) * (chunk.index + 1);
+    D.causal = (chunk.index + 0.5) / (chunk.index + 1);
+    D.s_model = train.seq_len;
+  }
   ModelSteps out;
   // The dense layer (attention + MLP); other layer kinds get their own steps here.
   LayerSteps& dense = out.by_kind[static_cast<std::size_t>(LayerKind::Dense)];
   const auto tp_out_kind = D.sp ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce;
-  const double act = D.tokens * D.h * kActBytes;                         // one hidden-state tensor, full tokens
-  const double act_norm = D.tokens_norm * D.h * kActBytes;               // the same where SP shards it
-  const double kv_bytes = D.b * D.s_full * 2 * D.g_t * D.d * kActBytes;  // gathered K and V
+  const double act = D.tokens * D.h * kActBytes;            // one hidden-state tensor, full tokens
+  const double act_norm = D.tokens_norm * D.h * kActBytes;  // the same where SP shards it
+  const Dims A = attention_view(D);
+  const double kv_bytes = A.b * A.s_full * 2 * A.g_t * A.d * kActBytes;  // K and V gathered over the ring
+  // Ulysses all-to-alls of one rank (arXiv:2309.14509): its sequence
+  // shard of Q, K and V (all heads of its TP rank) before attention, of the output after.
+  const double qkv_bytes = D.tokens * (D.a_t + 2 * D.g_t) * D.d * kActBytes;
+  const double out_bytes = D.tokens * D.a_t * D.d_out * kActBytes;
+  const bool hybrid = D.ulysses > 1 && D.ring > 1;
+  const Step::CpGroup ulysses_group = hybrid ? Step::CpGroup::Ulysses : Step::CpGroup::All;
+  const Step::CpGroup ring_group = hybrid ? Step::CpGroup::Ring : Step::CpGroup::All;
+  auto cp_step = [&](StepList& L, const char* name, CollectiveKind kind, double bytes, Step::CpGroup g,
+                     std::vector<int> waits) {
+    return L.comm(name, kind, CommClass::CP, bytes, std::move(waits), false, false, g);
+  };
   // TP communication overlap (Megatron/TE userbuffers): a collective runs alongside the
   // GEMM next to it; the step after the GEMM waits for it instead of the GEMM.
   const bool ov = p.tp_comm_overlap && D.tp_comm;
@@ -554,10 +601,16 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
       L.memory("attn.rope", D.tokens * (D.a_t + D.g_t) * D.d * kActBytes * 2 * R.rope, core_waits, R.rope_kernels);
       core_waits.clear();
     }
-    const int kv = D.cp_comm ? L.comm("cp.ag.kv", CollectiveKind::AllGather, CommClass::CP, kv_bytes) : -1;
+    const int a2a =
+        D.ulysses > 1 ? cp_step(L, "cp.a2a.qkv", CollectiveKind::AllToAll, qkv_bytes, ulysses_group, {}) : -1;
+    const int kv =
+        D.ring > 1 ? cp_step(L, "cp.ag.kv", CollectiveKind::AllGather, kv_bytes, ring_group, maybe(a2a)) : -1;
+    if (a2a >= 0) core_waits.push_back(a2a);
     if (kv >= 0) core_waits.push_back(kv);
-    attention_core_forward(L, D, tr.attention, core_waits);
-    L.gemm("attn.proj", D.gemm_dtype, D.tokens, D.h, D.a_t * D.d_out);
+    attention_core_forward(L, A, tr.attention, core_waits);
+    const int a2a_out =
+        D.ulysses > 1 ? cp_step(L, "cp.a2a.out", CollectiveKind::AllToAll, out_bytes, ulysses_group, {}) : -1;
+    L.gemm("attn.proj", D.gemm_dtype, D.tokens, D.h, D.a_t * D.d_out, maybe(a2a_out));
     const int r1 = D.tp_comm ? L.comm("tp.attn.out", tp_out_kind, CommClass::TP, act, {}, ov) : -1;
     L.memory("attn.residual", residual, maybe(r1), residual_kernels);  // bias-dropout-add (+ mask)
     L.memory("norm2", act_norm * 2 * R.norm, {}, R.norm_kernels);
@@ -600,22 +653,32 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     L.set_pass(Pass::BackwardWeight);
     L.gemm("attn.proj.wgrad", D.gemm_dtype, D.h, D.a_t * D.d_out, D.tokens, after(g2));
     L.set_pass(Pass::BackwardInput);
-    const double model_core = 4 * D.b * D.s_local * D.s_full * D.a_t * D.d;
+    // Ulysses: the output gradient goes from sequence to head shards.
+    const int gout =
+        D.ulysses > 1 ? cp_step(L, "cp.a2a.out.grad", CollectiveKind::AllToAll, out_bytes, ulysses_group, {}) : -1;
+    const double model_core = 4 * A.b * A.s_local * A.s_model * A.a_t * A.d;
+    const double exec_core = 4 * A.b * A.s_local * A.s_full * A.a_t * A.d * A.causal;
     if (tr.attention != AttentionKind::Unfused) {
       // FlashAttention backward: recomputes QK^T and runs four GEMMs (2.5x the forward work).
-      const double bytes = (D.tokens * (4 * D.a_t * D.d) + D.b * D.s_full * 4 * D.g_t * D.d) * kActBytes;
-      L.attention("attn.core.bwd", D.attn_dtype, 2.5 * model_core / 2, 2 * model_core, bytes, {}, true, tr.attention);
+      const double bytes = (A.tokens * (4 * A.a_t * A.d) + A.b * A.s_full * 4 * A.g_t * A.d) * kActBytes;
+      L.attention("attn.core.bwd", A.attn_dtype, 2.5 * exec_core, 2 * model_core, bytes, maybe(gout), true,
+                  tr.attention);
     } else {
-      const double heads = D.b * D.a_t;
-      const double scores = heads * D.s_local * D.s_full;
-      L.gemm("attn.av.dgrad", D.attn_dtype, D.s_local, D.s_full, D.d, {}, heads);
-      L.gemm("attn.av.wgrad", D.attn_dtype, D.s_full, D.d, D.s_local, {}, heads);
-      if (D.dropout) L.memory("attn.dropout.bwd", scores * (2 + 1 + 2));
+      const double heads = A.b * A.a_t;
+      const double scores = heads * A.s_local * A.s_full;
+      L.gemm("attn.av.dgrad", A.attn_dtype, A.s_local, A.s_full, A.d, maybe(gout), heads);
+      L.gemm("attn.av.wgrad", A.attn_dtype, A.s_full, A.d, A.s_local, {}, heads);
+      if (A.dropout) L.memory("attn.dropout.bwd", scores * (2 + 1 + 2));
       L.memory("attn.softmax.bwd", scores * (2 + 2 + 2));
-      L.gemm("attn.qk.dgrad", D.attn_dtype, D.s_local, D.d, D.s_full, {}, heads);
-      L.gemm("attn.qk.wgrad", D.attn_dtype, D.s_full, D.d, D.s_local, {}, heads);
+      L.gemm("attn.qk.dgrad", A.attn_dtype, A.s_local, A.d, A.s_full, {}, heads);
+      L.gemm("attn.qk.wgrad", A.attn_dtype, A.s_full, A.d, A.s_local, {}, heads);
     }
-    const int rkv = D.cp_comm ? L.comm("cp.rs.kv.grad", CollectiveKind::ReduceScatter, CommClass::CP, kv_bytes) : -1;
+    const int rkv_ring =
+        D.ring > 1 ? cp_step(L, "cp.rs.kv.grad", CollectiveKind::ReduceScatter, kv_bytes, ring_group, {}) : -1;
+    // Ulysses: dQ, dK and dV go back from head to sequence shards.
+    const int rkv = D.ulysses > 1 ? cp_step(L, "cp.a2a.qkv.grad", CollectiveKind::AllToAll, qkv_bytes, ulysses_group,
+                                            maybe(rkv_ring))
+                                  : rkv_ring;
     if (m.rope)
       L.memory("attn.rope.bwd", D.tokens * (D.a_t + D.g_t) * D.d * kActBytes * 2 * R.rope_bwd, {}, R.rope_kernels);
     const int in1 = D.sp ? L.comm("tp.ag.attn.input", CollectiveKind::AllGather, CommClass::TP, act) : -1;
@@ -642,7 +705,7 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     dense.recompute = dense.forward;
   } else if (p.recompute == Recompute::Selective && tr.attention == AttentionKind::Unfused) {
     StepList L(&dense.recompute, Pass::Forward);
-    attention_core_forward(L, D, tr.attention, {});
+    attention_core_forward(L, A, tr.attention, {});
   }
 
   // ---------------- embedding (first stage) ----------------

@@ -29,6 +29,9 @@ struct Step {
   bool overlap_previous = false;  // comm: start with the compute step before it (overlapped TP comm)
   bool expert_tp_group = false;   // comm of class EP on the expert tensor-parallel group (else the EP group)
   int matrix = -1;                // all-to-all-v: index into ModelSteps::traffic of its per-pair bytes
+  // comm of class CP under hybrid context parallelism (cp_ulysses between 1 and
+  // cp): the Ulysses all-to-all group or the ring group (else the whole CP group).
+  enum class CpGroup : std::uint8_t { All, Ulysses, Ring } cp_group = CpGroup::All;
 };
 
 struct LayerSteps {
@@ -58,10 +61,17 @@ struct ModelSteps {
   double head_expert_grad_elements = 0;  // routed experts of multi-token prediction blocks, reduced over edp
 };
 
+// seq1F1B's sequence chunk `index` of `count` (ParallelSpec::seq_chunks): the steps of
+// seq_len / count tokens whose attention reads the keys of chunks 0..index.
+struct SequenceChunk {
+  int index = 0;
+  int count = 1;
+};
+
 // `ep_node[x]`: the node of EP rank x of an expert-parallel group (the deepep
 // dispatcher forwards inside nodes); empty: the whole group on one node.
 ModelSteps build_model_steps(const TransformerSpec& model, const ParallelSpec& par, const TrainingSpec& train,
-                             const std::vector<int>& ep_node = {});
+                             const std::vector<int>& ep_node = {}, SequenceChunk chunk = {});
 
 // Model FLOPs per iteration by the Megatron-LM convention (Narayanan et al.
 // 2021, eq. 3 without recomputation), generalised to GQA, gated MLPs, MLA and

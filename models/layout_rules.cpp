@@ -165,6 +165,33 @@ void check_shares(const TransformerSpec& m, const ParallelSpec& p, bool mpmd, st
 
 }  // namespace
 
+// Ulysses (DeepSpeed-Ulysses, arXiv:2309.14509: the head count must be divisible
+// by the sequence-parallel degree) splits each TP rank's heads over the Ulysses group; K and V heads fewer than
+// the degree are replicated, so the degree must then be a multiple of them.
+template <typename Problem>
+void check_ulysses(const TransformerSpec& m, const ParallelSpec& p, bool mpmd, Problem&& problem) {
+  const int u = p.cp_ulysses;
+  if (u == 1) return;
+  const char* at = u == p.cp ? "/parallel/cp" : "/parallel/cp_ulysses";
+  if (u > p.cp || p.cp % u != 0) {
+    problem("/parallel/cp_ulysses", "expected a Ulysses degree that divides cp = " + str(p.cp) + ", found " + str(u));
+  } else if (mpmd) {
+    problem("/parallel/cp_kind",
+            "Ulysses context parallelism with per-stage layouts is not modelled; use cp_kind \"ring\"");
+  } else if (m.heads > 0 && m.heads % p.tp == 0) {
+    const int heads = m.heads / p.tp;
+    const int kv = std::max(1, m.kv_heads / p.tp);
+    if (heads % u != 0) {
+      problem(at, "Ulysses splits the " + str(heads) + " attention heads of each tensor-parallel rank (" +
+                      str(m.heads) + " heads / tp " + str(p.tp) + ") over its degree " + str(u) +
+                      ", which must divide them");
+    } else if (!m.mla.enabled() && kv % u != 0 && u % kv != 0) {
+      problem(at, "Ulysses splits the " + str(kv) + " KV heads of each tensor-parallel rank over its degree " + str(u) +
+                      "; the degree must divide them or be a multiple of them (KV heads replicated)");
+    }
+  }
+}
+
 std::vector<LayoutProblem> check_layout(const TransformerSpec& m, const ParallelSpec& p, const TrainingSpec& t,
                                         const ClusterSpec& cluster) {
   std::vector<LayoutProblem> out;
@@ -280,6 +307,21 @@ std::vector<LayoutProblem> check_layout(const TransformerSpec& m, const Parallel
   }
   if (t.seq_len % p.cp != 0) {
     problem("/parallel/cp", "expected a divisor of seq_len " + str(t.seq_len) + ", found " + str(p.cp));
+  }
+  check_ulysses(m, p, mpmd, problem);
+  if (p.seq_chunks > 1 && p.schedule != ScheduleKind::Seq1F1B) {
+    problem("/parallel/seq_chunks", "splits micro-batches for the \"seq1f1b\" schedule; the schedule is \"" +
+                                        std::string(to_string(p.schedule)) + "\"");
+  } else if (p.seq_chunks > 1 && t.seq_len % p.seq_chunks != 0) {
+    problem("/parallel/seq_chunks", "expected a divisor of seq_len " + str(t.seq_len) + ", found " + str(p.seq_chunks));
+  } else if (p.seq_chunks > 1 && p.cp > 1) {
+    problem("/parallel/cp",
+            "seq1f1b's sequence chunks with context parallelism are not modelled; use cp = 1 or "
+            "seq_chunks = 1");
+  } else if (p.seq_chunks > 1 && mpmd) {
+    problem("/parallel/seq_chunks", "seq1f1b's sequence chunks with per-stage layouts are not modelled");
+  } else if (p.seq_chunks > 1 && m.moe.enabled()) {
+    problem("/parallel/seq_chunks", "seq1f1b's sequence chunks with mixture-of-experts layers are not modelled");
   }
   for (const auto& g : cluster.groups) {
     if (g.node.gpu.peak(t.precision) <= 0) {

@@ -74,15 +74,18 @@ MemoryBreakdown stage_memory(const TransformerSpec& m, const ParallelSpec& p, co
 MemoryBreakdown stage_memory(const TransformerSpec& m, const ParallelSpec& p, const TrainingSpec& tr,
                              const PipelineSchedule& sched, int stage, int first_virtual_stage) {
   MemoryBreakdown mem;
+  // A unit of seq1F1B holds one sequence chunk: the activations of seq_len / seq_chunks tokens.
+  TrainingSpec unit_tr = tr;
+  unit_tr.seq_len = tr.seq_len / p.seq_chunks;
   const int chunks = sched.chunks_on(stage);
   const int last_v = sched.chunks() - 1;
   // Per layer kind: activation bytes one layer keeps, and the weight-gradient inputs among them.
   auto activation_of = [&](LayerKind k) {
     switch (k) {
       case LayerKind::Dense:
-        return ChunkActivation{layer_activation_bytes(m, p, tr), layer_weight_input_bytes(m, p, tr)};
+        return ChunkActivation{layer_activation_bytes(m, p, unit_tr), layer_weight_input_bytes(m, p, unit_tr)};
       case LayerKind::Moe:
-        return moe_layer_activation(m, p, tr);
+        return moe_layer_activation(m, p, unit_tr);
     }
     return ChunkActivation{};
   };
@@ -140,10 +143,20 @@ MemoryBreakdown stage_memory(const TransformerSpec& m, const ParallelSpec& p, co
     mem.buffers += 2 * received * m.hidden * 2.0;
   }
   if (p.zero >= 3 && dp_group > 1) mem.buffers += 2 * 2 * m.params_per_layer() / p.tp;  // gathered layer + prefetch
+  if (p.cp_ring() > 1) {
+    // Ring CP: the K and V of the whole sequence gathered for one layer (of the heads
+    // this rank attends to after any Ulysses all-to-all), and their gradient before
+    // the reduce-scatter. Ulysses' all-to-all buffers are the size of the rank's own
+    // Q, K, V shard, already counted in its activations.
+    const double kv_heads =
+        m.mla.enabled() ? static_cast<double>(m.heads) / p.tp : std::max(1.0, static_cast<double>(m.kv_heads) / p.tp);
+    const double heads = std::max(1.0, kv_heads / p.cp_ulysses);
+    mem.buffers += 2 * static_cast<double>(p.micro_batch) * tr.seq_len * 2 * heads * m.head_dim() * 2;
+  }
 
   // Activations in flight: each forward unit adds its chunk's activations, its
   // backward frees them (B keeps the weight-gradient inputs until W).
-  const double tokens = static_cast<double>(p.micro_batch) * tr.seq_len / p.cp;
+  const double tokens = static_cast<double>(p.micro_batch) * unit_tr.seq_len / p.cp;
   const double embedding_out = tokens * m.hidden * 3 / (p.sequence_parallel ? p.tp : 1);
   // A multi-token prediction module keeps its block's activations (never
   // recomputed) and the concatenated 2h input of its projection.
@@ -176,7 +189,7 @@ MemoryBreakdown stage_memory(const TransformerSpec& m, const ParallelSpec& p, co
     // One layer's full activations are live while it is recomputed.
     ParallelSpec none = p;
     none.recompute = Recompute::None;
-    mem.activations += layer_activation_bytes(m, none, tr);
+    mem.activations += layer_activation_bytes(m, none, unit_tr);
   }
   if (last) {
     // Logits and fp32 loss input of the LM head and of each prediction module.

@@ -36,8 +36,10 @@ double default_bucket_elements(int dp_group) { return std::max(40e6, 1e6 * dp_gr
 // What a communicator slot of a stage program stands for; the planner resolves
 // it per rank into members through the placement.
 // EP, ETP, EDP: the expert-parallel, expert tensor-parallel and expert
-// data-parallel groups of MoE layers (models/moe.hpp).
-enum class SlotRole : std::uint8_t { TP, CP, DP, PipelineForward, PipelineBackward, EP, ETP, EDP };
+// data-parallel groups of MoE layers (models/moe.hpp). CPUlysses, CPRing: the
+// two sub-groups of a CP group under hybrid context parallelism (cp_ulysses
+// consecutive CP ranks, and the ranks at the same place of each such block).
+enum class SlotRole : std::uint8_t { TP, CP, DP, PipelineForward, PipelineBackward, EP, ETP, EDP, CPUlysses, CPRing };
 struct SlotUse {
   SlotRole role = SlotRole::TP;
   int from = -1, to = -1;  // pipeline: sending and receiving stage (one of them is this stage)
@@ -91,6 +93,10 @@ class StageProgramBuilder {
     slot_tp_ = add_slot("tp", SlotUse{SlotRole::TP});
     slot_cp_ = add_slot("cp", SlotUse{SlotRole::CP});
     slot_dp_ = add_slot("dp", SlotUse{SlotRole::DP});
+    if (par.cp_ulysses > 1 && par.cp_ring() > 1) {
+      slot_cp_ulysses_ = add_slot("cp.ulysses", SlotUse{SlotRole::CPUlysses});
+      slot_cp_ring_ = add_slot("cp.ring", SlotUse{SlotRole::CPRing});
+    }
     if (model.moe.enabled()) {
       s_.ep = b_.add_stream("ep");
       slot_ep_ = add_slot("ep", SlotUse{SlotRole::EP});
@@ -132,6 +138,7 @@ class StageProgramBuilder {
     if (zero_sharded_optimizer() && par_.dp_overlap && !deepspeed_bf16_optimizer()) prefetch_params_ = true;
     auto emit_unit = [&](int i) {
       const ScheduleUnit& u = order[i];
+      if (seq_steps_ != nullptr) cur_ = &(*seq_steps_)[u.microbatch % seq_steps_->size()];
       switch (u.kind) {
         case UnitKind::Forward:
           forward_unit(u, i == first_forward[u.chunk]);
@@ -168,6 +175,7 @@ class StageProgramBuilder {
 
   // Per-stage layouts: the shape of each pipeline link, and the first stage of
   // this stage's sub-model (it runs the sub-model's embedding).
+  void set_sequence_chunks(const std::vector<ModelSteps>* chunks) { seq_steps_ = chunks; }
   void set_stage_layouts(const LinkShapes* links, int model_first_stage) {
     links_ = links;
     model_first_v_ = model_first_stage;
@@ -193,7 +201,7 @@ class StageProgramBuilder {
       elems = expert_elems = 0;
     };
     for (int c = 0; c < chunks_; ++c) {
-      if (first_vstage(c)) elems += steps_.embedding_grad_elements;
+      if (first_vstage(c)) elems += cur_->embedding_grad_elements;
       for (int l = 0; l < layers_[c]; ++l) {
         elems += layer_steps(first_layer_[c] + l).grad_elements;
         expert_elems += layer_steps(first_layer_[c] + l).expert_grad_elements;
@@ -201,8 +209,8 @@ class StageProgramBuilder {
         if (elems * kActBytes >= bucket_bytes_ / train_.grad_reduce_bytes * kActBytes) flush();
       }
       if (last_vstage(c)) {
-        elems += steps_.head_grad_elements;
-        expert_elems += steps_.head_expert_grad_elements;
+        elems += cur_->head_grad_elements;
+        expert_elems += cur_->head_expert_grad_elements;
       }
       flush();
     }
@@ -211,10 +219,10 @@ class StageProgramBuilder {
  private:
   static constexpr TaskId kNone = ~TaskId{0};
 
-  const LayerSteps& layer_steps(int layer) const { return steps_.of(model_.layer_kind(layer)); }
+  const LayerSteps& layer_steps(int layer) const { return cur_->of(model_.layer_kind(layer)); }
   // The steps a micro-batch runs (a MoE layer's token counts may differ per micro-batch).
-  const LayerSteps& layer_steps(int layer, int mb) const { return steps_.of(model_.layer_kind(layer), mb); }
-  const LayerSteps& dense() const { return steps_.of(LayerKind::Dense); }
+  const LayerSteps& layer_steps(int layer, int mb) const { return cur_->of(model_.layer_kind(layer), mb); }
+  const LayerSteps& dense() const { return cur_->of(LayerKind::Dense); }
   bool zero_sharded_optimizer() const { return par_.zero >= 1 && par_.zero <= 2 && dp_group_ > 1; }
   bool zero3() const { return par_.zero == 3 && dp_group_ > 1; }
   // DeepSpeed's BF16_Optimizer (bf16 with ZeRO stage 0 or 1; deepspeed/runtime/
@@ -286,7 +294,10 @@ class StageProgramBuilder {
   }
   std::uint32_t comm_slot(const Step& s) const {
     if (s.comm_class == CommClass::EP) return s.expert_tp_group ? slot_etp_ : slot_ep_;
-    return s.comm_class == CommClass::CP ? slot_cp_ : slot_tp_;
+    if (s.comm_class != CommClass::CP) return slot_tp_;
+    return s.cp_group == Step::CpGroup::Ulysses ? slot_cp_ulysses_
+           : s.cp_group == Step::CpGroup::Ring  ? slot_cp_ring_
+                                                : slot_cp_;
   }
 
   // Emits the steps of a list that pass `filter`; `entry` are extra deps of the
@@ -432,7 +443,7 @@ class StageProgramBuilder {
     if (v == model_first_v_) {
       std::vector<TaskId> deps = entry;
       if (outer != kNone) deps.push_back(outer);
-      last = emit(steps_.embedding_forward, "F ", u.microbatch, deps, false);
+      last = emit(cur_->embedding_forward, "F ", u.microbatch, deps, false);
     }
     if (last != kNone) entry = {last};
     TaskId prev_layer_first = kNone;
@@ -450,7 +461,7 @@ class StageProgramBuilder {
     if (v == V_ - 1) {
       std::vector<TaskId> deps = entry;
       if (outer != kNone) deps.push_back(outer);
-      last = emit(steps_.head_forward, "F ", u.microbatch, dedupe(deps), false);
+      last = emit(cur_->head_forward, "F ", u.microbatch, dedupe(deps), false);
     }
     if (last == kNone && !entry.empty()) last = entry.back();
     if (v < V_ - 1) {
@@ -484,7 +495,7 @@ class StageProgramBuilder {
     }
     TaskId last = kNone;
     if (v == V_ - 1) {
-      last = emit(steps_.head_backward, "B ", u.microbatch, entry, false, nullptr, filter,
+      last = emit(cur_->head_backward, "B ", u.microbatch, entry, false, nullptr, filter,
                   whole ? nullptr : &saved->back());
       entry = {last};
       if (reduce_grads && !zero3()) head_grads_done(last, u.microbatch);
@@ -538,7 +549,7 @@ class StageProgramBuilder {
     std::vector<TaskId> entry = unit_entry();
     TaskId last = kNone;
     if (v == V_ - 1) {
-      last = emit(steps_.head_backward, "W ", u.microbatch, entry, false, nullptr, PassFilter::WeightOnly, &ids.back());
+      last = emit(cur_->head_backward, "W ", u.microbatch, entry, false, nullptr, PassFilter::WeightOnly, &ids.back());
       if (last != kNone) entry = {last};
       if (reduce_grads && !zero3()) head_grads_done(last, u.microbatch);
     }
@@ -559,8 +570,8 @@ class StageProgramBuilder {
     if (v == model_first_v_) {
       std::vector<TaskId> entry;
       if (last != kNone) entry.push_back(last);
-      last = emit(steps_.embedding_backward, prefix, mb, entry, false);
-      if (reduce_grads && !zero3()) add_grads(steps_.embedding_grad_elements, last, mb);
+      last = emit(cur_->embedding_backward, prefix, mb, entry, false);
+      if (reduce_grads && !zero3()) add_grads(cur_->embedding_grad_elements, last, mb);
     }
     if (deepspeed_bf16_optimizer()) {
       // update_hp_grads: hp.add_(lp.grad.to(fp32)) per parameter: the cast reads
@@ -587,8 +598,8 @@ class StageProgramBuilder {
 
   // The LM head's (and multi-token prediction modules') weight gradients are done at `last`.
   void head_grads_done(TaskId last, int mb) {
-    if (edp_group_ > 1) expert_bucket_elems_ += steps_.head_expert_grad_elements;
-    add_grads(steps_.head_grad_elements, last, mb);
+    if (edp_group_ > 1) expert_bucket_elems_ += cur_->head_expert_grad_elements;
+    add_grads(cur_->head_grad_elements, last, mb);
   }
 
   // A layer's weight gradients of this micro-batch are done at `last`.
@@ -616,8 +627,8 @@ class StageProgramBuilder {
   // and the LM head (last; the embedding itself when tied on the same stage).
   double outer_elements(int v) const {
     double e = 0;
-    if (v == model_first_v_) e += steps_.embedding_grad_elements;
-    if (v == V_ - 1 && !(v == model_first_v_ && model_.tied_embeddings)) e += steps_.head_grad_elements;
+    if (v == model_first_v_) e += cur_->embedding_grad_elements;
+    if (v == V_ - 1 && !(v == model_first_v_ && model_.tied_embeddings)) e += cur_->head_grad_elements;
     return e;
   }
 
@@ -709,8 +720,8 @@ class StageProgramBuilder {
     double p = 0;
     for (int c = 0; c < chunks_; ++c) {
       for (int l = 0; l < layers_[c]; ++l) p += layer_steps(first_layer_[c] + l).grad_elements;
-      if (first_vstage(c)) p += steps_.embedding_grad_elements;
-      if (last_vstage(c)) p += steps_.head_grad_elements;
+      if (first_vstage(c)) p += cur_->embedding_grad_elements;
+      if (last_vstage(c)) p += cur_->head_grad_elements;
     }
     return p;
   }
@@ -767,7 +778,7 @@ class StageProgramBuilder {
   std::uint64_t activation_message_bytes() const {
     // Megatron-LM's scatter/gather optimisation: each TP rank sends 1/tp of the
     // activation (with SP it only holds that much); without it every TP rank sends it whole.
-    const double tokens = static_cast<double>(par_.micro_batch) * train_.seq_len / par_.cp;
+    const double tokens = static_cast<double>(par_.micro_batch) * train_.seq_len / par_.cp / par_.seq_chunks;
     const bool split = par_.pp_scatter_gather || (par_.sequence_parallel && par_.tp > 1);
     return static_cast<std::uint64_t>(tokens * model_.hidden * kActBytes / (split ? par_.tp : 1));
   }
@@ -776,12 +787,17 @@ class StageProgramBuilder {
   const ParallelSpec& par_;
   const TrainingSpec& train_;
   const ModelSteps& steps_;
+  // seq1F1B: the steps of each sequence chunk (unit micro-batch n runs chunk n % k);
+  // cur_: the steps of the unit being emitted.
+  const std::vector<ModelSteps>* seq_steps_ = nullptr;
+  const ModelSteps* cur_ = &steps_;
   const PipelineSchedule& sched_;
   int stage_;
   ProgramBuilder b_;
   Streams s_{};
   std::vector<SlotUse> slots_;
   std::uint32_t slot_tp_ = 0, slot_cp_ = 0, slot_dp_ = 0, slot_ep_ = 0, slot_etp_ = 0, slot_edp_ = 0;
+  std::uint32_t slot_cp_ulysses_ = 0, slot_cp_ring_ = 0;
   std::map<std::tuple<int, int, int, int>, PipelineLink> pipeline_slots_;
   const LinkShapes* links_ = nullptr;  // per-stage layouts only
   int model_first_v_ = 0;              // the virtual stage that runs the embedding
@@ -992,6 +1008,10 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
     }
   }
   const ModelSteps steps = mpmd ? stage_steps.front() : build_model_steps(model, par, train_, ep_nodes(par, 0));
+  // seq1F1B: each sequence chunk its own steps (its tokens, and the keys before it).
+  std::vector<ModelSteps> seq_steps;
+  for (int j = 0; par.seq_chunks > 1 && j < par.seq_chunks; ++j)
+    seq_steps.push_back(build_model_steps(model, par, train_, ep_nodes(par, 0), SequenceChunk{j, par.seq_chunks}));
   // Micro-batches of each data-parallel replica (models/dp_shares.hpp) and the
   // distinct counts: each count its own schedule and stage programs.
   std::vector<int> share(par.dp, par.micro_batches());
@@ -1086,6 +1106,7 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
       StageProgramBuilder builder(sm, sp_par, st, mpmd ? stage_steps[s] : steps, count_sched[k], s);
       if (mpmd) builder.set_stage_layouts(&links, stage_specs[s].first_stage);
       builder.set_matrix_base(matrix_base[s]);
+      if (!seq_steps.empty()) builder.set_sequence_chunks(&seq_steps);
       builder.plan_param_prefetch();
       double hw = 0, mf = 0;
       plan.setup.programs.push_back(builder.build(&hw, &mf));
@@ -1126,6 +1147,12 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
         break;
       case SlotRole::CP:
         for (int x = 0; x < par.cp; ++x) m.push_back(gpu(s, d, x, t));
+        break;
+      case SlotRole::CPUlysses:
+        for (int x = 0; x < par.cp_ulysses; ++x) m.push_back(gpu(s, d, c / par.cp_ulysses * par.cp_ulysses + x, t));
+        break;
+      case SlotRole::CPRing:
+        for (int x = 0; x < par.cp_ring(); ++x) m.push_back(gpu(s, d, c % par.cp_ulysses + x * par.cp_ulysses, t));
         break;
       case SlotRole::DP:
         for (int x = 0; x < par.dp; ++x) {
@@ -1273,6 +1300,12 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
                 break;
               case SlotRole::CP:
                 role = "cp", name = "cp group " + where;
+                break;
+              case SlotRole::CPUlysses:
+                role = "cp.ulysses", name = "cp ulysses group " + where;
+                break;
+              case SlotRole::CPRing:
+                role = "cp.ring", name = "cp ring group " + where;
                 break;
               case SlotRole::DP:
                 role = "dp", name = "dp group " + where;

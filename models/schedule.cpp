@@ -32,6 +32,7 @@ int warmup_units(ScheduleKind kind, int stage, int pp, int m, int vpp) {
     case ScheduleKind::Custom:
     case ScheduleKind::ZeroBubbleV:
     case ScheduleKind::DualPipeV:
+    case ScheduleKind::Seq1F1B:
       return m;
     case ScheduleKind::OneFOneB:
       return std::min(pp - stage - 1, m);
@@ -113,7 +114,33 @@ PipelineSchedule zero_bubble_family(int pp, int m, int extra_warmup, int deferra
   return s;
 }
 
+PipelineSchedule seq1f1b_schedule(int pp, int m, int k) {
+  PipelineSchedule s;
+  s.name = to_string(ScheduleKind::Seq1F1B);
+  s.stages = pp;
+  s.microbatches = m * k;
+  const int units = m * k;
+  // The n-th backward of a rank: micro-batch n / k, its chunks in reverse.
+  auto backward = [k](int n) { return ScheduleUnit{UnitKind::Backward, n / k * k + (k - 1 - n % k), 0}; };
+  for (int st = 0; st < pp; ++st) {
+    s.chunk_stage.push_back(st);
+    std::vector<ScheduleUnit> order;
+    order.reserve(2 * static_cast<std::size_t>(units));
+    const int warmup = std::min(units, pp - 1 - st + k - 1);
+    int f = 0, b = 0;
+    for (; f < warmup; ++f) order.push_back({UnitKind::Forward, f, 0});
+    while (f < units) {
+      order.push_back({UnitKind::Forward, f++, 0});
+      order.push_back(backward(b++));
+    }
+    while (b < units) order.push_back(backward(b++));
+    s.units.push_back(std::move(order));
+  }
+  return s;
+}
+
 PipelineSchedule builtin_schedule(ScheduleKind kind, int pp, int m, int vpp) {
+  if (kind == ScheduleKind::Seq1F1B) return seq1f1b_schedule(pp, m, 1);  // one chunk: 1F1B
   if (kind == ScheduleKind::ZeroBubbleH1 || kind == ScheduleKind::ZeroBubbleH2) {
     // ZB-H1: 1F1B's warmup, rank i keeps i W pending; ZB-H2: p-1 more forwards
     // on rank 0 (2p-1 in flight), rank i keeps 2i W pending (the paper's
@@ -153,7 +180,9 @@ PipelineSchedule schedule_of(const ParallelSpec& par) {
     s.microbatches = par.micro_batches();
     return s;
   }
-  PipelineSchedule s = builtin_schedule(par.schedule, par.pp, par.micro_batches(), par.vpp);
+  PipelineSchedule s = par.schedule == ScheduleKind::Seq1F1B
+                           ? seq1f1b_schedule(par.pp, par.micro_batches(), par.seq_chunks)
+                           : builtin_schedule(par.schedule, par.pp, par.micro_batches(), par.vpp);
   if (par.moe_a2a_overlap) overlap_backward_with_next_forward(s);
   return s;
 }

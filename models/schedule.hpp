@@ -33,6 +33,15 @@ PipelineSchedule builtin_schedule(ScheduleKind kind, int pp, int m, int vpp);
 // passes pending for its cooldown. ZB-H1 is (0, 1), ZB-H2 (p-1, 2).
 PipelineSchedule zero_bubble_family(int pp, int m, int extra_warmup, int deferral_per_rank);
 
+// seq1F1B (Sun et al., "Seq1F1B: Efficient Sequence-Level Pipeline Parallelism
+// for Large Language Model Training", arXiv:2406.03488): each of the m
+// micro-batches split into k sequence chunks, unit micro-batch n = mb*k + j for
+// chunk j. Forwards run in sequence order; the backwards of a micro-batch run from
+// its last chunk to its first (chunk j's backward needs the K and V gradients of
+// the later chunks); rank i runs min(m*k, p-1-i + k-1) forwards before its first
+// backward, then one forward one backward, as 1F1B over the m*k units.
+PipelineSchedule seq1f1b_schedule(int pp, int m, int k);
+
 // The schedule a parallel spec asks for: its custom one, else the built-in
 // (with moe_a2a_overlap: overlap_backward_with_next_forward applied).
 PipelineSchedule schedule_of(const ParallelSpec& par);

@@ -112,6 +112,8 @@ const char* to_string(ScheduleKind s) {
       return "zb-v";
     case ScheduleKind::DualPipeV:
       return "dualpipe-v";
+    case ScheduleKind::Seq1F1B:
+      return "seq1f1b";
   }
   return "?";
 }

@@ -69,6 +69,8 @@ struct TransformerSpec {
 // its automatic schedules under a memory limit of p or 2p micro-batches'
 // activations (models/zero_bubble.hpp). ZeroBubbleV / DualPipeV: two chunks
 // per rank in a V (rank i holds chunks i and 2p-1-i; models/v_schedules.hpp).
+// Seq1F1B: 1F1B over the sequence chunks of each micro-batch (Sun et al.,
+// arXiv:2406.03488; ParallelSpec::seq_chunks, models/schedule.hpp).
 enum class ScheduleKind : std::uint8_t {
   GPipe,
   OneFOneB,
@@ -79,7 +81,8 @@ enum class ScheduleKind : std::uint8_t {
   ZeroBubble2p,
   Custom,
   ZeroBubbleV,
-  DualPipeV
+  DualPipeV,
+  Seq1F1B
 };
 
 // One unit of pipeline work on a rank: the forward, the whole backward (B and W
@@ -116,14 +119,21 @@ const char* to_string(ScheduleKind s);
 const char* to_string(Recompute r);
 
 struct ParallelSpec {
-  int tp = 1;   // tensor (Megatron) parallel size
-  int pp = 1;   // pipeline stages
-  int dp = 1;   // data-parallel replicas
-  int cp = 1;   // context parallel (sequence split of attention)
+  int tp = 1;  // tensor (Megatron) parallel size
+  int pp = 1;  // pipeline stages
+  int dp = 1;  // data-parallel replicas
+  int cp = 1;  // context parallel (sequence split of attention)
+  // How attention sees the sequence split over cp (docs/long-context.md): the
+  // Ulysses degree, a divisor of cp. 1: ring (K and V of the whole sequence
+  // gathered over the CP group); cp: DeepSpeed-Ulysses (all-to-all of Q, K, V
+  // from sequence to heads and of the output back); between: hybrid (USP),
+  // Ulysses groups of cp_ulysses consecutive CP ranks, rings across them.
+  int cp_ulysses = 1;
   int ep = 1;   // expert parallel (MoE only): carved out of tp*cp*dp (models/moe.hpp)
   int etp = 0;  // expert tensor parallel (MoE only; 0 = tp, Megatron-Core's default)
   MoeDispatcher moe_dispatcher = MoeDispatcher::AllToAll;  // MoE token dispatcher (models/moe_spec.hpp)
   int vpp = 1;                                             // virtual stages per pipeline rank (interleaved 1F1B)
+  int seq_chunks = 1;  // seq1f1b: sequence chunks per micro-batch, each a unit of the schedule
   ScheduleKind schedule = ScheduleKind::OneFOneB;
   int micro_batch = 1;             // sequences per micro-batch
   int global_batch = 1;            // sequences per iteration
@@ -166,6 +176,7 @@ struct ParallelSpec {
   bool dp_shares_balanced = false;
   int replica_micro_batches = 0;  // > 0: one replica's layout (models/dp_shares.hpp), its count
 
+  int cp_ring() const { return cp / cp_ulysses; }  // ranks of a CP ring (cp without Ulysses)
   bool uneven_shares() const { return dp_shares_balanced || !dp_shares.empty(); }
   int gpus() const { return tp * pp * dp * cp; }
   // Model chunks in layer order (pp * vpp, or the custom schedule's), the

@@ -380,6 +380,20 @@ ParallelSpec read_parallel(ObjectReader& top, bool batch_required) {
   p.pp = static_cast<int>(r.integer("pp", 1, 1, 1 << 16));
   p.dp = static_cast<int>(r.integer("dp", 1, 1, 1 << 20));
   p.cp = static_cast<int>(r.integer("cp", 1, 1, 1 << 16));
+  // How attention splits the sequence over cp (docs/long-context.md); the layout
+  // rules check cp_ulysses against cp and the heads.
+  const std::string cp_kind = r.choice("cp_kind", "ring", {"ring", "ulysses", "hybrid"});
+  const bool hybrid = cp_kind == "hybrid";
+  const int cp_ulysses = static_cast<int>(r.integer("cp_ulysses", 1, 2, 1 << 16, hybrid));
+  if (!hybrid && r.raw("cp_ulysses") != nullptr) {
+    r.error("cp_ulysses", "sets the Ulysses degree of cp_kind \"hybrid\"; cp_kind is \"" + cp_kind + "\"");
+  }
+  if (hybrid && (cp_ulysses >= p.cp || p.cp % cp_ulysses != 0)) {
+    r.error("cp_ulysses", "expected a Ulysses degree that divides cp = " + std::to_string(p.cp) +
+                              " and is smaller than it (cp_kind \"ulysses\" uses all of cp), found " +
+                              std::to_string(cp_ulysses));
+  }
+  p.cp_ulysses = hybrid ? cp_ulysses : cp_kind == "ulysses" ? p.cp : 1;
   p.ep = static_cast<int>(r.integer("ep", 1, 1, 1 << 16));
   p.etp = static_cast<int>(r.integer("etp", 0, 1, 1 << 16));
   const std::string dispatcher = r.choice("moe_dispatcher", "alltoall", {"alltoall", "allgather", "deepep"});
@@ -392,10 +406,11 @@ ParallelSpec read_parallel(ObjectReader& top, bool batch_required) {
     p.schedule = ScheduleKind::Custom;
     p.custom_schedule = read_custom_schedule(*sched_json, r.at("schedule"), r.diagnostics());
   } else {
-    const std::string sched =
-        r.choice("schedule", p.vpp > 1 ? "interleaved-1f1b" : "1f1b",
-                 {"gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-h2", "zb-1p", "zb-2p", "zb-v", "dualpipe-v"});
+    const std::string sched = r.choice(
+        "schedule", p.vpp > 1 ? "interleaved-1f1b" : "1f1b",
+        {"gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-h2", "zb-1p", "zb-2p", "zb-v", "dualpipe-v", "seq1f1b"});
     p.schedule = sched == "gpipe"        ? ScheduleKind::GPipe
+                 : sched == "seq1f1b"    ? ScheduleKind::Seq1F1B
                  : sched == "zb-v"       ? ScheduleKind::ZeroBubbleV
                  : sched == "dualpipe-v" ? ScheduleKind::DualPipeV
                  : sched == "1f1b"       ? ScheduleKind::OneFOneB
@@ -405,6 +420,7 @@ ParallelSpec read_parallel(ObjectReader& top, bool batch_required) {
                  : sched == "zb-2p"      ? ScheduleKind::ZeroBubble2p
                                          : ScheduleKind::Interleaved1F1B;
   }
+  p.seq_chunks = static_cast<int>(r.integer("seq_chunks", 1, 1, 1 << 10));
   p.micro_batch = static_cast<int>(r.integer("micro_batch", 1, 1, kMaxInt));
   p.global_batch = static_cast<int>(r.integer("global_batch", 1, 1, kMaxInt, batch_required));
   p.sequence_parallel = r.boolean("sequence_parallel", false);
@@ -666,6 +682,10 @@ void check_consistency(Scenario& s, Diagnostics& d) {
       distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
       micro_batches = std::accumulate(distinct.begin(), distinct.end(), std::int64_t{0});
       what = "the distinct shares (one program each) add up to ";
+    }
+    if (par.seq_chunks > 1) {  // seq1f1b: each sequence chunk is a unit of its own
+      micro_batches *= par.seq_chunks;
+      what = "micro-batches x seq_chunks = ";
     }
     // An encoder's layers are tasks too (model.encoder, docs/heterogeneous.md).
     const std::int64_t layers = s.model.layers + (s.model.encoder.empty() ? 0 : s.model.encoder.front().layers);

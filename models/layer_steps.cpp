@@ -10,13 +10,12 @@ namespace trainsim {
 
 namespace {
 
-constexpr double kActBytes = 2;  // activations are kept in 16-bit even when GEMMs run in FP8
-
 // Appends steps to one list and keeps track of the last collective, so that the
 // common case ("the next step needs the last collective's result") is one call.
 class StepList {
  public:
-  explicit StepList(std::vector<Step>* out, Pass pass) : out_(out), pass_(pass) {}
+  // `act_bytes`: bytes of one activation element (activation_element_bytes).
+  StepList(std::vector<Step>* out, Pass pass, double act_bytes) : out_(out), pass_(pass), act_bytes_(act_bytes) {}
   void set_pass(Pass p) { pass_ = p; }
 
   // `model_flops` < 0: the GEMM's own FLOPs (MoE experts count balanced routing instead).
@@ -30,15 +29,15 @@ class StepList {
     op.n = static_cast<std::int64_t>(n);
     op.k = static_cast<std::int64_t>(k);
     op.flops = 2 * m * n * k * count;
-    const double in_elem = dtype == Dtype::FP8 ? 1.0 : kActBytes;
-    op.bytes = ((m * k + k * n) * in_elem + m * n * kActBytes) * count;  // output stays 16-bit
+    const double in_elem = dtype == Dtype::FP8 ? 1.0 : act_bytes_;
+    op.bytes = ((m * k + k * n) * in_elem + m * n * act_bytes_) * count;  // output in the activation precision
     const double flops = model_flops >= 0 ? model_flops : op.flops;
     const bool wgrad = name.size() > 6 && name.compare(name.size() - 6, 6, ".wgrad") == 0;
     if (dtype == Dtype::FP8 && !wgrad) {
       // Transformer Engine casts the 16-bit input (activation, or output gradient for
       // dgrad) to FP8 and keeps a transposed copy for the weight-gradient GEMM:
       // read 2 B, write 1 B + 1 B per element. Weights are cast once per step (cached).
-      memory(name + ".fp8cast", m * k * count * (kActBytes + 2), std::move(waits));
+      memory(name + ".fp8cast", m * k * count * (act_bytes_ + 2), std::move(waits));
       waits = {};
     }
     return add_compute(std::move(op), flops, std::move(waits));
@@ -95,6 +94,7 @@ class StepList {
   }
   std::vector<Step>* out_;
   Pass pass_;
+  double act_bytes_;
 };
 
 std::vector<int> maybe(int idx) { return idx >= 0 ? std::vector<int>{idx} : std::vector<int>{}; }
@@ -108,6 +108,7 @@ struct Dims {
   Dtype gemm_dtype;
   bool dropout;
   Dtype attn_dtype;  // attention, LM head and memory-bound work: FP8 recipes keep these in BF16
+  double act_bytes;  // bytes of one activation element (activation_element_bytes)
 };
 
 // Memory traffic (x the fused kernel's bytes) and launches of the elementwise, norm,
@@ -166,6 +167,7 @@ Dims dims_of(const TransformerSpec& m, const ParallelSpec& p, const TrainingSpec
   d.gemm_dtype = tr.precision;
   d.dropout = tr.dropout;
   d.attn_dtype = tr.precision == Dtype::FP8 ? Dtype::BF16 : tr.precision;
+  d.act_bytes = activation_element_bytes(tr);
   d.d_out = d.d;
   if (m.mla.enabled()) {
     // MLA attends with per-head keys of qk_nope + qk_rope and values of v_head_dim:
@@ -187,14 +189,14 @@ void mla_projections_forward(StepList& L, const TransformerSpec& m, const Dims& 
   if (a.q_lora_rank > 0) {
     L.gemm("attn.q.down", D.gemm_dtype, D.tokens, a.q_lora_rank, D.h, std::move(waits));
     waits = {};
-    L.memory("attn.q.norm", D.tokens * a.q_lora_rank * kActBytes * 2);
+    L.memory("attn.q.norm", D.tokens * a.q_lora_rank * D.act_bytes * 2);
     L.gemm("attn.q.up", D.gemm_dtype, D.tokens, D.a_t * qk, a.q_lora_rank);
   } else {
     L.gemm("attn.q", D.gemm_dtype, D.tokens, D.a_t * qk, D.h, std::move(waits));
     waits = {};
   }
   L.gemm("attn.kv.down", D.gemm_dtype, D.tokens, a.kv_lora_rank + a.qk_rope_dim, D.h);
-  L.memory("attn.kv.norm", D.tokens * a.kv_lora_rank * kActBytes * 2);
+  L.memory("attn.kv.norm", D.tokens * a.kv_lora_rank * D.act_bytes * 2);
   L.gemm("attn.kv.up", D.gemm_dtype, D.tokens, D.a_t * (a.qk_nope_dim + a.v_head_dim), a.kv_lora_rank);
 }
 
@@ -204,11 +206,11 @@ void mla_projections_dgrad(StepList& L, const TransformerSpec& m, const Dims& D,
   const double qk = a.qk_nope_dim + a.qk_rope_dim;
   L.gemm("attn.kv.up.dgrad", D.gemm_dtype, D.tokens, a.kv_lora_rank, D.a_t * (a.qk_nope_dim + a.v_head_dim),
          std::move(waits));
-  L.memory("attn.kv.norm.bwd", D.tokens * a.kv_lora_rank * kActBytes * 3);
+  L.memory("attn.kv.norm.bwd", D.tokens * a.kv_lora_rank * D.act_bytes * 3);
   L.gemm("attn.kv.down.dgrad", D.gemm_dtype, D.tokens, D.h, a.kv_lora_rank + a.qk_rope_dim);
   if (a.q_lora_rank > 0) {
     L.gemm("attn.q.up.dgrad", D.gemm_dtype, D.tokens, a.q_lora_rank, D.a_t * qk);
-    L.memory("attn.q.norm.bwd", D.tokens * a.q_lora_rank * kActBytes * 3);
+    L.memory("attn.q.norm.bwd", D.tokens * a.q_lora_rank * D.act_bytes * 3);
     L.gemm("attn.q.down.dgrad", D.gemm_dtype, D.tokens, D.h, a.q_lora_rank);
   } else {
     L.gemm("attn.q.dgrad", D.gemm_dtype, D.tokens, D.h, D.a_t * qk);
@@ -236,7 +238,7 @@ void attention_core_forward(StepList& L, const Dims& D, AttentionKind kind, std:
   // ALiBi in a fused kernel (FlashAttention-2 from 2.4 takes the per-head
   // slopes and adds the bias in registers): no memory traffic of its own.
   if (kind != AttentionKind::Unfused) {
-    const double bytes = (D.tokens * (2 * D.a_t * D.d) + D.b * D.s_full * 2 * D.g_t * D.d) * kActBytes;
+    const double bytes = (D.tokens * (2 * D.a_t * D.d) + D.b * D.s_full * 2 * D.g_t * D.d) * D.act_bytes;
     // causal: half the tiles run
     L.attention("attn.core", D.attn_dtype, model / 2, model, bytes, std::move(waits), false, kind);
     return;
@@ -247,12 +249,20 @@ void attention_core_forward(StepList& L, const Dims& D, AttentionKind kind, std:
     // Unfused ALiBi (BLOOM's Megatron-DeepSpeed): the [b*heads, 1, s] bias is
     // broadcast into the score buffer (write 2 B per score) that torch.baddbmm
     // then reads with beta = 1 (2 B per score) instead of beta = 0.
-    L.memory("attn.alibi", scores * (2 + 2), waits);
+    L.memory("attn.alibi", scores * (D.act_bytes + D.act_bytes), waits);
     waits.clear();
   }
   L.gemm("attn.qk", D.attn_dtype, D.s_local, D.s_full, D.d, std::move(waits), heads);
-  L.memory("attn.softmax", scores * (2 + 2));
-  if (D.dropout) L.memory("attn.dropout", scores * (2 + 2 + 1));
+  const double e = D.act_bytes;
+  if (e < 4) {
+    L.memory("attn.softmax", scores * (e + e));  // Megatron's fused scale-mask-softmax kernel
+  } else {
+    // Megatron's FusedScaleMaskSoftmax runs its fused kernel only for 16-bit inputs;
+    // FP32 scores take forward_torch_softmax: input * scale (query-key layer scaling),
+    // masked_fill_, torch softmax, each reading and writing every score.
+    L.memory("attn.softmax", scores * 3 * (e + e), {}, 3);
+  }
+  if (D.dropout) L.memory("attn.dropout", scores * (e + e + 1));
   L.gemm("attn.av", D.attn_dtype, D.s_local, D.d, D.s_full, {}, heads);
 }
 
@@ -298,24 +308,24 @@ void build_moe_layer(const TransformerSpec& m, const ParallelSpec& p, const Trai
   const int etp = expert_tp(p);
   const double local = E / p.ep;
   const double f_e = static_cast<double>(m.moe.expert_ffn) / etp;
-  const double busiest = rt.max_rank_tokens * etp;         // tokens the busiest rank's experts compute
-  const double balanced = rt.balanced_rank_tokens * etp;   // the same without skew or drops (model FLOPs)
-  const double m_e = busiest / local;                      // rows of one expert's GEMM
-  const double recv = rt.max_rank_tokens * h * kActBytes;  // tokens the busiest rank receives
-  const double send = rt.tokens_in * k * (1 - rt.dropped_fraction) * h * kActBytes;
-  const double permuted = rt.tokens_in * k * h * kActBytes;  // permuted copies of the input tokens
+  const double busiest = rt.max_rank_tokens * etp;           // tokens the busiest rank's experts compute
+  const double balanced = rt.balanced_rank_tokens * etp;     // the same without skew or drops (model FLOPs)
+  const double m_e = busiest / local;                        // rows of one expert's GEMM
+  const double recv = rt.max_rank_tokens * h * D.act_bytes;  // tokens the busiest rank receives
+  const double send = rt.tokens_in * k * (1 - rt.dropped_fraction) * h * D.act_bytes;
+  const double permuted = rt.tokens_in * k * h * D.act_bytes;  // permuted copies of the input tokens
   // alltoall: the larger of what a rank sends and what the busiest receives (the
   // slowest member paces it). allgather: every EP rank's tokens gathered on every
   // rank (the output buffer), the local experts' copies picked from them, and the
   // outputs reduce-scattered back; its traffic does not depend on routing.
   const bool allgather = p.moe_dispatcher == MoeDispatcher::AllGather;
-  const double gathered = p.ep * rt.tokens_in * h * kActBytes;
+  const double gathered = p.ep * rt.tokens_in * h * D.act_bytes;
   const double a2a = allgather ? gathered : std::max(send, recv);
   const CollectiveKind dispatch_kind = allgather ? CollectiveKind::AllGather : CollectiveKind::AllToAll;
   const CollectiveKind combine_kind = allgather ? CollectiveKind::ReduceScatter : CollectiveKind::AllToAll;
   const double permute_bytes = allgather ? gathered + recv : permuted * 2;
   const bool ep_comm = p.ep > 1, etp_comm = etp > 1;
-  const double act = D.tokens * D.h * kActBytes, act_norm = D.tokens_norm * D.h * kActBytes;
+  const double act = D.tokens * D.h * D.act_bytes, act_norm = D.tokens_norm * D.h * D.act_bytes;
   const auto tp_out_kind = D.sp ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce;
   const double shared_f = static_cast<double>(m.moe.shared_experts) * m.moe.shared_ffn / p.tp;
   const double up = D.up_mult;
@@ -324,7 +334,7 @@ void build_moe_layer(const TransformerSpec& m, const ParallelSpec& p, const Trai
   // ---------------- forward ----------------
   append_slice(dense.forward, 0, index_of(dense.forward, "norm2") + 1, &moe->forward);
   {
-    StepList L(&moe->forward, Pass::Forward);
+    StepList L(&moe->forward, Pass::Forward, D.act_bytes);
     L.gemm("moe.router", D.attn_dtype, rt.tokens_in, E, h);
     L.memory("moe.router.topk", rt.tokens_in * E * 4 * 3);  // fp32 scores: softmax / sigmoid, top-k
     if (!allgather) L.memory("moe.permute", permute_bytes);
@@ -334,7 +344,7 @@ void build_moe_layer(const TransformerSpec& m, const ParallelSpec& p, const Trai
         etp_comm ? L.comm("etp.ag.tokens", CollectiveKind::AllGather, CommClass::EP, etp * recv, maybe(d), false, true)
                  : -1;
     L.gemm("moe.expert.up", D.gemm_dtype, m_e, f_e * up, h, maybe2(d, g), local, expert_flops(f_e * up, h));
-    L.memory("moe.expert.act", busiest * f_e * kActBytes * (D.swiglu ? 3 : 2));
+    L.memory("moe.expert.act", busiest * f_e * D.act_bytes * (D.swiglu ? 3 : 2));
     L.gemm("moe.expert.down", D.gemm_dtype, m_e, h, f_e, {}, local, expert_flops(h, f_e));
     const int rs =
         etp_comm ? L.comm("etp.rs.tokens", CollectiveKind::ReduceScatter, CommClass::EP, etp * recv, {}, false, true)
@@ -345,17 +355,17 @@ void build_moe_layer(const TransformerSpec& m, const ParallelSpec& p, const Trai
     if (shared_f > 0) {
       const int ag = D.sp ? L.comm("tp.ag.shared", CollectiveKind::AllGather, CommClass::TP, act) : -1;
       L.gemm("moe.shared.up", D.gemm_dtype, D.tokens, shared_f * up, h, maybe2(ag, c));
-      L.memory("moe.shared.act", D.tokens * shared_f * kActBytes * (D.swiglu ? 3 : 2));
+      L.memory("moe.shared.act", D.tokens * shared_f * D.act_bytes * (D.swiglu ? 3 : 2));
       L.gemm("moe.shared.down", D.gemm_dtype, D.tokens, h, shared_f);
       shared_out = D.tp_comm ? L.comm("tp.shared.out", tp_out_kind, CommClass::TP, act) : -1;
     }
-    L.memory("moe.unpermute", permuted * 2 + rt.tokens_in * h * kActBytes, maybe2(c, shared_out));
+    L.memory("moe.unpermute", permuted * 2 + rt.tokens_in * h * D.act_bytes, maybe2(c, shared_out));
     L.memory("mlp.residual", act_norm * (D.dropout ? 3.5 : 3));
   }
 
   // ---------------- backward ----------------
   {
-    StepList L(&moe->backward, Pass::BackwardInput);
+    StepList L(&moe->backward, Pass::BackwardInput, D.act_bytes);
     const auto tp_in_kind = D.sp ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce;
     L.memory("mlp.residual.bwd", act_norm * 2);
     L.memory("moe.unpermute.bwd", permute_bytes);
@@ -369,7 +379,7 @@ void build_moe_layer(const TransformerSpec& m, const ParallelSpec& p, const Trai
     L.set_pass(Pass::BackwardWeight);
     L.gemm("moe.expert.down.wgrad", D.gemm_dtype, h, f_e, m_e, arrived, local, expert_flops(h, f_e));
     L.set_pass(Pass::BackwardInput);
-    L.memory("moe.expert.act.bwd", busiest * f_e * kActBytes * (D.swiglu ? 5 : 3));
+    L.memory("moe.expert.act.bwd", busiest * f_e * D.act_bytes * (D.swiglu ? 5 : 3));
     L.gemm("moe.expert.up.dgrad", D.gemm_dtype, m_e, h, f_e * up, {}, local, expert_flops(h, f_e * up));
     L.set_pass(Pass::BackwardWeight);
     L.gemm("moe.expert.up.wgrad", D.gemm_dtype, h, f_e * up, m_e, arrived, local, expert_flops(h, f_e * up));
@@ -385,7 +395,7 @@ void build_moe_layer(const TransformerSpec& m, const ParallelSpec& p, const Trai
       L.set_pass(Pass::BackwardWeight);
       L.gemm("moe.shared.down.wgrad", D.gemm_dtype, h, shared_f, D.tokens, maybe(ag));
       L.set_pass(Pass::BackwardInput);
-      L.memory("moe.shared.act.bwd", D.tokens * shared_f * kActBytes * (D.swiglu ? 5 : 3));
+      L.memory("moe.shared.act.bwd", D.tokens * shared_f * D.act_bytes * (D.swiglu ? 5 : 3));
       const int in = D.sp ? L.comm("tp.ag.shared.input", CollectiveKind::AllGather, CommClass::TP, act) : -1;
       L.gemm("moe.shared.up.dgrad", D.gemm_dtype, D.tokens, h, shared_f * up);
       shared_in = D.tp_comm ? L.comm("tp.shared.in.grad", tp_in_kind, CommClass::TP, act) : -1;
@@ -420,27 +430,28 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
   // The dense layer (attention + MLP); other layer kinds get their own steps here.
   LayerSteps& dense = out.by_kind[static_cast<std::size_t>(LayerKind::Dense)];
   const auto tp_out_kind = D.sp ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce;
-  const double act = D.tokens * D.h * kActBytes;                         // one hidden-state tensor, full tokens
-  const double act_norm = D.tokens_norm * D.h * kActBytes;               // the same where SP shards it
-  const double kv_bytes = D.b * D.s_full * 2 * D.g_t * D.d * kActBytes;  // gathered K and V
+  const double act = D.tokens * D.h * D.act_bytes;                         // one hidden-state tensor, full tokens
+  const double act_norm = D.tokens_norm * D.h * D.act_bytes;               // the same where SP shards it
+  const double kv_bytes = D.b * D.s_full * 2 * D.g_t * D.d * D.act_bytes;  // gathered K and V
   // TP communication overlap (Megatron/TE userbuffers): a collective runs alongside the
   // GEMM next to it; the step after the GEMM waits for it instead of the GEMM.
   const bool ov = p.tp_comm_overlap && D.tp_comm;
   auto gate = [&](int c) { return ov ? std::vector<int>{} : maybe(c); };
   auto after = [&](int c) { return ov ? maybe(c) : std::vector<int>{}; };
-  const KernelRecipe R = recipe_of(tr.framework);
+  KernelRecipe R = recipe_of(tr.framework);
+  if (D.act_bytes >= 4) R.weight_casts = false;  // FP32 training: no 16-bit weight copies to cast
   const double residual = act_norm * (D.dropout ? 3.5 * R.residual_dropout : 3);
   const int residual_kernels = D.dropout ? R.residual_dropout_kernels : 1;
   // fp32 -> 16-bit weight casts: read 4 + write 2 bytes per weight of this rank; one
   // launch per weight matrix (QKV, projection, MLP up (gate and up), down).
   const double cast_share = R.casts_sharded ? 1.0 / p.dp : 1.0;
-  const double cast_bytes = m.params_per_layer() / p.tp * (4 + kActBytes) * cast_share;
+  const double cast_bytes = m.params_per_layer() / p.tp * (4 + 2) * cast_share;
   const int cast_kernels = D.swiglu ? 5 : 4;
-  const double head_cast_bytes = static_cast<double>(m.vocab) * m.hidden / p.tp * (4 + kActBytes) * cast_share;
+  const double head_cast_bytes = static_cast<double>(m.vocab) * m.hidden / p.tp * (4 + 2) * cast_share;
 
   // ---------------- forward of one layer ----------------
   {
-    StepList L(&dense.forward, Pass::Forward);
+    StepList L(&dense.forward, Pass::Forward, D.act_bytes);
     if (R.weight_casts) L.memory("amp.weight.cast", cast_bytes, {}, cast_kernels);
     L.memory("norm1", act_norm * 2 * R.norm, {}, R.norm_kernels);
     const int ag1 = D.sp ? L.comm("tp.ag.attn", CollectiveKind::AllGather, CommClass::TP, act) : -1;
@@ -451,7 +462,7 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     }
     std::vector<int> core_waits = after(ag1);
     if (m.rope) {
-      L.memory("attn.rope", D.tokens * (D.a_t + D.g_t) * D.d * kActBytes * 2 * R.rope, core_waits, R.rope_kernels);
+      L.memory("attn.rope", D.tokens * (D.a_t + D.g_t) * D.d * D.act_bytes * 2 * R.rope, core_waits, R.rope_kernels);
       core_waits.clear();
     }
     const int kv = D.cp_comm ? L.comm("cp.ag.kv", CollectiveKind::AllGather, CommClass::CP, kv_bytes) : -1;
@@ -463,7 +474,7 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     L.memory("norm2", act_norm * 2 * R.norm, {}, R.norm_kernels);
     const int ag2 = D.sp ? L.comm("tp.ag.mlp", CollectiveKind::AllGather, CommClass::TP, act) : -1;
     L.gemm("mlp.up", D.gemm_dtype, D.tokens, D.f_t * D.up_mult, D.h, gate(ag2));
-    L.memory("mlp.act", D.tokens * D.f_t * kActBytes * (D.swiglu ? 3 * R.swiglu : 2), after(ag2),
+    L.memory("mlp.act", D.tokens * D.f_t * D.act_bytes * (D.swiglu ? 3 * R.swiglu : 2), after(ag2),
              D.swiglu ? R.swiglu_kernels : 1);
     L.gemm("mlp.down", D.gemm_dtype, D.tokens, D.h, D.f_t);
     const int r2 = D.tp_comm ? L.comm("tp.mlp.out", tp_out_kind, CommClass::TP, act, {}, ov) : -1;
@@ -472,7 +483,7 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
 
   // ---------------- backward of one layer ----------------
   {
-    StepList L(&dense.backward, Pass::BackwardInput);
+    StepList L(&dense.backward, Pass::BackwardInput, D.act_bytes);
     const auto tp_in_kind = D.sp ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce;
     // MLP block, in reverse.
     L.memory("mlp.residual.bwd", act_norm * 2);
@@ -481,7 +492,7 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     L.set_pass(Pass::BackwardWeight);
     L.gemm("mlp.down.wgrad", D.gemm_dtype, D.h, D.f_t, D.tokens, after(g1));
     L.set_pass(Pass::BackwardInput);
-    L.memory("mlp.act.bwd", D.tokens * D.f_t * kActBytes * (D.swiglu ? 5 * R.swiglu_bwd : 3), {},
+    L.memory("mlp.act.bwd", D.tokens * D.f_t * D.act_bytes * (D.swiglu ? 5 * R.swiglu_bwd : 3), {},
              D.swiglu ? R.swiglu_bwd_kernels : 1);
     const int in2 = D.sp ? L.comm("tp.ag.mlp.input", CollectiveKind::AllGather, CommClass::TP, act) : -1;
     L.gemm("mlp.up.dgrad", D.gemm_dtype, D.tokens, D.h, D.f_t * D.up_mult);
@@ -503,21 +514,28 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     const double model_core = 4 * D.b * D.s_local * D.s_full * D.a_t * D.d;
     if (tr.attention != AttentionKind::Unfused) {
       // FlashAttention backward: recomputes QK^T and runs four GEMMs (2.5x the forward work).
-      const double bytes = (D.tokens * (4 * D.a_t * D.d) + D.b * D.s_full * 4 * D.g_t * D.d) * kActBytes;
+      const double bytes = (D.tokens * (4 * D.a_t * D.d) + D.b * D.s_full * 4 * D.g_t * D.d) * D.act_bytes;
       L.attention("attn.core.bwd", D.attn_dtype, 2.5 * model_core / 2, 2 * model_core, bytes, {}, true, tr.attention);
     } else {
       const double heads = D.b * D.a_t;
       const double scores = heads * D.s_local * D.s_full;
       L.gemm("attn.av.dgrad", D.attn_dtype, D.s_local, D.s_full, D.d, {}, heads);
       L.gemm("attn.av.wgrad", D.attn_dtype, D.s_full, D.d, D.s_local, {}, heads);
-      if (D.dropout) L.memory("attn.dropout.bwd", scores * (2 + 1 + 2));
-      L.memory("attn.softmax.bwd", scores * (2 + 2 + 2));
+      const double e = D.act_bytes;
+      if (D.dropout) L.memory("attn.dropout.bwd", scores * (e + 1 + e));
+      if (e < 4) {
+        L.memory("attn.softmax.bwd", scores * (e + e + e));
+      } else {
+        // torch softmax backward (read output and gradient, write), then the
+        // gradients of masked_fill_ and of the scaling (read, write each).
+        L.memory("attn.softmax.bwd", scores * (3 * e + 2 * (e + e)), {}, 3);
+      }
       L.gemm("attn.qk.dgrad", D.attn_dtype, D.s_local, D.d, D.s_full, {}, heads);
       L.gemm("attn.qk.wgrad", D.attn_dtype, D.s_full, D.d, D.s_local, {}, heads);
     }
     const int rkv = D.cp_comm ? L.comm("cp.rs.kv.grad", CollectiveKind::ReduceScatter, CommClass::CP, kv_bytes) : -1;
     if (m.rope)
-      L.memory("attn.rope.bwd", D.tokens * (D.a_t + D.g_t) * D.d * kActBytes * 2 * R.rope_bwd, {}, R.rope_kernels);
+      L.memory("attn.rope.bwd", D.tokens * (D.a_t + D.g_t) * D.d * D.act_bytes * 2 * R.rope_bwd, {}, R.rope_kernels);
     const int in1 = D.sp ? L.comm("tp.ag.attn.input", CollectiveKind::AllGather, CommClass::TP, act) : -1;
     if (m.mla.enabled()) {
       mla_projections_dgrad(L, m, D, maybe(rkv));
@@ -541,30 +559,30 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
   if (p.recompute == Recompute::Full) {
     dense.recompute = dense.forward;
   } else if (p.recompute == Recompute::Selective && tr.attention == AttentionKind::Unfused) {
-    StepList L(&dense.recompute, Pass::Forward);
+    StepList L(&dense.recompute, Pass::Forward, D.act_bytes);
     attention_core_forward(L, D, tr.attention, {});
   }
 
   // ---------------- embedding (first stage) ----------------
   {
-    StepList L(&out.embedding_forward, Pass::Forward);
+    StepList L(&out.embedding_forward, Pass::Forward, D.act_bytes);
     L.memory("embed.lookup", act * (m.rope || m.alibi ? 2 : 3) / (D.sp ? D.t : 1.0));
-    StepList B(&out.embedding_backward, Pass::BackwardWeight);
-    B.memory("embed.grad", D.tokens * D.h * (kActBytes + 4 + 4));  // scatter-add into fp32 grads
+    StepList B(&out.embedding_backward, Pass::BackwardWeight, D.act_bytes);
+    B.memory("embed.grad", D.tokens * D.h * (D.act_bytes + 4 + 4));  // scatter-add into fp32 grads
   }
   // ---------------- final norm, LM head and loss (last stage) ----------------
   // The output layer sits outside the FP8 region of FP8 recipes (Megatron-core enters
   // Transformer Engine's fp8_autocast per transformer block), so it runs in 16-bit.
   {
     const double v_t = static_cast<double>(m.vocab) / p.tp;
-    StepList L(&out.head_forward, Pass::Forward);
+    StepList L(&out.head_forward, Pass::Forward, D.act_bytes);
     if (R.weight_casts) L.memory("amp.head.cast", head_cast_bytes);
     L.memory("final.norm", act_norm * 2 * R.norm, {}, R.norm_kernels);
     const int ag = D.sp ? L.comm("tp.ag.head", CollectiveKind::AllGather, CommClass::TP, act) : -1;
     L.gemm("head.logits", D.attn_dtype, D.tokens, v_t, D.h, maybe(ag));
-    L.memory("loss.xent", D.tokens * v_t * (kActBytes + 4 + 4) * R.xent, {}, R.xent_kernels);
-    StepList B(&out.head_backward, Pass::BackwardInput);
-    B.memory("loss.xent.bwd", D.tokens * v_t * (4 + kActBytes) * R.xent_bwd, {}, R.xent_bwd_kernels);
+    L.memory("loss.xent", D.tokens * v_t * (D.act_bytes + 4 + 4) * R.xent, {}, R.xent_kernels);
+    StepList B(&out.head_backward, Pass::BackwardInput, D.act_bytes);
+    B.memory("loss.xent.bwd", D.tokens * v_t * (4 + D.act_bytes) * R.xent_bwd, {}, R.xent_bwd_kernels);
     // With SP the head's input is sequence-sharded: its backward gathers it
     // again for the weight gradient, issued before the input-gradient GEMM and
     // overlapped with it, as for every column-parallel linear (Megatron-LM

@@ -258,9 +258,10 @@ void attention_core_forward(StepList& L, const Dims& D, AttentionKind kind, std:
     L.memory("attn.softmax", scores * (e + e));  // Megatron's fused scale-mask-softmax kernel
   } else {
     // Megatron's FusedScaleMaskSoftmax runs its fused kernel only for 16-bit inputs;
-    // FP32 scores take forward_torch_softmax: input * scale (query-key layer scaling),
-    // masked_fill_, torch softmax, each reading and writing every score.
-    L.memory("attn.softmax", scores * 3 * (e + e), {}, 3);
+    // FP32 scores take forward_torch_softmax: masked_fill_ and torch softmax, each
+    // reading and writing every score (query-key layer scaling, when a model turns
+    // it on, adds a third pass that is not counted).
+    L.memory("attn.softmax", scores * 2 * (e + e), {}, 2);
   }
   if (D.dropout) L.memory("attn.dropout", scores * (e + e + 1));
   L.gemm("attn.av", D.attn_dtype, D.s_local, D.d, D.s_full, {}, heads);
@@ -527,8 +528,8 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
         L.memory("attn.softmax.bwd", scores * (e + e + e));
       } else {
         // torch softmax backward (read output and gradient, write), then the
-        // gradients of masked_fill_ and of the scaling (read, write each).
-        L.memory("attn.softmax.bwd", scores * (3 * e + 2 * (e + e)), {}, 3);
+        // gradient of masked_fill_ (read, write).
+        L.memory("attn.softmax.bwd", scores * (3 * e + (e + e)), {}, 2);
       }
       L.gemm("attn.qk.dgrad", D.attn_dtype, D.s_local, D.d, D.s_full, {}, heads);
       L.gemm("attn.qk.wgrad", D.attn_dtype, D.s_full, D.d, D.s_local, {}, heads);

@@ -467,11 +467,11 @@ TEST_CASE("FP32 and TF32 training: 4-byte activations, Megatron's unfused softma
   // 16-bit: Megatron's fused scale-mask-softmax, one kernel, read and write 2 B per score.
   CHECK(op_of(bf16, "attn.softmax").bytes == doctest::Approx(4.0 * scores));
   CHECK(op_of(bf16, "attn.softmax").kernels == 1);
-  // FP32 scores: scale, masked_fill_ and softmax, each reading and writing 4 B per score;
-  // backward: softmax (12 B), masked_fill_ and scale (8 B each).
-  CHECK(op_of(tf32, "attn.softmax").bytes == doctest::Approx(24.0 * scores));
-  CHECK(op_of(tf32, "attn.softmax").kernels == 3);
-  CHECK(op_of(tf32, "attn.softmax.bwd").bytes == doctest::Approx(28.0 * scores));
+  // FP32 scores: masked_fill_ and softmax, each reading and writing 4 B per score;
+  // backward: softmax (12 B) and masked_fill_ (8 B).
+  CHECK(op_of(tf32, "attn.softmax").bytes == doctest::Approx(16.0 * scores));
+  CHECK(op_of(tf32, "attn.softmax").kernels == 2);
+  CHECK(op_of(tf32, "attn.softmax.bwd").bytes == doctest::Approx(20.0 * scores));
   CHECK(op_of(tf32, "attn.dropout").bytes == doctest::Approx(9.0 * scores));
   // GEMMs run in TF32 on 4-byte activations; the TP all-reduce carries 4-byte activations.
   CHECK(op_of(tf32, "mlp.up").dtype == Dtype::TF32);

@@ -128,9 +128,22 @@ struct KernelRecipe {
   bool casts_sharded = false;  // FSDP2: the cast runs on the 1/dp shard, before the all-gather, in both passes
 };
 
-KernelRecipe recipe_of(Framework f) {
+KernelRecipe recipe_of(Framework f, double act_bytes) {
   KernelRecipe r;
   if (f == Framework::TorchCompile) r.weight_casts = true;  // Inductor fuses the pointwise chains, not the casts
+  if (f == Framework::DeepSpeed) {
+    // Megatron-DeepSpeed's loss casts the logits to fp32 (`output.float()`, a copy
+    // for 16-bit logits) and runs Megatron's unfused _VocabParallelCrossEntropy
+    // (megatron/core/tensor_parallel/cross_entropy.py, github.com/microsoft/
+    // Megatron-DeepSpeed): max, subtract, exp in place, sum, div_ in place, 32 B
+    // per fp32 logit in 5 kernels; backward: the target's indexed update and
+    // mul_ in place (8 B), then the cast's gradient back to 16 bits.
+    const bool cast = act_bytes < 4;
+    r.xent = ((cast ? act_bytes + 4 : 0) + 32) / (act_bytes + 4 + 4);
+    r.xent_kernels = cast ? 6 : 5;
+    r.xent_bwd = (8 + (cast ? 4 + act_bytes : 0)) / (4 + act_bytes);
+    r.xent_bwd_kernels = cast ? 3 : 2;
+  }
   if (f != Framework::Eager && f != Framework::Fsdp2) return r;
   // Eager PyTorch, op by op (Hugging Face LlamaRMSNorm, rotate_half RoPE, F.silu(gate) * up,
   // F.cross_entropy(logits.float())); bytes per element counted in docs/frameworks.md.
@@ -439,7 +452,7 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
   const bool ov = p.tp_comm_overlap && D.tp_comm;
   auto gate = [&](int c) { return ov ? std::vector<int>{} : maybe(c); };
   auto after = [&](int c) { return ov ? maybe(c) : std::vector<int>{}; };
-  KernelRecipe R = recipe_of(tr.framework);
+  KernelRecipe R = recipe_of(tr.framework, D.act_bytes);
   if (D.act_bytes >= 4) R.weight_casts = false;  // FP32 training: no 16-bit weight copies to cast
   const double residual = act_norm * (D.dropout ? 3.5 * R.residual_dropout : 3);
   const int residual_kernels = D.dropout ? R.residual_dropout_kernels : 1;
@@ -528,8 +541,13 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
         L.memory("attn.softmax.bwd", scores * (e + e + e));
       } else {
         // torch softmax backward (read output and gradient, write), then the
-        // gradient of masked_fill_ (read, write).
-        L.memory("attn.softmax.bwd", scores * (3 * e + (e + e)), {}, 2);
+        // gradient of masked_fill_. Megatron's mask function fills in place a view
+        // of the score GEMM's output (`matmul_result.view(...)`), so autograd runs
+        // it through CopySlices (PyTorch torch/csrc/autograd/functions/tensor.cpp,
+        // CopySlices::apply_impl): copy the gradient into a fresh base-shaped
+        // buffer, clone the view's slice, masked_fill out of place, copy the result
+        // back: 4 kernels, each reading and writing every score.
+        L.memory("attn.softmax.bwd", scores * (3 * e + 4 * (e + e)), {}, 5);
       }
       L.gemm("attn.qk.dgrad", D.attn_dtype, D.s_local, D.d, D.s_full, {}, heads);
       L.gemm("attn.qk.wgrad", D.attn_dtype, D.s_full, D.d, D.s_local, {}, heads);

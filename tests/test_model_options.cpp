@@ -468,10 +468,24 @@ TEST_CASE("FP32 and TF32 training: 4-byte activations, Megatron's unfused softma
   CHECK(op_of(bf16, "attn.softmax").bytes == doctest::Approx(4.0 * scores));
   CHECK(op_of(bf16, "attn.softmax").kernels == 1);
   // FP32 scores: masked_fill_ and softmax, each reading and writing 4 B per score;
-  // backward: softmax (12 B) and masked_fill_ (8 B).
+  // backward: softmax (12 B) and masked_fill_'s gradient through autograd's
+  // CopySlices (the fill is in place on a view): 4 kernels of 8 B.
   CHECK(op_of(tf32, "attn.softmax").bytes == doctest::Approx(16.0 * scores));
   CHECK(op_of(tf32, "attn.softmax").kernels == 2);
-  CHECK(op_of(tf32, "attn.softmax.bwd").bytes == doctest::Approx(20.0 * scores));
+  CHECK(op_of(tf32, "attn.softmax.bwd").bytes == doctest::Approx(44.0 * scores));
+  CHECK(op_of(tf32, "attn.softmax.bwd").kernels == 5);
+  // Megatron-DeepSpeed's unfused vocab-parallel cross-entropy: 32 B per fp32 logit
+  // in 5 kernels (backward 8 B); 16-bit logits add the cast to fp32 and back.
+  const double logits = 2.0 * 2048 * (50304 / 2);
+  const ProgramTemplate ds32 = stage_program(text, {"training.precision=\"tf32\"", "training.framework=\"deepspeed\""});
+  const ProgramTemplate ds16 = stage_program(text, {"training.framework=\"deepspeed\""});
+  CHECK(op_of(ds32, "loss.xent").bytes == doctest::Approx(32.0 * logits));
+  CHECK(op_of(ds32, "loss.xent").kernels == 5);
+  CHECK(op_of(ds32, "loss.xent.bwd").bytes == doctest::Approx(8.0 * logits));
+  CHECK(op_of(ds16, "loss.xent").bytes == doctest::Approx(38.0 * logits));
+  CHECK(op_of(ds16, "loss.xent").kernels == 6);
+  CHECK(op_of(ds16, "loss.xent.bwd").bytes == doctest::Approx(14.0 * logits));
+  CHECK(op_of(tf32, "loss.xent").bytes == doctest::Approx(12.0 * logits));  // fused default
   CHECK(op_of(tf32, "attn.dropout").bytes == doctest::Approx(9.0 * scores));
   // GEMMs run in TF32 on 4-byte activations; the TP all-reduce carries 4-byte activations.
   CHECK(op_of(tf32, "mlp.up").dtype == Dtype::TF32);

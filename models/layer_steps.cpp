@@ -10,13 +10,12 @@ namespace trainsim {
 
 namespace {
 
-constexpr double kActBytes = 2;  // activations are kept in 16-bit even when GEMMs run in FP8
-
 // Appends steps to one list and keeps track of the last collective, so that the
 // common case ("the next step needs the last collective's result") is one call.
 class StepList {
  public:
-  explicit StepList(std::vector<Step>* out, Pass pass) : out_(out), pass_(pass) {}
+  // `act_bytes`: bytes of one activation element (activation_element_bytes).
+  StepList(std::vector<Step>* out, Pass pass, double act_bytes) : out_(out), pass_(pass), act_bytes_(act_bytes) {}
   void set_pass(Pass p) { pass_ = p; }
 
   // `model_flops` < 0: the GEMM's own FLOPs (MoE experts count balanced routing instead).
@@ -30,15 +29,15 @@ class StepList {
     op.n = static_cast<std::int64_t>(n);
     op.k = static_cast<std::int64_t>(k);
     op.flops = 2 * m * n * k * count;
-    const double in_elem = dtype == Dtype::FP8 ? 1.0 : kActBytes;
-    op.bytes = ((m * k + k * n) * in_elem + m * n * kActBytes) * count;  // output stays 16-bit
+    const double in_elem = dtype == Dtype::FP8 ? 1.0 : act_bytes_;
+    op.bytes = ((m * k + k * n) * in_elem + m * n * act_bytes_) * count;  // output in the activation precision
     const double flops = model_flops >= 0 ? model_flops : op.flops;
     const bool wgrad = name.size() > 6 && name.compare(name.size() - 6, 6, ".wgrad") == 0;
     if (dtype == Dtype::FP8 && !wgrad) {
       // Transformer Engine casts the 16-bit input (activation, or output gradient for
       // dgrad) to FP8 and keeps a transposed copy for the weight-gradient GEMM:
       // read 2 B, write 1 B + 1 B per element. Weights are cast once per step (cached).
-      memory(name + ".fp8cast", m * k * count * (kActBytes + 2), std::move(waits));
+      memory(name + ".fp8cast", m * k * count * (act_bytes_ + 2), std::move(waits));
       waits = {};
     }
     return add_compute(std::move(op), flops, std::move(waits));
@@ -98,6 +97,7 @@ class StepList {
   }
   std::vector<Step>* out_;
   Pass pass_;
+  double act_bytes_;
 };
 
 std::vector<int> maybe(int idx) { return idx >= 0 ? std::vector<int>{idx} : std::vector<int>{}; }
@@ -115,6 +115,7 @@ struct Dims {
   Dtype gemm_dtype;
   bool dropout;
   Dtype attn_dtype;  // attention, LM head and memory-bound work: FP8 recipes keep these in BF16
+  double act_bytes;  // bytes of one activation element (activation_element_bytes)
 };
 
 // Memory traffic (x the fused kernel's bytes) and launches of the elementwise, norm,
@@ -134,9 +135,22 @@ struct KernelRecipe {
   bool casts_sharded = false;  // FSDP2: the cast runs on the 1/dp shard, before the all-gather, in both passes
 };
 
-KernelRecipe recipe_of(Framework f) {
+KernelRecipe recipe_of(Framework f, double act_bytes) {
   KernelRecipe r;
   if (f == Framework::TorchCompile) r.weight_casts = true;  // Inductor fuses the pointwise chains, not the casts
+  if (f == Framework::DeepSpeed) {
+    // Megatron-DeepSpeed's loss casts the logits to fp32 (`output.float()`, a copy
+    // for 16-bit logits) and runs Megatron's unfused _VocabParallelCrossEntropy
+    // (megatron/core/tensor_parallel/cross_entropy.py, github.com/microsoft/
+    // Megatron-DeepSpeed): max, subtract, exp in place, sum, div_ in place, 32 B
+    // per fp32 logit in 5 kernels; backward: the target's indexed update and
+    // mul_ in place (8 B), then the cast's gradient back to 16 bits.
+    const bool cast = act_bytes < 4;
+    r.xent = ((cast ? act_bytes + 4 : 0) + 32) / (act_bytes + 4 + 4);
+    r.xent_kernels = cast ? 6 : 5;
+    r.xent_bwd = (8 + (cast ? 4 + act_bytes : 0)) / (4 + act_bytes);
+    r.xent_bwd_kernels = cast ? 3 : 2;
+  }
   if (f != Framework::Eager && f != Framework::Fsdp2) return r;
   // Eager PyTorch, op by op (Hugging Face LlamaRMSNorm, rotate_half RoPE, F.silu(gate) * up,
   // F.cross_entropy(logits.float())); bytes per element counted in docs/frameworks.md.
@@ -176,6 +190,7 @@ Dims dims_of(const TransformerSpec& m, const ParallelSpec& p, const TrainingSpec
   d.gemm_dtype = tr.precision;
   d.dropout = tr.dropout;
   d.attn_dtype = tr.precision == Dtype::FP8 ? Dtype::BF16 : tr.precision;
+  d.act_bytes = activation_element_bytes(tr);
   d.d_out = d.d;
   if (m.mla.enabled()) {
     // MLA attends with per-head keys of qk_nope + qk_rope and values of v_head_dim:
@@ -217,7 +232,7 @@ void mla_projections_forward(StepList& L, const TransformerSpec& m, const Dims& 
     L.gemm("attn.q.down", D.gemm_dtype, D.tokens, a.q_lora_rank, D.h, std::move(waits), 1,
            replicated(D.tokens, a.q_lora_rank, D.h));
     waits = {};
-    L.memory("attn.q.norm", D.tokens * a.q_lora_rank * kActBytes * 2);
+    L.memory("attn.q.norm", D.tokens * a.q_lora_rank * D.act_bytes * 2);
     L.gemm("attn.q.up", D.gemm_dtype, D.tokens, D.a_t * qk, a.q_lora_rank);
   } else {
     L.gemm("attn.q", D.gemm_dtype, D.tokens, D.a_t * qk, D.h, std::move(waits));
@@ -225,7 +240,7 @@ void mla_projections_forward(StepList& L, const TransformerSpec& m, const Dims& 
   }
   L.gemm("attn.kv.down", D.gemm_dtype, D.tokens, a.kv_lora_rank + a.qk_rope_dim, D.h, {}, 1,
          replicated(D.tokens, a.kv_lora_rank + a.qk_rope_dim, D.h));
-  L.memory("attn.kv.norm", D.tokens * a.kv_lora_rank * kActBytes * 2);
+  L.memory("attn.kv.norm", D.tokens * a.kv_lora_rank * D.act_bytes * 2);
   L.gemm("attn.kv.up", D.gemm_dtype, D.tokens, D.a_t * (a.qk_nope_dim + a.v_head_dim), a.kv_lora_rank);
 }
 
@@ -236,12 +251,12 @@ void mla_projections_dgrad(StepList& L, const TransformerSpec& m, const Dims& D,
   const double qk = a.qk_nope_dim + a.qk_rope_dim;
   L.gemm("attn.kv.up.dgrad", D.gemm_dtype, D.tokens, a.kv_lora_rank, D.a_t * (a.qk_nope_dim + a.v_head_dim),
          std::move(waits));
-  L.memory("attn.kv.norm.bwd", D.tokens * a.kv_lora_rank * kActBytes * 3);
+  L.memory("attn.kv.norm.bwd", D.tokens * a.kv_lora_rank * D.act_bytes * 3);
   L.gemm("attn.kv.down.dgrad", D.gemm_dtype, D.tokens, D.h, a.kv_lora_rank + a.qk_rope_dim, {}, 1,
          replicated(D.tokens, D.h, a.kv_lora_rank + a.qk_rope_dim));
   if (a.q_lora_rank > 0) {
     L.gemm("attn.q.up.dgrad", D.gemm_dtype, D.tokens, a.q_lora_rank, D.a_t * qk);
-    L.memory("attn.q.norm.bwd", D.tokens * a.q_lora_rank * kActBytes * 3);
+    L.memory("attn.q.norm.bwd", D.tokens * a.q_lora_rank * D.act_bytes * 3);
     L.gemm("attn.q.down.dgrad", D.gemm_dtype, D.tokens, D.h, a.q_lora_rank, {}, 1,
            replicated(D.tokens, D.h, a.q_lora_rank));
   } else {
@@ -274,7 +289,7 @@ void attention_core_forward(StepList& L, const Dims& D, AttentionKind kind, std:
   // ALiBi in a fused kernel (FlashAttention-2 from 2.4 takes the per-head
   // slopes and adds the bias in registers): no memory traffic of its own.
   if (kind != AttentionKind::Unfused) {
-    const double bytes = (D.tokens * (2 * D.a_t * D.d) + D.b * D.s_full * 2 * D.g_t * D.d) * kActBytes;
+    const double bytes = (D.tokens * (2 * D.a_t * D.d) + D.b * D.s_full * 2 * D.g_t * D.d) * D.act_bytes;
     // causal: half the tiles run
     L.attention("attn.core", D.attn_dtype, exec, model, bytes, std::move(waits), false, kind);
     return;
@@ -285,12 +300,21 @@ void attention_core_forward(StepList& L, const Dims& D, AttentionKind kind, std:
     // Unfused ALiBi (BLOOM's Megatron-DeepSpeed): the [b*heads, 1, s] bias is
     // broadcast into the score buffer (write 2 B per score) that torch.baddbmm
     // then reads with beta = 1 (2 B per score) instead of beta = 0.
-    L.memory("attn.alibi", scores * (2 + 2), waits);
+    L.memory("attn.alibi", scores * (D.act_bytes + D.act_bytes), waits);
     waits.clear();
   }
   L.gemm("attn.qk", D.attn_dtype, D.s_local, D.s_full, D.d, std::move(waits), heads);
-  L.memory("attn.softmax", scores * (2 + 2));
-  if (D.dropout) L.memory("attn.dropout", scores * (2 + 2 + 1));
+  const double e = D.act_bytes;
+  if (e < 4) {
+    L.memory("attn.softmax", scores * (e + e));  // Megatron's fused scale-mask-softmax kernel
+  } else {
+    // Megatron's FusedScaleMaskSoftmax runs its fused kernel only for 16-bit inputs;
+    // FP32 scores take forward_torch_softmax: masked_fill_ and torch softmax, each
+    // reading and writing every score (query-key layer scaling, when a model turns
+    // it on, adds a third pass that is not counted).
+    L.memory("attn.softmax", scores * 2 * (e + e), {}, 2);
+  }
+  if (D.dropout) L.memory("attn.dropout", scores * (e + e + 1));
   L.gemm("attn.av", D.attn_dtype, D.s_local, D.d, D.s_full, {}, heads);
 }
 
@@ -342,19 +366,19 @@ void build_moe_layer(const TransformerSpec& m, const ParallelSpec& p, const Trai
   const double busiest = rt.max_rank_tokens * etp;                     // tokens the busiest rank's experts compute
   const double balanced = rt.balanced_rank_tokens * etp;               // the same without skew or drops (model FLOPs)
   const double m_e = busiest / local;                                  // rows of one expert's GEMM
-  const double recv = rt.max_rank_tokens * h * kActBytes;              // tokens the busiest rank receives
-  const double permuted = rt.tokens_in * m.moe.top_k * h * kActBytes;  // permuted copies of the input tokens
+  const double recv = rt.max_rank_tokens * h * D.act_bytes;              // tokens the busiest rank receives
+  const double permuted = rt.tokens_in * m.moe.top_k * h * D.act_bytes;  // permuted copies of the input tokens
   // alltoall / deepep: an all-to-all-v with the draw's per-pair bytes (combine:
   // the transpose); its buffer is the most any rank sends or receives.
   // allgather: every EP rank's tokens gathered on every rank (the output
   // buffer), the local experts' copies picked from them, and the outputs
   // reduce-scattered back; its traffic does not depend on routing.
   const bool allgather = p.moe_dispatcher == MoeDispatcher::AllGather;
-  const double gathered = p.ep * rt.tokens_in * h * kActBytes;
+  const double gathered = p.ep * rt.tokens_in * h * D.act_bytes;
   double a2a = gathered;
   int dispatch_matrix = -1, combine_matrix = -1;
   if (!allgather) {
-    const std::vector<double> bytes = dispatch_bytes(m, p, draw, rt.tokens_in, ep_node, h * kActBytes);
+    const std::vector<double> bytes = dispatch_bytes(m, p, draw, rt.tokens_in, ep_node, h * D.act_bytes);
     const int n = p.ep;
     std::vector<double> transpose(bytes.size());
     a2a = 0;
@@ -377,7 +401,7 @@ void build_moe_layer(const TransformerSpec& m, const ParallelSpec& p, const Trai
   const CollectiveKind combine_kind = allgather ? CollectiveKind::ReduceScatter : CollectiveKind::AllToAll;
   const double permute_bytes = allgather ? gathered + recv : permuted * 2;
   const bool ep_comm = p.ep > 1, etp_comm = etp > 1;
-  const double act = D.tokens * D.h * kActBytes, act_norm = D.tokens_norm * D.h * kActBytes;
+  const double act = D.tokens * D.h * D.act_bytes, act_norm = D.tokens_norm * D.h * D.act_bytes;
   const auto tp_out_kind = D.sp ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce;
   const double shared_f = static_cast<double>(m.moe.shared_experts) * m.moe.shared_ffn / p.tp;
   const double up = D.up_mult;
@@ -386,7 +410,7 @@ void build_moe_layer(const TransformerSpec& m, const ParallelSpec& p, const Trai
   // ---------------- forward ----------------
   append_slice(dense.forward, 0, index_of(dense.forward, "norm2") + 1, &moe->forward);
   {
-    StepList L(&moe->forward, Pass::Forward);
+    StepList L(&moe->forward, Pass::Forward, D.act_bytes);
     L.gemm("moe.router", D.attn_dtype, rt.tokens_in, E, h);
     L.memory("moe.router.topk", rt.tokens_in * E * 4 * 3);  // fp32 scores: softmax / sigmoid, top-k
     if (!allgather) L.memory("moe.permute", permute_bytes);
@@ -397,7 +421,7 @@ void build_moe_layer(const TransformerSpec& m, const ParallelSpec& p, const Trai
         etp_comm ? L.comm("etp.ag.tokens", CollectiveKind::AllGather, CommClass::EP, etp * recv, maybe(d), false, true)
                  : -1;
     L.gemm("moe.expert.up", D.gemm_dtype, m_e, f_e * up, h, maybe2(d, g), local, expert_flops(f_e * up, h));
-    L.memory("moe.expert.act", busiest * f_e * kActBytes * (D.swiglu ? 3 : 2));
+    L.memory("moe.expert.act", busiest * f_e * D.act_bytes * (D.swiglu ? 3 : 2));
     L.gemm("moe.expert.down", D.gemm_dtype, m_e, h, f_e, {}, local, expert_flops(h, f_e));
     const int rs =
         etp_comm ? L.comm("etp.rs.tokens", CollectiveKind::ReduceScatter, CommClass::EP, etp * recv, {}, false, true)
@@ -409,17 +433,17 @@ void build_moe_layer(const TransformerSpec& m, const ParallelSpec& p, const Trai
     if (shared_f > 0) {
       const int ag = D.sp ? L.comm("tp.ag.shared", CollectiveKind::AllGather, CommClass::TP, act) : -1;
       L.gemm("moe.shared.up", D.gemm_dtype, D.tokens, shared_f * up, h, maybe2(ag, c));
-      L.memory("moe.shared.act", D.tokens * shared_f * kActBytes * (D.swiglu ? 3 : 2));
+      L.memory("moe.shared.act", D.tokens * shared_f * D.act_bytes * (D.swiglu ? 3 : 2));
       L.gemm("moe.shared.down", D.gemm_dtype, D.tokens, h, shared_f);
       shared_out = D.tp_comm ? L.comm("tp.shared.out", tp_out_kind, CommClass::TP, act) : -1;
     }
-    L.memory("moe.unpermute", permuted * 2 + rt.tokens_in * h * kActBytes, maybe2(c, shared_out));
+    L.memory("moe.unpermute", permuted * 2 + rt.tokens_in * h * D.act_bytes, maybe2(c, shared_out));
     L.memory("mlp.residual", act_norm * (D.dropout ? 3.5 : 3));
   }
 
   // ---------------- backward ----------------
   {
-    StepList L(&moe->backward, Pass::BackwardInput);
+    StepList L(&moe->backward, Pass::BackwardInput, D.act_bytes);
     const auto tp_in_kind = D.sp ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce;
     L.memory("mlp.residual.bwd", act_norm * 2);
     L.memory("moe.unpermute.bwd", permute_bytes);
@@ -434,7 +458,7 @@ void build_moe_layer(const TransformerSpec& m, const ParallelSpec& p, const Trai
     L.set_pass(Pass::BackwardWeight);
     L.gemm("moe.expert.down.wgrad", D.gemm_dtype, h, f_e, m_e, arrived, local, expert_flops(h, f_e));
     L.set_pass(Pass::BackwardInput);
-    L.memory("moe.expert.act.bwd", busiest * f_e * kActBytes * (D.swiglu ? 5 : 3));
+    L.memory("moe.expert.act.bwd", busiest * f_e * D.act_bytes * (D.swiglu ? 5 : 3));
     L.gemm("moe.expert.up.dgrad", D.gemm_dtype, m_e, h, f_e * up, {}, local, expert_flops(h, f_e * up));
     L.set_pass(Pass::BackwardWeight);
     L.gemm("moe.expert.up.wgrad", D.gemm_dtype, h, f_e * up, m_e, arrived, local, expert_flops(h, f_e * up));
@@ -452,7 +476,7 @@ void build_moe_layer(const TransformerSpec& m, const ParallelSpec& p, const Trai
       L.set_pass(Pass::BackwardWeight);
       L.gemm("moe.shared.down.wgrad", D.gemm_dtype, h, shared_f, D.tokens, maybe(ag));
       L.set_pass(Pass::BackwardInput);
-      L.memory("moe.shared.act.bwd", D.tokens * shared_f * kActBytes * (D.swiglu ? 5 : 3));
+      L.memory("moe.shared.act.bwd", D.tokens * shared_f * D.act_bytes * (D.swiglu ? 5 : 3));
       const int in = D.sp ? L.comm("tp.ag.shared.input", CollectiveKind::AllGather, CommClass::TP, act) : -1;
       L.gemm("moe.shared.up.dgrad", D.gemm_dtype, D.tokens, h, shared_f * up);
       shared_in = D.tp_comm ? L.comm("tp.shared.in.grad", tp_in_kind, CommClass::TP, act) : -1;
@@ -496,7 +520,7 @@ void append_module(const std::vector<Step>& in, const std::string& prefix, std::
 void add_mtp_modules(const TransformerSpec& m, const Dims& D, ModelSteps* out) {
   const LayerSteps& block = out->of(m.layer_kind(m.layers - 1));
   const std::vector<Step> head_f = out->head_forward, head_b = out->head_backward;
-  const double act_norm = D.tokens_norm * D.h * kActBytes;
+  const double act_norm = D.tokens_norm * D.h * D.act_bytes;
   auto proj_flops = [&D](double rows, double cols, double inner) {
     return D.sp ? -1.0 : replicated_flops(D, rows, cols, inner);  // without SP every TP rank runs all tokens
   };
@@ -504,7 +528,7 @@ void add_mtp_modules(const TransformerSpec& m, const Dims& D, ModelSteps* out) {
   for (int k = 1; k <= m.mtp_depth; ++k) {
     const std::string prefix = "mtp" + std::to_string(k) + ".";
     {
-      StepList L(&out->head_forward, Pass::Forward);
+      StepList L(&out->head_forward, Pass::Forward, D.act_bytes);
       L.memory(prefix + "embed.lookup", act_norm * 2);
       L.memory(prefix + "norms", act_norm * 4);
       L.memory(prefix + "concat", act_norm * 4);
@@ -516,7 +540,7 @@ void add_mtp_modules(const TransformerSpec& m, const Dims& D, ModelSteps* out) {
     std::vector<Step>& b = module_backward.emplace_back();
     append_module(head_b, prefix, &b);
     append_module(block.backward, prefix, &b);
-    StepList L(&b, Pass::BackwardInput);
+    StepList L(&b, Pass::BackwardInput, D.act_bytes);
     L.gemm(prefix + "proj.dgrad", D.gemm_dtype, D.tokens_norm, 2 * D.h, D.h, {}, 1,
            proj_flops(D.tokens_norm, 2 * D.h, D.h));
     L.set_pass(Pass::BackwardWeight);
@@ -524,7 +548,7 @@ void add_mtp_modules(const TransformerSpec& m, const Dims& D, ModelSteps* out) {
            proj_flops(2 * D.h, D.h, D.tokens_norm));
     L.set_pass(Pass::BackwardInput);
     L.memory(prefix + "norms.bwd", act_norm * 8);
-    L.memory(prefix + "embed.grad", D.tokens_norm * D.h * (kActBytes + 4 + 4));  // into the shared embedding
+    L.memory(prefix + "embed.grad", D.tokens_norm * D.h * (D.act_bytes + 4 + 4));  // into the shared embedding
   }
   std::vector<Step> backward;
   for (auto it = module_backward.rbegin(); it != module_backward.rend(); ++it)
@@ -555,14 +579,14 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
   // The dense layer (attention + MLP); other layer kinds get their own steps here.
   LayerSteps& dense = out.by_kind[static_cast<std::size_t>(LayerKind::Dense)];
   const auto tp_out_kind = D.sp ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce;
-  const double act = D.tokens * D.h * kActBytes;            // one hidden-state tensor, full tokens
-  const double act_norm = D.tokens_norm * D.h * kActBytes;  // the same where SP shards it
+  const double act = D.tokens * D.h * D.act_bytes;            // one hidden-state tensor, full tokens
+  const double act_norm = D.tokens_norm * D.h * D.act_bytes;  // the same where SP shards it
   const Dims A = attention_view(D);
-  const double kv_bytes = A.b * A.s_full * 2 * A.g_t * A.d * kActBytes;  // K and V gathered over the ring
+  const double kv_bytes = A.b * A.s_full * 2 * A.g_t * A.d * D.act_bytes;  // K and V gathered over the ring
   // Ulysses all-to-alls of one rank (arXiv:2309.14509): its sequence
   // shard of Q, K and V (all heads of its TP rank) before attention, of the output after.
-  const double qkv_bytes = D.tokens * (D.a_t + 2 * D.g_t) * D.d * kActBytes;
-  const double out_bytes = D.tokens * D.a_t * D.d_out * kActBytes;
+  const double qkv_bytes = D.tokens * (D.a_t + 2 * D.g_t) * D.d * D.act_bytes;
+  const double out_bytes = D.tokens * D.a_t * D.d_out * D.act_bytes;
   const bool hybrid = D.ulysses > 1 && D.ring > 1;
   const Step::CpGroup ulysses_group = hybrid ? Step::CpGroup::Ulysses : Step::CpGroup::All;
   const Step::CpGroup ring_group = hybrid ? Step::CpGroup::Ring : Step::CpGroup::All;
@@ -575,19 +599,20 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
   const bool ov = p.tp_comm_overlap && D.tp_comm;
   auto gate = [&](int c) { return ov ? std::vector<int>{} : maybe(c); };
   auto after = [&](int c) { return ov ? maybe(c) : std::vector<int>{}; };
-  const KernelRecipe R = recipe_of(tr.framework);
+  KernelRecipe R = recipe_of(tr.framework, D.act_bytes);
+  if (D.act_bytes >= 4) R.weight_casts = false;  // FP32 training: no 16-bit weight copies to cast
   const double residual = act_norm * (D.dropout ? 3.5 * R.residual_dropout : 3);
   const int residual_kernels = D.dropout ? R.residual_dropout_kernels : 1;
   // fp32 -> 16-bit weight casts: read 4 + write 2 bytes per weight of this rank; one
   // launch per weight matrix (QKV, projection, MLP up (gate and up), down).
   const double cast_share = R.casts_sharded ? 1.0 / p.dp : 1.0;
-  const double cast_bytes = m.params_per_layer() / p.tp * (4 + kActBytes) * cast_share;
+  const double cast_bytes = m.params_per_layer() / p.tp * (4 + 2) * cast_share;
   const int cast_kernels = D.swiglu ? 5 : 4;
-  const double head_cast_bytes = static_cast<double>(m.vocab) * m.hidden / p.tp * (4 + kActBytes) * cast_share;
+  const double head_cast_bytes = static_cast<double>(m.vocab) * m.hidden / p.tp * (4 + 2) * cast_share;
 
   // ---------------- forward of one layer ----------------
   {
-    StepList L(&dense.forward, Pass::Forward);
+    StepList L(&dense.forward, Pass::Forward, D.act_bytes);
     if (R.weight_casts) L.memory("amp.weight.cast", cast_bytes, {}, cast_kernels);
     L.memory("norm1", act_norm * 2 * R.norm, {}, R.norm_kernels);
     const int ag1 = D.sp ? L.comm("tp.ag.attn", CollectiveKind::AllGather, CommClass::TP, act) : -1;
@@ -598,7 +623,7 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     }
     std::vector<int> core_waits = after(ag1);
     if (m.rope) {
-      L.memory("attn.rope", D.tokens * (D.a_t + D.g_t) * D.d * kActBytes * 2 * R.rope, core_waits, R.rope_kernels);
+      L.memory("attn.rope", D.tokens * (D.a_t + D.g_t) * D.d * D.act_bytes * 2 * R.rope, core_waits, R.rope_kernels);
       core_waits.clear();
     }
     const int a2a =
@@ -616,7 +641,7 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     L.memory("norm2", act_norm * 2 * R.norm, {}, R.norm_kernels);
     const int ag2 = D.sp ? L.comm("tp.ag.mlp", CollectiveKind::AllGather, CommClass::TP, act) : -1;
     L.gemm("mlp.up", D.gemm_dtype, D.tokens, D.f_t * D.up_mult, D.h, gate(ag2));
-    L.memory("mlp.act", D.tokens * D.f_t * kActBytes * (D.swiglu ? 3 * R.swiglu : 2), after(ag2),
+    L.memory("mlp.act", D.tokens * D.f_t * D.act_bytes * (D.swiglu ? 3 * R.swiglu : 2), after(ag2),
              D.swiglu ? R.swiglu_kernels : 1);
     L.gemm("mlp.down", D.gemm_dtype, D.tokens, D.h, D.f_t);
     const int r2 = D.tp_comm ? L.comm("tp.mlp.out", tp_out_kind, CommClass::TP, act, {}, ov) : -1;
@@ -625,7 +650,7 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
 
   // ---------------- backward of one layer ----------------
   {
-    StepList L(&dense.backward, Pass::BackwardInput);
+    StepList L(&dense.backward, Pass::BackwardInput, D.act_bytes);
     const auto tp_in_kind = D.sp ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce;
     // MLP block, in reverse.
     L.memory("mlp.residual.bwd", act_norm * 2);
@@ -634,7 +659,7 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     L.set_pass(Pass::BackwardWeight);
     L.gemm("mlp.down.wgrad", D.gemm_dtype, D.h, D.f_t, D.tokens, after(g1));
     L.set_pass(Pass::BackwardInput);
-    L.memory("mlp.act.bwd", D.tokens * D.f_t * kActBytes * (D.swiglu ? 5 * R.swiglu_bwd : 3), {},
+    L.memory("mlp.act.bwd", D.tokens * D.f_t * D.act_bytes * (D.swiglu ? 5 * R.swiglu_bwd : 3), {},
              D.swiglu ? R.swiglu_bwd_kernels : 1);
     const int in2 = D.sp ? L.comm("tp.ag.mlp.input", CollectiveKind::AllGather, CommClass::TP, act) : -1;
     L.gemm("mlp.up.dgrad", D.gemm_dtype, D.tokens, D.h, D.f_t * D.up_mult);
@@ -660,7 +685,7 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     const double exec_core = 4 * A.b * A.s_local * A.s_full * A.a_t * A.d * A.causal;
     if (tr.attention != AttentionKind::Unfused) {
       // FlashAttention backward: recomputes QK^T and runs four GEMMs (2.5x the forward work).
-      const double bytes = (A.tokens * (4 * A.a_t * A.d) + A.b * A.s_full * 4 * A.g_t * A.d) * kActBytes;
+      const double bytes = (A.tokens * (4 * A.a_t * A.d) + A.b * A.s_full * 4 * A.g_t * A.d) * A.act_bytes;
       L.attention("attn.core.bwd", A.attn_dtype, 2.5 * exec_core, 2 * model_core, bytes, maybe(gout), true,
                   tr.attention);
     } else {
@@ -668,8 +693,20 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
       const double scores = heads * A.s_local * A.s_full;
       L.gemm("attn.av.dgrad", A.attn_dtype, A.s_local, A.s_full, A.d, maybe(gout), heads);
       L.gemm("attn.av.wgrad", A.attn_dtype, A.s_full, A.d, A.s_local, {}, heads);
-      if (A.dropout) L.memory("attn.dropout.bwd", scores * (2 + 1 + 2));
-      L.memory("attn.softmax.bwd", scores * (2 + 2 + 2));
+      const double e = A.act_bytes;
+      if (A.dropout) L.memory("attn.dropout.bwd", scores * (e + 1 + e));
+      if (e < 4) {
+        L.memory("attn.softmax.bwd", scores * (e + e + e));
+      } else {
+        // torch softmax backward (read output and gradient, write), then the
+        // gradient of masked_fill_. Megatron's mask function fills in place a view
+        // of the score GEMM's output (`matmul_result.view(...)`), so autograd runs
+        // it through CopySlices (PyTorch torch/csrc/autograd/functions/tensor.cpp,
+        // CopySlices::apply_impl): copy the gradient into a fresh base-shaped
+        // buffer, clone the view's slice, masked_fill out of place, copy the result
+        // back: 4 kernels, each reading and writing every score.
+        L.memory("attn.softmax.bwd", scores * (3 * e + 4 * (e + e)), {}, 5);
+      }
       L.gemm("attn.qk.dgrad", A.attn_dtype, A.s_local, A.d, A.s_full, {}, heads);
       L.gemm("attn.qk.wgrad", A.attn_dtype, A.s_full, A.d, A.s_local, {}, heads);
     }
@@ -680,7 +717,7 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
                                             maybe(rkv_ring))
                                   : rkv_ring;
     if (m.rope)
-      L.memory("attn.rope.bwd", D.tokens * (D.a_t + D.g_t) * D.d * kActBytes * 2 * R.rope_bwd, {}, R.rope_kernels);
+      L.memory("attn.rope.bwd", D.tokens * (D.a_t + D.g_t) * D.d * D.act_bytes * 2 * R.rope_bwd, {}, R.rope_kernels);
     const int in1 = D.sp ? L.comm("tp.ag.attn.input", CollectiveKind::AllGather, CommClass::TP, act) : -1;
     if (m.mla.enabled()) {
       mla_projections_dgrad(L, m, D, maybe(rkv));
@@ -704,30 +741,30 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
   if (p.recompute == Recompute::Full) {
     dense.recompute = dense.forward;
   } else if (p.recompute == Recompute::Selective && tr.attention == AttentionKind::Unfused) {
-    StepList L(&dense.recompute, Pass::Forward);
+    StepList L(&dense.recompute, Pass::Forward, D.act_bytes);
     attention_core_forward(L, A, tr.attention, {});
   }
 
   // ---------------- embedding (first stage) ----------------
   {
-    StepList L(&out.embedding_forward, Pass::Forward);
+    StepList L(&out.embedding_forward, Pass::Forward, D.act_bytes);
     L.memory("embed.lookup", act * (m.rope || m.alibi ? 2 : 3) / (D.sp ? D.t : 1.0));
-    StepList B(&out.embedding_backward, Pass::BackwardWeight);
-    B.memory("embed.grad", D.tokens * D.h * (kActBytes + 4 + 4));  // scatter-add into fp32 grads
+    StepList B(&out.embedding_backward, Pass::BackwardWeight, D.act_bytes);
+    B.memory("embed.grad", D.tokens * D.h * (D.act_bytes + 4 + 4));  // scatter-add into fp32 grads
   }
   // ---------------- final norm, LM head and loss (last stage) ----------------
   // The output layer sits outside the FP8 region of FP8 recipes (Megatron-core enters
   // Transformer Engine's fp8_autocast per transformer block), so it runs in 16-bit.
   {
     const double v_t = static_cast<double>(m.vocab) / p.tp;
-    StepList L(&out.head_forward, Pass::Forward);
+    StepList L(&out.head_forward, Pass::Forward, D.act_bytes);
     if (R.weight_casts) L.memory("amp.head.cast", head_cast_bytes);
     L.memory("final.norm", act_norm * 2 * R.norm, {}, R.norm_kernels);
     const int ag = D.sp ? L.comm("tp.ag.head", CollectiveKind::AllGather, CommClass::TP, act) : -1;
     L.gemm("head.logits", D.attn_dtype, D.tokens, v_t, D.h, maybe(ag));
-    L.memory("loss.xent", D.tokens * v_t * (kActBytes + 4 + 4) * R.xent, {}, R.xent_kernels);
-    StepList B(&out.head_backward, Pass::BackwardInput);
-    B.memory("loss.xent.bwd", D.tokens * v_t * (4 + kActBytes) * R.xent_bwd, {}, R.xent_bwd_kernels);
+    L.memory("loss.xent", D.tokens * v_t * (D.act_bytes + 4 + 4) * R.xent, {}, R.xent_kernels);
+    StepList B(&out.head_backward, Pass::BackwardInput, D.act_bytes);
+    B.memory("loss.xent.bwd", D.tokens * v_t * (4 + D.act_bytes) * R.xent_bwd, {}, R.xent_bwd_kernels);
     // With SP the head's input is sequence-sharded: its backward gathers it
     // again for the weight gradient, issued before the input-gradient GEMM and
     // overlapped with it, as for every column-parallel linear (Megatron-LM

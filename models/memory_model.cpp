@@ -11,23 +11,27 @@ double layer_activation_bytes(const TransformerSpec& m, const ParallelSpec& p, c
   const double t = p.tp;
   const double sbh = static_cast<double>(p.micro_batch) * tr.seq_len / p.cp * m.hidden;
   const bool sp = p.sequence_parallel && p.tp > 1;
-  if (p.recompute == Recompute::Full) return 2 * sbh / (sp ? t : 1.0);  // only the layer input
+  // e: bytes of one activation element (16-bit: 2; FP32 and TF32 training: 4).
+  const double e = activation_element_bytes(tr);
+  if (p.recompute == Recompute::Full) return e * sbh / (sp ? t : 1.0);  // only the layer input
   const double h = m.hidden, a = m.heads, g = m.kv_heads, f = m.ffn_hidden;
   const double up = m.mlp == MlpKind::SwiGlu ? 2 : 1;
   // Per sbh, in bytes (16-bit tensors = 2, dropout masks = 1). Korthikanti et al. 2022 §4.1.
   // GEMM inputs kept for the weight gradient are FP8 (1 byte) under FP8 training
   // (Transformer Engine saves the cast copy).
-  const double lin = tr.precision == Dtype::FP8 ? 1 : 2;
+  const double lin = tr.precision == Dtype::FP8 ? 1 : e;
   const double mask = tr.dropout ? 1 : 0;
   // Replicated across TP unless SP: norm inputs, QKV / MLP inputs, dropout masks.
-  const double replicated = (2 + lin + mask) + (2 + lin + mask);
+  const double replicated = (e + lin + mask) + (e + lin + mask);
   // Sharded across TP: Q, K, V, attention output (the projection's input); MLP up
   // outputs (activation input) and activation output (the down projection's input).
-  const double sharded = (2 + 4 * g / a + lin) + (2 * f * up / h + lin * f / h);
+  const double sharded = (e + 2 * e * g / a + lin) + (e * f * up / h + lin * f / h);
   // Attention scores (softmax output, dropout mask and output): 5 a s / h, unless
   // fused attention or selective recomputation avoids storing them.
   const bool scores_kept = tr.attention == AttentionKind::Unfused && p.recompute == Recompute::None;
-  const double scores = scores_kept ? (4 + mask) * a * (static_cast<double>(tr.seq_len) / p.cp) / h : 0.0;
+  // Without dropout the softmax output is the tensor the AV product keeps: one copy.
+  const double kept = tr.dropout ? 2 * e + mask : e;
+  const double scores = scores_kept ? kept * a * (static_cast<double>(tr.seq_len) / p.cp) / h : 0.0;
   return sbh * ((sp ? replicated / t : replicated) + (sharded + scores) / t);
 }
 
@@ -35,7 +39,7 @@ double layer_weight_input_bytes(const TransformerSpec& m, const ParallelSpec& p,
   const double t = p.tp;
   const double sbh = static_cast<double>(p.micro_batch) * tr.seq_len / p.cp * m.hidden;
   const bool sp = p.sequence_parallel && p.tp > 1;
-  const double lin = tr.precision == Dtype::FP8 ? 1 : 2;
+  const double lin = tr.precision == Dtype::FP8 ? 1 : activation_element_bytes(tr);
   // QKV and MLP-up inputs (replicated unless SP), attention-projection and
   // MLP-down inputs (sharded), as counted in layer_activation_bytes.
   const double replicated = 2 * lin;
@@ -124,14 +128,16 @@ MemoryBreakdown stage_memory(const TransformerSpec& m, const ParallelSpec& p, co
   const double shard_opt = p.zero >= 1 ? dp_group : 1.0;
   const double shard_grad = p.zero >= 2 ? dp_group : 1.0;
   const double shard_weight = p.zero >= 3 ? dp_group : 1.0;
-  mem.weights = params * 2 / shard_weight;
+  // 16-bit weights beside the fp32 master copy; FP32 training holds only fp32 weights.
+  const double weight_bytes = activation_element_bytes(tr);
+  mem.weights = params * weight_bytes / shard_weight;
   mem.gradients = params * tr.grad_reduce_bytes / shard_grad;
   const double opt_bytes = optimizer_bytes_per_param(tr);
   mem.optimizer = params * opt_bytes / shard_opt;
   if (expert > 0) {
     // Routed experts: replicated over the expert data-parallel group only.
     const double edp = expert_dp(p);
-    mem.weights += expert * 2 / (p.zero >= 3 ? edp : 1.0);
+    mem.weights += expert * weight_bytes / (p.zero >= 3 ? edp : 1.0);
     mem.gradients += expert * tr.grad_reduce_bytes / (p.zero >= 2 ? edp : 1.0);
     mem.optimizer += expert * opt_bytes / (p.zero >= 1 ? edp : 1.0);
     // Receive buffers of the token dispatch and combine on the busiest rank
@@ -157,7 +163,9 @@ MemoryBreakdown stage_memory(const TransformerSpec& m, const ParallelSpec& p, co
   // Activations in flight: each forward unit adds its chunk's activations, its
   // backward frees them (B keeps the weight-gradient inputs until W).
   const double tokens = static_cast<double>(p.micro_batch) * unit_tr.seq_len / p.cp;
-  const double embedding_out = tokens * m.hidden * 3 / (p.sequence_parallel ? p.tp : 1);
+  // The embedding output and its dropout mask (1 B).
+  const double embedding_out =
+      tokens * m.hidden * (activation_element_bytes(unit_tr) + 1) / (p.sequence_parallel ? p.tp : 1);
   // A multi-token prediction module keeps its block's activations (never
   // recomputed) and the concatenated 2h input of its projection.
   ChunkActivation mtp_act;
@@ -167,7 +175,7 @@ MemoryBreakdown stage_memory(const TransformerSpec& m, const ParallelSpec& p, co
     const ChunkActivation block =
         mtp_moe ? moe_layer_activation(m, kept, tr)
                 : ChunkActivation{layer_activation_bytes(m, kept, tr), layer_weight_input_bytes(m, kept, tr)};
-    const double proj_in = tokens * 2 * m.hidden * 2 / (p.sequence_parallel ? p.tp : 1);
+    const double proj_in = tokens * 2 * m.hidden * activation_element_bytes(tr) / (p.sequence_parallel ? p.tp : 1);
     mtp_act = ChunkActivation{m.mtp_depth * (block.total + proj_in), m.mtp_depth * (block.after_input + proj_in)};
   }
   mem.activations = peak_activation_bytes(sched, stage, [&](int c) {
@@ -193,23 +201,24 @@ MemoryBreakdown stage_memory(const TransformerSpec& m, const ParallelSpec& p, co
   }
   if (last) {
     // Logits and fp32 loss input of the LM head and of each prediction module.
-    mem.buffers += (1 + m.mtp_depth) * tokens * static_cast<double>(m.vocab) / p.tp * (2 + 4);
+    mem.buffers += (1 + m.mtp_depth) * tokens * static_cast<double>(m.vocab) / p.tp * (activation_element_bytes(tr) + 4);
   }
   return mem;
 }
 
 double optimizer_bytes_per_param(const TrainingSpec& tr) {
-  // fp32 master weights, plus: SGD its momentum; Adam and LAMB m and v;
-  // Adafactor (factored, no first moment) only row and column statistics,
-  // which are negligible next to the matrix.
-  if (tr.optimizer == "sgd") return 8.0;
-  if (tr.optimizer == "adafactor") return 4.0;
-  return 12.0;
+  // fp32 master weights (none in FP32 training: the weights are the master
+  // copy), plus: SGD its momentum; Adam and LAMB m and v; Adafactor (factored,
+  // no first moment) only row and column statistics, negligible next to the matrix.
+  const double master = activation_element_bytes(tr) >= 4 ? 0.0 : 4.0;
+  if (tr.optimizer == "sgd") return master + 4.0;
+  if (tr.optimizer == "adafactor") return master;
+  return master + 8.0;
 }
 
 double checkpoint_bytes(const TransformerSpec& model, const TrainingSpec& tr) {
-  constexpr double kWeightBytes = 2;  // 16-bit weights, as stage_memory counts
-  return model.total_params() * (kWeightBytes + optimizer_bytes_per_param(tr));
+  // Weights as stage_memory counts them (16-bit, or fp32 in FP32 training).
+  return model.total_params() * (activation_element_bytes(tr) + optimizer_bytes_per_param(tr));
 }
 
 }  // namespace trainsim

@@ -64,12 +64,11 @@ StageProgramSpec stage_program_spec(const TransformerSpec& model, const Parallel
 
 double boundary_activation_bytes(const TransformerSpec& model, const ParallelSpec& par, const TrainingSpec& train,
                                  int s) {
-  constexpr double kActBytes = 2;  // 16-bit activations, as the planner sends them
   const StageProgramSpec from = stage_program_spec(model, par, train, s);
   // An encoder's outputs enter the main model projected to its hidden size (LLaVA's projector).
   const StageProgramSpec to = stage_program_spec(model, par, train, s + 1);
   const int hidden = from.encoder && !to.encoder ? model.hidden : from.model.hidden;
-  return static_cast<double>(par.micro_batch) * from.train.seq_len / par.cp * hidden * kActBytes;
+  return static_cast<double>(par.micro_batch) * from.train.seq_len / par.cp * hidden * activation_element_bytes(train);
 }
 
 std::vector<LayoutProblem> check_stage_layouts(const TransformerSpec& m, const ParallelSpec& p, const TrainingSpec& t,

@@ -780,7 +780,8 @@ class StageProgramBuilder {
     // activation (with SP it only holds that much); without it every TP rank sends it whole.
     const double tokens = static_cast<double>(par_.micro_batch) * train_.seq_len / par_.cp / par_.seq_chunks;
     const bool split = par_.pp_scatter_gather || (par_.sequence_parallel && par_.tp > 1);
-    return static_cast<std::uint64_t>(tokens * model_.hidden * kActBytes / (split ? par_.tp : 1));
+    return static_cast<std::uint64_t>(tokens * model_.hidden * activation_element_bytes(train_) /
+                                      (split ? par_.tp : 1));
   }
 
   const TransformerSpec& model_;
@@ -924,7 +925,8 @@ PassTimes stage_pass_times(const TransformerSpec& model, const ParallelSpec& par
     const AnalyticalNetwork& net = platform.analytical_network();
     const double tokens = static_cast<double>(par.micro_batch) * train.seq_len / par.cp;
     const bool split = par.pp_scatter_gather || (par.sequence_parallel && par.tp > 1);
-    t.transfer = net.p2p_seconds(net.shape({first, next}), tokens * model.hidden * kActBytes / (split ? par.tp : 1));
+    t.transfer = net.p2p_seconds(net.shape({first, next}),
+                                 tokens * model.hidden * activation_element_bytes(train) / (split ? par.tp : 1));
   }
   return t;
 }

@@ -228,4 +228,12 @@ struct TrainingSpec {
   Framework framework = Framework::Default;
 };
 
+// Bytes of one activation element: FP32 training (`fp32`, and `tf32`, whose
+// matmuls run on TF32 tensor cores from FP32 tensors) keeps activations, their
+// gradients and the messages carrying them in 4 bytes; mixed precision in 2
+// (FP8 recipes keep activations in 16-bit too).
+constexpr double activation_element_bytes(const TrainingSpec& t) {
+  return t.precision == Dtype::FP32 || t.precision == Dtype::TF32 ? 4.0 : 2.0;
+}
+
 }  // namespace trainsim

@@ -448,3 +448,65 @@ TEST_CASE("host dispatch in a plan: tiny kernels are host-bound, a large step is
   // Every kernel of this 1.3B step at 4096 tokens outlasts its host issue cost: the same prediction.
   CHECK(simulate(te).iteration_time_s == simulate(def).iteration_time_s);
 }
+
+TEST_CASE("FP32 and TF32 training: 4-byte activations, Megatron's unfused softmax falls back to torch ops") {
+  const std::string text = R"({
+    "model": {"name": "fp32-test", "layers": 4, "hidden": 2048, "heads": 16, "ffn_hidden": 8192, "vocab": 50304},
+    "cluster": {"node": "dgx-a100", "nodes": 1},
+    "parallel": {"tp": 2, "dp": 4, "micro_batch": 2, "global_batch": 64},
+    "training": {"seq_len": 2048, "precision": "bf16", "attention": "unfused"}
+  })";
+  const double scores = 2.0 * 8 * 2048 * 2048;  // micro-batch 2 x 8 heads per TP rank x 2048 x 2048
+  const ProgramTemplate bf16 = stage_program(text, {});
+  const ProgramTemplate tf32 = stage_program(text, {"training.precision=\"tf32\""});
+  auto op_of = [](const ProgramTemplate& p, const std::string& name) -> const ComputeOp& {
+    const auto t = tasks_ending(p, name);
+    REQUIRE_FALSE(t.empty());
+    return p.ops[p.tasks[t[0]].ref];
+  };
+  // 16-bit: Megatron's fused scale-mask-softmax, one kernel, read and write 2 B per score.
+  CHECK(op_of(bf16, "attn.softmax").bytes == doctest::Approx(4.0 * scores));
+  CHECK(op_of(bf16, "attn.softmax").kernels == 1);
+  // FP32 scores: masked_fill_ and softmax, each reading and writing 4 B per score;
+  // backward: softmax (12 B) and masked_fill_'s gradient through autograd's
+  // CopySlices (the fill is in place on a view): 4 kernels of 8 B.
+  CHECK(op_of(tf32, "attn.softmax").bytes == doctest::Approx(16.0 * scores));
+  CHECK(op_of(tf32, "attn.softmax").kernels == 2);
+  CHECK(op_of(tf32, "attn.softmax.bwd").bytes == doctest::Approx(44.0 * scores));
+  CHECK(op_of(tf32, "attn.softmax.bwd").kernels == 5);
+  // Megatron-DeepSpeed's unfused vocab-parallel cross-entropy: 32 B per fp32 logit
+  // in 5 kernels (backward 8 B); 16-bit logits add the cast to fp32 and back.
+  const double logits = 2.0 * 2048 * (50304 / 2);
+  const ProgramTemplate ds32 = stage_program(text, {"training.precision=\"tf32\"", "training.framework=\"deepspeed\""});
+  const ProgramTemplate ds16 = stage_program(text, {"training.framework=\"deepspeed\""});
+  CHECK(op_of(ds32, "loss.xent").bytes == doctest::Approx(32.0 * logits));
+  CHECK(op_of(ds32, "loss.xent").kernels == 5);
+  CHECK(op_of(ds32, "loss.xent.bwd").bytes == doctest::Approx(8.0 * logits));
+  CHECK(op_of(ds16, "loss.xent").bytes == doctest::Approx(38.0 * logits));
+  CHECK(op_of(ds16, "loss.xent").kernels == 6);
+  CHECK(op_of(ds16, "loss.xent.bwd").bytes == doctest::Approx(14.0 * logits));
+  CHECK(op_of(tf32, "loss.xent").bytes == doctest::Approx(12.0 * logits));  // fused default
+  CHECK(op_of(tf32, "attn.dropout").bytes == doctest::Approx(9.0 * scores));
+  // GEMMs run in TF32 on 4-byte activations; the TP all-reduce carries 4-byte activations.
+  CHECK(op_of(tf32, "mlp.up").dtype == Dtype::TF32);
+  auto comm_bytes = [](const ProgramTemplate& p, const std::string& name) {
+    const auto t = tasks_ending(p, name);
+    REQUIRE_FALSE(t.empty());
+    return p.tasks[t[0]].bytes;
+  };
+  const std::uint64_t act16 = comm_bytes(bf16, "tp.attn.out");
+  CHECK(act16 == static_cast<std::uint64_t>(2.0 * 2048 * 2048 * 2));
+  CHECK(comm_bytes(tf32, "tp.attn.out") == 2 * act16);
+  CHECK(comm_bytes(stage_program(text, {"training.precision=\"fp32\""}), "tp.attn.out") == 2 * act16);
+  // FP32 GEMMs run on the A100 profile's measured SGEMM curve (0.92-0.97 of the 19.5
+  // TFLOP/s peak at this size: gpt3-1.3b's MLP up-projection, 8192 x 4096 x 2048), not at peak.
+  const double up_flops = 2.0 * 8192 * 4096 * 2048;
+  const double fp32_s = kernel_seconds({"training.precision=\"fp32\""}, "mlp.up");
+  CHECK(fp32_s > up_flops / (0.97 * 19.5e12));
+  CHECK(fp32_s < up_flops / (0.9 * 19.5e12));
+  // FP32 training has no 16-bit weight copies: the eager framework casts nothing.
+  CHECK_FALSE(tasks_ending(stage_program(text, {"training.framework=\"eager\""}), "amp.weight.cast").empty());
+  CHECK(tasks_ending(stage_program(text, {"training.precision=\"fp32\"", "training.framework=\"eager\""}),
+                     "amp.weight.cast")
+            .empty());
+}

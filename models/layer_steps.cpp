@@ -592,7 +592,7 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
   const Step::CpGroup ring_group = hybrid ? Step::CpGroup::Ring : Step::CpGroup::All;
   auto cp_step = [&](StepList& L, const char* name, CollectiveKind kind, double bytes, Step::CpGroup g,
                      std::vector<int> waits) {
-    return L.comm(name, kind, CommClass::CP, bytes, std::move(waits), false, false, g);
+    return L.comm(name, kind, CommClass::CP, bytes, std::move(waits), false, false, -1, g);
   };
   // TP communication overlap (Megatron/TE userbuffers): a collective runs alongside the
   // GEMM next to it; the step after the GEMM waits for it instead of the GEMM.

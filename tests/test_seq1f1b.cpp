@@ -77,7 +77,7 @@ TEST_CASE("seq1f1b: the chunks' attention adds up to the micro-batch's, later ch
   const Step whole = core(build_model_steps(m, par, train));
   double exec = 0, model = 0, previous = 0;
   for (int j = 0; j < par.seq_chunks; ++j) {
-    const Step c = core(build_model_steps(m, par, train, SequenceChunk{j, par.seq_chunks}));
+    const Step c = core(build_model_steps(m, par, train, {}, SequenceChunk{j, par.seq_chunks}));
     CHECK(c.op.flops > previous);  // chunk j attends to j+1 chunks of keys
     previous = c.op.flops;
     exec += c.op.flops;

@@ -128,9 +128,12 @@ TEST_CASE("zero bubble schedules by name: zb-h1 as the same units written out, f
 }
 
 TEST_CASE(
-    "zero bubble validation: the paper's order 1F1B < ZB-1p < ZB-2p in throughput holds for every configuration") {
+    "zero bubble validation: the paper's order 1F1B < interleaved < ZB-2p and 1F1B < ZB-1p < ZB-2p in throughput") {
   // scenarios/validation-schedules: per configuration one scenario per schedule
   // (tools/make-schedule-validation-scenarios); the MAPE is gated by CTest.
+  // Interleaved against ZB-1p differs between configurations in the paper
+  // (interleaved is faster on 1.5B at m = 24 and 6.2B at m = 24, 32): reported
+  // in docs/schedules.md, not asserted.
   const std::filesystem::path dir = std::filesystem::path(TRAINSIM_SOURCE_DIR) / "scenarios/validation-schedules";
   std::map<std::string, std::map<std::string, std::pair<double, double>>> by_config;  // measured, predicted
   for (const auto& entry : std::filesystem::directory_iterator(dir)) {
@@ -142,16 +145,21 @@ TEST_CASE(
     by_config[config][schedule] = {s.expected->value, simulate(s).iteration_time_s};
   }
   REQUIRE(by_config.size() >= 9);
-  for (const auto& [config, runs] : by_config) {
+  for (const auto& entry : by_config) {
+    const std::string& config = entry.first;  // a named variable: doctest's CAPTURE cannot take a binding
+    const auto& runs = entry.second;
     CAPTURE(config);
-    REQUIRE(runs.size() == 3);
+    REQUIRE(runs.size() == 4);
     const auto& one = runs.at("1f1b");
+    const auto& inter = runs.at("interleaved-1f1b");
     const auto& p1 = runs.at("zb-1p");
     const auto& p2 = runs.at("zb-2p");
-    CHECK(one.first > p1.first);  // measured iteration times
-    CHECK(p1.first > p2.first);
-    CHECK(one.second > p1.second);  // predicted
-    CHECK(p1.second > p2.second);
+    for (const auto* faster : {&inter, &p1}) {
+      CHECK(one.first > faster->first);    // measured iteration times
+      CHECK(one.second > faster->second);  // predicted
+      CHECK(faster->first > p2.first);
+      CHECK(faster->second > p2.second);
+    }
   }
 }
 

@@ -502,6 +502,7 @@ TrainingSpec read_training(ObjectReader& top, const TransformerSpec& model) {
                                         : Framework::Default;
   t.grad_reduce_bytes = r.choice("grad_reduce", "fp32", {"fp32", "bf16", "fp16"}) == "fp32" ? 4 : 2;
   t.dropout = r.boolean("dropout", true);
+  t.post_validation = r.choice("optimizer_sync", "all-reduce", {"all-reduce", "post-validation"}) == "post-validation";
   t.routing = read_routing(r);
   r.finish();
   return t;

@@ -1,5 +1,6 @@
 #include "models/schedule.hpp"
 
+#include "models/breadth_first.hpp"
 #include "models/v_schedules.hpp"
 #include "models/zero_bubble.hpp"
 
@@ -32,6 +33,7 @@ int warmup_units(ScheduleKind kind, int stage, int pp, int m, int vpp) {
     case ScheduleKind::Custom:
     case ScheduleKind::ZeroBubbleV:
     case ScheduleKind::DualPipeV:
+    case ScheduleKind::BreadthFirst:
       return m;
     case ScheduleKind::OneFOneB:
       return std::min(pp - stage - 1, m);
@@ -131,6 +133,7 @@ PipelineSchedule builtin_schedule(ScheduleKind kind, int pp, int m, int vpp) {
     s.name = to_string(kind);
     return s;
   }
+  if (kind == ScheduleKind::BreadthFirst) return breadth_first_schedule(pp, m, vpp);
   if (kind == ScheduleKind::ZeroBubbleV || kind == ScheduleKind::DualPipeV) {
     // Without the cost model's pass times: equal times, W inputs counted as
     // whole activations, ZB-V under 1F1B's peak (2p chunk activations).

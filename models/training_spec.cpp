@@ -107,6 +107,8 @@ const char* to_string(ScheduleKind s) {
       return "zb-v";
     case ScheduleKind::DualPipeV:
       return "dualpipe-v";
+    case ScheduleKind::BreadthFirst:
+      return "breadth-first";
   }
   return "?";
 }

@@ -73,7 +73,8 @@ enum class ScheduleKind : std::uint8_t {
   ZeroBubble2p,
   Custom,
   ZeroBubbleV,
-  DualPipeV
+  DualPipeV,
+  BreadthFirst  // looped chunks, every micro-batch through a chunk before the next (models/breadth_first.hpp)
 };
 
 // One unit of pipeline work on a rank: the forward, the whole backward (B and W

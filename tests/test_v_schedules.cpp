@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "model_fixtures.hpp"
+#include "models/breadth_first.hpp"
 #include "models/memory_model.hpp"
 #include "models/planner.hpp"
 #include "models/schedule.hpp"
@@ -195,5 +196,34 @@ TEST_CASE("zb-v: the authors' construction leaves the bubble the paper tabulates
     const ScheduleTiming v = time_schedule(zero_bubble_v_schedule(r.pp, r.m, chunk, 2.0 * r.pp, 0.43), chunk);
     CHECK(v.span_bubble_rate() == doctest::Approx(r.zb_v).epsilon(0.08));
     MESSAGE("p " << r.pp << " m " << r.m << ": ZB-V " << v.span_bubble_rate() << " (paper " << r.zb_v << ")");
+  }
+}
+
+TEST_CASE("breadth-first: looping placement, every micro-batch through a chunk before the next") {
+  // Hand-checked on p = 2, vpp = 2, m = 2, T_F = 1, B = W = 1 (a whole
+  // backward 2), no transfer time: rank 0 runs F0 F1 of chunk 0 [0, 2], of
+  // chunk 2 [2, 4] (chunk 1 on rank 1 ends mb 0 at 2, mb 1 at 3), waits for
+  // chunk 3's backward (rank 1: forwards until 5, backwards [5, 9]), then
+  // backs through chunk 2 [7, 11] and chunk 0 [11, 15]: 15, of which 12 busy.
+  const PipelineSchedule toy = breadth_first_schedule(2, 2, 2);
+  REQUIRE(joined(check_schedule(toy)).empty());
+  CHECK(toy.chunk_stage == std::vector<int>{0, 1, 0, 1});
+  const PassTimes t{1, 1, 1, 0};
+  CHECK(time_schedule(toy, t).makespan == doctest::Approx(15));
+  // In general (m >= p): (m vpp + p - 1)(T_F + T_B + T_W) per chunk pass, the
+  // GPipe bubble divided by vpp; every micro-batch of every chunk in flight.
+  for (int pp : {2, 4, 8}) {
+    for (int vpp : {1, 2, 3}) {
+      for (int m : {pp, 2 * pp + 1}) {
+        CAPTURE(pp);
+        CAPTURE(vpp);
+        CAPTURE(m);
+        const PipelineSchedule s = breadth_first_schedule(pp, m, vpp);
+        REQUIRE(joined(check_schedule(s)).empty());
+        CHECK(time_schedule(s, t).makespan == doctest::Approx((m * vpp + pp - 1) * 3.0));
+        for (int st = 0; st < pp; ++st)
+          CHECK(peak_activation_bytes(s, st, [](int) { return ChunkActivation{1, 1}; }) == doctest::Approx(m * vpp));
+      }
+    }
   }
 }

@@ -239,6 +239,8 @@ double all_to_all_v_seconds(const CommShape& s, const AllToAllVLoad& load) {
 }
 
 double p2p_seconds(const CommShape& s, double bytes) {
+  // A measured send/recv curve contains the latency, as a busbw curve does.
+  if (s.nodes == 1 && s.p2p_curve != nullptr) return bytes / (s.scaleup_link_bw * s.p2p_curve->at(bytes));
   if (s.nodes == 1) return s.base_latency + s.scaleup_latency + bytes / s.scaleup_bw;
   if (s.datacenters > 1) return s.base_latency + s.wan_latency + bytes / s.wan_bw;
   return s.base_latency + s.network_latency + bytes / s.network_bw;

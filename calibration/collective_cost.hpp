@@ -62,6 +62,7 @@ struct CommShape {
   double scaleup_link_bw = 0;                      // per direction, before efficiency (slowest member)
   const EfficiencyCurve* scaleup_curve = nullptr;  // measured ring busbw curve, if any
   const EfficiencyCurve* nvls_curve = nullptr;     // measured NVLS busbw curve, if any
+  const EfficiencyCurve* p2p_curve = nullptr;      // measured send/recv bandwidth curve, if any
   // Several datacenters (docs/network.md, "Datacenters").
   int datacenters = 1;     // distinct datacenters spanned
   int per_dc_size = 0;     // members in every datacenter when equal, else 0

@@ -54,8 +54,13 @@ struct LinkCalibration {
   // Measured bus bandwidth (nccl-tests convention) / link bandwidth vs collective
   // buffer bytes; includes latency, so no hop latency is added where a curve
   // exists. Optional; scale-up only for now.
-  CurveEntry busbw_curve;            // ring (all-gather, reduce-scatter, all-reduce without NVLS)
-  CurveEntry nvls_busbw_curve;       // NVLS all-reduce
+  CurveEntry busbw_curve;       // ring (all-gather, reduce-scatter, all-reduce without NVLS)
+  CurveEntry nvls_busbw_curve;  // NVLS all-reduce
+  // Measured NCCL send/recv bandwidth / link bandwidth vs message bytes (what
+  // pipeline stages exchange): NCCL drives a peer with few channels, so a
+  // send/recv runs well below the ring bus bandwidth. Optional, scale-up only;
+  // without it a send/recv runs at busbw_efficiency.
+  CurveEntry p2p_curve;
   ValueEntry busbw_efficiency;       // achieved bus bandwidth / link bandwidth (ring, large messages)
   ValueEntry nvls_busbw_efficiency;  // same for NVLS all-reduce (scale-up only; 0 = no NVLS figure)
   ValueEntry latency;                // seconds per algorithm step (per hop)

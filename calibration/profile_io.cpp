@@ -104,6 +104,7 @@ LinkCalibration read_link(ObjectReader& parent, const char* key) {
   if (!r.valid()) return l;
   l.busbw_curve = read_curve(r, "busbw_curve", false);
   l.nvls_busbw_curve = read_curve(r, "nvls_busbw_curve", false);
+  l.p2p_curve = read_curve(r, "p2p_curve", false);
   l.busbw_efficiency = read_value(r, "busbw_efficiency", std::nullopt, 0.01, 1.5, true);
   l.nvls_busbw_efficiency = read_value(r, "nvls_busbw_efficiency", std::nullopt, 0.01, 2.0, false);
   l.latency = read_value(r, "latency", Quantity::Time, 0, 1, true);
@@ -226,6 +227,7 @@ nlohmann::ordered_json link_to_json(const LinkCalibration& l) {
   nlohmann::ordered_json j;
   if (present(l.busbw_curve)) j["busbw_curve"] = curve_to_json(l.busbw_curve);
   if (present(l.nvls_busbw_curve)) j["nvls_busbw_curve"] = curve_to_json(l.nvls_busbw_curve);
+  if (present(l.p2p_curve)) j["p2p_curve"] = curve_to_json(l.p2p_curve);
   j["busbw_efficiency"] = value_to_json(l.busbw_efficiency, std::nullopt);
   if (present(l.nvls_busbw_efficiency))
     j["nvls_busbw_efficiency"] = value_to_json(l.nvls_busbw_efficiency, std::nullopt);

@@ -218,6 +218,7 @@ std::vector<LayoutProblem> check_layout(const TransformerSpec& m, const Parallel
 
   // The schedule and the virtual stages belong together.
   const bool interleaved = p.schedule == ScheduleKind::Interleaved1F1B;
+  const bool looped = interleaved || p.schedule == ScheduleKind::BreadthFirst;  // chunk v on rank v mod pp
   const bool custom = p.schedule == ScheduleKind::Custom;
   if (interleaved && p.vpp < 2) {
     problem("/parallel/vpp", "the interleaved-1f1b schedule needs vpp >= 2 virtual stages, found " + str(p.vpp));
@@ -225,8 +226,9 @@ std::vector<LayoutProblem> check_layout(const TransformerSpec& m, const Parallel
   if (custom && p.vpp > 1) {
     problem("/parallel/vpp",
             "a custom schedule places its chunks with chunk_stages; vpp must stay 1, found " + str(p.vpp));
-  } else if (!interleaved && p.vpp > 1) {
-    problem("/parallel/schedule", "vpp = " + str(p.vpp) + " needs the \"interleaved-1f1b\" schedule, found \"" +
+  } else if (!looped && p.vpp > 1) {
+    problem("/parallel/schedule", "vpp = " + str(p.vpp) +
+                                      " needs the \"interleaved-1f1b\" or \"breadth-first\" schedule, found \"" +
                                       to_string(p.schedule) + "\"");
   }
 

@@ -1,5 +1,6 @@
 #include "models/schedule.hpp"
 
+#include "models/breadth_first.hpp"
 #include "models/v_schedules.hpp"
 #include "models/zero_bubble.hpp"
 
@@ -33,6 +34,7 @@ int warmup_units(ScheduleKind kind, int stage, int pp, int m, int vpp) {
     case ScheduleKind::ZeroBubbleV:
     case ScheduleKind::DualPipeV:
     case ScheduleKind::Seq1F1B:
+    case ScheduleKind::BreadthFirst:
       return m;
     case ScheduleKind::OneFOneB:
       return std::min(pp - stage - 1, m);
@@ -158,6 +160,7 @@ PipelineSchedule builtin_schedule(ScheduleKind kind, int pp, int m, int vpp) {
     s.name = to_string(kind);
     return s;
   }
+  if (kind == ScheduleKind::BreadthFirst) return breadth_first_schedule(pp, m, vpp);
   if (kind == ScheduleKind::ZeroBubbleV || kind == ScheduleKind::DualPipeV) {
     // Without the cost model's pass times: equal times, W inputs counted as
     // whole activations, ZB-V under 1F1B's peak (2p chunk activations).

@@ -11,6 +11,15 @@ double ScheduleTiming::bubble_rate() const {
   return (makespan - most) / makespan;
 }
 
+double ScheduleTiming::span_bubble_rate() const {
+  double rate = 0;
+  for (std::size_t r = 0; r < busy.size(); ++r) {
+    const double span = last_end[r] - first_start[r];
+    if (span > 0) rate = std::max(rate, (span - busy[r]) / span);
+  }
+  return rate;
+}
+
 ScheduleTiming time_schedule(const PipelineSchedule& s, const PassTimes& t) {
   const int V = s.chunks();
   const int m = s.microbatches;

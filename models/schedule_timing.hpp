@@ -24,6 +24,11 @@ struct ScheduleTiming {
   std::vector<double> busy, first_start, last_end;
   // The paper's bubble rate: (makespan - busy) / makespan of the busiest rank.
   double bubble_rate() const;
+  // The largest idle share of one rank's own span (first start to last end):
+  // the bubble when iterations overlap, each rank starting the next one as
+  // soon as it is done (no step-wide synchronisation), as the Zero Bubble
+  // paper counts it for ZB-H2, ZB-2p and ZB-V (its Tables 6-8).
+  double span_bubble_rate() const;
 };
 
 // Runs the schedule's units in order on each rank, each as soon as its input

@@ -114,6 +114,8 @@ const char* to_string(ScheduleKind s) {
       return "dualpipe-v";
     case ScheduleKind::Seq1F1B:
       return "seq1f1b";
+    case ScheduleKind::BreadthFirst:
+      return "breadth-first";
   }
   return "?";
 }

@@ -82,7 +82,8 @@ enum class ScheduleKind : std::uint8_t {
   Custom,
   ZeroBubbleV,
   DualPipeV,
-  Seq1F1B
+  Seq1F1B,
+  BreadthFirst  // looped chunks, every micro-batch through a chunk before the next (models/breadth_first.hpp)
 };
 
 // One unit of pipeline work on a rank: the forward, the whole backward (B and W
@@ -225,6 +226,11 @@ struct TrainingSpec {
   int grad_reduce_bytes = 4;  // bytes per gradient element in DP reduction (Megatron-LM default: fp32)
   bool dropout = true;        // hidden/attention dropout (kernels and masks); off in Llama-style recipes
   RoutingSpec routing;        // MoE: how unevenly tokens reach the experts
+  // The optimizer step's gradient-norm / inf-NaN check: an all-reduce that
+  // holds every rank until the slowest is done (false), or the Zero Bubble
+  // runtime's post-validation (true): each rank steps at once and its next
+  // iteration overlaps the others' tail (docs/schedules.md).
+  bool post_validation = false;
   Framework framework = Framework::Default;
 };
 

@@ -1,6 +1,7 @@
 #include "models/v_schedules.hpp"
 
 #include <algorithm>
+#include <array>
 #include <deque>
 #include <limits>
 #include <set>
@@ -142,14 +143,234 @@ PipelineSchedule zero_bubble_v_member(int pp, int m, const PassTimes& t, double 
   return s;
 }
 
+// The Zero Bubble authors' ZB-V construction (PipelineGraph.try_v_schedule in
+// megatron/core/pipeline_parallel/zerobubble/scheduler/zbv.py of
+// github.com/sail-sg/zero-bubble-pipeline-parallelism), ported unit for unit:
+// a warmup that fills each rank with chunk-0 forwards as memory and the
+// arrival of its first chunk-1 input allow, then rounds of one B per rank
+// (the V's second leg when its gradient has arrived) and one F per rank, with
+// pending W passes put where they fill the wait for a neighbour's output or
+// where the rank's bubble so far is below the worst rank's. It is rerun with
+// the bubbles of the previous run approved until the worst bubble stops
+// shrinking. Its graph's "chunk" of a B or W counts from the V's turn (0 is
+// the second leg); the units below use the V's leg (0 going down, 1 up).
+class PaperVGraph {
+ public:
+  PaperVGraph(int pp, int m, const PassTimes& t, double memory_limit, double weight_input_fraction)
+      : pp_(pp),
+        m_(m),
+        cost_{t.forward, t.backward_input, t.backward_weight},
+        comm_(t.transfer),
+        mem_{1.0, weight_input_fraction - 1.0, -weight_input_fraction},
+        max_mem_(memory_limit) {}
+
+  // The schedule of one fill setting (empty when the construction's
+  // preconditions fail for this shape), and its worst rank's bubble.
+  struct Result {
+    std::vector<std::vector<ScheduleUnit>> units;
+    double max_bubble = 0;
+    bool ok = false;
+  };
+  Result run(bool fill_f, bool fill_b) { return attempt(fill_f, fill_b, {}, 0); }
+
+ private:
+  int pp_, m_;
+  double cost_[3], comm_, mem_[3], max_mem_;
+
+  std::size_t id(int cat, int chunk, int stage, int micro) const {
+    return ((static_cast<std::size_t>(cat) * 2 + chunk) * pp_ + stage) * m_ + micro;
+  }
+
+  Result attempt(bool fill_f, bool fill_b, const std::vector<double>& approved, int depth) {
+    // Mirrors the recursion of try_v_schedule; each level must lower the worst
+    // bubble, the depth bound only guards against a float plateau.
+    constexpr int kMaxRefinements = 64;
+    std::vector<std::array<int, 6>> count(pp_, std::array<int, 6>{});
+    std::vector<double> end(6 * static_cast<std::size_t>(pp_) * m_, -1.0);
+    std::vector<double> cur(pp_, 0.0), mem(pp_, 0.0), bubble(pp_, 0.0);
+    std::vector<std::deque<int>> pending_w(pp_);  // graph chunk of each pending W
+    Result r;
+    r.units.assign(pp_, {});
+    bool failed = false;
+    const double max_approved = approved.empty() ? -1.0 : *std::max_element(approved.begin(), approved.end());
+    auto max_stage_bubble = [&](int stage) {
+      double b = *std::max_element(bubble.begin(), bubble.end());
+      if (stage >= 0 && !approved.empty()) b = std::max(b, max_approved - approved[stage]);
+      return b;
+    };
+    auto put = [&](int cat, int chunk, int stage) {
+      if (failed) return;
+      const int cnt = count[stage][cat * 2 + chunk];
+      const double no_bubble = cur[stage] + cost_[cat];
+      if (cnt >= m_ || mem[stage] + mem_[cat] > max_mem_ + 1e-9) {
+        failed = true;
+        return;
+      }
+      // The unit this one follows on the same rank must exist.
+      if (cat > 0 || chunk > 0) {
+        const int last = cat * 2 + chunk - 1;
+        const std::size_t dep = cat < 2 ? id(last / 2, last % 2, stage, cnt) : id(1, chunk, stage, cnt);
+        if (end[dep] < 0) {
+          failed = true;
+          return;
+        }
+      }
+      double t = no_bubble;
+      if (cat < 2) {
+        const int from = chunk == 1 ? stage + 1 : stage - 1;
+        if (from >= 0 && from < pp_) {
+          const std::size_t dep = id(cat, chunk, from, cnt);
+          if (end[dep] < 0) {
+            failed = true;
+            return;
+          }
+          t = std::max(t, end[dep] + comm_ + cost_[cat]);
+        }
+      }
+      if (count[stage][0] > 0) bubble[stage] += t - no_bubble;
+      end[id(cat, chunk, stage, cnt)] = t;
+      cur[stage] = t;
+      mem[stage] += mem_[cat];
+      const UnitKind kind = cat == 0   ? UnitKind::Forward
+                            : cat == 1 ? UnitKind::BackwardInput
+                                       : UnitKind::BackwardWeight;
+      r.units[stage].push_back(ScheduleUnit{kind, cnt, cat == 0 ? chunk : 1 - chunk});
+      if (cat == 1) pending_w[stage].push_back(chunk);
+      ++count[stage][cat * 2 + chunk];
+    };
+    auto put_w = [&](int stage) {
+      if (pending_w[stage].empty()) {
+        failed = true;
+        return;
+      }
+      const int chunk = pending_w[stage].front();
+      pending_w[stage].pop_front();
+      put(2, chunk, stage);
+    };
+    // Before a unit that waits for `dep` (a neighbour's output), W passes that
+    // end before it arrives, then one more where this rank's bubble is lower
+    // than the worst rank's (`fill`).
+    auto fill_before = [&](int stage, long dep_index, bool fill) {
+      const double arrival = dep_index >= 0 ? end[static_cast<std::size_t>(dep_index)] + comm_ : -1.0 + comm_;
+      while (!failed && !pending_w[stage].empty() && dep_index >= 0 && arrival >= cur[stage] + cost_[2]) put_w(stage);
+      if (!failed && !pending_w[stage].empty() && arrival - cur[stage] > max_stage_bubble(stage) - bubble[stage] &&
+          fill)
+        put_w(stage);
+    };
+    // Warmup.
+    for (int i = 0; i < pp_; ++i) put(0, 0, i);
+    for (int i = pp_ - 1; i >= 0 && !failed; --i) {
+      if (i == pp_ - 1) {
+        put(0, 1, i);
+        continue;
+      }
+      const double arrival = end[id(0, 1, i + 1, 0)] + comm_;
+      while (!failed && mem[i] + mem_[0] * (2 + i * 2) <= max_mem_ + 1e-9 && cur[i] + cost_[0] <= arrival &&
+             count[i][0] < m_) {
+        for (int j = 0; j <= i; ++j) put(0, 0, j);
+      }
+      put(0, 1, i);
+    }
+    int iter_chunk = 0;
+    for (int i = 1; i < pp_ && !failed; ++i) {
+      while (!failed && (count[i][0] + count[i][1] < count[i - 1][0] + count[i - 1][1] ||
+                         (count[i][1] <= count[i - 1][1] && count[i - 1][1] < m_))) {
+        for (int j = pp_ - 1; j >= i; --j)
+          if (count[j][iter_chunk] < m_) put(0, iter_chunk, j);
+        iter_chunk = 1 - iter_chunk;
+      }
+    }
+    // Rounds of one B, then one F, per rank.
+    for (int round = 0; round < 2 * m_ && !failed; ++round) {
+      for (int i = 0; i < pp_; ++i)
+        while (!failed && mem[i] + mem_[1] > max_mem_ + 1e-9) put_w(i);
+      std::vector<std::pair<int, int>> b_ranks;  // (rank, graph chunk)
+      std::vector<int> b0, b1;
+      for (int i = 0; i < pp_; ++i) {
+        if (count[i][3] >= count[i][2]) {
+          b0.push_back(i);
+        } else if (i == pp_ - 1) {
+          b1.push_back(i);
+        } else if (end[id(1, 1, i + 1, count[i][3])] >= 0 || count[i][2] >= m_) {
+          b1.push_back(i);
+        } else {
+          b0.push_back(i);
+        }
+      }
+      for (auto it = b1.rbegin(); it != b1.rend(); ++it) b_ranks.emplace_back(*it, 1);
+      for (int i : b0) b_ranks.emplace_back(i, 0);
+      for (const auto& [i, chunk] : b_ranks) {
+        if (failed) break;
+        long dep = -1;
+        if (chunk == 1 && i < pp_ - 1) dep = static_cast<long>(id(1, 1, i + 1, count[i][3]));
+        if (chunk == 0 && i > 0) dep = static_cast<long>(id(1, 0, i - 1, count[i][2]));
+        fill_before(i, dep, chunk == 1 || fill_b);
+        put(1, chunk, i);
+      }
+      for (int i = 0; i < pp_ && !failed; ++i) {
+        if (count[i][1] >= m_) continue;
+        int item = -1;
+        if (count[i][1] >= count[i][0]) {
+          item = 0;
+        } else if (i == pp_ - 1) {
+          item = 1;
+        } else if (end[id(0, 1, i + 1, count[i][1])] >= 0) {
+          item = 1;
+        } else if (count[i][0] < m_ && (i == 0 || end[id(0, 0, i - 1, count[i][0])] >= 0)) {
+          item = 0;
+        }
+        if (item < 0) continue;
+        while (!failed && mem[i] + mem_[0] > max_mem_ + 1e-9) put_w(i);
+        long dep = -1;
+        if (item == 0 && i > 0) dep = static_cast<long>(id(0, 0, i - 1, count[i][0]));
+        if (item == 1 && i < pp_ - 1) dep = static_cast<long>(id(0, 1, i + 1, count[i][1]));
+        fill_before(i, dep, fill_f);
+        put(0, item, i);
+      }
+    }
+    for (int i = 0; i < pp_ && !failed; ++i)
+      while (!failed && !pending_w[i].empty()) put_w(i);
+    if (failed) return Result{};
+    for (int i = 0; i < pp_; ++i)
+      if (r.units[i].size() != 6 * static_cast<std::size_t>(m_)) return Result{};
+    r.ok = true;
+    r.max_bubble = max_stage_bubble(-1);
+    if ((max_approved < 0 || r.max_bubble < max_approved) && depth < kMaxRefinements) {
+      Result refined = attempt(fill_f, fill_b, bubble, depth + 1);
+      if (refined.ok && refined.max_bubble < r.max_bubble) return refined;
+    }
+    return r;
+  }
+};
+
 }  // namespace
 
 PipelineSchedule zero_bubble_v_schedule(int pp, int m, const PassTimes& t, double memory_limit,
                                         double weight_input_fraction) {
-  // As the paper's automatic scheduler does for ZB-1p and ZB-2p: candidates
-  // timed on the unit-level model, the fastest kept (ties: the first).
+  // Candidates timed on the unit-level model, the fastest kept (ties: the
+  // first): the authors' construction with its four fill settings, then the
+  // greedy family, which covers the shapes the construction does not.
   PipelineSchedule best;
   double best_time = 0;
+  PaperVGraph paper(pp, m, t, memory_limit, weight_input_fraction);
+  for (bool fill_b : {true, false}) {
+    for (bool fill_f : {true, false}) {
+      PaperVGraph::Result r = paper.run(fill_f, fill_b);
+      if (!r.ok) continue;
+      PipelineSchedule s;
+      s.name = "zb-v";
+      s.stages = pp;
+      s.microbatches = m;
+      s.chunk_stage = v_chunk_stages(pp);
+      s.units = std::move(r.units);
+      if (!check_schedule(s).empty()) continue;
+      const double time = time_schedule(s, t).makespan;
+      if (best.units.empty() || time < best_time * (1 - 1e-12)) {
+        best = std::move(s);
+        best_time = time;
+      }
+    }
+  }
   // Caps 1 to 2p; beyond p = 32 in steps of p/16 (at most 32 caps).
   const int step = std::max(1, pp / 16);
   for (int in_flight = 1; in_flight <= 2 * pp; in_flight += step) {

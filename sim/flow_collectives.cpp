@@ -65,6 +65,7 @@ FlowCollectives::Level FlowCollectives::level_of(const std::vector<int>& members
       su_bw = node.scaleup_bandwidth * p.scaleup.busbw_efficiency.value;
       lv.su_curve = p.scaleup.busbw_curve.curve.empty() ? nullptr : &p.scaleup.busbw_curve.curve;
       lv.nvls_curve = p.scaleup.nvls_busbw_curve.curve.empty() ? nullptr : &p.scaleup.nvls_busbw_curve.curve;
+      lv.p2p_curve = p.scaleup.p2p_curve.curve.empty() ? nullptr : &p.scaleup.p2p_curve.curve;
     }
     lv.su_eff = std::min(lv.su_eff, p.scaleup.busbw_efficiency.value);
     lv.net_eff = std::min(lv.net_eff, p.network.busbw_efficiency.value);
@@ -395,6 +396,13 @@ CollectivePlan FlowCollectives::plan_p2p(int src_gpu, int dst_gpu, double bytes,
   const Level lv = level_of(pair);
   if (src_gpu == dst_gpu) {
     finish_phase(p, 0, lv.base);
+    return p;
+  }
+  // Inside a domain a measured send/recv curve sets the flow's efficiency (it
+  // contains the latency, as in the analytical model).
+  if (lv.p2p_curve != nullptr && over_scaleup(src_gpu, dst_gpu)) {
+    add_gpu_flow(p, src_gpu, dst_gpu, bytes, tag, lv, lv.p2p_curve->at(bytes));
+    finish_phase(p, 0, 0);
     return p;
   }
   add_gpu_flow(p, src_gpu, dst_gpu, bytes, tag, lv);

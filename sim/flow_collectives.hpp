@@ -123,6 +123,7 @@ class FlowCollectives {
     double nvls_eff = 0;  // 0 = no NVLS
     const EfficiencyCurve* su_curve = nullptr;
     const EfficiencyCurve* nvls_curve = nullptr;
+    const EfficiencyCurve* p2p_curve = nullptr;
   };
   struct Layout {
     std::vector<std::vector<int>> per_node;  // members grouped by node, nodes in order of first appearance

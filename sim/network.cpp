@@ -173,6 +173,7 @@ CommShape AnalyticalNetwork::shape(const std::vector<int>& members) const {
         s.scaleup_link_bw = scaleup_link;
         s.scaleup_curve = p.scaleup.busbw_curve.curve.empty() ? nullptr : &p.scaleup.busbw_curve.curve;
         s.nvls_curve = p.scaleup.nvls_busbw_curve.curve.empty() ? nullptr : &p.scaleup.nvls_busbw_curve.curve;
+        s.p2p_curve = p.scaleup.p2p_curve.curve.empty() ? nullptr : &p.scaleup.p2p_curve.curve;
       }
       s.scaleup_bw = std::min(s.scaleup_bw, eff_bw);
     }

@@ -86,7 +86,8 @@ TEST_CASE("zb-v and dualpipe-v: layouts they cannot run are input errors") {
   CHECK(errors_of({"parallel.schedule=dualpipe-v", "parallel.global_batch=24"}) ==
         "error: moe.json: /parallel/global_batch: dualpipe-v needs at least 2*pp = 4 micro-batches, found 3\n");
   CHECK(errors_of({"parallel.schedule=zb-v", "parallel.vpp=2"}) ==
-        "error: moe.json: /parallel/schedule: vpp = 2 needs the \"interleaved-1f1b\" schedule, found \"zb-v\"\n");
+        "error: moe.json: /parallel/schedule: vpp = 2 needs the \"interleaved-1f1b\" or \"breadth-first\" schedule, "
+        "found \"zb-v\"\n");
   CHECK(errors_of({"parallel.schedule=zb-v", "parallel.stage_layers=[4, 4, 8]"})
             .find("/parallel/stage_layers: expected two per pipeline rank (4) entries") != std::string::npos);
   CHECK(errors_of({"parallel.schedule=zb-v", "parallel.pp=3", "cluster.nodes=3"}) ==

@@ -450,3 +450,29 @@ TEST_CASE("executor at flow fidelity: a collective starts when the last member a
   CHECK(fast.idle_s == doctest::Approx(0.020));
   CHECK(fast.exposed_comm_s[static_cast<int>(CommClass::DP)] == doctest::Approx(0.010));
 }
+
+TEST_CASE("a measured send/recv curve times a p2p inside a node at both fidelities, not the ring bandwidth") {
+  // NCCL drives one peer with few channels: the profile's scaleup.p2p_curve
+  // (send/recv bandwidth / link bandwidth, latency included) replaces the
+  // ring efficiency for a p2p inside the scale-up domain.
+  const Cluster cluster(toy_cluster(2, 4));
+  CalibrationProfile p = ideal_profile(2e-6, 5e-6);
+  p.scaleup.p2p_curve.curve = EfficiencyCurve({{1e6, 0.1}, {1e9, 0.5}});
+  const std::vector<CalibrationProfile> profiles{p};
+  const AnalyticalNetwork net(cluster, profiles);
+  Topology topo(cluster);
+  FlowCollectives fc(cluster, topo, profiles);
+  const double link = cluster.node_spec_of_gpu(0).scaleup_bandwidth;
+  for (double bytes : {1e6, 1e9}) {
+    CAPTURE(bytes);
+    const double expected = bytes / (link * p.scaleup.p2p_curve.curve.at(bytes));
+    CHECK(net.p2p_seconds(net.shape({0, 1}), bytes) == doctest::Approx(expected));
+    CHECK(fc.measure(fc.plan_p2p(0, 1, bytes, 0)).to_seconds() == doctest::Approx(expected).epsilon(1e-3));
+  }
+  // Across nodes the NIC figures stay in charge.
+  const CalibrationProfile plain = ideal_profile(2e-6, 5e-6);
+  const std::vector<CalibrationProfile> without{plain};
+  const AnalyticalNetwork net_plain(cluster, without);
+  CHECK(net.p2p_seconds(net.shape({0, 4}), 1e9) ==
+        doctest::Approx(net_plain.p2p_seconds(net_plain.shape({0, 4}), 1e9)));
+}

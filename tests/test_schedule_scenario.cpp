@@ -123,14 +123,18 @@ TEST_CASE("zero bubble schedules by name: zb-h1 as the same units written out, f
   CHECK(p2.iteration_time_s <= p1.iteration_time_s * (1 + 1e-9));
   CHECK(p2.peak_memory_gib >= p1.peak_memory_gib);
   CHECK(errors_of({"parallel.schedule=zb-h1", "parallel.vpp=2"}) ==
-        "error: s.json: /parallel/schedule: vpp = 2 needs the \"interleaved-1f1b\" schedule, found \"zb-h1\"\n");
+        "error: s.json: /parallel/schedule: vpp = 2 needs the \"interleaved-1f1b\" or \"breadth-first\" schedule, "
+        "found \"zb-h1\"\n");
   CHECK(errors_of({"parallel.schedule=zb-x"}).find("zb-h1") != std::string::npos);
 }
 
 TEST_CASE(
-    "zero bubble validation: the paper's order 1F1B < ZB-1p < ZB-2p in throughput holds for every configuration") {
+    "zero bubble validation: the paper's order 1F1B < interleaved < ZB-2p and 1F1B < ZB-1p < ZB-2p in throughput") {
   // scenarios/validation-schedules: per configuration one scenario per schedule
   // (tools/make-schedule-validation-scenarios); the MAPE is gated by CTest.
+  // Interleaved against ZB-1p differs between configurations in the paper
+  // (interleaved is faster on 1.5B at m = 24 and 6.2B at m = 24, 32): reported
+  // in docs/schedules.md, not asserted.
   const std::filesystem::path dir = std::filesystem::path(TRAINSIM_SOURCE_DIR) / "scenarios/validation-schedules";
   std::map<std::string, std::map<std::string, std::pair<double, double>>> by_config;  // measured, predicted
   for (const auto& entry : std::filesystem::directory_iterator(dir)) {
@@ -142,22 +146,27 @@ TEST_CASE(
     by_config[config][schedule] = {s.expected->value, simulate(s).iteration_time_s};
   }
   REQUIRE(by_config.size() >= 9);
-  for (const auto& [config, runs] : by_config) {
+  for (const auto& entry : by_config) {
+    const std::string& config = entry.first;  // a named variable: doctest's CAPTURE cannot take a binding
+    const auto& runs = entry.second;
     CAPTURE(config);
-    REQUIRE(runs.size() == 3);
+    REQUIRE(runs.size() == 4);
     const auto& one = runs.at("1f1b");
+    const auto& inter = runs.at("interleaved-1f1b");
     const auto& p1 = runs.at("zb-1p");
     const auto& p2 = runs.at("zb-2p");
-    CHECK(one.first > p1.first);  // measured iteration times
-    CHECK(p1.first > p2.first);
-    CHECK(one.second > p1.second);  // predicted
-    CHECK(p1.second > p2.second);
+    for (const auto* faster : {&inter, &p1}) {
+      CHECK(one.first > faster->first);    // measured iteration times
+      CHECK(one.second > faster->second);  // predicted
+      CHECK(faster->first > p2.first);
+      CHECK(faster->second > p2.second);
+    }
   }
 }
 
-TEST_CASE("zb-v validation: 1F1B is the slowest and ZB-1p and ZB-2p* keep the paper's order in every configuration") {
+TEST_CASE("zb-v validation: 1F1B is the slowest, ZB-V beats ZB-1p and ZB-1p, ZB-2p* keep the paper's order") {
   // scenarios/validation-zbv (tools/make-schedule-validation-scenarios); the MAPE is gated by CTest.
-  // Whether ZB-V beats ZB-1p as measured is reported in docs/schedules.md, not asserted.
+  // ZB-V against ZB-2p* is reported in docs/schedules.md, not asserted.
   const std::filesystem::path dir = std::filesystem::path(TRAINSIM_SOURCE_DIR) / "scenarios/validation-zbv";
   std::map<std::string, std::map<std::string, std::pair<double, double>>> by_config;  // measured, predicted
   for (const auto& entry : std::filesystem::directory_iterator(dir)) {
@@ -182,5 +191,62 @@ TEST_CASE("zb-v validation: 1F1B is the slowest and ZB-1p and ZB-2p* keep the pa
     const auto& p1 = runs.at("zb-1p");
     const auto& p2 = runs.at("zb-2p");
     CHECK((p1.first > p2.first) == (p1.second > p2.second));
+    const auto& v = runs.at("zb-v");
+    CHECK((p1.first > v.first) == (p1.second > v.second));
   }
+}
+
+TEST_CASE("post-validation: overlapping iterations hide ZB-2p's fill ramp, not 1F1B's") {
+  // training.optimizer_sync: with post-validation each rank starts its next
+  // iteration when it is done, so the period is the longest rank span. Under
+  // 1F1B rank 0 starts first and finishes last: nothing changes. Under ZB-2p
+  // the ranks finish together and the last one starts (p-1)(T_F+T_comm) late.
+  const std::filesystem::path dir = std::filesystem::path(TRAINSIM_SOURCE_DIR) / "scenarios/validation-schedules";
+  auto run = [&](const std::string& schedule, const std::string& sync) {
+    return simulate(load_scenario_file((dir / ("zb_iclr_1.5B_p8_m24_" + schedule + ".json")).string(),
+                                       {"training.optimizer_sync=" + sync}, testing::catalog()));
+  };
+  const JobReport zb_sync = run("zb-2p", "all-reduce");
+  const JobReport zb_pv = run("zb-2p", "post-validation");
+  CHECK(zb_sync.single_iteration_s == 0);
+  CHECK(zb_pv.single_iteration_s == doctest::Approx(zb_sync.iteration_time_s));
+  // At most the ramp of 7 stage forwards and messages of about 16 ms (9% of the
+  // iteration); the rank with the longest span keeps part of it (4.6% hidden).
+  CHECK(zb_pv.iteration_time_s < 0.97 * zb_sync.iteration_time_s);
+  CHECK(zb_pv.iteration_time_s > 0.91 * zb_sync.iteration_time_s);
+  const JobReport one_sync = run("1f1b", "all-reduce");
+  const JobReport one_pv = run("1f1b", "post-validation");
+  CHECK(one_pv.iteration_time_s == doctest::Approx(one_sync.iteration_time_s).epsilon(1e-3));
+}
+
+TEST_CASE(
+    "breadth-first: a chunk's gradient reduction overlaps the earlier chunks' backward; every micro-batch in flight") {
+  // GPT-3 1.3B, pp 4 x vpp 2 inside each node, dp 4 across the two nodes, 8
+  // micro-batches per replica of 512 tokens: each rank's gradient all-reduce
+  // is long beside its backward. Interleaved 1F1B finishes its later chunk's
+  // backwards p micro-batches before the end, breadth-first m: more of that
+  // chunk's reduction hides, and the iteration is shorter.
+  const std::vector<std::string> layout{"parallel.tp=1",
+                                        "parallel.pp=4",
+                                        "parallel.dp=4",
+                                        "parallel.vpp=2",
+                                        "parallel.global_batch=32",
+                                        "parallel.placement=tp-cp-ep-pp-dp",
+                                        "training.seq_len=512"};
+  auto with = [&](const std::string& schedule) {
+    std::vector<std::string> sets = layout;
+    sets.push_back("parallel.schedule=" + schedule);
+    return simulate(load(sets));
+  };
+  const JobReport bf = with("breadth-first");
+  const JobReport il = with("interleaved-1f1b");
+  REQUIRE(bf.feasible);
+  REQUIRE(il.feasible);
+  const auto dp = static_cast<std::size_t>(CommClass::DP);
+  CHECK(bf.breakdown.exposed_comm_s[dp] < 0.9 * il.breakdown.exposed_comm_s[dp]);
+  CHECK(bf.iteration_time_s < il.iteration_time_s);
+  CHECK(bf.peak_memory_gib > il.peak_memory_gib);  // all 8 micro-batches of both chunks held
+  MESSAGE("exposed dp " << bf.breakdown.exposed_comm_s[dp] << " s against " << il.breakdown.exposed_comm_s[dp]
+                        << " s; iteration " << bf.iteration_time_s << " s against " << il.iteration_time_s
+                        << " s; peak " << bf.peak_memory_gib << " GiB against " << il.peak_memory_gib);
 }

@@ -55,6 +55,10 @@ struct JobReport {
   std::string scenario;
   int gpus = 0;
   double iteration_time_s = 0;
+  // With training.optimizer_sync "post-validation": one iteration alone (every
+  // rank starting together), beside iteration_time_s, the steady period of
+  // overlapping iterations (the longest rank span). 0 otherwise.
+  double single_iteration_s = 0;
   double tokens_per_s = 0;
   std::string throughput_unit = "tokens";  // what units_per_s counts (the workload's unit)
   double units_per_s = 0;

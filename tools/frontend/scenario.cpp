@@ -406,19 +406,20 @@ ParallelSpec read_parallel(ObjectReader& top, bool batch_required) {
     p.schedule = ScheduleKind::Custom;
     p.custom_schedule = read_custom_schedule(*sched_json, r.at("schedule"), r.diagnostics());
   } else {
-    const std::string sched = r.choice(
-        "schedule", p.vpp > 1 ? "interleaved-1f1b" : "1f1b",
-        {"gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-h2", "zb-1p", "zb-2p", "zb-v", "dualpipe-v", "seq1f1b"});
-    p.schedule = sched == "gpipe"        ? ScheduleKind::GPipe
-                 : sched == "seq1f1b"    ? ScheduleKind::Seq1F1B
-                 : sched == "zb-v"       ? ScheduleKind::ZeroBubbleV
-                 : sched == "dualpipe-v" ? ScheduleKind::DualPipeV
-                 : sched == "1f1b"       ? ScheduleKind::OneFOneB
-                 : sched == "zb-h1"      ? ScheduleKind::ZeroBubbleH1
-                 : sched == "zb-h2"      ? ScheduleKind::ZeroBubbleH2
-                 : sched == "zb-1p"      ? ScheduleKind::ZeroBubble1p
-                 : sched == "zb-2p"      ? ScheduleKind::ZeroBubble2p
-                                         : ScheduleKind::Interleaved1F1B;
+    const std::string sched = r.choice("schedule", p.vpp > 1 ? "interleaved-1f1b" : "1f1b",
+                                       {"gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-h2", "zb-1p", "zb-2p", "zb-v",
+                                        "dualpipe-v", "breadth-first", "seq1f1b"});
+    p.schedule = sched == "gpipe"           ? ScheduleKind::GPipe
+                 : sched == "seq1f1b"       ? ScheduleKind::Seq1F1B
+                 : sched == "zb-v"          ? ScheduleKind::ZeroBubbleV
+                 : sched == "dualpipe-v"    ? ScheduleKind::DualPipeV
+                 : sched == "breadth-first" ? ScheduleKind::BreadthFirst
+                 : sched == "1f1b"          ? ScheduleKind::OneFOneB
+                 : sched == "zb-h1"         ? ScheduleKind::ZeroBubbleH1
+                 : sched == "zb-h2"         ? ScheduleKind::ZeroBubbleH2
+                 : sched == "zb-1p"         ? ScheduleKind::ZeroBubble1p
+                 : sched == "zb-2p"         ? ScheduleKind::ZeroBubble2p
+                                            : ScheduleKind::Interleaved1F1B;
   }
   p.seq_chunks = static_cast<int>(r.integer("seq_chunks", 1, 1, 1 << 10));
   p.micro_batch = static_cast<int>(r.integer("micro_batch", 1, 1, kMaxInt));
@@ -519,6 +520,7 @@ TrainingSpec read_training(ObjectReader& top, const TransformerSpec& model) {
                                         : Framework::Default;
   t.grad_reduce_bytes = r.choice("grad_reduce", "fp32", {"fp32", "bf16", "fp16"}) == "fp32" ? 4 : 2;
   t.dropout = r.boolean("dropout", true);
+  t.post_validation = r.choice("optimizer_sync", "all-reduce", {"all-reduce", "post-validation"}) == "post-validation";
   t.routing = read_routing(r);
   r.finish();
   return t;

@@ -166,6 +166,9 @@ void Executor::init() {
     run_factor_.assign(streams, 1.0);
   }
   result_.finish.assign(nr, Time{});
+  std::vector<int> gpus(nr);
+  for (std::size_t r = 0; r < nr; ++r) gpus[r] = setup.ranks[r].gpu;
+  network_->set_simulated_gpus(gpus);
   network_->bind(setup.comms);
 }
 

@@ -1202,7 +1202,7 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
   // The slowest GPU type of each (stage, replica) group, for compact ranks.
   std::vector<int> slowest_type(static_cast<std::size_t>(par.pp) * par.dp, -1);
   // Per-stage layouts simulate every rank (their stages differ in TP and sub-model).
-  if (options.representatives && !mpmd) {
+  if ((options.representatives || options.group_representatives) && !mpmd) {
     const AnalyticalNetwork& net = platform.analytical_network();
     const double tol = options.equivalence_tolerance;
     std::vector<SlotTransfers> transfers;
@@ -1269,7 +1269,7 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
     for (int d = 0; d < par.dp; ++d) {
       bool covered = false;
       for (int r : representatives) covered = covered || same_timing(replica_sig[d], replica_sig[r], tol);
-      replica_simulated[d] = covered ? 0 : 1;
+      replica_simulated[d] = covered && options.representatives ? 0 : 1;
       if (!covered) representatives.push_back(d);
       replica_compact[d] = dp_uniform && uniform[d] ? 1 : 0;
     }

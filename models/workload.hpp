@@ -20,6 +20,11 @@ struct PlanOptions {
   // communicator timings; models/planner.cpp) instead of every rank. Network
   // models that need every member (flow) turn this off.
   bool representatives = true;
+  // With `representatives` off: still one rank per TP/CP group whose members
+  // time alike (a "compact" group), every data-parallel replica simulated. An
+  // approximation at flow fidelity (the group's other members' flows are left
+  // out, docs/network.md "Group representatives"), opt-in by the scenario.
+  bool group_representatives = false;
   // Two ranks fall in one class when each transfer on their communicators takes
   // the same time within this relative step (1% by default: a leaf or spine hop
   // more on a multi-megabyte pipeline message does not split a class; the

@@ -130,6 +130,7 @@ void Executor::init() {
       st.comm = rp.comm_of_slot[k];
       const Communicator& cm = setup.comms[st.comm];
       st.member = !cm.members.empty() && cm.members[0] == rp.gpu ? 0 : 1;
+      st.solo = cm.simulated_members == 1 ? 1 : 0;
     }
   }
   done_count_.assign(nr, 0);
@@ -173,6 +174,9 @@ void Executor::init() {
     run_factor_.assign(streams, 1.0);
   }
   result_.finish.assign(nr, Time{});
+  std::vector<int> gpus(nr);
+  for (std::size_t r = 0; r < nr; ++r) gpus[r] = setup.ranks[r].gpu;
+  network_->set_simulated_gpus(gpus);
   network_->bind(setup.comms);
 }
 
@@ -358,6 +362,12 @@ void Executor::post_collective(std::uint32_t rank, std::uint32_t task, Time now)
   const Task& t = p.tasks[task];
   SlotState& slot = slots_[slot_at(rank, t.ref)];
   const std::uint32_t comm = slot.comm;
+  if (slot.solo) {
+    // Nobody else to wait for: the same start as a rendezvous of one.
+    const Waiter me{rank, task, now};
+    start_transfer(TransferRequest{comm, false, t.collective, 0, t.bytes}, std::span<const Waiter>(&me, 1), now);
+    return;
+  }
   CommState& c = comms_[comm];
   const std::uint64_t seq = slot.seq++;
   // Pending collective `seq` lives at pending_head + (seq - base_seq); elements

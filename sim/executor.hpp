@@ -136,11 +136,14 @@ class Executor {
     WaiterQueue sends[2], recvs[2];  // indexed by the sending member (0 or 1)
   };
   // Per slot of a rank: its communicator, the sequence number of its next
-  // collective, and for a message slot the rank's member index (0 or 1).
+  // collective, for a message slot the rank's member index (0 or 1), and
+  // whether the rank is the communicator's only simulated member (its
+  // collectives start when it posts them, without a rendezvous).
   struct SlotState {
     std::uint32_t comm = 0;
     std::uint32_t seq = 0;
-    std::uint32_t member = 0;
+    std::uint32_t member : 1 = 0;
+    std::uint32_t solo : 1 = 0;
   };
 
   void try_start(std::uint32_t rank, std::uint8_t stream, Time now);

@@ -10,12 +10,9 @@
 
 namespace trainsim {
 
-FlowNetwork::FlowNetwork(std::vector<double> link_capacity) : capacity_(std::move(link_capacity)) {
-  const std::size_t n = capacity_.size();
-  link_flows_.resize(n);
-  link_mark_.assign(n, 0);
-  rem_cap_.assign(n, 0);
-  unfrozen_.assign(n, 0);
+FlowNetwork::FlowNetwork(std::vector<double> link_capacity) {
+  links_.resize(link_capacity.size());
+  for (std::size_t l = 0; l < links_.size(); ++l) links_[l].capacity = link_capacity[l];
 }
 
 void FlowNetwork::push(std::vector<HeapEntry>& heap, HeapEntry e) {
@@ -37,8 +34,6 @@ std::uint32_t FlowNetwork::new_flow() {
     return f;
   }
   flows_.emplace_back();
-  flow_mark_.push_back(0);
-  new_rate_.push_back(0);
   return static_cast<std::uint32_t>(flows_.size() - 1);
 }
 
@@ -82,10 +77,10 @@ TransferId FlowNetwork::start(Time now, std::span<const FlowSpec> specs, std::ui
     ++active_flows_;
     ++transfers_[id].left;
     for (std::uint32_t l : s.path) {
-      TRAINSIM_CHECK(l < capacity_.size(),
-                     "a flow's path names link " + std::to_string(l) + " of " + std::to_string(capacity_.size()));
-      fl.hops.push_back(Hop{l, static_cast<std::uint32_t>(link_flows_[l].size())});
-      link_flows_[l].push_back(f);
+      TRAINSIM_CHECK(l < links_.size(),
+                     "a flow's path names link " + std::to_string(l) + " of " + std::to_string(links_.size()));
+      fl.hops.push_back(Hop{l, static_cast<std::uint32_t>(links_[l].flows.size())});
+      links_[l].flows.push_back(f);
       seeds_.push_back(l);
     }
   }
@@ -114,7 +109,7 @@ void FlowNetwork::schedule_drain(std::uint32_t f) {
 void FlowNetwork::drain(std::uint32_t f, Time now) {
   Flow& fl = flows_[f];
   for (const Hop& h : fl.hops) {
-    auto& lf = link_flows_[h.link];
+    auto& lf = links_[h.link].flows;
     const std::uint32_t moved = lf.back();
     lf[h.pos] = moved;
     lf.pop_back();
@@ -138,16 +133,16 @@ void FlowNetwork::drain(std::uint32_t f, Time now) {
 
 void FlowNetwork::recompute(Time now) {
   if (++epoch_ == 0) {
-    std::fill(link_mark_.begin(), link_mark_.end(), 0);
-    std::fill(flow_mark_.begin(), flow_mark_.end(), 0);
+    for (LinkState& ls : links_) ls.mark = 0;
+    for (Flow& fl : flows_) fl.mark = 0;
     epoch_ = 1;
   }
   // The component: links reachable from the seeds through shared flows.
   comp_links_.clear();
   comp_flows_.clear();
   for (std::uint32_t l : seeds_) {
-    if (link_mark_[l] != epoch_) {
-      link_mark_[l] = epoch_;
+    if (links_[l].mark != epoch_) {
+      links_[l].mark = epoch_;
       stack_.push_back(l);
     }
   }
@@ -156,13 +151,13 @@ void FlowNetwork::recompute(Time now) {
     const std::uint32_t l = stack_.back();
     stack_.pop_back();
     comp_links_.push_back(l);
-    for (std::uint32_t f : link_flows_[l]) {
-      if (flow_mark_[f] == epoch_) continue;
-      flow_mark_[f] = epoch_;
+    for (std::uint32_t f : links_[l].flows) {
+      if (flows_[f].mark == epoch_) continue;
+      flows_[f].mark = epoch_;
       comp_flows_.push_back(f);
       for (const Hop& h : flows_[f].hops) {
-        if (link_mark_[h.link] != epoch_) {
-          link_mark_[h.link] = epoch_;
+        if (links_[h.link].mark != epoch_) {
+          links_[h.link].mark = epoch_;
           stack_.push_back(h.link);
         }
       }
@@ -182,39 +177,39 @@ void FlowNetwork::recompute(Time now) {
   };
   share_heap_.clear();
   for (std::uint32_t l : comp_links_) {
-    rem_cap_[l] = capacity_[l];
-    unfrozen_[l] = static_cast<std::uint32_t>(link_flows_[l].size());
-    if (unfrozen_[l] > 0) share_heap_.push_back(ShareEntry{rem_cap_[l] / unfrozen_[l], l});
+    links_[l].rem_cap = links_[l].capacity;
+    links_[l].unfrozen = static_cast<std::uint32_t>(links_[l].flows.size());
+    if (links_[l].unfrozen > 0) share_heap_.push_back(ShareEntry{links_[l].rem_cap / links_[l].unfrozen, l});
   }
   std::make_heap(share_heap_.begin(), share_heap_.end(), heap_less);
-  for (std::uint32_t f : comp_flows_) new_rate_[f] = -1;
+  for (std::uint32_t f : comp_flows_) flows_[f].new_rate = -1;
   while (!share_heap_.empty()) {
     std::pop_heap(share_heap_.begin(), share_heap_.end(), heap_less);
     const ShareEntry e = share_heap_.back();
     share_heap_.pop_back();
     const std::uint32_t l = e.link;
-    if (unfrozen_[l] == 0) continue;
-    const double share = rem_cap_[l] / unfrozen_[l];
+    if (links_[l].unfrozen == 0) continue;
+    const double share = links_[l].rem_cap / links_[l].unfrozen;
     if (share > e.share) {
       share_heap_.push_back(ShareEntry{share, l});
       std::push_heap(share_heap_.begin(), share_heap_.end(), heap_less);
       continue;
     }
-    for (std::uint32_t f : link_flows_[l]) {
-      if (new_rate_[f] >= 0) continue;
-      new_rate_[f] = share;
+    for (std::uint32_t f : links_[l].flows) {
+      if (flows_[f].new_rate >= 0) continue;
+      flows_[f].new_rate = share;
       for (const Hop& h : flows_[f].hops) {
-        rem_cap_[h.link] = std::max(0.0, rem_cap_[h.link] - share);
-        --unfrozen_[h.link];
+        links_[h.link].rem_cap = std::max(0.0, links_[h.link].rem_cap - share);
+        --links_[h.link].unfrozen;
       }
     }
-    unfrozen_[l] = 0;
+    links_[l].unfrozen = 0;
   }
 
   // Re-time only the flows whose rate changed.
   for (std::uint32_t f : comp_flows_) {
     Flow& fl = flows_[f];
-    const double r = new_rate_[f];
+    const double r = flows_[f].new_rate;
     // Unchanged up to rounding (another order of the same subtractions): keep the schedule.
     if (std::abs(r - fl.rate) <= 1e-12 * fl.rate) continue;
     fl.remaining = std::max(0.0, fl.remaining - fl.rate * (now - fl.updated).to_seconds());
@@ -249,7 +244,7 @@ bool later_change(const auto& a, const auto& b) { return a.time > b.time || (a.t
 }  // namespace
 
 void FlowNetwork::schedule_capacity(Time at, std::uint32_t link, double capacity) {
-  if (link >= capacity_.size()) throw std::invalid_argument("link " + std::to_string(link) + " does not exist");
+  if (link >= links_.size()) throw std::invalid_argument("link " + std::to_string(link) + " does not exist");
   if (!(capacity >= 0)) throw std::invalid_argument("link capacity must be >= 0 bytes/s");
   if (at < now_) throw std::invalid_argument("a link capacity change cannot be scheduled in the past");
   changes_.push_back(CapacityChange{at, seq_++, link, capacity});
@@ -279,7 +274,7 @@ void FlowNetwork::advance(Time now, std::vector<TransferDone>& done) {
         std::pop_heap(changes_.begin(), changes_.end(), later_change<CapacityChange, CapacityChange>);
         const CapacityChange c = changes_.back();
         changes_.pop_back();
-        capacity_[c.link] = c.capacity;
+        links_[c.link].capacity = c.capacity;
         seeds_.push_back(c.link);
       }
       recompute(tk);
@@ -313,11 +308,10 @@ double FlowNetwork::flow_rate(TransferId t, std::size_t index) const {
 }
 
 std::size_t FlowNetwork::memory_bytes() const {
-  std::size_t b = capacity_.capacity() * (sizeof(double) * 2 + sizeof(std::uint32_t) * 3) +
-                  flows_.capacity() * (sizeof(Flow) + sizeof(double) + sizeof(std::uint32_t)) +
+  std::size_t b = links_.capacity() * sizeof(LinkState) + flows_.capacity() * sizeof(Flow) +
                   transfers_.capacity() * sizeof(Transfer) +
                   (drains_.capacity() + completions_.capacity()) * sizeof(HeapEntry);
-  for (const auto& lf : link_flows_) b += lf.capacity() * sizeof(std::uint32_t) + sizeof(lf);
+  for (const LinkState& ls : links_) b += ls.flows.capacity() * sizeof(std::uint32_t);
   for (const Flow& f : flows_) b += f.hops.capacity() * sizeof(Hop);
   for (const Transfer& t : transfers_) b += t.flows.capacity() * sizeof(std::uint32_t);
   return b;

@@ -49,7 +49,7 @@ class FlowNetwork {
   // (>= 0; 0 stalls its flows until a later change restores it). Rates of the
   // flows sharing a component with the link are recomputed then.
   void schedule_capacity(Time at, std::uint32_t link, double capacity);
-  double link_capacity(std::uint32_t link) const { return capacity_[link]; }
+  double link_capacity(std::uint32_t link) const { return links_[link].capacity; }
   // Earliest time at which a flow drains, a transfer completes or a link
   // changes capacity; Time::max() when idle.
   Time next_event() const;
@@ -60,7 +60,7 @@ class FlowNetwork {
   Time now() const { return now_; }
   std::size_t active_flows() const { return active_flows_; }
   std::size_t active_transfers() const { return active_transfers_; }
-  std::size_t num_links() const { return capacity_.size(); }
+  std::size_t num_links() const { return links_.size(); }
   // Current rate (bytes/s) of flow `index` of a running transfer; 0 once it drained.
   double flow_rate(TransferId t, std::size_t index) const;
   // Counters: rate recomputations, flows whose rate they re-derived, flows whose rate changed.
@@ -72,7 +72,7 @@ class FlowNetwork {
 
  private:
   struct Hop {
-    std::uint32_t link, pos;  // pos: index of this flow in link_flows_[link]
+    std::uint32_t link, pos;  // pos: index of this flow in links_[link].flows
   };
   struct Flow {
     std::vector<Hop> hops;
@@ -83,7 +83,17 @@ class FlowNetwork {
     Time latency;
     TransferId transfer = 0;
     std::uint32_t version = 0;
+    std::uint32_t mark = 0;  // recompute(): visited in this epoch
+    double new_rate = 0;     // recompute(): the rate being derived, -1 until frozen
     bool active = false;
+  };
+  // What recomputations read of a link, side by side (one cache line).
+  struct LinkState {
+    double capacity = 0;
+    double rem_cap = 0;          // recompute(): capacity not yet given to frozen flows
+    std::uint32_t unfrozen = 0;  // recompute(): flows not yet frozen
+    std::uint32_t mark = 0;      // recompute(): visited in this epoch
+    std::vector<std::uint32_t> flows;
   };
   struct Transfer {
     std::vector<std::uint32_t> flows;
@@ -111,8 +121,7 @@ class FlowNetwork {
   void push(std::vector<HeapEntry>& heap, HeapEntry e);
   HeapEntry pop(std::vector<HeapEntry>& heap);
 
-  std::vector<double> capacity_;
-  std::vector<std::vector<std::uint32_t>> link_flows_;
+  std::vector<LinkState> links_;
   std::vector<Flow> flows_;
   std::vector<std::uint32_t> free_flows_;
   std::vector<Transfer> transfers_;
@@ -131,12 +140,8 @@ class FlowNetwork {
 
   // Scratch for recompute(): seeds, visit marks, the component, progressive filling.
   std::vector<std::uint32_t> seeds_;
-  std::vector<std::uint32_t> link_mark_, flow_mark_;
   std::uint32_t epoch_ = 0;
   std::vector<std::uint32_t> comp_links_, comp_flows_, stack_;
-  std::vector<double> rem_cap_;
-  std::vector<std::uint32_t> unfrozen_;
-  std::vector<double> new_rate_;
   struct ShareEntry {
     double share;
     std::uint32_t link;

@@ -47,6 +47,41 @@ void FlowNetworkModel::bind(const std::vector<Communicator>& comms) {
   plans_.assign(comms.size(), {});
 }
 
+void FlowNetworkModel::set_simulated_gpus(std::span<const int> gpus) {
+  simulated_gpu_.clear();
+  for (int g : gpus) {
+    if (static_cast<std::size_t>(g) >= simulated_gpu_.size()) simulated_gpu_.resize(static_cast<std::size_t>(g) + 1, 0);
+    simulated_gpu_[static_cast<std::size_t>(g)] = 1;
+  }
+}
+
+namespace {
+// Group representatives: of a plan for a communicator whose unsimulated
+// members each stand for a simulated one, keep per phase the flows that leave
+// or reach a simulated GPU (the others are their images); a phase that has
+// none keeps all its flows.
+void keep_simulated_flows(CollectivePlan& plan, const std::vector<char>& simulated) {
+  auto simulated_vertex = [&](std::uint32_t v) { return v < simulated.size() && simulated[v] != 0; };
+  std::vector<PlannedFlow> kept;
+  std::vector<std::uint32_t> ends;
+  std::size_t first = 0;
+  for (std::size_t ph = 0; ph < plan.phases(); ++ph) {
+    const std::size_t end = plan.phase_end[ph];
+    const std::size_t before = kept.size();
+    for (std::size_t f = first; f < end; ++f) {
+      if (simulated_vertex(plan.flows[f].src) || simulated_vertex(plan.flows[f].dst)) kept.push_back(plan.flows[f]);
+    }
+    if (kept.size() == before)
+      kept.insert(kept.end(), plan.flows.begin() + static_cast<std::ptrdiff_t>(first),
+                  plan.flows.begin() + static_cast<std::ptrdiff_t>(end));
+    ends.push_back(static_cast<std::uint32_t>(kept.size()));
+    first = end;
+  }
+  plan.flows = std::move(kept);
+  plan.phase_end = std::move(ends);
+}
+}  // namespace
+
 Time FlowNetworkModel::start(Time now, const TransferRequest& t, std::uint64_t cookie) {
   const auto key = std::make_pair(t.what(), t.bytes);
   auto& plans = plans_[t.comm];
@@ -65,6 +100,9 @@ Time FlowNetworkModel::start(Time now, const TransferRequest& t, std::uint64_t c
     CollectivePlan plan = t.p2p ? flows_->plan_p2p(cm.members[t.sender], cm.members[1 - t.sender], bytes, t.comm)
                           : t.matrix != kNoMatrix ? flows_->plan_all_to_all_v(cm.members, t.pairs, t.comm)
                                                   : flows_->plan_collective(cm.members, t.kind, bytes, t.comm);
+    if (!simulated_gpu_.empty() && static_cast<std::size_t>(cm.simulated_members) < cm.members.size()) {
+      keep_simulated_flows(plan, simulated_gpu_);
+    }
     id = flows_->add_plan(std::move(plan));
     plans.emplace_back(key, id);
   }

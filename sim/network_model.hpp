@@ -46,6 +46,10 @@ class NetworkModel {
   virtual ~NetworkModel() = default;
   // The communicators transfers will name (kept by reference until the run ends).
   virtual void bind(const std::vector<Communicator>& comms) = 0;
+  // The GPUs of the simulated ranks. A model that plans every member's flows
+  // (flow) keeps, for a communicator with unsimulated members (group
+  // representatives), only the flows that reach a simulated GPU.
+  virtual void set_simulated_gpus(std::span<const int> gpus) { (void)gpus; }
   // Starts a transfer at `now` (never earlier than the last advance). A model
   // that knows the completion time at once, and never moves it (analytical),
   // returns it and reports nothing later; otherwise it returns Time::max() and
@@ -107,6 +111,7 @@ class FlowNetworkModel final : public NetworkModel {
   // Owns its FlowCollectives over `topology` (which must outlive the model).
   FlowNetworkModel(const Cluster& cluster, Topology& topology, const std::vector<CalibrationProfile>& profiles);
   void bind(const std::vector<Communicator>& comms) override;
+  void set_simulated_gpus(std::span<const int> gpus) override;
   Time start(Time now, const TransferRequest& transfer, std::uint64_t cookie) override;
   Time next_event() const override { return flows_->next_event(); }
   void advance(Time now, std::vector<TransferDone>& done) override { flows_->advance(now, done); }
@@ -119,6 +124,7 @@ class FlowNetworkModel final : public NetworkModel {
   std::unique_ptr<FlowCollectives> owned_;
   FlowCollectives* flows_;
   const std::vector<Communicator>* comms_ = nullptr;
+  std::vector<char> simulated_gpu_;  // by GPU id; empty: every GPU
   // Plans made so far per communicator, by (what, bytes); what = collective kind, or 8 + sender for p2p.
   std::vector<std::vector<std::pair<std::pair<std::uint32_t, std::uint64_t>, PlanId>>> plans_;
 };

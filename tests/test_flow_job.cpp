@@ -155,3 +155,37 @@ TEST_CASE("flow fidelity refuses up front a run whose memory estimate exceeds it
   CHECK(p.find("above its limit of 16 GiB") != std::string::npos);
   CHECK(run.result.events == 0);  // nothing was simulated
 }
+
+TEST_CASE("flow.ranks groups: one rank per TP group at flow fidelity, close to every rank") {
+  // 64 H100: TP 8 in each node, PP 2 and DP 4 across 8 nodes under 4 leaves
+  // per rail with 3 spines, so data-parallel rings collide on ECMP-hashed uplinks.
+  const std::string cluster = R"({"node": "dgx-h100", "nodes": 8, "fabric": {"nodes_per_leaf": 2, "spines": 3}})";
+  const Scenario every = small_scenario(cluster, 8, 4, 2);
+  Scenario groups = every;
+  groups.flow_group_representatives = true;
+  const JobReport all = run_job(every, Fidelity::Flow).report;
+  const JobReport one = run_job(groups, Fidelity::Flow).report;
+  REQUIRE(all.feasible);
+  REQUIRE(one.feasible);
+  CHECK(all.simulated_ranks == 64);
+  CHECK(one.simulated_ranks == 8);
+  CHECK(one.events * 8 == all.events);
+  // The approximation: each group's other members behave like its simulated one.
+  MESSAGE("every rank " << all.iteration_time_s << " s, groups " << one.iteration_time_s << " s");
+  CHECK(one.iteration_time_s == doctest::Approx(all.iteration_time_s).epsilon(0.01));
+  // Said in the report, never silent; the analytical fidelity ignores the key (it already runs representatives).
+  bool said = false;
+  for (const std::string& w : one.warnings) said = said || w.find("flow.ranks \"groups\": 8 of 64 ranks") == 0;
+  CHECK(said);
+  CHECK(run_job(groups, Fidelity::Analytical).report.iteration_time_s ==
+        run_job(every, Fidelity::Analytical).report.iteration_time_s);
+  // A bad value is an input error at its pointer.
+  try {
+    load_scenario_file(std::string(TRAINSIM_SOURCE_DIR) + "/scenarios/examples/llama3.1-405b-16384xh100.json",
+                       {"flow.ranks=some"}, catalog());
+    FAIL("expected an input error");
+  } catch (const InputError& e) {
+    REQUIRE(e.diagnostics().size() == 1);
+    CHECK(e.diagnostics()[0].pointer == "/flow/ranks");
+  }
+}

@@ -138,7 +138,8 @@ JobRun run_job(const Scenario& s, Fidelity fidelity, MemoryCheck memory) {
   const Cluster& cluster = platform.cluster();
   rep.gpus = cluster.num_gpus();
   PlanOptions opts;
-  opts.representatives = fidelity != Fidelity::Flow;         // the flow model needs every member
+  opts.representatives = fidelity != Fidelity::Flow;  // the flow model needs every member
+  opts.group_representatives = fidelity == Fidelity::Flow && s.flow_group_representatives;
   apply_link_perturbations(s, fidelity, platform, nullptr);  // analytical: before planning reads the network
   run.plan = workload_of(s)->plan(platform, Placement::of(s.parallel), opts);
   const WorkloadPlan& plan = run.plan;
@@ -169,6 +170,19 @@ JobRun run_job(const Scenario& s, Fidelity fidelity, MemoryCheck memory) {
     Executor exec(plan.setup, cluster, platform.costs(), *network);
     run.result = exec.run();
     rep.warnings = network->warnings();
+  }
+  if (opts.group_representatives) {
+    const std::size_t ranks = plan.setup.ranks.size();
+    rep.warnings.push_back(
+        ranks < static_cast<std::size_t>(cluster.num_gpus())
+            ? "flow.ranks \"groups\": " + std::to_string(ranks) + " of " + std::to_string(cluster.num_gpus()) +
+                  " ranks simulated, one per TP/CP group; the flows of the groups' other members are left out, an "
+                  "approximation (docs/network.md, \"Group representatives\")" +
+                  (s.cluster.fabric.kind == FabricKind::FatTree
+                       ? std::string("; on this fat-tree their contention on the leaf uplinks is missed too")
+                       : std::string())
+            : std::string("flow.ranks \"groups\": no TP/CP group could be represented by one rank; every rank was "
+                          "simulated"));
   }
   // A profile without a GEMM curve for a precision the plan runs GEMMs in
   // times them at 100% of peak (EfficiencyCurve::at of an empty curve): say so.

@@ -735,6 +735,13 @@ Scenario load_scenario_text(const std::string& text, const std::string& file, co
   read_perturbations(top, s.cluster, s.link_perturbations, s.perturbation_sources);
   s.diloco = read_diloco(top, s.model, s.parallel, s.training, s.cluster);
   s.profiles = read_calibration(top, catalog, s.cluster, base_dir, s.warnings);
+  if (const nlohmann::json* fj = top.raw("flow")) {
+    ObjectReader fr(*fj, top.at("flow"), diags);
+    if (fr.valid()) {
+      s.flow_group_representatives = fr.choice("ranks", "all", {"all", "groups"}) == "groups";
+      fr.finish();
+    }
+  }
   if (s.model.max_seq_len > 0 && s.training.seq_len > s.model.max_seq_len) {
     s.warnings.push_back(file + ": /training/seq_len: " + std::to_string(s.training.seq_len) +
                          " tokens is beyond the model's maximum context of " + std::to_string(s.model.max_seq_len) +

@@ -44,6 +44,9 @@ struct Scenario {
   std::vector<LinkPerturbation> link_perturbations;      // degraded links (flow fidelity)
   std::vector<PerturbationSource> perturbation_sources;  // each entry of "perturbations" and what it alone does
   std::optional<DilocoSpec> diloco;                      // low-communication training across datacenters
+  // "flow": {"ranks": "groups"}: at flow fidelity one rank per TP/CP group
+  // whose members time alike, an opt-in approximation (docs/network.md).
+  bool flow_group_representatives = false;
   // Valid but suspicious (a seq_len beyond the model's context, a profile for a
   // GPU the cluster lacks): "file: /pointer: message", printed by the CLI.
   std::vector<std::string> warnings;

@@ -178,6 +178,32 @@ TEST_CASE("DiLoCo: the outer step at both fidelities, and what the section chang
   CHECK(run_strategy(Strategy::Diloco, "100Gbps").iteration_time_s == an.iteration_time_s);
 }
 
+TEST_CASE("DiLoCo per-layer outer all-reduce: every layer group pays the ring's WAN latencies, same bytes") {
+  // Llama-3 8B: embedding, 32 layers, head = 34 groups, all-reduced one after
+  // another; a ring over 2 sites crosses the 20 ms WAN 2 (2 - 1) times per group.
+  for (const Fidelity f : {Fidelity::Analytical, Fidelity::Flow}) {
+    const JobReport fused =
+        run_job(load_scenario_text(kTwoSites, "s.json", "",
+                                   {R"(diloco={"inner_steps": 100, "outer_precision": "int8"})"}, catalog()),
+                f)
+            .report;
+    const JobReport layer =
+        run_job(load_scenario_text(kTwoSites, "s.json", "", {R"(diloco={"inner_steps": 100, "outer_precision": "int8",
+                                                                   "outer_allreduce": "per_layer"})"},
+                                   catalog()),
+                f)
+            .report;
+    REQUIRE(fused.diloco.has_value());
+    REQUIRE(layer.diloco.has_value());
+    const double extra = layer.diloco->fragment_sync_s - fused.diloco->fragment_sync_s;
+    CHECK(extra == doctest::Approx(33 * 2 * 0.020).epsilon(0.1));
+    CHECK(layer.diloco->wan_bytes_per_token == fused.diloco->wan_bytes_per_token);
+    CHECK(layer.diloco->timing.compute_utilization < fused.diloco->timing.compute_utilization);
+  }
+  CHECK(errors_of(kTwoSites, {R"(diloco={"inner_steps": 10, "outer_allreduce": "bucketed"})"})
+            .find("/diloco/outer_allreduce") != std::string::npos);
+}
+
 TEST_CASE("diloco_timing: overlap, fragments and a saturated WAN") {
   DilocoSpec spec;
   spec.inner_steps = 10;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "scenario_fixtures.hpp"
 #include "tools/frontend/diloco_input.hpp"
 #include "tools/frontend/job.hpp"
+#include "tools/frontend/sweep.hpp"
 
 using namespace trainsim;
 using trainsim::testing::catalog;
@@ -202,6 +204,53 @@ TEST_CASE("DiLoCo per-layer outer all-reduce: every layer group pays the ring's 
   }
   CHECK(errors_of(kTwoSites, {R"(diloco={"inner_steps": 10, "outer_allreduce": "bucketed"})"})
             .find("/diloco/outer_allreduce") != std::string::npos);
+}
+
+TEST_CASE(
+    "the auto-search ranks DP across the WAN, PP across it and DiLoCo variants, and the gap closes on a fast WAN") {
+  // scenarios/sweeps/two-sites-auto.json: 2 layouts (pp 1: DP across the WAN;
+  // pp 2: a stage per site) x (no DiLoCo, DiLoCo fp32, DiLoCo int8).
+  SweepSpec spec =
+      load_sweep_file(std::string(TRAINSIM_SOURCE_DIR) + "/scenarios/sweeps/two-sites-auto.json", catalog());
+  REQUIRE(spec.search_diloco.size() == 3);
+  auto tokens_per_s = [&](const std::string& wan_bandwidth) {
+    nlohmann::json base = nlohmann::json::parse(spec.base_text);
+    base["cluster"]["datacenters"]["wan_bandwidth"] = wan_bandwidth;
+    spec.base_text = base.dump();
+    const SweepPlan plan = expand_sweep(spec, catalog());
+    REQUIRE(plan.points.size() == 6);
+    CHECK(plan.columns.back() == "diloco");
+    std::map<std::string, double> out;  // "pp=1 null", "pp=2 {...}", ...
+    for (const SweepRow& r : run_sweep(plan.points, 1, spec, catalog())) {
+      REQUIRE(r.status == SweepStatus::Ok);
+      std::string key;
+      for (const auto& [k, v] : r.overrides) {
+        if (k == "parallel.pp") key += "pp=" + v.dump() + " ";
+        if (k == "diloco") key += v.dump();
+      }
+      out[key] = r.report.tokens_per_s;
+    }
+    return out;
+  };
+  const std::string fp32 = R"({"inner_steps":100})", int8 = R"({"inner_steps":100,"outer_precision":"int8"})";
+  const std::map<std::string, double> slow = tokens_per_s("100Gbps");
+  CHECK(slow.at("pp=1 " + int8) > slow.at("pp=1 " + fp32));  // a quarter of the outer bytes
+  CHECK(slow.at("pp=1 " + fp32) > slow.at("pp=2 null"));     // PP across the WAN
+  CHECK(slow.at("pp=2 null") > slow.at("pp=1 null"));        // DP across the WAN
+  const std::map<std::string, double> fast = tokens_per_s("1.6Tbps");
+  CHECK(fast.at("pp=1 " + fp32) / fast.at("pp=1 null") < slow.at("pp=1 " + fp32) / slow.at("pp=1 null"));
+  CHECK(fast.at("pp=1 " + int8) / fast.at("pp=1 " + fp32) < slow.at("pp=1 " + int8) / slow.at("pp=1 " + fp32));
+}
+
+TEST_CASE("search_space.diloco: bad input names the key") {
+  const std::string sweep = R"({"base": "../examples/llama3-8b-two-sites-wan.json", "search": "auto",
+                                "search_space": {"diloco": [5]}})";
+  try {
+    load_sweep_text(sweep, "s.json", std::string(TRAINSIM_SOURCE_DIR) + "/scenarios/sweeps", catalog());
+    FAIL("expected an input error");
+  } catch (const InputError& e) {
+    CHECK(std::string(e.what()).find("/search_space/diloco/0") != std::string::npos);
+  }
 }
 
 TEST_CASE("diloco_timing: overlap, fragments and a saturated WAN") {

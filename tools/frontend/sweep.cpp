@@ -627,6 +627,7 @@ void expand_auto(const SweepSpec& spec, const nlohmann::json& base, const Catalo
     plan.columns.push_back("parallel.ep");
     plan.columns.push_back("parallel.etp");
   }
+  std::size_t invalid_variants = 0;  // (layout, DiLoCo variant) points the loader refuses
   for (const ParallelSpec& c : found.candidates) {
     SweepPoint p;
     p.index = plan.points.size();
@@ -658,16 +659,21 @@ void expand_auto(const SweepSpec& spec, const nlohmann::json& base, const Catalo
         try {
           load_scenario_text(spec.base_text, spec.base_file, spec.base_dir, q.set_args(), catalog);
         } catch (const InputError&) {
-          ++plan.invalid;
+          ++invalid_variants;
           continue;
         }
       }
       plan.points.push_back(std::move(q));
     }
   }
-  if (!spec.search_diloco.empty()) {
+  if (!spec.search_diloco.empty()) {  // the layout counts, once per variant
+    const std::size_t k = spec.search_diloco.size();
     plan.columns.push_back("diloco");
-    plan.grid *= spec.search_diloco.size();
+    plan.grid *= k;
+    plan.invalid = plan.invalid * k + invalid_variants;
+    plan.redundant *= k;
+    plan.pruned_oom *= k;
+    plan.pruned_dominated *= k;
   }
 }
 

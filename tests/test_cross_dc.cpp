@@ -139,6 +139,50 @@ TEST_CASE("the report names the communicators that cross the WAN") {
   CHECK(summary_text(pp).find("across the WAN:") != std::string::npos);
 }
 
+TEST_CASE(
+    "WAN utilisation: the bytes per iteration on the WAN are the hand count of the cross-site gradient reduction") {
+  // One node per site, plain data parallelism (tp 1, no ZeRO): each step
+  // all-reduces every gradient in fp32 over 16 GPUs, 8 per site. The
+  // hierarchical all-reduce sends each GPU's shard (1/8 of the gradients)
+  // around a ring over the 2 sites: each direction of the WAN carries the
+  // whole gradient once, so the WAN carries 2 x 4 bytes x gradients.
+  const char* const kDpOverWan = R"({
+    "name": "dp-over-wan", "model": "gpt3-350m",
+    "cluster": {"node": "dgx-h100", "nodes": 2, "fabric": {"kind": "rail-optimized", "nodes_per_leaf": 1},
+                "datacenters": {"count": 2, "wan_bandwidth": "100Gbps", "wan_latency": "20ms"}},
+    "parallel": {"tp": 1, "pp": 1, "dp": 16, "micro_batch": 1, "global_batch": 16, "zero": 0},
+    "training": {"seq_len": 2048}
+  })";
+  const Scenario s = load_scenario_text(kDpOverWan, "dp-over-wan.json", "", {}, catalog());
+  const TransformerSpec& m = s.model;
+  // The gradients the planner reduces: every layer, the embedding and the LM head.
+  const double gradients = m.layers * m.params_per_layer() + m.embedding_params() + double(m.vocab) * m.hidden;
+  const double expected = 2.0 * 4.0 * gradients;
+  for (const Fidelity f : {Fidelity::Analytical, Fidelity::Flow}) {
+    CAPTURE(to_string(f));
+    const JobReport r = run_job(s, f).report;
+    REQUIRE(r.wan_links.size() == 1);
+    const WanLinkLoad& w = r.wan_links.front();
+    CHECK(w.site_a == 0);
+    CHECK(w.site_b == 1);
+    CHECK(w.links == 1);
+    CHECK(w.bytes == doctest::Approx(expected).epsilon(1e-6));
+    CHECK(w.kinds == std::vector<std::string>{"dp"});
+    CHECK(w.utilization == doctest::Approx(w.bytes / (2 * 12.5e9 * r.iteration_time_s)));
+    CHECK(w.utilization > 0);
+    CHECK(w.utilization < 1);
+    if (f == Fidelity::Flow) {
+      // The busiest direction is busy at least as long as its bytes take at full rate.
+      CHECK(w.busy_fraction >= w.utilization * 0.999);
+      CHECK(w.busy_fraction <= 1);
+    } else {
+      CHECK(w.busy_fraction == -1);  // no link occupancy in the analytical model
+    }
+    CHECK(to_json(r).at("wan_links").at(0).at("communicators") == nlohmann::json::array({"dp"}));
+    CHECK(summary_text(r).find("WAN site 0 - site 1") != std::string::npos);
+  }
+}
+
 TEST_CASE("DiLoCo: the outer step at both fidelities, and what the section changes") {
   const JobReport an = run_strategy(Strategy::Diloco, "100Gbps");
   const JobReport fl = run_strategy(Strategy::Diloco, "100Gbps", Fidelity::Flow);

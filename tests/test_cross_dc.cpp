@@ -13,6 +13,7 @@
 #include "scenario_fixtures.hpp"
 #include "tools/frontend/diloco_input.hpp"
 #include "tools/frontend/job.hpp"
+#include "tools/frontend/outer_loop.hpp"
 #include "tools/frontend/sweep.hpp"
 
 using namespace trainsim;
@@ -222,6 +223,22 @@ TEST_CASE("DiLoCo: the outer step at both fidelities, and what the section chang
   CHECK(an.peak_memory_gib > h.peak_memory_gib);
   // Deterministic.
   CHECK(run_strategy(Strategy::Diloco, "100Gbps").iteration_time_s == an.iteration_time_s);
+}
+
+TEST_CASE("outer loop: a diloco section selects the DiLoCo strategy, a plain job none") {
+  const Scenario plain = load_scenario_text(kTwoSites, "two-sites.json", "", {}, catalog());
+  CHECK(outer_loop_of(plain) == nullptr);
+  const Scenario lo =
+      load_scenario_text(kTwoSites, "two-sites.json", "", sets_of(Strategy::Diloco, "100Gbps"), catalog());
+  const std::unique_ptr<OuterLoop> outer = outer_loop_of(lo);
+  REQUIRE(outer != nullptr);
+  CHECK(std::string(outer->name()) == "diloco");
+  // run_job goes through the strategy: the same figures as asking it directly.
+  const JobReport direct = outer->run(lo, Fidelity::Analytical).report;
+  const JobReport via = run_job(lo, Fidelity::Analytical).report;
+  REQUIRE(via.diloco.has_value());
+  CHECK(via.iteration_time_s == direct.iteration_time_s);
+  CHECK(via.diloco->timing.outer_step_s == direct.diloco->timing.outer_step_s);
 }
 
 TEST_CASE("DiLoCo per-layer outer all-reduce: every layer group pays the ring's WAN latencies, same bytes") {

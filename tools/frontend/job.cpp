@@ -10,7 +10,7 @@
 #include "sim/check.hpp"
 #include "sim/executor.hpp"
 #include "sim/platform.hpp"
-#include "tools/frontend/diloco_job.hpp"
+#include "tools/frontend/outer_loop.hpp"
 
 namespace trainsim {
 
@@ -98,7 +98,7 @@ std::unique_ptr<Workload> workload_of(const Scenario& s) {
 JobReport simulate(const Scenario& s, Fidelity fidelity) { return run_job(s, fidelity).report; }
 
 JobRun run_job(const Scenario& s, Fidelity fidelity) {
-  if (s.diloco) return run_diloco_job(s, fidelity);
+  if (const std::unique_ptr<OuterLoop> outer = outer_loop_of(s)) return outer->run(s, fidelity);
   const auto t0 = std::chrono::steady_clock::now();
   JobRun run;
   JobReport& rep = run.report;

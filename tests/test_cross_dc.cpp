@@ -136,6 +136,11 @@ TEST_CASE("the report names the communicators that cross the WAN") {
   const JobReport lo = run_strategy(Strategy::Diloco, "100Gbps");
   CHECK(crossing(lo, "diloco.outer") == 8);  // one per TP rank
   CHECK(crossing(lo, "dp") == -1);           // the inner steps' reduction stays inside the site
+  // Per inner step the WAN carries the outer step's bytes over H = 100.
+  REQUIRE(lo.wan_links.size() == 1);
+  CHECK(lo.wan_links[0].bytes * 100 == doctest::Approx(lo.diloco->wan_bytes_per_outer_step));
+  CHECK(lo.wan_links[0].kinds == std::vector<std::string>{"diloco.outer"});
+  CHECK(lo.wan_links[0].busy_fraction == -1);
   CHECK(to_json(dp).contains("wan_communicators"));
   CHECK(summary_text(pp).find("across the WAN:") != std::string::npos);
 }

@@ -5,6 +5,7 @@
 #include <map>
 #include <numeric>
 
+#include "calibration/collective_cost.hpp"
 #include "tools/frontend/diloco_input.hpp"
 
 namespace trainsim {
@@ -204,6 +205,25 @@ JobRun run_diloco_job(const Scenario& s, Fidelity fidelity) {
         "its copies over PCIe and the host's memory bandwidth are not modelled");
   }
   rep.wan = wan_crossings(cluster, comms);  // only the outer all-reduces cross it
+  // What the WAN carries per inner step: each edge of the outer all-reduces'
+  // ring over the sites (sites in order, dp outermost) ring factor x the
+  // pseudo-gradients, once per H steps. No link occupancy: busy_fraction -1.
+  std::map<std::pair<int, int>, double> pair_bytes;
+  for (int i = 0; i < sites; ++i) {
+    const int a = i, b = (i + 1) % sites;
+    pair_bytes[{std::min(a, b), std::max(a, b)}] +=
+        ring_factor(CollectiveKind::AllReduce, sites) * total_params * spec.outer_bytes / spec.inner_steps;
+  }
+  for (const auto& [pair, bytes] : pair_bytes) {
+    WanLinkLoad w;
+    w.site_a = pair.first;
+    w.site_b = pair.second;
+    w.links = s.cluster.datacenters.wan_links;
+    w.bytes = bytes;
+    w.utilization = bytes / (2.0 * w.links * s.cluster.datacenters.wan_bandwidth * per_step);
+    w.kinds = {"diloco.outer"};
+    rep.wan_links.push_back(std::move(w));
+  }
   rep.diloco = d;
   rep.wall_time_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return run;

@@ -17,6 +17,10 @@ struct DilocoSpec {
   int fragments = 1;               // Streaming DiLoCo: parameter fragments synchronised on a staggered schedule
   int overlap_steps = 0;           // tau: inner steps the outer communication of a fragment may overlap with
   bool outer_state_on_gpu = true;  // outer parameters and momentum in GPU memory (else host memory)
+  // The outer all-reduce as one collective per stage ("fused"), or one blocking
+  // collective per layer group, one after another ("per_layer": each pays the
+  // ring's WAN latencies; PRIME's diloco.py as used for INTELLECT-1).
+  bool outer_allreduce_per_layer = false;
 };
 
 // One outer step (H inner steps and the synchronisation of every fragment).

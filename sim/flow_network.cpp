@@ -79,6 +79,10 @@ TransferId FlowNetwork::start(Time now, std::span<const FlowSpec> specs, std::ui
     for (std::uint32_t l : s.path) {
       TRAINSIM_CHECK(l < links_.size(),
                      "a flow's path names link " + std::to_string(l) + " of " + std::to_string(links_.size()));
+      if (!tracked_.empty() && tracked_[l] != 0) {
+        if (links_[l].flows.empty()) busy_since_[l] = now;
+        tracked_bytes_[l] += s.bytes;
+      }
       fl.hops.push_back(Hop{l, static_cast<std::uint32_t>(links_[l].flows.size())});
       links_[l].flows.push_back(f);
       seeds_.push_back(l);
@@ -106,6 +110,28 @@ void FlowNetwork::schedule_drain(std::uint32_t f) {
   push(drains_, HeapEntry{t, seq_++, f, fl.version});
 }
 
+void FlowNetwork::track_links(std::span<const std::uint32_t> links) {
+  if (tracked_.empty()) {
+    tracked_.assign(links_.size(), 0);
+    tracked_bytes_.assign(links_.size(), 0.0);
+    busy_since_.assign(links_.size(), Time{});
+    busy_.assign(links_.size(), Time{});
+  }
+  for (std::uint32_t l : links) {
+    TRAINSIM_CHECK(l < links_.size(),
+                   "tracking link " + std::to_string(l) + " of " + std::to_string(links_.size()));
+    if (tracked_[l] == 0 && !links_[l].flows.empty()) busy_since_[l] = now_;
+    tracked_[l] = 1;
+  }
+}
+
+LinkLoad FlowNetwork::tracked_load(std::uint32_t link) const {
+  TRAINSIM_CHECK(link < tracked_.size() && tracked_[link] != 0, "link " + std::to_string(link) + " is not tracked");
+  Time busy = busy_[link];
+  if (!links_[link].flows.empty()) busy += now_ - busy_since_[link];
+  return LinkLoad{tracked_bytes_[link], busy.to_seconds()};
+}
+
 void FlowNetwork::drain(std::uint32_t f, Time now) {
   Flow& fl = flows_[f];
   for (const Hop& h : fl.hops) {
@@ -113,6 +139,7 @@ void FlowNetwork::drain(std::uint32_t f, Time now) {
     const std::uint32_t moved = lf.back();
     lf[h.pos] = moved;
     lf.pop_back();
+    if (!tracked_.empty() && tracked_[h.link] != 0 && lf.empty()) busy_[h.link] += now - busy_since_[h.link];
     if (moved != f) {
       for (Hop& mh : flows_[moved].hops) {
         if (mh.link == h.link) mh.pos = h.pos;

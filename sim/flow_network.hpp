@@ -31,6 +31,13 @@ struct FlowSpec {
 
 using TransferId = std::uint32_t;
 
+// What a tracked link carried: bytes of the flows started on it, and the time
+// it spent carrying at least one flow.
+struct LinkLoad {
+  double bytes = 0;
+  double busy_s = 0;
+};
+
 struct TransferDone {
   TransferId id = 0;
   std::uint64_t cookie = 0;
@@ -67,6 +74,11 @@ class FlowNetwork {
   std::uint64_t recomputations() const { return recomputations_; }
   std::uint64_t rerated_flows() const { return rerated_flows_; }
   std::uint64_t retimed_flows() const { return retimed_flows_; }
+  // From now on, count the bytes and the busy time of links `links` (WAN
+  // utilisation in the report); untracked links pay one test per hop.
+  void track_links(std::span<const std::uint32_t> links);
+  // Load of a tracked link up to the last advance.
+  LinkLoad tracked_load(std::uint32_t link) const;
   // Bytes held by the network's own state (for the memory budget).
   std::size_t memory_bytes() const;
 
@@ -148,6 +160,10 @@ class FlowNetwork {
   };
   std::vector<ShareEntry> share_heap_;
   std::uint64_t recomputations_ = 0, rerated_flows_ = 0, retimed_flows_ = 0;
+  // Tracked links (empty when none): flag, bytes, start of the current busy spell, busy time before it.
+  std::vector<std::uint8_t> tracked_;
+  std::vector<double> tracked_bytes_;
+  std::vector<Time> busy_since_, busy_;
 };
 
 }  // namespace trainsim

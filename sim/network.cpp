@@ -45,10 +45,13 @@ std::vector<std::string> analytical_limitations(const Cluster& cluster) {
   }
   if (facts.datacenters > 1) {
     const int gpus_per_dc = cluster.num_gpus() / facts.datacenters;
+    const int links = spec.datacenters.wan_links;
+    const std::string parallel_links = links > 1 ? " x " + std::to_string(links) + " parallel links" : "";
     out.push_back("WAN between " + std::to_string(facts.datacenters) +
-                  " datacenters: the analytical model gives every GPU an even share of a WAN link (" +
-                  gbps_text(spec.datacenters.wan_bandwidth / std::max(1, gpus_per_dc)) + " = " +
-                  gbps_text(spec.datacenters.wan_bandwidth) + " / " + std::to_string(gpus_per_dc) +
+                  " datacenters: the analytical model gives every " + "GPU an even share of " +
+                  (links > 1 ? "the parallel WAN links to a site" : "a WAN link") + " (" +
+                  gbps_text(spec.datacenters.wan_bandwidth * links / std::max(1, gpus_per_dc)) + " = " +
+                  gbps_text(spec.datacenters.wan_bandwidth) + parallel_links + " / " + std::to_string(gpus_per_dc) +
                   " GPUs), as if all of them crossed it at once; use --fidelity flow for the actual sharing");
   }
   return out;
@@ -190,7 +193,8 @@ CommShape AnalyticalNetwork::shape(const std::vector<int>& members) const {
       if (cap > 0) uplink = std::min(uplink, cap);
     }
     if (fabric_.datacenters > 1) {
-      double share = cluster_->spec().datacenters.wan_bandwidth / std::max(1, gpus_in_datacenter_[dc]);
+      const DatacenterSpec& dcs = cluster_->spec().datacenters;
+      double share = dcs.wan_bandwidth * dcs.wan_links / std::max(1, gpus_in_datacenter_[dc]);
       if (!wan_factor_.empty()) share *= wan_factor_[dc];
       s.wan_bw = std::min(s.wan_bw, std::min(nic_per_gpu, share) * p.network.busbw_efficiency.value);
     }

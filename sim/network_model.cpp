@@ -114,4 +114,11 @@ void FlowNetworkModel::set_link_capacity(Time at, std::uint32_t link, double cap
   flows_->network().schedule_capacity(at, link, capacity);
 }
 
+std::vector<LinkLoad> FlowNetworkModel::link_loads(const std::vector<std::uint32_t>& links) const {
+  std::vector<LinkLoad> out;
+  out.reserve(links.size());
+  for (std::uint32_t l : links) out.push_back(flows_->network().tracked_load(l));
+  return out;
+}
+
 }  // namespace trainsim

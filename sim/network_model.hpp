@@ -71,6 +71,15 @@ class NetworkModel {
   // Platform facts this model represents only approximately (docs/network.md),
   // for the report: never silent.
   virtual std::vector<std::string> warnings() const = 0;
+  // Count the load of links `links` of the platform's topology from now on
+  // (WAN utilisation, docs/cross-datacenter.md); a model without links (analytical)
+  // ignores it, and link_loads() then returns nothing.
+  virtual void track_links(const std::vector<std::uint32_t>& links) { (void)links; }
+  // Loads of tracked links, in the order given.
+  virtual std::vector<LinkLoad> link_loads(const std::vector<std::uint32_t>& links) const {
+    (void)links;
+    return {};
+  }
 };
 
 // Alpha-beta time per transfer on an otherwise idle network (sim/network.hpp):
@@ -119,6 +128,8 @@ class FlowNetworkModel final : public NetworkModel {
   bool needs_every_member() const override { return true; }
   const char* name() const override { return "flow"; }
   std::vector<std::string> warnings() const override { return {}; }
+  void track_links(const std::vector<std::uint32_t>& links) override { flows_->network().track_links(links); }
+  std::vector<LinkLoad> link_loads(const std::vector<std::uint32_t>& links) const override;
 
  private:
   std::unique_ptr<FlowCollectives> owned_;

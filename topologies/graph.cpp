@@ -323,14 +323,17 @@ Topology::Topology(const Cluster& cluster) : cache_(std::make_unique<Cache>()) {
       const std::uint32_t gw = add_vertex(TopologyVertex{VertexKind::Gateway, -1, d, 0, d});
       gateways.push_back(gw);
       for (std::uint32_t s : spines) {
-        connect(s, gw, dcs.wan_bandwidth * (num_dcs_ - 1), fab.link_latency, LinkKind::DcEdge);
+        connect(s, gw, dcs.wan_bandwidth * dcs.wan_links * (num_dcs_ - 1), fab.link_latency, LinkKind::DcEdge);
       }
     }
   }
   if (dcs.wan_bandwidth > 0) {
     for (int a = 0; a < num_dcs_; ++a) {
       for (int b = a + 1; b < num_dcs_; ++b) {
-        connect(gateways[a], gateways[b], dcs.wan_bandwidth, dcs.wan_latency, LinkKind::Wan);
+        // Parallel links between two gateways: routing spreads flows over them (ECMP).
+        for (int k = 0; k < dcs.wan_links; ++k) {
+          connect(gateways[a], gateways[b], dcs.wan_bandwidth, dcs.wan_latency, LinkKind::Wan);
+        }
       }
     }
   }

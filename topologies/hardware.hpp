@@ -83,12 +83,16 @@ struct FabricSpec {
   double link_latency = 0.5e-6;   // seconds per NIC-leaf, leaf-spine and spine-gateway link
 };
 
+// Most parallel WAN links per pair of datacenters (each is a link of the flow graph).
+inline constexpr int kMaxWanLinks = 64;
+
 // Several datacenters joined by WAN links (full mesh); nodes are split evenly
 // in global node order.
 struct DatacenterSpec {
   int count = 1;
   double wan_bandwidth = 0;  // per WAN link per direction, bytes/s
   double wan_latency = 0;    // seconds per WAN link
+  int wan_links = 1;         // parallel WAN links per pair of datacenters (flows spread over them)
 };
 
 // A cluster is one or more groups of identical nodes (mixed fleets have several).

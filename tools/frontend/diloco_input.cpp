@@ -50,6 +50,7 @@ std::optional<DilocoSpec> read_diloco(ObjectReader& top, const TransformerSpec& 
   d.fragments = static_cast<int>(r.integer("fragments", 1, 1, std::max(1, model.layers), false));
   d.overlap_steps = static_cast<int>(r.integer("overlap_steps", 0, 0, d.inner_steps, false));
   d.outer_state_on_gpu = r.choice("outer_state", "gpu", {"gpu", "host"}) == "gpu";
+  d.outer_allreduce_per_layer = r.choice("outer_allreduce", "fused", {"fused", "per_layer"}) == "per_layer";
   r.finish();
 
   Diagnostics& diags = top.diagnostics();

@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
+#include <numeric>
 
+#include "calibration/collective_cost.hpp"
 #include "tools/frontend/diloco_input.hpp"
 
 namespace trainsim {
@@ -10,21 +13,22 @@ namespace trainsim {
 namespace {
 constexpr double kGiB = 1073741824.0;
 
-// Parameters held by each pipeline stage (all of its TP ranks together):
-// its layers, the embedding on the first stage, the LM head on the last (a
-// tied head is a second copy there when the stages differ, as in Megatron-LM).
-std::vector<double> stage_params(const TransformerSpec& model, const ParallelSpec& par) {
-  std::vector<double> out(static_cast<std::size_t>(par.pp), 0.0);
+// Parameters held by each pipeline stage (all of its TP ranks together), as
+// the groups PRIME's per-layer outer all-reduce issues one after another: the
+// embedding on the first stage, each layer, the LM head on the last (a tied
+// head is a second copy there when the stages differ, as in Megatron-LM).
+std::vector<std::vector<double>> stage_param_groups(const TransformerSpec& model, const ParallelSpec& par) {
+  std::vector<std::vector<double>> out(static_cast<std::size_t>(par.pp));
+  out.front().push_back(model.embedding_params());
   const int chunks = par.virtual_stages();
   for (int v = 0; v < chunks; ++v) {
     const int stage = par.custom_schedule.chunk_stage.empty() ? v % par.pp : par.custom_schedule.chunk_stage[v];
     const int first = par.first_layer_of_virtual_stage(v, model.layers);
     for (int l = first; l < first + par.layers_of_virtual_stage(v, model.layers); ++l) {
-      out[stage] += model.params_of_kind(model.layer_kind(l));
+      out[stage].push_back(model.params_of_kind(model.layer_kind(l)));
     }
   }
-  out.front() += model.embedding_params();
-  if (!model.tied_embeddings || par.pp > 1) out.back() += static_cast<double>(model.vocab) * model.hidden;
+  if (!model.tied_embeddings || par.pp > 1) out.back().push_back(static_cast<double>(model.vocab) * model.hidden);
   return out;
 }
 
@@ -78,9 +82,11 @@ JobRun run_diloco_job(const Scenario& s, Fidelity fidelity) {
   // replica of every site, all at once on the whole cluster's network.
   Platform platform(s.cluster, s.profiles);
   const Placement placement = Placement::of(s.parallel);
-  const std::vector<double> params = stage_params(s.model, s.parallel);
+  const std::vector<std::vector<double>> groups = stage_param_groups(s.model, s.parallel);
+  std::vector<double> params;
+  for (const std::vector<double>& g : groups) params.push_back(std::accumulate(g.begin(), g.end(), 0.0));
   std::vector<Communicator> comms;
-  std::vector<std::uint64_t> bytes;
+  std::vector<int> comm_stage;
   for (int pp = 0; pp < s.parallel.pp; ++pp) {
     for (int tp = 0; tp < s.parallel.tp; ++tp) {
       Communicator c;
@@ -88,15 +94,50 @@ JobRun run_diloco_job(const Scenario& s, Fidelity fidelity) {
       for (int dp = 0; dp < s.parallel.dp; ++dp) c.members.push_back(placement.gpu(RankCoord{tp, 0, 0, dp, pp}));
       c.simulated_members = static_cast<int>(c.members.size());
       comms.push_back(std::move(c));
-      bytes.push_back(static_cast<std::uint64_t>(params[pp] / s.parallel.tp * spec.outer_bytes / spec.fragments));
+      comm_stage.push_back(pp);
     }
   }
-  const std::unique_ptr<NetworkModel> network = platform.network_model(fidelity);
+  // Fused: each stage's parameters in one all-reduce. Per layer: round r
+  // all-reduces the r-th group of every stage together, rounds one after
+  // another (a stage's next group waits for its previous one); a round of
+  // the same sizes as an earlier one costs the same.
+  std::vector<std::vector<double>> rounds;  // [round][stage] parameters, 0 where the stage has no such group
+  if (spec.outer_allreduce_per_layer) {
+    std::size_t most = 0;
+    for (const std::vector<double>& g : groups) most = std::max(most, g.size());
+    rounds.assign(most, std::vector<double>(groups.size(), 0.0));
+    for (std::size_t st = 0; st < groups.size(); ++st) {
+      for (std::size_t r = 0; r < groups[st].size(); ++r) rounds[r][st] = groups[st][r];
+    }
+  } else {
+    rounds.push_back(params);
+  }
+  // A fused fragment is 1/F of each stage; per layer, a fragment is 1/F of the layer groups.
+  const double fused_fragments = spec.outer_allreduce_per_layer ? 1 : spec.fragments;
+  std::unique_ptr<NetworkModel> network;
+  std::map<std::vector<std::uint64_t>, double> round_seconds;
+  double sync_s = 0;
+  for (const std::vector<double>& round : rounds) {
+    std::vector<Communicator> round_comms;
+    std::vector<std::uint64_t> bytes;
+    for (std::size_t c = 0; c < comms.size(); ++c) {
+      const double p = round[static_cast<std::size_t>(comm_stage[c])];
+      if (p <= 0) continue;
+      round_comms.push_back(comms[c]);
+      bytes.push_back(static_cast<std::uint64_t>(p / s.parallel.tp * spec.outer_bytes / fused_fragments));
+    }
+    auto [it, fresh] = round_seconds.try_emplace(bytes, 0.0);
+    if (fresh) {
+      network = platform.network_model(fidelity);  // each round from an idle network at time 0
+      it->second = concurrent_allreduce_seconds(*network, round_comms, bytes);
+    }
+    sync_s += it->second;
+  }
   DilocoReport d;
   d.sites = sites;
   d.spec = spec;
   d.inner_step_s = rep.iteration_time_s;
-  d.fragment_sync_s = concurrent_allreduce_seconds(*network, comms, bytes);
+  d.fragment_sync_s = spec.outer_allreduce_per_layer ? sync_s / spec.fragments : sync_s;
 
   // The outer optimiser on each GPU's shard (the site's replicas share the work,
   // as after the reduce-scatter of the hierarchical all-reduce); the busiest stage sets the pace.
@@ -164,6 +205,25 @@ JobRun run_diloco_job(const Scenario& s, Fidelity fidelity) {
         "its copies over PCIe and the host's memory bandwidth are not modelled");
   }
   rep.wan = wan_crossings(cluster, comms);  // only the outer all-reduces cross it
+  // What the WAN carries per inner step: each edge of the outer all-reduces'
+  // ring over the sites (sites in order, dp outermost) ring factor x the
+  // pseudo-gradients, once per H steps. No link occupancy: busy_fraction -1.
+  std::map<std::pair<int, int>, double> pair_bytes;
+  for (int i = 0; i < sites; ++i) {
+    const int a = i, b = (i + 1) % sites;
+    pair_bytes[{std::min(a, b), std::max(a, b)}] +=
+        ring_factor(CollectiveKind::AllReduce, sites) * total_params * spec.outer_bytes / spec.inner_steps;
+  }
+  for (const auto& [pair, bytes] : pair_bytes) {
+    WanLinkLoad w;
+    w.site_a = pair.first;
+    w.site_b = pair.second;
+    w.links = s.cluster.datacenters.wan_links;
+    w.bytes = bytes;
+    w.utilization = bytes / (2.0 * w.links * s.cluster.datacenters.wan_bandwidth * per_step);
+    w.kinds = {"diloco.outer"};
+    rep.wan_links.push_back(std::move(w));
+  }
   rep.diloco = d;
   rep.wall_time_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return run;

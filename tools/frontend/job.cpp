@@ -10,7 +10,7 @@
 #include "sim/check.hpp"
 #include "sim/executor.hpp"
 #include "sim/platform.hpp"
-#include "tools/frontend/diloco_job.hpp"
+#include "tools/frontend/outer_loop.hpp"
 
 namespace trainsim {
 
@@ -128,7 +128,7 @@ JobReport simulate(const Scenario& s, Fidelity fidelity, MemoryCheck memory) {
 }
 
 JobRun run_job(const Scenario& s, Fidelity fidelity, MemoryCheck memory) {
-  if (s.diloco) return run_diloco_job(s, fidelity);
+  if (const std::unique_ptr<OuterLoop> outer = outer_loop_of(s)) return outer->run(s, fidelity);
   const auto t0 = std::chrono::steady_clock::now();
   JobRun run;
   JobReport& rep = run.report;
@@ -166,6 +166,7 @@ JobRun run_job(const Scenario& s, Fidelity fidelity, MemoryCheck memory) {
   const std::unique_ptr<NetworkModel> network = platform.network_model(fidelity);
   TRAINSIM_CHECK(network->needs_every_member() == !opts.representatives, "plan and network model disagree on members");
   apply_link_perturbations(s, fidelity, platform, network.get());
+  track_wan_links(platform, *network, fidelity == Fidelity::Flow);
   {
     Executor exec(plan.setup, cluster, platform.costs(), *network);
     run.result = exec.run();
@@ -223,6 +224,8 @@ JobRun run_job(const Scenario& s, Fidelity fidelity, MemoryCheck memory) {
   }
   const SimulationResult& res = run.result;
   rep.wan = wan_crossings(cluster, plan.setup.comms);
+  rep.wan_links = wan_link_loads(platform, plan.setup, *network, fidelity == Fidelity::Flow, res.makespan.to_seconds(),
+                                 rep.warnings);
 
   rep.events = res.events;
   rep.simulated_ranks = static_cast<int>(plan.setup.ranks.size());
@@ -534,6 +537,18 @@ nlohmann::json to_json(const JobReport& r) {
     for (const WanCrossing& w : r.wan) wan.push_back({{"kind", w.kind}, {"crossing", w.crossing}, {"total", w.total}});
     out["wan_communicators"] = wan;
   }
+  if (!r.wan_links.empty()) {
+    nlohmann::json links = nlohmann::json::array();
+    for (const WanLinkLoad& w : r.wan_links) {
+      links.push_back({{"sites", {w.site_a, w.site_b}},
+                       {"links", w.links},
+                       {"bytes_per_iteration", w.bytes},
+                       {"utilization", w.utilization},
+                       {"busy_fraction", w.busy_fraction >= 0 ? nlohmann::json(w.busy_fraction) : nlohmann::json()},
+                       {"communicators", w.kinds}});
+    }
+    out["wan_links"] = links;
+  }
   if (r.diloco) {
     const DilocoReport& d = *r.diloco;
     out["diloco"] = {{"sites", d.sites},
@@ -627,6 +642,15 @@ std::string summary_text(const JobReport& r) {
       out += " " + w.kind + " " + std::to_string(w.crossing) + "/" + std::to_string(w.total);
     }
     out += " communicators (of the simulated ranks)\n";
+  }
+  for (const WanLinkLoad& w : r.wan_links) {
+    out += "  WAN site " + std::to_string(w.site_a) + " - site " + std::to_string(w.site_b) + " (" +
+           std::to_string(w.links) + " link(s)): " + fmt("%.3g", w.bytes) + " B/iteration, utilisation " +
+           fmt("%.1f", 100 * w.utilization) + "%";
+    if (w.busy_fraction >= 0) out += ", busiest link busy " + fmt("%.1f", 100 * w.busy_fraction) + "%";
+    out += " |";
+    for (const std::string& k : w.kinds) out += " " + k;
+    out += "\n";
   }
   if (r.diloco) {
     const DilocoReport& d = *r.diloco;

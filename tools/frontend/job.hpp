@@ -91,6 +91,7 @@ struct JobReport {
   double expert_dropped_fraction = 0;      // MoE: routed tokens dropped by the capacity factor
   std::vector<int> dp_shares;              // uneven data-parallel shares: micro-batches per replica (else empty)
   std::vector<WanCrossing> wan;            // several datacenters: which communicators cross the WAN
+  std::vector<WanLinkLoad> wan_links;      // several datacenters: what the WAN between each pair of sites carried
   std::optional<DilocoReport> diloco;      // with a "diloco" section: the outer step (docs/cross-datacenter.md)
 };
 

@@ -567,6 +567,25 @@ void memory_section(std::string& h, const JobReport& r) {
 
 // Mixture-of-experts: routed tokens each expert-parallel rank processes per
 // micro-batch and MoE layer, one bar per rank; the busiest sets the pace.
+void wan_section(std::string& h, const JobReport& r) {
+  if (r.wan_links.empty()) return;
+  h += "<h2>WAN utilisation</h2>\n<p class=\"note\">What the WAN between each pair of sites carried in one iteration "
+       "(all its parallel links, both directions): utilisation is the bytes over the links' capacity for the "
+       "iteration; busy is the share of the iteration the busiest link direction carried a flow (flow fidelity "
+       "only).</p>\n<table>\n<tr><th class=\"t\">sites</th><th>links</th><th>GB/iteration</th><th>utilisation</th>"
+       "<th>busy</th><th class=\"t\">communicators</th></tr>\n";
+  for (const WanLinkLoad& w : r.wan_links) {
+    std::string kinds;
+    for (const std::string& k : w.kinds) kinds += (kinds.empty() ? "" : ", ") + k;
+    h += "<tr><td class=\"t\">" + std::to_string(w.site_a) + " - " + std::to_string(w.site_b) + "</td><td>" +
+         std::to_string(w.links) + "</td><td>" + fmt("%.3f", w.bytes / 1e9) + "</td><td>" +
+         fmt("%.1f%%", 100 * w.utilization) + "</td><td>" +
+         (w.busy_fraction >= 0 ? fmt("%.1f%%", 100 * w.busy_fraction) : std::string("-")) + "</td><td class=\"t\">" +
+         esc(kinds) + "</td></tr>\n";
+  }
+  h += "</table>\n";
+}
+
 void expert_load_section(std::string& h, const JobReport& r) {
   const std::vector<double>& load = r.expert_rank_tokens;
   if (load.empty()) return;
@@ -779,6 +798,7 @@ std::string html_report(const Scenario& s, const JobRun& run, const HtmlReportOp
   }
   memory_section(h, r);
   expert_load_section(h, r);
+  wan_section(h, r);
   page_end(h);
   return h;
 }

@@ -250,6 +250,7 @@ ClusterSpec read_cluster_object(const nlohmann::json& v, const std::string& poin
       c.datacenters.wan_bandwidth =
           dr.quantity("wan_bandwidth", Quantity::Bandwidth, 0, 1e3, 1e18, c.datacenters.count > 1);
       c.datacenters.wan_latency = dr.quantity("wan_latency", Quantity::Time, 0, 0, 10);
+      c.datacenters.wan_links = static_cast<int>(dr.integer("wan_links", 1, 1, kMaxWanLinks, false));
     }
     dr.finish();
   }

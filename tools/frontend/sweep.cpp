@@ -231,12 +231,31 @@ std::vector<int> read_int_list(ObjectReader& r, const char* key, std::vector<int
   return out;
 }
 
-SearchSpace read_search_space(ObjectReader& top) {
+// Most "search_space.diloco" variants (each multiplies the layouts simulated).
+constexpr std::size_t kMaxSearchDiloco = 16;
+
+SearchSpace read_search_space(ObjectReader& top, std::vector<nlohmann::json>& diloco) {
   SearchSpace s;
   const nlohmann::json* v = top.raw("search_space");
   if (v == nullptr) return s;
   ObjectReader r(*v, top.at("search_space"), top.diagnostics());
   if (!r.valid()) return s;
+  if (const nlohmann::json* dl = r.raw("diloco")) {
+    if (!dl->is_array() || dl->empty() || dl->size() > kMaxSearchDiloco) {
+      r.error("diloco", "expected an array of 1 to " + std::to_string(kMaxSearchDiloco) +
+                            " \"diloco\" sections (objects, or null for none), found " + describe_json_type(*dl));
+    } else {
+      for (std::size_t i = 0; i < dl->size(); ++i) {
+        const nlohmann::json& x = (*dl)[i];
+        if (!x.is_null() && !x.is_object()) {
+          r.diagnostics().error(json_pointer_append(r.at("diloco"), i),
+                                "expected a \"diloco\" section (an object) or null, found " + describe_json_type(x));
+        } else if (std::find(diloco.begin(), diloco.end(), x) == diloco.end()) {
+          diloco.push_back(x);
+        }
+      }
+    }
+  }
   s.tp = read_int_list(r, "tp", {}, 1, 1 << 16);
   s.pp = read_int_list(r, "pp", {}, 1, 1 << 16);
   s.cp = read_int_list(r, "cp", {}, 1, 1 << 16);
@@ -413,7 +432,10 @@ SweepSpec load_sweep_text(const std::string& text, const std::string& file, cons
   if (top.has("search_space") && !top.has("search")) {
     top.error("search_space", "\"search_space\" needs \"search\": \"auto\"");
   }
-  spec.search_space = read_search_space(top);
+  spec.search_space = read_search_space(top, spec.search_diloco);
+  if (!spec.search_diloco.empty() && spec.mixed_fleet) {
+    top.error("search_space", "\"search_space\": {\"diloco\"} needs \"search\": \"auto\", not \"mixed-fleet\"");
+  }
   spec.derive_dp = top.boolean("derive_dp", true);
   spec.top_k = static_cast<int>(top.integer("top_k", 10, 0, 1000000));
   spec.metric = top.choice("metric", "tokens_per_s", sweep_metrics());
@@ -606,6 +628,7 @@ void expand_auto(const SweepSpec& spec, const nlohmann::json& base, const Catalo
     plan.columns.push_back("parallel.ep");
     plan.columns.push_back("parallel.etp");
   }
+  std::size_t invalid_variants = 0;  // (layout, DiLoCo variant) points the loader refuses
   for (const ParallelSpec& c : found.candidates) {
     SweepPoint p;
     p.index = plan.points.size();
@@ -623,7 +646,35 @@ void expand_auto(const SweepSpec& spec, const nlohmann::json& base, const Catalo
       p.overrides.emplace_back("parallel.ep", c.ep);
       p.overrides.emplace_back("parallel.etp", c.etp > 0 ? c.etp : c.tp);
     }
-    plan.points.push_back(std::move(p));
+    if (spec.search_diloco.empty()) {
+      plan.points.push_back(std::move(p));
+      continue;
+    }
+    // Each layout with each DiLoCo variant the loader accepts (dp a multiple
+    // of the sites, a replica inside one site, ...); the others count as invalid.
+    for (const nlohmann::json& diloco : spec.search_diloco) {
+      SweepPoint q = p;
+      q.index = plan.points.size();
+      q.overrides.emplace_back("diloco", diloco);
+      if (!diloco.is_null()) {
+        try {
+          load_scenario_text(spec.base_text, spec.base_file, spec.base_dir, q.set_args(), catalog);
+        } catch (const InputError&) {
+          ++invalid_variants;
+          continue;
+        }
+      }
+      plan.points.push_back(std::move(q));
+    }
+  }
+  if (!spec.search_diloco.empty()) {  // the layout counts, once per variant
+    const std::size_t k = spec.search_diloco.size();
+    plan.columns.push_back("diloco");
+    plan.grid *= k;
+    plan.invalid = plan.invalid * k + invalid_variants;
+    plan.redundant *= k;
+    plan.pruned_oom *= k;
+    plan.pruned_dominated *= k;
   }
 }
 

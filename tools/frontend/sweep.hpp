@@ -51,6 +51,9 @@ struct SweepSpec {
   // "search": "mixed-fleet": the plans of models/mixed_fleet_search.hpp (auto_search is set too).
   bool mixed_fleet = false;
   SearchSpace search_space;
+  // "search_space.diloco": the "diloco" sections (null: none) every layout of
+  // the auto-search is tried with (docs/cross-datacenter.md); empty: the base's.
+  std::vector<nlohmann::json> search_diloco;
   int top_k = 10;
   std::string metric = "tokens_per_s";
   Fidelity fidelity = Fidelity::Analytical;  // every point (the CLI's --fidelity wins over the file)

@@ -357,6 +357,18 @@ void Executor::WaiterQueue::pop() {
   }
 }
 
+namespace {
+// The transfer a collective task posts on communicator `comm` (an all-to-all-v with its per-pair bytes).
+TransferRequest collective_request(const SimulationSetup& setup, const Task& t, std::uint32_t comm) {
+  TransferRequest request{comm, false, t.collective, 0, t.bytes, kNoMatrix, {}};
+  if (t.matrix != kNoMatrix) {
+    request.matrix = t.matrix;
+    request.pairs = setup.traffic[t.matrix];
+  }
+  return request;
+}
+}  // namespace
+
 void Executor::post_collective(std::uint32_t rank, std::uint32_t task, Time now) {
   const ProgramTemplate& p = *program_of_rank_[rank];
   const Task& t = p.tasks[task];
@@ -365,7 +377,7 @@ void Executor::post_collective(std::uint32_t rank, std::uint32_t task, Time now)
   if (slot.solo) {
     // Nobody else to wait for: the same start as a rendezvous of one.
     const Waiter me{rank, task, now};
-    start_transfer(TransferRequest{comm, false, t.collective, 0, t.bytes}, std::span<const Waiter>(&me, 1), now);
+    start_transfer(collective_request(*setup_, t, comm), std::span<const Waiter>(&me, 1), now);
     return;
   }
   CommState& c = comms_[comm];
@@ -389,12 +401,7 @@ void Executor::post_collective(std::uint32_t rank, std::uint32_t task, Time now)
   pc.waiters.push_back(me);
   if (static_cast<int>(pc.waiters.size()) < setup_->comms[comm].simulated_members) return;
   for (const Waiter& w : pc.waiters) record(w.rank, w.task, w.posted, now, kWaitCategory);
-  TransferRequest request{comm, false, t.collective, 0, t.bytes, kNoMatrix, {}};
-  if (t.matrix != kNoMatrix) {
-    request.matrix = t.matrix;
-    request.pairs = setup_->traffic[t.matrix];
-  }
-  start_transfer(request, pc.waiters, now);
+  start_transfer(collective_request(*setup_, t, comm), pc.waiters, now);
   pc.done = true;
   pc.waiters.clear();
   while (c.pending_live > 0 && c.pending[c.pending_head].done) {

@@ -11,7 +11,9 @@ double layer_activation_bytes(const TransformerSpec& m, const ParallelSpec& p, c
   const double t = p.tp;
   const double sbh = static_cast<double>(p.micro_batch) * tr.seq_len / p.cp * m.hidden;
   const bool sp = p.sequence_parallel && p.tp > 1;
-  if (p.recompute == Recompute::Full) return 2 * sbh / (sp ? t : 1.0);  // only the layer input
+  // Full recomputation keeps only the layer input: sharded over TP with SP or when the
+  // checkpoints are distributed over the TP ranks.
+  if (p.recompute == Recompute::Full) return 2 * sbh / (sp || p.distribute_saved_activations ? t : 1.0);
   const double h = m.hidden, a = m.heads, g = m.kv_heads, f = m.ffn_hidden;
   const double up = m.mlp == MlpKind::SwiGlu ? 2 : 1;
   // Per sbh, in bytes (16-bit tensors = 2, dropout masks = 1). Korthikanti et al. 2022 §4.1.
@@ -116,6 +118,12 @@ MemoryBreakdown stage_memory(const TransformerSpec& m, const ParallelSpec& p, co
   mem.gradients = params * tr.grad_reduce_bytes / shard_grad;
   const double opt_bytes = optimizer_bytes_per_param(tr);
   mem.optimizer = params * opt_bytes / shard_opt;
+  if (tr.optimizer == "muon") {
+    // The embedding and the head are updated by AdamW (second moment: 4 B more).
+    double adamw = first ? m.embedding_params() / p.tp : 0.0;
+    if (last && (!m.tied_embeddings || !first)) adamw += static_cast<double>(m.vocab) * m.hidden / p.tp;
+    mem.optimizer += adamw * 4 / shard_opt;
+  }
   if (expert > 0) {
     // Routed experts: replicated over the expert data-parallel group only.
     const double edp = expert_dp(p);
@@ -161,7 +169,7 @@ double optimizer_bytes_per_param(const TrainingSpec& tr) {
   // fp32 master weights, plus: SGD its momentum; Adam and LAMB m and v;
   // Adafactor (factored, no first moment) only row and column statistics,
   // which are negligible next to the matrix.
-  if (tr.optimizer == "sgd") return 8.0;
+  if (tr.optimizer == "sgd" || tr.optimizer == "muon") return 8.0;  // Muon: momentum only (+ AdamW's v below)
   if (tr.optimizer == "adafactor") return 4.0;
   return 12.0;
 }

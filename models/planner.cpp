@@ -689,14 +689,45 @@ class StageProgramBuilder {
     return 0;
   }
 
-  double local_params() const {
+  double local_params() const { return local_layer_params() + local_embedding_head_params(); }
+  double local_layer_params() const {
     double p = 0;
     for (int c = 0; c < chunks_; ++c) {
       for (int l = 0; l < layers_[c]; ++l) p += layer_steps(first_layer_[c] + l).grad_elements;
+    }
+    return p;
+  }
+  double local_embedding_head_params() const {
+    double p = 0;
+    for (int c = 0; c < chunks_; ++c) {
       if (first_vstage(c)) p += steps_.embedding_grad_elements;
       if (last_vstage(c)) p += steps_.head_grad_elements;
     }
     return p;
+  }
+  int local_layers() const {
+    int n = 0;
+    for (int c = 0; c < chunks_; ++c) n += layers_[c];
+    return n;
+  }
+
+  // Muon (docs/frameworks.md, "Optimizers"): the momentum of every weight matrix of
+  // the rank's layers orthogonalised by Newton-Schulz iterations, each three GEMMs,
+  // after Distributed Muon's gather of the DP-sharded gradients (Moonlight).
+  void emit_muon_orthogonalisation(std::vector<TaskId>& deps) {
+    if (par_.zero >= 1 && dp_group_ > 1) {
+      const TaskId g = b_.collective(s_.dp, slot_dp_, CollectiveKind::AllGather, CommClass::DP,
+                                     static_cast<std::uint64_t>(local_layer_params() * kActBytes),
+                                     label("optimizer.muon.gather"), -1, dedupe(deps));
+      deps = {g};
+    }
+    const int layers = local_layers();
+    if (layers == 0) return;
+    for (const MuonMatrix& w : muon_matrices(model_, par_)) {
+      const TaskId t =
+          b_.compute(s_.compute, b_.add_op(muon_newton_schulz_op(w, layers)), label(w.name), -1, dedupe(deps));
+      deps = {t};
+    }
   }
 
   void finish_iteration() {
@@ -725,18 +756,26 @@ class StageProgramBuilder {
     // first moment), op by op: RMS of the parameter 4, grad**2 + eps 16, row
     // and column means 8, the outer product 4, update * grad 12, its RMS and
     // the clip 12, * lr 8, p.add_(-update) 20: 84 B.
+    // Muon: momentum (read grad, momentum, write momentum: 12 B), the bf16 Newton-Schulz
+    // input and output (2 + 2 B), the update of the master (read 4 + 2, write 4 B): 26 B
+    // per matrix parameter; the embedding and the head take AdamW's 28 B.
+    const bool muon = train_.optimizer == "muon";
     double update_bytes = train_.optimizer == "sgd"         ? 20.0
                           : train_.optimizer == "lamb"      ? 48.0
                           : train_.optimizer == "adafactor" ? 84.0
                                                             : 28.0;
-    if (mixed && train_.grad_reduce_bytes == 2) update_bytes += 6;
-    if (train_.precision == Dtype::FP16) update_bytes += 8;
-    if (mixed && par_.zero < 3) update_bytes += 6;
+    double extra_bytes = 0;
+    if (mixed && train_.grad_reduce_bytes == 2) extra_bytes += 6;
+    if (train_.precision == Dtype::FP16) extra_bytes += 8;
+    if (mixed && par_.zero < 3) extra_bytes += 6;
+    const double muon_params = muon ? local_layer_params() / shard : 0.0;
+    const double step_bytes = params * (update_bytes + extra_bytes) - muon_params * (update_bytes - 26.0);
     ComputeOp norm{"optimizer.grad_norm", OpKind::MemoryBound, Dtype::FP32, 0, params * 4, 0, 0, 0, 1};
-    ComputeOp step{"optimizer.step", OpKind::MemoryBound, Dtype::FP32, 0, params * update_bytes, 0, 0, 0, 1};
+    ComputeOp step{"optimizer.step", OpKind::MemoryBound, Dtype::FP32, 0, step_bytes, 0, 0, 0, 1};
     const TaskId n = b_.compute(s_.compute, b_.add_op(norm), label("optimizer.grad_norm"), -1, dedupe(deps));
-    const TaskId d[] = {n};
-    const TaskId st = b_.compute(s_.compute, b_.add_op(step), label("optimizer.step"), -1, d);
+    std::vector<TaskId> before_step{n};
+    if (muon) emit_muon_orthogonalisation(before_step);
+    const TaskId st = b_.compute(s_.compute, b_.add_op(step), label("optimizer.step"), -1, dedupe(before_step));
     if (zero_sharded_optimizer() && !prefetch_params_) {
       const TaskId sd[] = {st};
       b_.collective(s_.dp, slot_dp_, CollectiveKind::AllGather, CommClass::DP,

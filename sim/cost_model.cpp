@@ -52,9 +52,12 @@ double ComputeCostModel::seconds(const ComputeOp& op, int gpu_type, double compu
       break;
   }
   // A perturbed GPU (a straggler, a throttled one) takes `slowdown` times as long for everything.
-  const double gpu_time =
-      (std::max(compute_time / compute_share, mem_time) + op.kernels * p.launch_overhead.value) * gpu.slowdown;
-  if (op.host_dispatch_seconds <= 0) return gpu_time;
+  // Inside a CUDA graph a kernel node costs kGraphKernelSeconds (models/training_spec.hpp)
+  // rather than an eager launch, and the host issues the graph once, not each kernel.
+  const double launch =
+      op.graph_captured ? std::min(p.launch_overhead.value, kGraphKernelSeconds) : p.launch_overhead.value;
+  const double gpu_time = (std::max(compute_time / compute_share, mem_time) + op.kernels * launch) * gpu.slowdown;
+  if (op.host_dispatch_seconds <= 0 || op.graph_captured) return gpu_time;
   // Host dispatch: the host issues each kernel after the framework's dispatch and the CUDA
   // launch (the profile's launch_overhead), and the stream cannot run ahead of the host. In
   // the steady state of the asynchronous launch queue the op takes the longer of its GPU

@@ -148,7 +148,9 @@ MemoryBreakdown stage_memory(const TransformerSpec& m, const ParallelSpec& p, co
     const int v = sched.virtual_stage(stage, c);
     ChunkActivation a{v == first_virtual_stage ? embedding_out : 0.0, 0.0};
     const int l0 = p.first_layer_of_virtual_stage(v, m.layers);
-    for (int l = l0; l < l0 + p.layers_of_virtual_stage(v, m.layers); ++l) {
+    // Offloaded layers keep their activations in host memory (buffers below).
+    for (int l = l0 + std::min(p.offload_layers, p.layers_of_virtual_stage(v, m.layers));
+         l < l0 + p.layers_of_virtual_stage(v, m.layers); ++l) {
       const ChunkActivation layer = activation_of(m.layer_kind(l));
       a.total += layer.total;
       a.after_input += layer.after_input;
@@ -162,6 +164,8 @@ MemoryBreakdown stage_memory(const TransformerSpec& m, const ParallelSpec& p, co
     mem.activations += layer_activation_bytes(m, none, tr);
   }
   if (last) mem.buffers += tokens * static_cast<double>(m.vocab) / p.tp * (2 + 4);  // logits + fp32 loss input
+  // Offload: one layer's activations on their way to the host and one on the way back.
+  if (p.offload_layers > 0) mem.buffers += 2 * layer_activation_bytes(m, p, tr);
   return mem;
 }
 

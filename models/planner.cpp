@@ -56,7 +56,7 @@ struct LinkShape {
 using LinkShapes = std::map<std::pair<int, int>, LinkShape>;
 
 struct Streams {
-  std::uint8_t compute, tp, cp, dp, send_next, send_prev, recv_prev, recv_next, ep;
+  std::uint8_t compute, tp, cp, dp, send_next, send_prev, recv_prev, recv_next, ep, offload, reload;
 };
 
 // Which parts of a layer's backward a unit emits: all (B and W in issue order),
@@ -105,6 +105,15 @@ class StageProgramBuilder {
       vstage_.push_back(v);
       layers_.push_back(par.layers_of_virtual_stage(v, model.layers));
       first_layer_.push_back(par.first_layer_of_virtual_stage(v, model.layers));
+    }
+    if (par.offload_layers > 0) {
+      // Activation offload: device-to-host and host-to-device copies on their own copy
+      // engines; one copy is one layer's saved activations (models/memory_model.hpp).
+      s_.offload = b_.add_stream("offload.d2h");
+      s_.reload = b_.add_stream("offload.h2d");
+      const double bytes = layer_activation_bytes(model, par, train);
+      offload_op_ = b_.add_op(ComputeOp{"offload.d2h", OpKind::HostCopy, Dtype::BF16, 0, bytes, 0, 0, 0, 1});
+      reload_op_ = b_.add_op(ComputeOp{"offload.h2d", OpKind::HostCopy, Dtype::BF16, 0, bytes, 0, 0, 0, 1});
     }
     dp_group_ = par.dp * par.cp;
     const double bucket_elems =
@@ -437,6 +446,11 @@ class StageProgramBuilder {
       last = emit(layer_steps(layer).forward, layer_prefix('F', layer), u.microbatch, dedupe(deps), false, &first);
       prev_layer_first = first;
       entry = {last};
+      if (l < par_.offload_layers) {
+        const TaskId after[] = {last};
+        offloaded_[{u.microbatch, u.chunk, l}] =
+            b_.compute(s_.offload, offload_op_, label("offload.d2h"), u.microbatch, after);
+      }
     }
     if (v == V_ - 1) {
       std::vector<TaskId> deps = entry;
@@ -490,10 +504,19 @@ class StageProgramBuilder {
     if (zero3() && layers_[u.chunk] > 0) {
       gathered = param_gather(first_layer_[u.chunk] + layers_[u.chunk] - 1, kNone, u.microbatch);
     }
+    TaskId next_first = kNone;  // the first task of the layer after this one (its backward ran first)
     for (int l = layers_[u.chunk] - 1; l >= 0; --l) {
       const int layer = first_layer_[u.chunk] + l;
       std::vector<TaskId> deps = entry;
       if (zero3()) deps.push_back(gathered);
+      if (l < par_.offload_layers && (whole || filter == PassFilter::InputOnly)) {
+        // Reloaded one layer ahead: issued when the next layer's backward starts.
+        const auto it = offloaded_.find({u.microbatch, u.chunk, l});
+        TRAINSIM_CHECK(it != offloaded_.end(), "activation reload before its offload");
+        std::vector<TaskId> after{it->second};
+        if (next_first != kNone) after.push_back(next_first);
+        deps.push_back(b_.compute(s_.reload, reload_op_, label("offload.h2d"), u.microbatch, dedupe(after)));
+      }
       TaskId first = kNone;
       const LayerSteps& ls = layer_steps(layer);
       if (!ls.recompute.empty()) {
@@ -503,6 +526,7 @@ class StageProgramBuilder {
       last = emit(ls.backward, layer_prefix('B', layer), u.microbatch, dedupe(deps), false, &first, filter,
                   whole ? nullptr : &(*saved)[l]);
       if (zero3() && l > 0) gathered = param_gather(layer - 1, par_.backward_prefetch_pre ? first : last, u.microbatch);
+      next_first = first;
       entry = {last};
       if (whole) layer_grads_done(layer, last, u.microbatch, reduce_grads);
     }
@@ -827,6 +851,9 @@ class StageProgramBuilder {
   bool prefetch_params_ = false;
   TaskId last_compute_ = kNone;
   std::vector<TaskId> blocking_sends_;  // sends the next unit waits for (no p2p overlap)
+  // Activation offload: the copy of (micro-batch, chunk, layer)'s activations to the host.
+  std::map<std::tuple<int, int, int>, TaskId> offloaded_;
+  std::uint32_t offload_op_ = 0, reload_op_ = 0;
   std::unordered_map<std::string, std::uint32_t> labels_;
   std::unordered_map<const Step*, std::uint32_t> ops_;
   std::unordered_map<std::string, std::vector<std::uint32_t>> step_labels_;

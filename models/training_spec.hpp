@@ -134,6 +134,10 @@ struct ParallelSpec {
   // all-gathers it before the recomputation (Megatron-LM --distribute-saved-activations,
   // Metaseq's distributed checkpoints for OPT).
   bool distribute_saved_activations = false;
+  // Activation offload (Transformer Engine / Megatron-Core --cpu-offloading): the saved
+  // activations of the first `offload_layers` layers of every model chunk go to host
+  // memory after their forward and come back one layer ahead of their backward.
+  int offload_layers = 0;
   bool dp_overlap = true;        // overlap gradient reduction with the last backward
   bool tp_comm_overlap = false;  // overlap TP collectives with the adjacent GEMMs (userbuffers)
   // Backward: the input-gradient TP all-reduce runs beside the weight-gradient GEMM

@@ -9,7 +9,9 @@
 
 namespace trainsim {
 
-enum class OpKind : std::uint8_t { Gemm, Attention, AttentionBackward, MemoryBound };
+// HostCopy: a copy between HBM and host memory over the GPU's host link (activation
+// offload), on a copy engine: bytes / (host_bandwidth / 2), no SMs.
+enum class OpKind : std::uint8_t { Gemm, Attention, AttentionBackward, MemoryBound, HostCopy };
 
 // Per-kernel cost of a kernel node inside a CUDA graph beyond its execution: 0.5 us,
 // NVIDIA's "Getting Started with CUDA Graphs" (developer.nvidia.com/blog/cuda-graphs/):

@@ -192,6 +192,7 @@ GpuSpec read_gpu_figures(ObjectReader& r) {
   g.memory_bytes = r.quantity("memory", Quantity::Bytes, 0, 1e6, kBig, true);
   g.memory_bandwidth = r.quantity("memory_bandwidth", Quantity::Bandwidth, 0, 1e6, kBig, true);
   g.scaleup_bandwidth = r.quantity("scaleup_bandwidth", Quantity::Bandwidth, 0, 0, kBig, true);
+  g.host_bandwidth = r.quantity("host_bandwidth", Quantity::Bandwidth, 0, 1e6, kBig);
   g.source = r.string("source", "", true);
   return g;
 }

@@ -411,6 +411,7 @@ ParallelSpec read_parallel(ObjectReader& top, bool batch_required) {
   const std::string rc = r.choice("recompute", "none", {"none", "selective", "full"});
   p.recompute = rc == "full" ? Recompute::Full : rc == "selective" ? Recompute::Selective : Recompute::None;
   p.distribute_saved_activations = r.boolean("distribute_saved_activations", false);
+  p.offload_layers = static_cast<int>(r.integer("activation_offload_layers", 0, 0, 100000));
   if (p.distribute_saved_activations && (p.recompute != Recompute::Full || p.sequence_parallel)) {
     r.error("distribute_saved_activations",
             "sharding the checkpointed layer inputs over TP ranks needs \"recompute\": \"full\" and no "
@@ -678,6 +679,25 @@ void check_consistency(Scenario& s, Diagnostics& d) {
       d.error("/training/fp8_recipe", std::string("\"") + to_string(recipe) + "\" scaling needs " +
                                           (recipe == Fp8Recipe::Mxfp8 ? "Blackwell" : "Hopper or Blackwell") +
                                           " GPUs; " + g.node.gpu.name + " is " + (arch.empty() ? "neither" : arch));
+    }
+  }
+  // Activation offload needs the GPUs' host link and keeps one layer of each chunk
+  // on the GPU (Transformer Engine offloads at most all but one layer).
+  if (s.parallel.offload_layers > 0) {
+    if (s.model.moe.enabled()) {
+      d.error("/parallel/activation_offload_layers", "activation offload is modelled for dense layers only");
+    }
+    for (const auto& g : s.cluster.groups) {
+      if (g.node.gpu.host_bandwidth <= 0) {
+        d.error("/parallel/activation_offload_layers",
+                "activation offload needs the GPU's host link; " + g.node.gpu.name + " has no host_bandwidth");
+      }
+    }
+    const int chunks = s.parallel.pp * s.parallel.vpp;
+    if (s.parallel.stage_layers.empty() && s.parallel.offload_layers >= s.model.layers / chunks) {
+      d.error("/parallel/activation_offload_layers",
+              std::to_string(s.parallel.offload_layers) + " layers offloaded of " +
+                  std::to_string(s.model.layers / chunks) + " per model chunk; at most all but one");
     }
   }
   // The layout rules live with the planner (models/layout_rules.hpp).

@@ -10,12 +10,41 @@ namespace trainsim {
 
 namespace {
 
+}  // namespace
+
+Fp8Quantize fp8_quantize_cost(Fp8Recipe r) {
+  // Bytes per element of the 16-bit input: read 2 B, write the FP8 copy the GEMM reads
+  // (1 B) and the transposed / column-wise copy the weight-gradient GEMM reads (1 B),
+  // plus their scales. Transformer Engine (github.com/NVIDIA/TransformerEngine):
+  switch (r) {
+    case Fp8Recipe::Delayed:
+      // DelayedScaling: the scale comes from the amax history, so one fused
+      // cast-transpose kernel quantises and records the amax (cast_transpose with amax).
+      return {4.0, 1};
+    case Fp8Recipe::Current:
+      // Float8CurrentScaling: the scale needs this tensor's amax first: an amax kernel
+      // (read 2 B), the scale from it (one tiny kernel), then the cast-transpose.
+      return {6.0, 3};
+    case Fp8Recipe::Mxfp8:
+      // MXFP8BlockScaling: one kernel writes the row-wise and the column-wise copy,
+      // each with one E8M0 scale byte per 32 elements (the block amax in registers).
+      return {2.0 + 2 * (1.0 + 1.0 / 32), 1};
+    case Fp8Recipe::Blockwise:
+      // Float8BlockScaling: 1x128 tiles with an fp32 scale each, row-wise and column-wise.
+      return {2.0 + 2 * (1.0 + 4.0 / 128), 1};
+  }
+  return {4.0, 1};
+}
+
+namespace {
+
 // Appends steps to one list and keeps track of the last collective, so that the
 // common case ("the next step needs the last collective's result") is one call.
 class StepList {
  public:
   // `act_bytes`: bytes of one activation element (activation_element_bytes).
-  StepList(std::vector<Step>* out, Pass pass, double act_bytes) : out_(out), pass_(pass), act_bytes_(act_bytes) {}
+  StepList(std::vector<Step>* out, Pass pass, double act_bytes, Fp8Recipe recipe = Fp8Recipe::Delayed)
+      : out_(out), pass_(pass), act_bytes_(act_bytes), recipe_(recipe) {}
   void set_pass(Pass p) { pass_ = p; }
 
   // `model_flops` < 0: the GEMM's own FLOPs (MoE experts count balanced routing instead).
@@ -34,10 +63,11 @@ class StepList {
     const double flops = model_flops >= 0 ? model_flops : op.flops;
     const bool wgrad = name.size() > 6 && name.compare(name.size() - 6, 6, ".wgrad") == 0;
     if (dtype == Dtype::FP8 && !wgrad) {
-      // Transformer Engine casts the 16-bit input (activation, or output gradient for
-      // dgrad) to FP8 and keeps a transposed copy for the weight-gradient GEMM:
-      // read 2 B, write 1 B + 1 B per element. Weights are cast once per step (cached).
-      memory(name + ".fp8cast", m * k * count * (act_bytes_ + 2), std::move(waits));
+      // Transformer Engine quantises the 16-bit input (activation, or output gradient
+      // for dgrad) to FP8 with the copy the weight-gradient GEMM reads, as the recipe
+      // says (fp8_quantize_cost). Weights are cast once per step (cached).
+      const Fp8Quantize q = fp8_quantize_cost(recipe_);
+      memory(name + ".fp8cast", m * k * count * q.bytes_per_element, std::move(waits), q.kernels);
       waits = {};
     }
     return add_compute(std::move(op), flops, std::move(waits));
@@ -98,6 +128,7 @@ class StepList {
   std::vector<Step>* out_;
   Pass pass_;
   double act_bytes_;
+  Fp8Recipe recipe_;
 };
 
 std::vector<int> maybe(int idx) { return idx >= 0 ? std::vector<int>{idx} : std::vector<int>{}; }
@@ -116,7 +147,18 @@ struct Dims {
   bool dropout;
   Dtype attn_dtype;  // attention, LM head and memory-bound work: FP8 recipes keep these in BF16
   double act_bytes;  // bytes of one activation element (activation_element_bytes)
+  // Sliding-window attention: the query-key pairs a causal fused kernel computes, as a
+  // share of full causal attention's, and the keys per query the model-FLOP count sees
+  // (s_full without a window) as a share of s_full.
+  double window_exec_share = 1, window_model_share = 1;
 };
+
+// A causal window of w keys over s positions: query i attends to min(i + 1, w) keys,
+// s w - w (w - 1) / 2 pairs for w < s, against s (s + 1) / 2 without a window.
+double windowed_pair_share(double s, double w) {
+  if (w <= 0 || w >= s) return 1.0;
+  return (s * w - w * (w - 1) / 2) / (s * (s + 1) / 2);
+}
 
 // Memory traffic (x the fused kernel's bytes) and launches of the elementwise, norm,
 // cast and loss kernels a framework runs; docs/frameworks.md gives each list's source.
@@ -192,6 +234,8 @@ Dims dims_of(const TransformerSpec& m, const ParallelSpec& p, const TrainingSpec
   d.attn_dtype = tr.precision == Dtype::FP8 ? Dtype::BF16 : tr.precision;
   d.act_bytes = activation_element_bytes(tr);
   d.d_out = d.d;
+  d.window_exec_share = windowed_pair_share(d.s_full, m.sliding_window);
+  d.window_model_share = m.sliding_window > 0 ? std::min(1.0, m.sliding_window / d.s_full) : 1.0;
   if (m.mla.enabled()) {
     // MLA attends with per-head keys of qk_nope + qk_rope and values of v_head_dim:
     // QK^T and AV together cost what two products of their mean size cost.
@@ -290,10 +334,13 @@ void attention_core_forward(StepList& L, const Dims& D, AttentionKind kind, std:
   // slopes and adds the bias in registers): no memory traffic of its own.
   if (kind != AttentionKind::Unfused) {
     const double bytes = (D.tokens * (2 * D.a_t * D.d) + D.b * D.s_full * 2 * D.g_t * D.d) * D.act_bytes;
-    // causal: half the tiles run
-    L.attention("attn.core", D.attn_dtype, exec, model, bytes, std::move(waits), false, kind);
+    // causal: the tiles a causal kernel runs; a sliding window skips the tiles outside it
+    // (FlashAttention-2's window_size, from version 2.3).
+    L.attention("attn.core", D.attn_dtype, exec * D.window_exec_share, model * D.window_model_share, bytes,
+                std::move(waits), false, kind);
     return;
   }
+  // Unfused attention computes every score and masks those outside the window.
   const double heads = D.b * D.a_t;
   const double scores = heads * D.s_local * D.s_full;
   if (D.alibi) {
@@ -318,6 +365,42 @@ void attention_core_forward(StepList& L, const Dims& D, AttentionKind kind, std:
   L.gemm("attn.av", D.attn_dtype, D.s_local, D.d, D.s_full, {}, heads);
 }
 
+// Attention core backward (flash: one fused kernel; unfused: the four GEMMs with
+// the softmax and dropout gradients between them).
+// Attention core backward on the attention view A (flash: one fused kernel; unfused:
+// the four GEMMs and the softmax backward); `waits`: what its first step needs.
+void attention_core_backward(StepList& L, const Dims& A, AttentionKind kind, std::vector<int> waits) {
+  const double model_core = 4 * A.b * A.s_local * A.s_model * A.a_t * A.d;
+  const double exec_core = 4 * A.b * A.s_local * A.s_full * A.a_t * A.d * A.causal;
+  if (kind != AttentionKind::Unfused) {
+    // FlashAttention backward: recomputes QK^T and runs four GEMMs (2.5x the forward work).
+    const double bytes = (A.tokens * (4 * A.a_t * A.d) + A.b * A.s_full * 4 * A.g_t * A.d) * A.act_bytes;
+    L.attention("attn.core.bwd", A.attn_dtype, 2.5 * exec_core * A.window_exec_share,
+                2 * model_core * A.window_model_share, bytes, std::move(waits), true, kind);
+    return;
+  }
+  const double heads = A.b * A.a_t;
+  const double scores = heads * A.s_local * A.s_full;
+  L.gemm("attn.av.dgrad", A.attn_dtype, A.s_local, A.s_full, A.d, std::move(waits), heads);
+  L.gemm("attn.av.wgrad", A.attn_dtype, A.s_full, A.d, A.s_local, {}, heads);
+  const double e = A.act_bytes;
+  if (A.dropout) L.memory("attn.dropout.bwd", scores * (e + 1 + e));
+  if (e < 4) {
+    L.memory("attn.softmax.bwd", scores * (e + e + e));
+  } else {
+    // torch softmax backward (read output and gradient, write), then the
+    // gradient of masked_fill_. Megatron's mask function fills in place a view
+    // of the score GEMM's output (`matmul_result.view(...)`), so autograd runs
+    // it through CopySlices (PyTorch torch/csrc/autograd/functions/tensor.cpp,
+    // CopySlices::apply_impl): copy the gradient into a fresh base-shaped
+    // buffer, clone the view's slice, masked_fill out of place, copy the result
+    // back: 4 kernels, each reading and writing every score.
+    L.memory("attn.softmax.bwd", scores * (3 * e + 4 * (e + e)), {}, 5);
+  }
+  L.gemm("attn.qk.dgrad", A.attn_dtype, A.s_local, A.d, A.s_full, {}, heads);
+  L.gemm("attn.qk.wgrad", A.attn_dtype, A.s_full, A.d, A.s_local, {}, heads);
+}
+
 std::vector<int> maybe2(int a, int b) {
   std::vector<int> v = maybe(a);
   if (b >= 0) v.push_back(b);
@@ -337,6 +420,24 @@ void append_slice(const std::vector<Step>& in, std::size_t from, std::size_t to,
     }
     out->push_back(std::move(s));
   }
+}
+
+// Full recomputation re-runs the layer's forward; with distributed checkpoints
+// (Megatron-LM's CheckpointFunction, distribute_saved_activations) each TP rank
+// kept 1/tp of the layer input and all-gathers it first.
+std::vector<Step> full_recompute_of(const std::vector<Step>& forward, const ParallelSpec& p, const Dims& D) {
+  if (!p.distribute_saved_activations || !D.tp_comm) return forward;
+  std::vector<Step> out;
+  StepList L(&out, Pass::Forward, D.act_bytes);
+  const int ag = L.comm("tp.ag.checkpoint", CollectiveKind::AllGather, CommClass::TP, D.tokens * D.h * D.act_bytes);
+  append_slice(forward, 0, forward.size(), &out);
+  for (std::size_t j = 1; j < out.size(); ++j) {
+    if (!out[j].is_comm) {
+      out[j].waits.push_back(ag);
+      break;
+    }
+  }
+  return out;
 }
 
 std::size_t index_of(const std::vector<Step>& steps, const std::string& name) {
@@ -410,7 +511,7 @@ void build_moe_layer(const TransformerSpec& m, const ParallelSpec& p, const Trai
   // ---------------- forward ----------------
   append_slice(dense.forward, 0, index_of(dense.forward, "norm2") + 1, &moe->forward);
   {
-    StepList L(&moe->forward, Pass::Forward, D.act_bytes);
+    StepList L(&moe->forward, Pass::Forward, D.act_bytes, tr.fp8_recipe);
     L.gemm("moe.router", D.attn_dtype, rt.tokens_in, E, h);
     L.memory("moe.router.topk", rt.tokens_in * E * 4 * 3);  // fp32 scores: softmax / sigmoid, top-k
     if (!allgather) L.memory("moe.permute", permute_bytes);
@@ -443,7 +544,7 @@ void build_moe_layer(const TransformerSpec& m, const ParallelSpec& p, const Trai
 
   // ---------------- backward ----------------
   {
-    StepList L(&moe->backward, Pass::BackwardInput, D.act_bytes);
+    StepList L(&moe->backward, Pass::BackwardInput, D.act_bytes, tr.fp8_recipe);
     const auto tp_in_kind = D.sp ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce;
     L.memory("mlp.residual.bwd", act_norm * 2);
     L.memory("moe.unpermute.bwd", permute_bytes);
@@ -494,7 +595,7 @@ void build_moe_layer(const TransformerSpec& m, const ParallelSpec& p, const Trai
   append_slice(dense.backward, index_of(dense.backward, "attn.residual.bwd"), dense.backward.size(), &moe->backward);
 
   if (p.recompute == Recompute::Full) {
-    moe->recompute = moe->forward;
+    moe->recompute = full_recompute_of(moe->forward, p, D);
   } else {
     moe->recompute = dense.recompute;  // selective: the attention core only
   }
@@ -559,6 +660,76 @@ void add_mtp_modules(const TransformerSpec& m, const Dims& D, ModelSteps* out) {
   out->head_expert_grad_elements += m.mtp_depth * block.expert_grad_elements;
 }
 
+// A parallel attention + MLP block (GPT-J, GPT-NeoX's use_parallel_residual, PaLM,
+// Chowdhery et al. 2022, Section 2): y = x + Attention(LN(x)) + MLP(LN(x)). One norm,
+// the QKV and MLP input projections fused into one GEMM, and the two row-parallel
+// output projections summed before one TP reduction per layer (forward and backward)
+// instead of two.
+void parallel_block_layer(const TransformerSpec& m, const ParallelSpec& p, const TrainingSpec& tr, const Dims& D,
+                          const KernelRecipe& R, LayerSteps* out) {
+  const auto tp_kind = D.sp ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce;
+  const double act = D.tokens * D.h * D.act_bytes, act_norm = D.tokens_norm * D.h * D.act_bytes;
+  const double kv_bytes = D.b * D.s_full * 2 * D.g_t * D.d * D.act_bytes;
+  const double qkv = (D.a_t + 2 * D.g_t) * D.d, up = D.f_t * D.up_mult, in_n = qkv + up;
+  const bool ov = p.tp_comm_overlap && D.tp_comm;
+  auto gate = [&](int c) { return ov ? std::vector<int>{} : maybe(c); };
+  auto after = [&](int c) { return ov ? maybe(c) : std::vector<int>{}; };
+  // x + attention + MLP: one more input than the sequential block's residual add.
+  const double residual = act_norm * (D.dropout ? 3.5 * R.residual_dropout : 3) + act_norm;
+  const int residual_kernels = D.dropout ? R.residual_dropout_kernels : 1;
+  const double cast_bytes = m.params_per_layer() / p.tp * (4 + D.act_bytes) * (R.casts_sharded ? 1.0 / p.dp : 1.0);
+  const int cast_kernels = D.swiglu ? 5 : 4;
+  {
+    StepList L(&out->forward, Pass::Forward, D.act_bytes, tr.fp8_recipe);
+    if (R.weight_casts) L.memory("amp.weight.cast", cast_bytes, {}, cast_kernels);
+    L.memory("norm1", act_norm * 2 * R.norm, {}, R.norm_kernels);
+    const int ag = D.sp ? L.comm("tp.ag.block", CollectiveKind::AllGather, CommClass::TP, act) : -1;
+    L.gemm("block.in", D.gemm_dtype, D.tokens, in_n, D.h, gate(ag));
+    std::vector<int> core_waits = after(ag);
+    if (m.rope) {
+      L.memory("attn.rope", D.tokens * (D.a_t + D.g_t) * D.d * D.act_bytes * 2 * R.rope, core_waits, R.rope_kernels);
+      core_waits.clear();
+    }
+    const int kv = D.ring > 1 ? L.comm("cp.ag.kv", CollectiveKind::AllGather, CommClass::CP, kv_bytes) : -1;
+    if (kv >= 0) core_waits.push_back(kv);
+    attention_core_forward(L, D, tr.attention, core_waits);
+    L.memory("mlp.act", D.tokens * D.f_t * D.act_bytes * (D.swiglu ? 3 * R.swiglu : 2), {},
+             D.swiglu ? R.swiglu_kernels : 1);
+    L.gemm("attn.proj", D.gemm_dtype, D.tokens, D.h, D.a_t * D.d_out);
+    L.gemm("mlp.down", D.gemm_dtype, D.tokens, D.h, D.f_t);
+    const int r = D.tp_comm ? L.comm("tp.block.out", tp_kind, CommClass::TP, act, {}, ov) : -1;
+    L.memory("block.residual", residual, maybe(r), residual_kernels);
+  }
+  {
+    StepList L(&out->backward, Pass::BackwardInput, D.act_bytes, tr.fp8_recipe);
+    L.memory("block.residual.bwd", act_norm * 2);
+    const int g = D.sp ? L.comm("tp.ag.block.grad", CollectiveKind::AllGather, CommClass::TP, act) : -1;
+    L.gemm("mlp.down.dgrad", D.gemm_dtype, D.tokens, D.f_t, D.h, gate(g));
+    L.set_pass(Pass::BackwardWeight);
+    L.gemm("mlp.down.wgrad", D.gemm_dtype, D.h, D.f_t, D.tokens, after(g));
+    L.set_pass(Pass::BackwardInput);
+    L.memory("mlp.act.bwd", D.tokens * D.f_t * D.act_bytes * (D.swiglu ? 5 * R.swiglu_bwd : 3), {},
+             D.swiglu ? R.swiglu_bwd_kernels : 1);
+    L.gemm("attn.proj.dgrad", D.gemm_dtype, D.tokens, D.a_t * D.d_out, D.h);
+    L.set_pass(Pass::BackwardWeight);
+    L.gemm("attn.proj.wgrad", D.gemm_dtype, D.h, D.a_t * D.d_out, D.tokens, after(g));
+    L.set_pass(Pass::BackwardInput);
+    attention_core_backward(L, D, tr.attention, {});
+    const int rkv =
+        D.ring > 1 ? L.comm("cp.rs.kv.grad", CollectiveKind::ReduceScatter, CommClass::CP, kv_bytes) : -1;
+    if (m.rope)
+      L.memory("attn.rope.bwd", D.tokens * (D.a_t + D.g_t) * D.d * D.act_bytes * 2 * R.rope_bwd, {}, R.rope_kernels);
+    const int in = D.sp ? L.comm("tp.ag.block.input", CollectiveKind::AllGather, CommClass::TP, act) : -1;
+    L.gemm("block.in.dgrad", D.gemm_dtype, D.tokens, D.h, in_n, maybe(rkv));
+    const int rs = D.tp_comm ? L.comm("tp.block.in.grad", tp_kind, CommClass::TP, act) : -1;
+    L.set_pass(Pass::BackwardWeight);
+    L.gemm("block.in.wgrad", D.gemm_dtype, D.h, in_n, D.tokens, maybe(p.tp_grad_overlap || D.sp ? in : rs));
+    L.set_pass(Pass::BackwardInput);
+    L.memory("norm1.bwd", act_norm * 4 * R.norm_bwd, maybe(rs), R.norm_bwd_kernels);
+    if (R.casts_sharded) L.memory("fsdp.weight.cast.bwd", cast_bytes, {}, cast_kernels);
+  }
+}
+
 }  // namespace
 
 ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, const TrainingSpec& train,
@@ -610,9 +781,10 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
   const int cast_kernels = D.swiglu ? 5 : 4;
   const double head_cast_bytes = static_cast<double>(m.vocab) * m.hidden / p.tp * (4 + 2) * cast_share;
 
+  if (m.parallel_block) parallel_block_layer(m, p, tr, D, R, &dense);
   // ---------------- forward of one layer ----------------
-  {
-    StepList L(&dense.forward, Pass::Forward, D.act_bytes);
+  if (!m.parallel_block) {
+    StepList L(&dense.forward, Pass::Forward, D.act_bytes, tr.fp8_recipe);
     if (R.weight_casts) L.memory("amp.weight.cast", cast_bytes, {}, cast_kernels);
     L.memory("norm1", act_norm * 2 * R.norm, {}, R.norm_kernels);
     const int ag1 = D.sp ? L.comm("tp.ag.attn", CollectiveKind::AllGather, CommClass::TP, act) : -1;
@@ -649,8 +821,8 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
   }
 
   // ---------------- backward of one layer ----------------
-  {
-    StepList L(&dense.backward, Pass::BackwardInput, D.act_bytes);
+  if (!m.parallel_block) {
+    StepList L(&dense.backward, Pass::BackwardInput, D.act_bytes, tr.fp8_recipe);
     const auto tp_in_kind = D.sp ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce;
     // MLP block, in reverse.
     L.memory("mlp.residual.bwd", act_norm * 2);
@@ -681,35 +853,7 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     // Ulysses: the output gradient goes from sequence to head shards.
     const int gout =
         D.ulysses > 1 ? cp_step(L, "cp.a2a.out.grad", CollectiveKind::AllToAll, out_bytes, ulysses_group, {}) : -1;
-    const double model_core = 4 * A.b * A.s_local * A.s_model * A.a_t * A.d;
-    const double exec_core = 4 * A.b * A.s_local * A.s_full * A.a_t * A.d * A.causal;
-    if (tr.attention != AttentionKind::Unfused) {
-      // FlashAttention backward: recomputes QK^T and runs four GEMMs (2.5x the forward work).
-      const double bytes = (A.tokens * (4 * A.a_t * A.d) + A.b * A.s_full * 4 * A.g_t * A.d) * A.act_bytes;
-      L.attention("attn.core.bwd", A.attn_dtype, 2.5 * exec_core, 2 * model_core, bytes, maybe(gout), true,
-                  tr.attention);
-    } else {
-      const double heads = A.b * A.a_t;
-      const double scores = heads * A.s_local * A.s_full;
-      L.gemm("attn.av.dgrad", A.attn_dtype, A.s_local, A.s_full, A.d, maybe(gout), heads);
-      L.gemm("attn.av.wgrad", A.attn_dtype, A.s_full, A.d, A.s_local, {}, heads);
-      const double e = A.act_bytes;
-      if (A.dropout) L.memory("attn.dropout.bwd", scores * (e + 1 + e));
-      if (e < 4) {
-        L.memory("attn.softmax.bwd", scores * (e + e + e));
-      } else {
-        // torch softmax backward (read output and gradient, write), then the
-        // gradient of masked_fill_. Megatron's mask function fills in place a view
-        // of the score GEMM's output (`matmul_result.view(...)`), so autograd runs
-        // it through CopySlices (PyTorch torch/csrc/autograd/functions/tensor.cpp,
-        // CopySlices::apply_impl): copy the gradient into a fresh base-shaped
-        // buffer, clone the view's slice, masked_fill out of place, copy the result
-        // back: 4 kernels, each reading and writing every score.
-        L.memory("attn.softmax.bwd", scores * (3 * e + 4 * (e + e)), {}, 5);
-      }
-      L.gemm("attn.qk.dgrad", A.attn_dtype, A.s_local, A.d, A.s_full, {}, heads);
-      L.gemm("attn.qk.wgrad", A.attn_dtype, A.s_full, A.d, A.s_local, {}, heads);
-    }
+    attention_core_backward(L, A, tr.attention, maybe(gout));
     const int rkv_ring =
         D.ring > 1 ? cp_step(L, "cp.rs.kv.grad", CollectiveKind::ReduceScatter, kv_bytes, ring_group, {}) : -1;
     // Ulysses: dQ, dK and dV go back from head to sequence shards.
@@ -739,9 +883,9 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
 
   // ---------------- recomputation before backward ----------------
   if (p.recompute == Recompute::Full) {
-    dense.recompute = dense.forward;
+    dense.recompute = full_recompute_of(dense.forward, p, D);
   } else if (p.recompute == Recompute::Selective && tr.attention == AttentionKind::Unfused) {
-    StepList L(&dense.recompute, Pass::Forward, D.act_bytes);
+    StepList L(&dense.recompute, Pass::Forward, D.act_bytes, tr.fp8_recipe);
     attention_core_forward(L, A, tr.attention, {});
   }
 
@@ -796,25 +940,60 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
   out.embedding_grad_elements = m.embedding_params() / p.tp;
   out.head_grad_elements = static_cast<double>(m.vocab) * m.hidden / p.tp;
   if (m.mtp_depth > 0) add_mtp_modules(m, D, &out);
-  // Every kernel of these steps is issued by the framework's host code (docs/frameworks.md, "Host dispatch").
-  if (const double host = host_dispatch_seconds(tr.framework); host > 0) {
-    auto issue = [host](std::vector<Step>& steps) {
-      for (Step& s : steps)
-        if (!s.is_comm) s.op.host_dispatch_seconds = host;
-    };
-    auto issue_layer = [&](LayerSteps& k) {
-      issue(k.forward);
-      issue(k.backward);
-      issue(k.recompute);
-    };
-    for (LayerSteps& k : out.by_kind) issue_layer(k);
-    for (LayerSteps& k : out.moe_draws) issue_layer(k);
-    issue(out.embedding_forward);
-    issue(out.embedding_backward);
-    issue(out.head_forward);
-    issue(out.head_backward);
+  // Every kernel of these steps is issued by the framework's host code (docs/frameworks.md,
+  // "Host dispatch"), or replayed from a captured CUDA graph ("CUDA graphs").
+  const double host = host_dispatch_seconds(tr.framework);
+  auto issue = [host](std::vector<Step>& steps, bool captured) {
+    for (Step& s : steps) {
+      if (s.is_comm) continue;
+      s.op.host_dispatch_seconds = host;
+      s.op.graph_captured = captured;
+    }
+  };
+  const bool layers_captured = tr.cuda_graphs != CudaGraphScope::None;
+  const bool all_captured = tr.cuda_graphs == CudaGraphScope::Full;
+  for (LayerSteps& k : out.by_kind) {
+    issue(k.forward, layers_captured);
+    issue(k.backward, layers_captured);
+    issue(k.recompute, layers_captured);
   }
+  for (LayerSteps& k : out.moe_draws) {
+    issue(k.forward, layers_captured);
+    issue(k.backward, layers_captured);
+    issue(k.recompute, layers_captured);
+  }
+  issue(out.embedding_forward, all_captured);
+  issue(out.embedding_backward, all_captured);
+  issue(out.head_forward, all_captured);
+  issue(out.head_backward, all_captured);
   return out;
+}
+
+std::vector<MuonMatrix> muon_matrices(const TransformerSpec& m, const ParallelSpec& p) {
+  const double h = m.hidden, d = m.head_dim(), t = p.tp;
+  const double up = m.mlp == MlpKind::SwiGlu ? 2 : 1;
+  const double kv = std::max(1.0, static_cast<double>(m.kv_heads) / t) * d;
+  const double q = static_cast<double>(m.heads) / t * d;
+  return {{"optimizer.muon.qkv", q + 2 * kv, h},
+          {"optimizer.muon.proj", h, q},
+          {"optimizer.muon.mlp.up", m.ffn_hidden * up / t, h},
+          {"optimizer.muon.mlp.down", h, m.ffn_hidden / t}};
+}
+
+ComputeOp muon_newton_schulz_op(const MuonMatrix& w, int layers) {
+  const double small = std::min(w.rows, w.cols), large = std::max(w.rows, w.cols);
+  ComputeOp op;
+  op.name = w.name;
+  op.kind = OpKind::Gemm;
+  op.dtype = Dtype::BF16;
+  // The shape of the two m x m x n GEMMs (the efficiency curves' size), all three counted.
+  op.m = op.n = static_cast<std::int64_t>(small);
+  op.k = static_cast<std::int64_t>(large);
+  const double per_step = 4 * small * small * large + 2 * small * small * small;
+  op.flops = per_step * kMuonNewtonSchulzSteps * layers;
+  op.bytes = (2 * small * large + 2 * small * small) * 2.0 /* bf16 */ * 3 * kMuonNewtonSchulzSteps * layers;
+  op.kernels = 3 * kMuonNewtonSchulzSteps * layers;
+  return op;
 }
 
 double model_flops_per_iteration(const TransformerSpec& m, const TrainingSpec& tr, int global_batch) {
@@ -824,7 +1003,9 @@ double model_flops_per_iteration(const TransformerSpec& m, const TrainingSpec& t
   // Attention projections (weights a token multiplies) and the attention core
   // (QK^T and AV, full count), per token.
   double projections = h * (a * d) + 2 * h * (m.kv_heads * d) + (a * d) * h;
-  double core = 4 * s * a * d;
+  // A sliding window bounds the keys per query.
+  const double keys = m.sliding_window > 0 ? std::min(s, static_cast<double>(m.sliding_window)) : s;
+  double core = 4 * keys * a * d;
   if (m.mla.enabled()) {
     // MLA (DeepSeek-V2 Section 2.1): the down- and up-projections, output from
     // the value heads; QK^T over qk_nope + qk_rope, AV over v_head_dim.
@@ -833,7 +1014,7 @@ double model_flops_per_iteration(const TransformerSpec& m, const TrainingSpec& t
     projections = (x.q_lora_rank > 0 ? h * x.q_lora_rank + x.q_lora_rank * a * qk : h * a * qk) +
                   h * (x.kv_lora_rank + x.qk_rope_dim) + x.kv_lora_rank * a * (x.qk_nope_dim + x.v_head_dim) +
                   a * x.v_head_dim * h;
-    core = 2 * s * a * (qk + x.v_head_dim);
+    core = 2 * keys * a * (qk + x.v_head_dim);
   }
   // A MoE layer: the router and, with balanced routing, top_k routed experts
   // and every shared expert per token (docs/moe.md).

@@ -73,6 +73,28 @@ struct SequenceChunk {
 ModelSteps build_model_steps(const TransformerSpec& model, const ParallelSpec& par, const TrainingSpec& train,
                              const std::vector<int>& ep_node = {}, SequenceChunk chunk = {});
 
+// The quantisation kernels in front of one FP8 GEMM under a recipe: HBM bytes per
+// element of the 16-bit input and launches (docs/frameworks.md, "FP8 recipes").
+struct Fp8Quantize {
+  double bytes_per_element = 4;
+  int kernels = 1;
+};
+Fp8Quantize fp8_quantize_cost(Fp8Recipe r);
+
+// Muon's Newton-Schulz orthogonalisation (Jordan et al. 2024, kellerjordan.github.io/posts/muon;
+// Liu et al. 2025, "Muon is Scalable for LLM Training", arXiv:2502.16982): per weight
+// matrix of one layer on one TP rank (its local shard, as stored: QKV and the MLP
+// input fused), kMuonNewtonSchulzSteps iterations of X <- aX + (bA + cA^2)X with
+// A = X X^T, for the m x n matrix (m <= n): 4 m^2 n + 2 m^3 FLOPs, three GEMMs.
+inline constexpr int kMuonNewtonSchulzSteps = 5;  // Muon's ns_steps default
+struct MuonMatrix {
+  std::string name;
+  double rows = 0, cols = 0;
+};
+std::vector<MuonMatrix> muon_matrices(const TransformerSpec& model, const ParallelSpec& par);
+// One op for that matrix in `layers` layers (bf16 GEMMs).
+ComputeOp muon_newton_schulz_op(const MuonMatrix& w, int layers);
+
 // Model FLOPs per iteration by the Megatron-LM convention (Narayanan et al.
 // 2021, eq. 3 without recomputation), generalised to GQA, gated MLPs, MLA and
 // MoE layers (router, top_k routed and the shared experts per token).

@@ -178,6 +178,9 @@ void check_ulysses(const TransformerSpec& m, const ParallelSpec& p, bool mpmd, P
   } else if (mpmd) {
     problem("/parallel/cp_kind",
             "Ulysses context parallelism with per-stage layouts is not modelled; use cp_kind \"ring\"");
+  } else if (m.parallel_block) {
+    problem("/parallel/cp_kind",
+            "Ulysses context parallelism with a parallel attention+MLP block is not modelled; use cp_kind \"ring\"");
   } else if (m.heads > 0 && m.heads % p.tp == 0) {
     const int heads = m.heads / p.tp;
     const int kv = std::max(1, m.kv_heads / p.tp);

@@ -13,7 +13,9 @@ double layer_activation_bytes(const TransformerSpec& m, const ParallelSpec& p, c
   const bool sp = p.sequence_parallel && p.tp > 1;
   // e: bytes of one activation element (16-bit: 2; FP32 and TF32 training: 4).
   const double e = activation_element_bytes(tr);
-  if (p.recompute == Recompute::Full) return e * sbh / (sp ? t : 1.0);  // only the layer input
+  // Full recomputation keeps only the layer input: sharded over TP with SP or when the
+  // checkpoints are distributed over the TP ranks.
+  if (p.recompute == Recompute::Full) return e * sbh / (sp || p.distribute_saved_activations ? t : 1.0);
   const double h = m.hidden, a = m.heads, g = m.kv_heads, f = m.ffn_hidden;
   const double up = m.mlp == MlpKind::SwiGlu ? 2 : 1;
   // Per sbh, in bytes (16-bit tensors = 2, dropout masks = 1). Korthikanti et al. 2022 §4.1.
@@ -134,6 +136,12 @@ MemoryBreakdown stage_memory(const TransformerSpec& m, const ParallelSpec& p, co
   mem.gradients = params * tr.grad_reduce_bytes / shard_grad;
   const double opt_bytes = optimizer_bytes_per_param(tr);
   mem.optimizer = params * opt_bytes / shard_opt;
+  if (tr.optimizer == "muon") {
+    // The embedding and the head are updated by AdamW (second moment: 4 B more).
+    double adamw = first ? m.embedding_params() / p.tp : 0.0;
+    if (last && (!m.tied_embeddings || !first)) adamw += static_cast<double>(m.vocab) * m.hidden / p.tp;
+    mem.optimizer += adamw * 4 / shard_opt;
+  }
   if (expert > 0) {
     // Routed experts: replicated over the expert data-parallel group only.
     const double edp = expert_dp(p);
@@ -186,7 +194,9 @@ MemoryBreakdown stage_memory(const TransformerSpec& m, const ParallelSpec& p, co
       a.after_input += mtp_act.after_input;
     }
     const int l0 = p.first_layer_of_virtual_stage(v, m.layers);
-    for (int l = l0; l < l0 + p.layers_of_virtual_stage(v, m.layers); ++l) {
+    // Offloaded layers keep their activations in host memory (buffers below).
+    for (int l = l0 + std::min(p.offload_layers, p.layers_of_virtual_stage(v, m.layers));
+         l < l0 + p.layers_of_virtual_stage(v, m.layers); ++l) {
       const ChunkActivation layer = activation_of(m.layer_kind(l));
       a.total += layer.total;
       a.after_input += layer.after_input;
@@ -203,15 +213,18 @@ MemoryBreakdown stage_memory(const TransformerSpec& m, const ParallelSpec& p, co
     // Logits and fp32 loss input of the LM head and of each prediction module.
     mem.buffers += (1 + m.mtp_depth) * tokens * static_cast<double>(m.vocab) / p.tp * (activation_element_bytes(tr) + 4);
   }
+  // Offload: one layer's activations on their way to the host and one on the way back.
+  if (p.offload_layers > 0) mem.buffers += 2 * layer_activation_bytes(m, p, tr);
   return mem;
 }
 
 double optimizer_bytes_per_param(const TrainingSpec& tr) {
   // fp32 master weights (none in FP32 training: the weights are the master
-  // copy), plus: SGD its momentum; Adam and LAMB m and v; Adafactor (factored,
-  // no first moment) only row and column statistics, negligible next to the matrix.
+  // copy), plus: SGD its momentum (Muon too, + AdamW's v for the embedding and
+  // head, elsewhere); Adam and LAMB m and v; Adafactor (factored, no first
+  // moment) only row and column statistics, negligible next to the matrix.
   const double master = activation_element_bytes(tr) >= 4 ? 0.0 : 4.0;
-  if (tr.optimizer == "sgd") return master + 4.0;
+  if (tr.optimizer == "sgd" || tr.optimizer == "muon") return master + 4.0;
   if (tr.optimizer == "adafactor") return master;
   return master + 8.0;
 }

@@ -58,7 +58,7 @@ struct LinkShape {
 using LinkShapes = std::map<std::pair<int, int>, LinkShape>;
 
 struct Streams {
-  std::uint8_t compute, tp, cp, dp, send_next, send_prev, recv_prev, recv_next, ep;
+  std::uint8_t compute, tp, cp, dp, send_next, send_prev, recv_prev, recv_next, ep, offload, reload;
 };
 
 // Which parts of a layer's backward a unit emits: all (B and W in issue order),
@@ -111,6 +111,15 @@ class StageProgramBuilder {
       vstage_.push_back(v);
       layers_.push_back(par.layers_of_virtual_stage(v, model.layers));
       first_layer_.push_back(par.first_layer_of_virtual_stage(v, model.layers));
+    }
+    if (par.offload_layers > 0) {
+      // Activation offload: device-to-host and host-to-device copies on their own copy
+      // engines; one copy is one layer's saved activations (models/memory_model.hpp).
+      s_.offload = b_.add_stream("offload.d2h");
+      s_.reload = b_.add_stream("offload.h2d");
+      const double bytes = layer_activation_bytes(model, par, train);
+      offload_op_ = b_.add_op(ComputeOp{"offload.d2h", OpKind::HostCopy, Dtype::BF16, 0, bytes, 0, 0, 0, 1});
+      reload_op_ = b_.add_op(ComputeOp{"offload.h2d", OpKind::HostCopy, Dtype::BF16, 0, bytes, 0, 0, 0, 1});
     }
     dp_group_ = par.dp * par.cp;
     const double bucket_elems =
@@ -457,6 +466,11 @@ class StageProgramBuilder {
                   &first);
       prev_layer_first = first;
       entry = {last};
+      if (l < par_.offload_layers) {
+        const TaskId after[] = {last};
+        offloaded_[{u.microbatch, u.chunk, l}] =
+            b_.compute(s_.offload, offload_op_, label("offload.d2h"), u.microbatch, after);
+      }
     }
     if (v == V_ - 1) {
       std::vector<TaskId> deps = entry;
@@ -510,10 +524,19 @@ class StageProgramBuilder {
     if (zero3() && layers_[u.chunk] > 0) {
       gathered = param_gather(first_layer_[u.chunk] + layers_[u.chunk] - 1, kNone, u.microbatch);
     }
+    TaskId next_first = kNone;  // the first task of the layer after this one (its backward ran first)
     for (int l = layers_[u.chunk] - 1; l >= 0; --l) {
       const int layer = first_layer_[u.chunk] + l;
       std::vector<TaskId> deps = entry;
       if (zero3()) deps.push_back(gathered);
+      if (l < par_.offload_layers && (whole || filter == PassFilter::InputOnly)) {
+        // Reloaded one layer ahead: issued when the next layer's backward starts.
+        const auto it = offloaded_.find({u.microbatch, u.chunk, l});
+        TRAINSIM_CHECK(it != offloaded_.end(), "activation reload before its offload");
+        std::vector<TaskId> after{it->second};
+        if (next_first != kNone) after.push_back(next_first);
+        deps.push_back(b_.compute(s_.reload, reload_op_, label("offload.h2d"), u.microbatch, dedupe(after)));
+      }
       TaskId first = kNone;
       const LayerSteps& ls = layer_steps(layer, u.microbatch);
       if (!ls.recompute.empty()) {
@@ -523,6 +546,7 @@ class StageProgramBuilder {
       last = emit(ls.backward, layer_prefix('B', layer), u.microbatch, dedupe(deps), false, &first, filter,
                   whole ? nullptr : &(*saved)[l]);
       if (zero3() && l > 0) gathered = param_gather(layer - 1, par_.backward_prefetch_pre ? first : last, u.microbatch);
+      next_first = first;
       entry = {last};
       if (whole) layer_grads_done(layer, last, u.microbatch, reduce_grads);
     }
@@ -716,14 +740,45 @@ class StageProgramBuilder {
     return 0;
   }
 
-  double local_params() const {
+  double local_params() const { return local_layer_params() + local_embedding_head_params(); }
+  double local_layer_params() const {
     double p = 0;
     for (int c = 0; c < chunks_; ++c) {
       for (int l = 0; l < layers_[c]; ++l) p += layer_steps(first_layer_[c] + l).grad_elements;
+    }
+    return p;
+  }
+  double local_embedding_head_params() const {
+    double p = 0;
+    for (int c = 0; c < chunks_; ++c) {
       if (first_vstage(c)) p += cur_->embedding_grad_elements;
       if (last_vstage(c)) p += cur_->head_grad_elements;
     }
     return p;
+  }
+  int local_layers() const {
+    int n = 0;
+    for (int c = 0; c < chunks_; ++c) n += layers_[c];
+    return n;
+  }
+
+  // Muon (docs/frameworks.md, "Optimizers"): the momentum of every weight matrix of
+  // the rank's layers orthogonalised by Newton-Schulz iterations, each three GEMMs,
+  // after Distributed Muon's gather of the DP-sharded gradients (Moonlight).
+  void emit_muon_orthogonalisation(std::vector<TaskId>& deps) {
+    if (par_.zero >= 1 && dp_group_ > 1) {
+      const TaskId g = b_.collective(s_.dp, slot_dp_, CollectiveKind::AllGather, CommClass::DP,
+                                     static_cast<std::uint64_t>(local_layer_params() * kActBytes),
+                                     label("optimizer.muon.gather"), -1, dedupe(deps));
+      deps = {g};
+    }
+    const int layers = local_layers();
+    if (layers == 0) return;
+    for (const MuonMatrix& w : muon_matrices(model_, par_)) {
+      const TaskId t =
+          b_.compute(s_.compute, b_.add_op(muon_newton_schulz_op(w, layers)), label(w.name), -1, dedupe(deps));
+      deps = {t};
+    }
   }
 
   void finish_iteration() {
@@ -752,18 +807,26 @@ class StageProgramBuilder {
     // first moment), op by op: RMS of the parameter 4, grad**2 + eps 16, row
     // and column means 8, the outer product 4, update * grad 12, its RMS and
     // the clip 12, * lr 8, p.add_(-update) 20: 84 B.
+    // Muon: momentum (read grad, momentum, write momentum: 12 B), the bf16 Newton-Schulz
+    // input and output (2 + 2 B), the update of the master (read 4 + 2, write 4 B): 26 B
+    // per matrix parameter; the embedding and the head take AdamW's 28 B.
+    const bool muon = train_.optimizer == "muon";
     double update_bytes = train_.optimizer == "sgd"         ? 20.0
                           : train_.optimizer == "lamb"      ? 48.0
                           : train_.optimizer == "adafactor" ? 84.0
                                                             : 28.0;
-    if (mixed && train_.grad_reduce_bytes == 2) update_bytes += 6;
-    if (train_.precision == Dtype::FP16) update_bytes += 8;
-    if (mixed && par_.zero < 3) update_bytes += 6;
+    double extra_bytes = 0;
+    if (mixed && train_.grad_reduce_bytes == 2) extra_bytes += 6;
+    if (train_.precision == Dtype::FP16) extra_bytes += 8;
+    if (mixed && par_.zero < 3) extra_bytes += 6;
+    const double muon_params = muon ? local_layer_params() / shard : 0.0;
+    const double step_bytes = params * (update_bytes + extra_bytes) - muon_params * (update_bytes - 26.0);
     ComputeOp norm{"optimizer.grad_norm", OpKind::MemoryBound, Dtype::FP32, 0, params * 4, 0, 0, 0, 1};
-    ComputeOp step{"optimizer.step", OpKind::MemoryBound, Dtype::FP32, 0, params * update_bytes, 0, 0, 0, 1};
+    ComputeOp step{"optimizer.step", OpKind::MemoryBound, Dtype::FP32, 0, step_bytes, 0, 0, 0, 1};
     const TaskId n = b_.compute(s_.compute, b_.add_op(norm), label("optimizer.grad_norm"), -1, dedupe(deps));
-    const TaskId d[] = {n};
-    const TaskId st = b_.compute(s_.compute, b_.add_op(step), label("optimizer.step"), -1, d);
+    std::vector<TaskId> before_step{n};
+    if (muon) emit_muon_orthogonalisation(before_step);
+    const TaskId st = b_.compute(s_.compute, b_.add_op(step), label("optimizer.step"), -1, dedupe(before_step));
     if (zero_sharded_optimizer() && !prefetch_params_) {
       const TaskId sd[] = {st};
       b_.collective(s_.dp, slot_dp_, CollectiveKind::AllGather, CommClass::DP,
@@ -822,6 +885,9 @@ class StageProgramBuilder {
   bool prefetch_params_ = false;
   TaskId last_compute_ = kNone;
   std::vector<TaskId> blocking_sends_;  // sends the next unit waits for (no p2p overlap)
+  // Activation offload: the copy of (micro-batch, chunk, layer)'s activations to the host.
+  std::map<std::tuple<int, int, int>, TaskId> offloaded_;
+  std::uint32_t offload_op_ = 0, reload_op_ = 0;
   std::unordered_map<std::string, std::uint32_t> labels_;
   std::unordered_map<const Step*, std::uint32_t> ops_;
   std::unordered_map<std::string, std::vector<std::uint32_t>> step_labels_;

@@ -145,4 +145,18 @@ const char* to_string(Recompute r) {
   return "?";
 }
 
+const char* to_string(Fp8Recipe r) {
+  switch (r) {
+    case Fp8Recipe::Delayed:
+      return "delayed";
+    case Fp8Recipe::Current:
+      return "current";
+    case Fp8Recipe::Mxfp8:
+      return "mxfp8";
+    case Fp8Recipe::Blockwise:
+      return "blockwise";
+  }
+  return "?";
+}
+
 }  // namespace trainsim

@@ -35,7 +35,13 @@ struct TransformerSpec {
   bool alibi = false;    // ALiBi (Press et al., ICLR 2022): a per-head linear bias on the attention scores
   bool tied_embeddings = false;
   int max_seq_len = 0;
-  int head_dim_override = 0;           // attention head size when it is not hidden / heads (Qwen3, gpt-oss)
+  int head_dim_override = 0;  // attention head size when it is not hidden / heads (Qwen3, gpt-oss)
+  // Sliding-window attention (Mistral 7B: 4096): each query attends to the last
+  // `sliding_window` keys, itself included; 0 = full causal attention.
+  int sliding_window = 0;
+  // Attention and MLP side by side on one normed input (GPT-J, GPT-NeoX, PaLM): one
+  // fused input projection and one TP reduction per layer and pass (models/layer_steps.cpp).
+  bool parallel_block = false;
   std::vector<LayerKind> layer_kinds;  // one per layer; empty = every layer dense
   MoeSpec moe;                         // routed experts of the Moe layers
   MlaSpec mla;                         // multi-head latent attention instead of (grouped-query) attention
@@ -141,6 +147,14 @@ struct ParallelSpec {
   bool sequence_parallel = false;  // Megatron SP (norm/dropout split over TP)
   int zero = 0;                    // ZeRO stage 0..3 (3 = FSDP)
   Recompute recompute = Recompute::None;
+  // Full recomputation: each TP rank keeps 1/tp of the checkpointed layer input and
+  // all-gathers it before the recomputation (Megatron-LM --distribute-saved-activations,
+  // Metaseq's distributed checkpoints for OPT).
+  bool distribute_saved_activations = false;
+  // Activation offload (Transformer Engine / Megatron-Core --cpu-offloading): the saved
+  // activations of the first `offload_layers` layers of every model chunk go to host
+  // memory after their forward and come back one layer ahead of their backward.
+  int offload_layers = 0;
   bool dp_overlap = true;        // overlap gradient reduction with the last backward
   bool tp_comm_overlap = false;  // overlap TP collectives with the adjacent GEMMs (userbuffers)
   // Backward: the input-gradient TP all-reduce runs beside the weight-gradient GEMM
@@ -218,6 +232,22 @@ constexpr double host_dispatch_seconds(Framework f) {
   return f == Framework::Default || f == Framework::TorchCompile ? 0.0 : kEagerDispatchSeconds;
 }
 
+// How FP8 GEMM inputs are scaled (Transformer Engine recipes, docs/frameworks.md
+// "FP8 recipes"): the quantisation kernels in front of each FP8 GEMM differ.
+// Delayed: DelayedScaling, per-tensor scale from an amax history, amax taken in the
+// cast kernel; Current: Float8CurrentScaling, an amax pass before the cast;
+// Mxfp8: MXFP8BlockScaling (Blackwell), 1x32 blocks with E8M0 scales; Blockwise:
+// Float8BlockScaling (DeepSeek-V3 style), 1x128 tiles with fp32 scales.
+enum class Fp8Recipe : std::uint8_t { Delayed, Current, Mxfp8, Blockwise };
+const char* to_string(Fp8Recipe r);
+
+// Which kernels run inside captured CUDA graphs (docs/frameworks.md "CUDA graphs"):
+// None; Layers: every transformer layer's forward and backward (Transformer Engine's
+// make_graphed_callables per layer, Megatron-Core --cuda-graph-impl transformer_engine);
+// Full: the whole forward-backward (Megatron-Core's full-iteration graph), embedding
+// and LM head included.
+enum class CudaGraphScope : std::uint8_t { None, Layers, Full };
+
 struct TrainingSpec {
   int seq_len = 2048;
   Dtype precision = Dtype::BF16;   // GEMM dtype (fp8: GEMMs in FP8, the rest in BF16)
@@ -232,6 +262,8 @@ struct TrainingSpec {
   // iteration overlaps the others' tail (docs/schedules.md).
   bool post_validation = false;
   Framework framework = Framework::Default;
+  Fp8Recipe fp8_recipe = Fp8Recipe::Delayed;  // precision fp8 only
+  CudaGraphScope cuda_graphs = CudaGraphScope::None;
 };
 
 // Bytes of one activation element: FP32 training (`fp32`, and `tf32`, whose

@@ -9,7 +9,15 @@
 
 namespace trainsim {
 
-enum class OpKind : std::uint8_t { Gemm, Attention, AttentionBackward, MemoryBound };
+// HostCopy: a copy between HBM and host memory over the GPU's host link (activation
+// offload), on a copy engine: bytes / (host_bandwidth / 2), no SMs.
+enum class OpKind : std::uint8_t { Gemm, Attention, AttentionBackward, MemoryBound, HostCopy };
+
+// Per-kernel cost of a kernel node inside a CUDA graph beyond its execution: 0.5 us,
+// NVIDIA's "Getting Started with CUDA Graphs" (developer.nvidia.com/blog/cuda-graphs/):
+// a 2.9 us kernel takes 3.8 us per kernel launched back to back on a stream and 3.4 us
+// per kernel inside a graph, graph launch included. Host dispatch is paid once per graph.
+constexpr double kGraphKernelSeconds = 0.5e-6;
 
 struct ComputeOp {
   std::string name;  // e.g. "attn.qkv.fwd"
@@ -27,6 +35,10 @@ struct ComputeOp {
   // models/training_spec.hpp); 0: the host is never the bottleneck (the cost model's
   // result from before the mechanism, bit for bit).
   double host_dispatch_seconds = 0;
+  // The kernels run inside a captured CUDA graph (training.cuda_graphs): no per-kernel
+  // host issue, and each kernel node costs the graph's per-kernel figure instead of
+  // the profile's launch_overhead (docs/frameworks.md, "CUDA graphs").
+  bool graph_captured = false;
 };
 
 }  // namespace trainsim

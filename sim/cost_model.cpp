@@ -14,6 +14,10 @@ double ComputeCostModel::seconds(const ComputeOp& op, int gpu_type, double compu
   const GpuSpec& gpu = cluster_->gpu_type(gpu_type);
   // A profiled duration already holds its launch gaps and the contention of the run it was measured in.
   if (op.measured_seconds >= 0) return op.measured_seconds * gpu.slowdown;
+  if (op.kind == OpKind::HostCopy) {
+    TRAINSIM_CHECK(gpu.host_bandwidth > 0, "host copy on " + gpu.name + ", which has no host_bandwidth");
+    return op.bytes / (gpu.host_bandwidth / 2);  // one direction of the link
+  }
   const CalibrationProfile& p = profiles_[gpu_type];
   // The bandwidth curve is per kernel: an op of several launches moves bytes / kernels in each.
   const double mem_bw = gpu.memory_bandwidth * p.memory_bound.curve.at(op.bytes / std::max(op.kernels, 1));
@@ -49,12 +53,16 @@ double ComputeCostModel::seconds(const ComputeOp& op, int gpu_type, double compu
       break;
     }
     case OpKind::MemoryBound:
+    case OpKind::HostCopy:
       break;
   }
   // A perturbed GPU (a straggler, a throttled one) takes `slowdown` times as long for everything.
-  const double gpu_time =
-      (std::max(compute_time / compute_share, mem_time) + op.kernels * p.launch_overhead.value) * gpu.slowdown;
-  if (op.host_dispatch_seconds <= 0) return gpu_time;
+  // Inside a CUDA graph a kernel node costs kGraphKernelSeconds (models/training_spec.hpp)
+  // rather than an eager launch, and the host issues the graph once, not each kernel.
+  const double launch =
+      op.graph_captured ? std::min(p.launch_overhead.value, kGraphKernelSeconds) : p.launch_overhead.value;
+  const double gpu_time = (std::max(compute_time / compute_share, mem_time) + op.kernels * launch) * gpu.slowdown;
+  if (op.host_dispatch_seconds <= 0 || op.graph_captured) return gpu_time;
   // Host dispatch: the host issues each kernel after the framework's dispatch and the CUDA
   // launch (the profile's launch_overhead), and the stream cannot run ahead of the host. In
   // the steady state of the asynchronous launch queue the op takes the longer of its GPU

@@ -440,8 +440,12 @@ void Executor::complete(std::uint32_t rank, std::uint32_t task, Time now) {
   const ProgramTemplate& p = *program_of_rank_[rank];
   const Task& t = p.tasks[task];
   const std::size_t si = stream_at(rank, t.stream);
-  const std::uint8_t category =
-      t.kind == TaskKind::Compute ? kComputeCategory : static_cast<std::uint8_t>(1 + static_cast<int>(t.comm_class));
+  // A host copy runs on a copy engine, not the SMs: while only it runs, the GPU waits.
+  const bool host_copy = t.kind == TaskKind::Compute && p.ops[t.ref].kind == OpKind::HostCopy;
+  const std::uint8_t category = host_copy ? kWaitCategory
+                                : t.kind == TaskKind::Compute
+                                    ? kComputeCategory
+                                    : static_cast<std::uint8_t>(1 + static_cast<int>(t.comm_class));
   record(rank, task, stream_start_[si], now, category);
   stream_busy_[si] = 0;
   if (t.kind != TaskKind::Compute) comm_finished(rank, now);

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "models/layer_steps.hpp"
 #include "sim/cost_model.hpp"
 #include "tools/frontend/cli.hpp"
 #include "tools/frontend/job.hpp"
@@ -509,4 +510,262 @@ TEST_CASE("FP32 and TF32 training: 4-byte activations, Megatron's unfused softma
   CHECK(tasks_ending(stage_program(text, {"training.precision=\"fp32\"", "training.framework=\"eager\""}),
                      "amp.weight.cast")
             .empty());
+}
+
+namespace {
+
+const char* kH100Fp8 = R"({
+  "model": "gpt3-1.3b",
+  "cluster": {"node": "dgx-h100", "nodes": 1},
+  "parallel": {"tp": 2, "dp": 4, "micro_batch": 2, "global_batch": 64},
+  "training": {"seq_len": 2048, "precision": "fp8"}
+})";
+
+// The first op called `name` in stage 0's program of `text` with `sets` applied.
+ComputeOp first_op(const std::string& text, const std::vector<std::string>& sets, const std::string& name) {
+  const Scenario s = load_scenario_text(text, "options.json", "", sets, catalog());
+  const Cluster cluster(s.cluster);
+  const TrainingPlan plan = plan_training(s.model, s.parallel, s.training, cluster, PlanOptions{});
+  for (const ComputeOp& op : plan.setup.programs.at(0).ops) {
+    if (op.name == name) return op;
+  }
+  FAIL("no kernel " << name);
+  return {};
+}
+
+std::string load_error(const std::string& text, const std::vector<std::string>& sets) {
+  try {
+    load_scenario_text(text, "options.json", "", sets, catalog());
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("FP8 recipes: each quantises a GEMM input with its own bytes and kernels") {
+  // gpt3-1.3b, TP 2: the QKV GEMM's input is 2 x 2048 tokens x 2048 hidden per rank.
+  const double elements = 2.0 * 2048 * 2048;
+  const ComputeOp delayed = first_op(kH100Fp8, {}, "attn.qkv.fp8cast");
+  // Delayed scaling (the default): one cast-transpose, read 2 B, write 1 + 1 B.
+  CHECK(delayed.bytes == doctest::Approx(4 * elements));
+  CHECK(delayed.kernels == 1);
+  // Current scaling: an amax pass (read 2 B) and a scale kernel before the cast.
+  const ComputeOp current = first_op(kH100Fp8, {"training.fp8_recipe=current"}, "attn.qkv.fp8cast");
+  CHECK(current.bytes == doctest::Approx(6 * elements));
+  CHECK(current.kernels == 3);
+  // Float8BlockScaling on Hopper: two FP8 copies with one fp32 scale per 128 elements each.
+  const ComputeOp block = first_op(kH100Fp8, {"training.fp8_recipe=blockwise"}, "attn.qkv.fp8cast");
+  CHECK(block.bytes == doctest::Approx((2 + 2 * (1 + 4.0 / 128)) * elements));
+  // The recipe moves only the quantisation: the iteration is longer with the amax pass.
+  CHECK(run({"training.fp8_recipe=current"}, kH100Fp8).iteration_time_s > run({}, kH100Fp8).iteration_time_s);
+  // Dgrad inputs (output gradients) are quantised too; weight-gradient GEMMs read the copies.
+  CHECK(first_op(kH100Fp8, {"training.fp8_recipe=current"}, "mlp.down.dgrad.fp8cast").kernels == 3);
+}
+
+TEST_CASE("FP8 recipes: MXFP8 needs Blackwell, block scaling Hopper or Blackwell, any recipe FP8 precision") {
+  std::string e = load_error(kH100Fp8, {"training.fp8_recipe=mxfp8"});
+  CHECK(e.find("options.json: /training/fp8_recipe:") != std::string::npos);
+  CHECK(e.find("H100-SXM-80GB is hopper") != std::string::npos);
+  e = load_error(kH100Fp8, {"training.fp8_recipe=current", "training.precision=bf16"});
+  CHECK(e.find("/training/fp8_recipe: an FP8 scaling recipe needs \"precision\": \"fp8\"") != std::string::npos);
+  CHECK(load_error(kH100Fp8, {"training.fp8_recipe=blockwise"}).empty());
+  // On B200 MXFP8 is accepted: 1x32 blocks with an E8M0 scale byte, row-wise and column-wise.
+  const std::vector<std::string> b200{"cluster.node=dgx-b200", "training.fp8_recipe=mxfp8"};
+  CHECK(load_error(kH100Fp8, b200).empty());
+  CHECK(first_op(kH100Fp8, b200, "attn.qkv.fp8cast").bytes == doctest::Approx((2 + 2 * (1 + 1.0 / 32)) * 8388608.0));
+}
+
+TEST_CASE("CUDA graphs: captured kernels pay the graph's per-kernel cost and no host dispatch") {
+  const Scenario s = load_scenario_text(kBase, "options.json", "", {}, catalog());
+  const Cluster cluster(s.cluster);
+  const ComputeCostModel costs(cluster, s.profiles);
+  // Ten small memory-bound kernels issued from eager PyTorch are host-bound (63.4 us,
+  // the host dispatch test); in a graph they cost their HBM time plus 10 x 0.5 us.
+  ComputeOp tiny;
+  tiny.kind = OpKind::MemoryBound;
+  tiny.bytes = 10 * 1024;
+  tiny.kernels = 10;
+  const double eager_gpu = costs.seconds(tiny, 0);
+  const double hbm = eager_gpu - 10 * costs.profile(0).launch_overhead.value;
+  tiny.host_dispatch_seconds = host_dispatch_seconds(Framework::Eager);
+  tiny.graph_captured = true;
+  CHECK(kGraphKernelSeconds == 0.5e-6);
+  CHECK(costs.seconds(tiny, 0) == doctest::Approx(hbm + 10 * kGraphKernelSeconds).epsilon(1e-9));
+
+  // In a plan: "layers" captures the transformer layers only, "full" the embedding and head too.
+  const std::vector<std::string> te{"training.framework=megatron-te"};
+  auto with = [&](const std::string& scope) {
+    std::vector<std::string> v = te;
+    v.push_back("training.cuda_graphs=" + scope);
+    return v;
+  };
+  CHECK_FALSE(first_op(kBase, te, "mlp.act").graph_captured);
+  CHECK(first_op(kBase, with("layers"), "mlp.act").graph_captured);
+  CHECK(first_op(kBase, with("layers"), "attn.core.bwd").graph_captured);
+  CHECK_FALSE(first_op(kBase, with("layers"), "embed.lookup").graph_captured);
+  CHECK(first_op(kBase, with("full"), "embed.lookup").graph_captured);
+  // Every kernel gets shorter (3 us eager launches become 0.5 us nodes), so the step does.
+  const double none = run(te).iteration_time_s, layers = run(with("layers")).iteration_time_s;
+  CHECK(layers < none);
+  CHECK(run(with("full")).iteration_time_s <= layers);
+}
+
+TEST_CASE("sliding-window attention: the fused kernels compute only the pairs inside the window") {
+  const std::string text = R"({
+    "model": {"name": "window-test", "layers": 4, "hidden": 4096, "heads": 32, "kv_heads": 8, "ffn_hidden": 14336,
+              "vocab": 32000, "mlp": "swiglu", "norm": "rmsnorm", "position": "rope", "max_seq_len": 8192},
+    "cluster": {"node": "dgx-h200", "nodes": 1},
+    "parallel": {"tp": 1, "dp": 8, "micro_batch": 1, "global_batch": 64},
+    "training": {"seq_len": 8192, "precision": "bf16", "dropout": false}
+  })";
+  const std::vector<std::string> w{"model.sliding_window=4096"};
+  // Query i attends to min(i + 1, 4096) keys: 8192 x 4096 - 4096 x 4095 / 2 pairs of 8192 x 8193 / 2.
+  const double share = (8192.0 * 4096 - 4096.0 * 4095 / 2) / (8192.0 * 8193 / 2);
+  CHECK(first_op(text, w, "attn.core").flops == doctest::Approx(first_op(text, {}, "attn.core").flops * share));
+  CHECK(first_op(text, w, "attn.core.bwd").flops == doctest::Approx(first_op(text, {}, "attn.core.bwd").flops * share));
+  CHECK(first_op(text, w, "mlp.up").flops == first_op(text, {}, "mlp.up").flops);
+  CHECK(run(w, text).iteration_time_s < run({}, text).iteration_time_s);
+  // Model FLOPs count 4096 keys per query instead of 8192.
+  const Scenario full = load_scenario_text(text, "options.json", "", {}, catalog());
+  const Scenario windowed = load_scenario_text(text, "options.json", "", w, catalog());
+  CHECK(model_flops_per_iteration(windowed.model, windowed.training, 64) <
+        model_flops_per_iteration(full.model, full.training, 64));
+  // A window as long as the sequence changes nothing; unfused attention masks the full scores.
+  CHECK(run({"model.sliding_window=8192"}, text).iteration_time_s == run({}, text).iteration_time_s);
+  const std::vector<std::string> unfused{"training.attention=unfused"};
+  std::vector<std::string> unfused_w = unfused;
+  unfused_w.push_back("model.sliding_window=4096");
+  CHECK(first_op(text, unfused_w, "attn.qk").flops == first_op(text, unfused, "attn.qk").flops);
+}
+
+TEST_CASE("parallel attention + MLP block: one fused input GEMM and one TP reduction per layer and pass") {
+  const std::string text = R"({
+    "model": {"name": "parallel-test", "layers": 4, "hidden": 4096, "heads": 32, "ffn_hidden": 16384,
+              "vocab": 50304, "position": "rope"},
+    "cluster": {"node": "dgx-a100", "nodes": 1},
+    "parallel": {"tp": 4, "dp": 2, "micro_batch": 2, "global_batch": 32},
+    "training": {"seq_len": 2048, "precision": "bf16"}
+  })";
+  const std::vector<std::string> par{"model.parallel_block=true"};
+  const ProgramTemplate seq = stage_program(text, {}), pb = stage_program(text, par);
+  const std::size_t seq_fwd = tasks_ending(seq, "tp.attn.out").size() + tasks_ending(seq, "tp.mlp.out").size();
+  const std::size_t seq_bwd = tasks_ending(seq, "tp.attn.in.grad").size() + tasks_ending(seq, "tp.mlp.in.grad").size();
+  REQUIRE(seq_fwd > 0);
+  CHECK(tasks_ending(pb, "tp.attn.out").empty());
+  CHECK(2 * tasks_ending(pb, "tp.block.out").size() == seq_fwd);
+  CHECK(2 * tasks_ending(pb, "tp.block.in.grad").size() == seq_bwd);
+  // The fused input projection does the QKV and MLP-up GEMMs' work in one.
+  CHECK(first_op(text, par, "block.in").flops ==
+        doctest::Approx(first_op(text, {}, "attn.qkv").flops + first_op(text, {}, "mlp.up").flops));
+  CHECK(run(par, text).iteration_time_s < run({}, text).iteration_time_s);
+  // Routed experts keep the sequential block.
+  CHECK(load_error(R"({"model": {"name": "m", "layers": 2, "hidden": 1024, "heads": 8, "ffn_hidden": 4096,
+      "vocab": 1000, "parallel_block": true, "moe": {"experts": 8, "top_k": 2, "expert_ffn": 1024}},
+      "cluster": {"node": "dgx-a100", "nodes": 1}, "parallel": {"tp": 1, "dp": 8, "global_batch": 8},
+      "training": {"seq_len": 1024}})",
+                   {})
+            .find("/model/parallel_block:") != std::string::npos);
+}
+
+TEST_CASE("distributed checkpoints: full recomputation keeps 1/tp of each layer input and gathers it back") {
+  const std::vector<std::string> full{"parallel.recompute=full"};
+  std::vector<std::string> dist = full;
+  dist.push_back("parallel.distribute_saved_activations=true");
+  CHECK(tasks_ending(stage_program(kBase, full), "tp.ag.checkpoint").empty());
+  CHECK_FALSE(tasks_ending(stage_program(kBase, dist), "tp.ag.checkpoint").empty());
+  const JobReport a = run(full), b = run(dist);
+  CHECK(b.per_stage.at(0).memory.activations < a.per_stage.at(0).memory.activations);
+  CHECK(b.iteration_time_s > a.iteration_time_s);
+  // Megatron-LM refuses it without full recomputation or with sequence parallelism.
+  CHECK(load_error(kBase, {"parallel.distribute_saved_activations=true"})
+            .find("/parallel/distribute_saved_activations:") != std::string::npos);
+  dist.push_back("parallel.sequence_parallel=true");
+  CHECK_FALSE(load_error(kBase, dist).empty());
+}
+
+TEST_CASE("Muon: Newton-Schulz GEMMs per weight matrix, momentum-only state, AdamW for embedding and head") {
+  const std::vector<std::string> muon{"training.optimizer=muon"};
+  // gpt3-1.3b on TP 2: the local QKV matrix is 3 x 1024 rows by 2048 columns, 24 layers,
+  // five iterations of 4 m^2 n + 2 m^3 with m = 2048, n = 3072.
+  const ComputeOp qkv = first_op(kBase, muon, "optimizer.muon.qkv");
+  CHECK(qkv.flops == doctest::Approx(5.0 * 24 * (4.0 * 2048 * 2048 * 3072 + 2.0 * 2048 * 2048 * 2048)));
+  CHECK(qkv.kernels == 3 * 5 * 24);
+  CHECK(first_op(kBase, muon, "optimizer.muon.mlp.down").k == 4096);  // 8192 / 2 columns by 2048 rows
+  const JobReport adam = run({}), m = run(muon);
+  CHECK(m.iteration_time_s > adam.iteration_time_s);
+  CHECK(m.per_stage.at(0).memory.optimizer < adam.per_stage.at(0).memory.optimizer);
+  // State: 8 B per matrix parameter, 12 B for the embedding (AdamW).
+  TrainingSpec tr;
+  tr.optimizer = "muon";
+  CHECK(optimizer_bytes_per_param(tr) == 8.0);
+  // ZeRO-1: Distributed Muon gathers the sharded gradients of the layers first.
+  std::vector<std::string> zero1 = muon;
+  zero1.push_back("parallel.zero=1");
+  CHECK_FALSE(tasks_ending(stage_program(kBase, zero1), "optimizer.muon.gather").empty());
+  CHECK(tasks_ending(stage_program(kBase, muon), "optimizer.muon.gather").empty());
+}
+
+TEST_CASE("FP8 recipes and the NeMo 24.07 runs: the quantisation is a few percent of the step, whatever the recipe") {
+  // docs/validation.md: NeMo 24.07 trains with delayed scaling; even current scaling's
+  // extra amax pass would add under 5% to GPT3-5B on 64 H100, far from its -20% error.
+  const std::string file =
+      std::string(TRAINSIM_SOURCE_DIR) + "/scenarios/validation/nemo2407_h100_fp8_GPT3-5B_64gpu.json";
+  const Scenario delayed = load_scenario_file(file, {}, catalog());
+  REQUIRE(delayed.training.fp8_recipe == Fp8Recipe::Delayed);
+  const Scenario current = load_scenario_file(file, {"training.fp8_recipe=current"}, catalog());
+  const double t_delayed = simulate(delayed).iteration_time_s, t_current = simulate(current).iteration_time_s;
+  CHECK(t_current > t_delayed);
+  CHECK(t_current < 1.05 * t_delayed);
+  // The casts' share of the stage's kernel time: 3-8% (6.3% with delayed scaling).
+  const Cluster cluster(delayed.cluster);
+  const ComputeCostModel costs(cluster, delayed.profiles);
+  const TrainingPlan plan = plan_training(delayed.model, delayed.parallel, delayed.training, cluster, PlanOptions{});
+  const ProgramTemplate& prog = plan.setup.programs.at(0);
+  double all = 0, casts = 0;
+  for (const Task& t : prog.tasks) {
+    if (t.kind != TaskKind::Compute) continue;
+    const ComputeOp& op = prog.ops[t.ref];
+    const double s = costs.seconds(op, 0);
+    all += s;
+    if (op.name.find(".fp8cast") != std::string::npos) casts += s;
+  }
+  CHECK(casts / all > 0.03);
+  CHECK(casts / all < 0.08);
+}
+
+TEST_CASE("activation offload: offloaded layers leave GPU memory, their copies overlap compute over the host link") {
+  // gpt3-1.3b, 24 layers on one stage: 20 of them offloaded.
+  const std::vector<std::string> off{"parallel.activation_offload_layers=20"};
+  const ProgramTemplate p = stage_program(kBase, off);
+  // One copy out and one back per offloaded layer and micro-batch (8 micro-batches of 2 sequences).
+  CHECK(tasks_ending(p, "offload.d2h").size() == 20 * 8);
+  CHECK(tasks_ending(p, "offload.h2d").size() == 20 * 8);
+  const JobReport base = run({}), with = run(off);
+  const MemoryBreakdown &m0 = base.per_stage.at(0).memory, &m1 = with.per_stage.at(0).memory;
+  CHECK(m1.activations < 0.5 * m0.activations);
+  CHECK(m1.buffers > m0.buffers);  // two layers in flight to and from the host
+  // A copy costs bytes / (host link / 2): PCIe Gen4 on A100, 32 GB/s each way.
+  const ComputeOp copy = first_op(kBase, off, "offload.d2h");
+  CHECK(copy.kind == OpKind::HostCopy);
+  const Scenario s = load_scenario_text(kBase, "options.json", "", off, catalog());
+  const Cluster cluster(s.cluster);
+  const ComputeCostModel costs(cluster, s.profiles);
+  CHECK(costs.seconds(copy, 0) == doctest::Approx(copy.bytes / 32e9));
+  // A layer's activations at 4096 tokens take longer over PCIe than its compute: the step slows.
+  CHECK(with.iteration_time_s > base.iteration_time_s);
+  // Over a link 100x faster the copies hide behind compute: within 2% of no offload.
+  std::string fast = kBase;
+  fast.replace(fast.find("\"node\": \"dgx-a100\""), std::string("\"node\": \"dgx-a100\"").size(),
+               R"("node": {"preset": "dgx-a100", "gpu": {"name": "A100-fast-host", "vendor": "nvidia",
+                "arch": "ampere", "peak_tflops": {"bf16": 312, "fp16": 312}, "memory": "80GiB",
+                "memory_bandwidth": "2039GB/s", "scaleup_bandwidth": "600GB/s", "host_bandwidth": "6400GB/s",
+                "profile": "A100-SXM4-80GB", "source": "test: an A100 with a fast host link"}})");
+  const double fast_off = run(off, fast).iteration_time_s, fast_base = run({}, fast).iteration_time_s;
+  CHECK(fast_off < 1.02 * fast_base);
+  // Errors: a GPU without a host link figure, and offloading every layer of a chunk.
+  CHECK(load_error(kBase, {"parallel.activation_offload_layers=20", "cluster.node=dgx-b200"})
+            .find("has no host_bandwidth") != std::string::npos);
+  CHECK(load_error(kBase, {"parallel.activation_offload_layers=24"}).find("at most all but one") != std::string::npos);
 }

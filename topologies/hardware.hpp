@@ -35,8 +35,9 @@ struct GpuSpec {
   double memory_bytes = 0;                      // HBM capacity
   double memory_bandwidth = 0;                  // HBM spec bandwidth, bytes/s
   double scaleup_bandwidth = 0;                 // scale-up aggregate bidirectional bytes/s per GPU
-  std::string source;                           // where the figures come from
-  double slowdown = 1.0;  // kernels take this many times as long (a perturbed GPU; scenario "perturbations")
+  double host_bandwidth = 0;  // GPU-host link (PCIe, NVLink-C2C), aggregate bidirectional bytes/s; 0 = not given
+  std::string source;         // where the figures come from
+  double slowdown = 1.0;      // kernels take this many times as long (a perturbed GPU; scenario "perturbations")
   // Slowdowns that hold only within part of the iteration (thermal throttling,
   // a transient straggler), on top of `slowdown`; sorted by start, may overlap.
   std::vector<SlowdownWindow> slowdown_windows;

@@ -55,12 +55,18 @@ TransformerSpec read_model(ObjectReader& r, const TransformerSpec* base) {
   m.rope = position == "rope";
   m.alibi = position == "alibi";
   m.tied_embeddings = r.boolean("tied_embeddings", m.tied_embeddings);
+  m.sliding_window = static_cast<int>(r.integer("sliding_window", m.sliding_window, 1, 1 << 24));
   m.max_seq_len = static_cast<int>(r.integer("max_seq_len", m.max_seq_len ? m.max_seq_len : 2048, 1, 1 << 24));
   m.source = r.string("source", m.source);
   m.moe = read_moe(r, m.moe, m.layers);
   m.mla = read_mla(r, m.mla);
   m.mtp_depth = static_cast<int>(r.integer("mtp_depth", m.mtp_depth, 0, 16));
   m.layer_kinds = moe_layer_kinds(m);
+  m.parallel_block = r.boolean("parallel_block", m.parallel_block);
+  if (m.parallel_block && (m.moe.enabled() || m.mla.enabled()))
+    r.error("parallel_block",
+            "a parallel attention + MLP block is modelled for dense layers with (grouped-query) "
+            "attention; this model has routed experts or latent attention");
   if (m.heads > 0 && m.head_dim_override == 0 && m.hidden % m.heads != 0)
     r.error("heads",
             "hidden (" + std::to_string(m.hidden) + ") must be divisible by heads (" + std::to_string(m.heads) + ")");
@@ -187,6 +193,7 @@ GpuSpec read_gpu_figures(ObjectReader& r) {
   g.memory_bytes = r.quantity("memory", Quantity::Bytes, 0, 1e6, kBig, true);
   g.memory_bandwidth = r.quantity("memory_bandwidth", Quantity::Bandwidth, 0, 1e6, kBig, true);
   g.scaleup_bandwidth = r.quantity("scaleup_bandwidth", Quantity::Bandwidth, 0, 0, kBig, true);
+  g.host_bandwidth = r.quantity("host_bandwidth", Quantity::Bandwidth, 0, 1e6, kBig);
   g.source = r.string("source", "", true);
   return g;
 }

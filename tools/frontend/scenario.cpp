@@ -429,6 +429,13 @@ ParallelSpec read_parallel(ObjectReader& top, bool batch_required) {
   p.zero = static_cast<int>(r.integer("zero", 0, 0, 3));
   const std::string rc = r.choice("recompute", "none", {"none", "selective", "full"});
   p.recompute = rc == "full" ? Recompute::Full : rc == "selective" ? Recompute::Selective : Recompute::None;
+  p.distribute_saved_activations = r.boolean("distribute_saved_activations", false);
+  p.offload_layers = static_cast<int>(r.integer("activation_offload_layers", 0, 0, 100000));
+  if (p.distribute_saved_activations && (p.recompute != Recompute::Full || p.sequence_parallel)) {
+    r.error("distribute_saved_activations",
+            "sharding the checkpointed layer inputs over TP ranks needs \"recompute\": \"full\" and no "
+            "sequence_parallel (Megatron-LM asserts both)");
+  }
   p.dp_overlap = r.boolean("dp_overlap", true);
   p.tp_comm_overlap = r.boolean("tp_comm_overlap", false);
   p.tp_grad_overlap = r.boolean("tp_grad_overlap", true);
@@ -503,7 +510,12 @@ TrainingSpec read_training(ObjectReader& top, const TransformerSpec& model) {
   for (std::size_t d = 0; d < kNumDtypes; ++d) {
     if (prec == to_string(static_cast<Dtype>(d))) t.precision = static_cast<Dtype>(d);
   }
-  t.optimizer = r.choice("optimizer", "adam", {"adam", "sgd", "lamb", "adafactor"});
+  t.optimizer = r.choice("optimizer", "adam", {"adam", "sgd", "lamb", "adafactor", "muon"});
+  if (t.optimizer == "muon" && (model.moe.enabled() || model.mla.enabled())) {
+    r.error("optimizer",
+            "Muon is modelled for dense layers with (grouped-query) attention; this model has routed "
+            "experts or latent attention");
+  }
   const std::string attn =
       r.choice("attention", "flash", {"flash", "flash-attention-3", "cudnn", "flash-triton", "unfused"});
   t.attention = attn == "flash"               ? AttentionKind::Flash
@@ -522,6 +534,18 @@ TrainingSpec read_training(ObjectReader& top, const TransformerSpec& model) {
   t.grad_reduce_bytes = r.choice("grad_reduce", "fp32", {"fp32", "bf16", "fp16"}) == "fp32" ? 4 : 2;
   t.dropout = r.boolean("dropout", true);
   t.post_validation = r.choice("optimizer_sync", "all-reduce", {"all-reduce", "post-validation"}) == "post-validation";
+  if (r.has("fp8_recipe") && t.precision != Dtype::FP8) {
+    r.error("fp8_recipe", "an FP8 scaling recipe needs \"precision\": \"fp8\" (found \"" + prec + "\")");
+  }
+  const std::string recipe = r.choice("fp8_recipe", "delayed", {"delayed", "current", "mxfp8", "blockwise"});
+  t.fp8_recipe = recipe == "current"     ? Fp8Recipe::Current
+                 : recipe == "mxfp8"     ? Fp8Recipe::Mxfp8
+                 : recipe == "blockwise" ? Fp8Recipe::Blockwise
+                                         : Fp8Recipe::Delayed;
+  const std::string graphs = r.choice("cuda_graphs", "none", {"none", "layers", "full"});
+  t.cuda_graphs = graphs == "layers" ? CudaGraphScope::Layers
+                  : graphs == "full" ? CudaGraphScope::Full
+                                     : CudaGraphScope::None;
   t.routing = read_routing(r);
   r.finish();
   return t;
@@ -664,6 +688,38 @@ void check_consistency(Scenario& s, Diagnostics& d) {
     }
   }
   if (s.workload.kind != WorkloadKind::Transformer) return;  // its layout: read_workload
+  // Block-scaled recipes need the tensor cores Transformer Engine's support matrix
+  // names (nvidia.github.io/TransformerEngine/support_matrix.html): MXFP8 data-centre
+  // Blackwell (compute capability 10.x), Float8BlockScaling Hopper or Blackwell.
+  const Fp8Recipe recipe = s.training.fp8_recipe;
+  if (s.training.precision == Dtype::FP8 && (recipe == Fp8Recipe::Mxfp8 || recipe == Fp8Recipe::Blockwise)) {
+    for (const auto& g : s.cluster.groups) {
+      const std::string& arch = g.node.gpu.arch;
+      if (arch == "blackwell" || (recipe == Fp8Recipe::Blockwise && arch == "hopper")) continue;
+      d.error("/training/fp8_recipe", std::string("\"") + to_string(recipe) + "\" scaling needs " +
+                                          (recipe == Fp8Recipe::Mxfp8 ? "Blackwell" : "Hopper or Blackwell") +
+                                          " GPUs; " + g.node.gpu.name + " is " + (arch.empty() ? "neither" : arch));
+    }
+  }
+  // Activation offload needs the GPUs' host link and keeps one layer of each chunk
+  // on the GPU (Transformer Engine offloads at most all but one layer).
+  if (s.parallel.offload_layers > 0) {
+    if (s.model.moe.enabled()) {
+      d.error("/parallel/activation_offload_layers", "activation offload is modelled for dense layers only");
+    }
+    for (const auto& g : s.cluster.groups) {
+      if (g.node.gpu.host_bandwidth <= 0) {
+        d.error("/parallel/activation_offload_layers",
+                "activation offload needs the GPU's host link; " + g.node.gpu.name + " has no host_bandwidth");
+      }
+    }
+    const int chunks = s.parallel.pp * s.parallel.vpp;
+    if (s.parallel.stage_layers.empty() && s.parallel.offload_layers >= s.model.layers / chunks) {
+      d.error("/parallel/activation_offload_layers",
+              std::to_string(s.parallel.offload_layers) + " layers offloaded of " +
+                  std::to_string(s.model.layers / chunks) + " per model chunk; at most all but one");
+    }
+  }
   // The layout rules live with the planner (models/layout_rules.hpp).
   for (const LayoutProblem& p : check_layout(s.model, s.parallel, s.training, s.cluster)) d.error(p.path, p.message);
   // The simulation's work and memory grow with micro-batches x layers (every

@@ -8,9 +8,7 @@
 
 namespace trainsim {
 
-namespace {
-
-}  // namespace
+namespace {}  // namespace
 
 Fp8Quantize fp8_quantize_cost(Fp8Recipe r) {
   // Bytes per element of the 16-bit input: read 2 B, write the FP8 copy the GEMM reads
@@ -464,9 +462,9 @@ void build_moe_layer(const TransformerSpec& m, const ParallelSpec& p, const Trai
   const int etp = expert_tp(p);
   const double local = E / p.ep;
   const double f_e = static_cast<double>(m.moe.expert_ffn) / etp;
-  const double busiest = rt.max_rank_tokens * etp;                     // tokens the busiest rank's experts compute
-  const double balanced = rt.balanced_rank_tokens * etp;               // the same without skew or drops (model FLOPs)
-  const double m_e = busiest / local;                                  // rows of one expert's GEMM
+  const double busiest = rt.max_rank_tokens * etp;                       // tokens the busiest rank's experts compute
+  const double balanced = rt.balanced_rank_tokens * etp;                 // the same without skew or drops (model FLOPs)
+  const double m_e = busiest / local;                                    // rows of one expert's GEMM
   const double recv = rt.max_rank_tokens * h * D.act_bytes;              // tokens the busiest rank receives
   const double permuted = rt.tokens_in * m.moe.top_k * h * D.act_bytes;  // permuted copies of the input tokens
   // alltoall / deepep: an all-to-all-v with the draw's per-pair bytes (combine:
@@ -715,8 +713,7 @@ void parallel_block_layer(const TransformerSpec& m, const ParallelSpec& p, const
     L.gemm("attn.proj.wgrad", D.gemm_dtype, D.h, D.a_t * D.d_out, D.tokens, after(g));
     L.set_pass(Pass::BackwardInput);
     attention_core_backward(L, D, tr.attention, {});
-    const int rkv =
-        D.ring > 1 ? L.comm("cp.rs.kv.grad", CollectiveKind::ReduceScatter, CommClass::CP, kv_bytes) : -1;
+    const int rkv = D.ring > 1 ? L.comm("cp.rs.kv.grad", CollectiveKind::ReduceScatter, CommClass::CP, kv_bytes) : -1;
     if (m.rope)
       L.memory("attn.rope.bwd", D.tokens * (D.a_t + D.g_t) * D.d * D.act_bytes * 2 * R.rope_bwd, {}, R.rope_kernels);
     const int in = D.sp ? L.comm("tp.ag.block.input", CollectiveKind::AllGather, CommClass::TP, act) : -1;

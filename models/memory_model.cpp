@@ -211,7 +211,8 @@ MemoryBreakdown stage_memory(const TransformerSpec& m, const ParallelSpec& p, co
   }
   if (last) {
     // Logits and fp32 loss input of the LM head and of each prediction module.
-    mem.buffers += (1 + m.mtp_depth) * tokens * static_cast<double>(m.vocab) / p.tp * (activation_element_bytes(tr) + 4);
+    mem.buffers +=
+        (1 + m.mtp_depth) * tokens * static_cast<double>(m.vocab) / p.tp * (activation_element_bytes(tr) + 4);
   }
   // Offload: one layer's activations on their way to the host and one on the way back.
   if (p.offload_layers > 0) mem.buffers += 2 * layer_activation_bytes(m, p, tr);

@@ -118,8 +118,7 @@ void FlowNetwork::track_links(std::span<const std::uint32_t> links) {
     busy_.assign(links_.size(), Time{});
   }
   for (std::uint32_t l : links) {
-    TRAINSIM_CHECK(l < links_.size(),
-                   "tracking link " + std::to_string(l) + " of " + std::to_string(links_.size()));
+    TRAINSIM_CHECK(l < links_.size(), "tracking link " + std::to_string(l) + " of " + std::to_string(links_.size()));
     if (tracked_[l] == 0 && !links_[l].flows.empty()) busy_since_[l] = now_;
     tracked_[l] = 1;
   }

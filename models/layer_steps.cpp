@@ -8,8 +8,6 @@
 
 namespace trainsim {
 
-namespace {}  // namespace
-
 Fp8Quantize fp8_quantize_cost(Fp8Recipe r) {
   // Bytes per element of the 16-bit input: read 2 B, write the FP8 copy the GEMM reads
   // (1 B) and the transposed / column-wise copy the weight-gradient GEMM reads (1 B),

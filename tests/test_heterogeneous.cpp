@@ -244,7 +244,9 @@ TEST_CASE("Sailor GH200 runs: at micro-batch 8 the simulator orders the layouts 
     by_nodes[key].emplace_back(s.expected->value, simulate(s).iteration_time_s);
   }
   int ordered = 0;
-  for (auto& [key, runs] : by_nodes) {
+  for (auto& entry : by_nodes) {
+    const auto& key = entry.first;  // a named variable: doctest's message macros cannot take a binding (clang 14)
+    auto& runs = entry.second;
     if (runs.size() < 2) continue;
     std::sort(runs.begin(), runs.end());
     for (std::size_t i = 1; i < runs.size(); ++i) CHECK_MESSAGE(runs[i - 1].second < runs[i].second, key);

@@ -87,7 +87,9 @@ TEST_CASE("moe presets: parameter counts of the model cards, dense first layers 
                                                               {"qwen3-30b-a3b", 30.5},    {"qwen3-235b-a22b", 235},
                                                               {"gpt-oss-20b", 20.9},      {"gpt-oss-120b", 116.8},
                                                               {"olmoe-1b-7b", 6.9},       {"dbrx", 132}};
-  for (const auto& [name, billions] : totals) {
+  for (const auto& entry : totals) {
+    const auto& name = entry.first;  // named variables: doctest's message macros cannot take a binding (clang 14)
+    const double billions = entry.second;
     const TransformerSpec* m = catalog().find_model(name);
     REQUIRE_MESSAGE(m != nullptr, name);
     CHECK_MESSAGE(m->total_params() / 1e9 == doctest::Approx(billions).epsilon(0.03), name);

@@ -100,21 +100,19 @@ TEST_CASE("an H100 group and an A100 group in data parallel: balanced shares bea
 }
 
 TEST_CASE("uneven shares with pipeline parallelism: each replica its own 1F1B schedule") {
-  const char* pp = R"({
-    "model": "gpt3-1.3b",
-    "cluster": {"node": "dgx-a100", "nodes": 1},
-    "parallel": {"tp": 1, "pp": 2, "dp": 4, "micro_batch": 2, "global_batch": 64, "dp_overlap": false},
-    "training": {"seq_len": 2048}
-  })";
-  const JobReport even = run(pp, {}, Fidelity::Analytical);
-  const JobReport fewer = run(pp, {"parallel.dp_shares=[8, 8, 8, 8]"}, Fidelity::Analytical);
+  // kEight as two pipeline stages of four replicas, 8 micro-batches each.
+  const auto pp = [](std::vector<std::string> sets) {
+    sets.insert(sets.begin(), {"parallel.pp=2", "parallel.dp=4", "parallel.global_batch=64"});
+    return run(kEight, sets, Fidelity::Analytical);
+  };
+  const JobReport even = pp({});
+  const JobReport fewer = pp({"parallel.dp_shares=[8, 8, 8, 8]"});
   CHECK(fewer.iteration_time_s == even.iteration_time_s);
-  const JobReport uneven = run(pp, {"parallel.dp_shares=[10, 10, 10, 2]"}, Fidelity::Analytical);
+  const JobReport uneven = pp({"parallel.dp_shares=[10, 10, 10, 2]"});
   CHECK(uneven.iteration_time_s > even.iteration_time_s);
   // GPU 3 (replica 3 of stage 0) slowed 3x: "balanced" gives its replica the fewest.
   const JobReport bal =
-      run(pp, {R"(perturbations={"gpus": [{"gpu": 3, "slowdown": 3}]})", R"(parallel.dp_shares="balanced")"},
-          Fidelity::Analytical);
+      pp({R"(perturbations={"gpus": [{"gpu": 3, "slowdown": 3}]})", R"(parallel.dp_shares="balanced")"});
   REQUIRE(bal.dp_shares.size() == 4);
   CHECK(bal.dp_shares[3] < bal.dp_shares[0]);
 }

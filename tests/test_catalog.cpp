@@ -53,3 +53,34 @@ TEST_CASE("shipped catalogs and profiles cite public sources, not files outside 
     CHECK(f.text.find("hardware.md") == std::string_view::npos);
   }
 }
+
+TEST_CASE("Blackwell Ultra: B300 and GB300 nodes carry their own GPU, links and profile") {
+  const Catalog cat = load_builtin_catalog();
+  struct Expect {
+    const char* node;
+    const char* gpu;
+    int gpus_per_node;
+    double bf16_tflops;
+    double host_gb_s;
+  };
+  for (const Expect& e :
+       {Expect{"dgx-b300", "B300-288GB", 8, 2250, 256}, Expect{"gb300-nvl72", "GB300", 72, 2500, 900}}) {
+    CAPTURE(e.node);
+    const NodeSpec* n = cat.find_node(e.node);
+    REQUIRE(n != nullptr);
+    CHECK(n->gpu.name == e.gpu);
+    CHECK(n->gpus_per_node == e.gpus_per_node);
+    // 288 GB of HBM3e, twice the FP16 rate in FP8, one 800 Gb/s ConnectX-8 per GPU.
+    CHECK(n->gpu.memory_bytes == doctest::Approx(288e9));
+    CHECK(n->gpu.peak(Dtype::BF16) == doctest::Approx(e.bf16_tflops * 1e12));
+    CHECK(n->gpu.peak(Dtype::FP8) == doctest::Approx(2 * e.bf16_tflops * 1e12));
+    CHECK(n->gpu.host_bandwidth == doctest::Approx(e.host_gb_s * 1e9));
+    CHECK(n->nic_bandwidth_per_gpu() == doctest::Approx(100e9));
+    const CalibrationProfile* p = cat.find_profile_for_gpu(e.gpu);
+    REQUIRE(p != nullptr);
+    CHECK(p->gpu == e.gpu);
+  }
+  // More memory than the Blackwell GPUs before them.
+  CHECK(cat.find_gpu("b300")->memory_bytes > cat.find_gpu("b200")->memory_bytes);
+  CHECK(cat.find_gpu("gb300")->memory_bytes > cat.find_gpu("gb200")->memory_bytes);
+}

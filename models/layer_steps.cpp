@@ -937,7 +937,7 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
   if (m.mtp_depth > 0) add_mtp_modules(m, D, &out);
   // Every kernel of these steps is issued by the framework's host code (docs/frameworks.md,
   // "Host dispatch"), or replayed from a captured CUDA graph ("CUDA graphs").
-  const double host = host_dispatch_seconds(tr.framework);
+  const double host = issue_host_seconds(tr);
   auto issue = [host](std::vector<Step>& steps, bool captured) {
     for (Step& s : steps) {
       if (s.is_comm) continue;

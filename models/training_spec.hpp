@@ -2,6 +2,7 @@
 // What is trained and how: the transformer's dimensions, the parallel
 // strategy and the training settings. Filled from validated scenario JSON.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -262,6 +263,9 @@ struct TrainingSpec {
   // iteration overlaps the others' tail (docs/schedules.md).
   bool post_validation = false;
   Framework framework = Framework::Default;
+  // Host time per kernel before its launch when the scenario measures it for its
+  // own host (training.host_dispatch_us); absent: the framework's figure above.
+  std::optional<double> host_seconds_per_kernel;
   Fp8Recipe fp8_recipe = Fp8Recipe::Delayed;  // precision fp8 only
   CudaGraphScope cuda_graphs = CudaGraphScope::None;
 };
@@ -270,6 +274,12 @@ struct TrainingSpec {
 // matmuls run on TF32 tensor cores from FP32 tensors) keeps activations, their
 // gradients and the messages carrying them in 4 bytes; mixed precision in 2
 // (FP8 recipes keep activations in 16-bit too).
+// The host time per kernel the layers are issued with: the scenario's own
+// figure, else the framework's (docs/frameworks.md, "Host dispatch").
+inline double issue_host_seconds(const TrainingSpec& t) {
+  return t.host_seconds_per_kernel.value_or(host_dispatch_seconds(t.framework));
+}
+
 constexpr double activation_element_bytes(const TrainingSpec& t) {
   return t.precision == Dtype::FP32 || t.precision == Dtype::TF32 ? 4.0 : 2.0;
 }

@@ -564,6 +564,40 @@ TEST_CASE("FP8 recipes: each quantises a GEMM input with its own bytes and kerne
   CHECK(first_op(kH100Fp8, {"training.fp8_recipe=current"}, "mlp.down.dgrad.fp8cast").kernels == 3);
 }
 
+TEST_CASE("training.host_dispatch_us: the scenario's host time per kernel replaces the framework's") {
+  auto host_times = [](const std::vector<std::string>& sets) {
+    const Scenario s = load_scenario_text(kBase, "options.json", "", sets, catalog());
+    const Cluster cluster(s.cluster);
+    const TrainingPlan plan = plan_training(s.model, s.parallel, s.training, cluster, PlanOptions{});
+    std::vector<double> hosts;
+    for (const ComputeOp& op : plan.setup.programs.at(0).ops) hosts.push_back(op.host_dispatch_seconds);
+    return hosts;
+  };
+  const std::vector<double> framework = host_times({"training.framework=deepspeed"});
+  const std::vector<double> own = host_times({"training.framework=deepspeed", "training.host_dispatch_us=250"});
+  REQUIRE(framework.size() == own.size());
+  int issued = 0;
+  for (std::size_t i = 0; i < own.size(); ++i) {
+    if (framework[i] == 0) {
+      CHECK(own[i] == 0);  // collectives and the optimizer step keep no host issue cost
+      continue;
+    }
+    CHECK(framework[i] == host_dispatch_seconds(Framework::DeepSpeed));
+    CHECK(own[i] == doctest::Approx(250e-6).epsilon(1e-12));
+    ++issued;
+  }
+  CHECK(issued > 20);
+  // At 250 us a kernel the host binds the small kernels of this step: the iteration grows.
+  const double base = run({"training.framework=deepspeed"}).iteration_time_s;
+  CHECK(run({"training.framework=deepspeed", "training.host_dispatch_us=250"}).iteration_time_s > 1.05 * base);
+  CHECK(run({"training.framework=deepspeed", "training.host_dispatch_us=3.34"}).iteration_time_s == base);
+  // Bad values are input errors at the key.
+  CHECK(load_error(kBase, {"training.host_dispatch_us=-1"}).find("options.json: /training/host_dispatch_us:") !=
+        std::string::npos);
+  CHECK(load_error(kBase, {"training.host_dispatch_us=\"fast\""}).find("/training/host_dispatch_us:") !=
+        std::string::npos);
+}
+
 TEST_CASE("FP8 recipes: MXFP8 needs Blackwell, block scaling Hopper or Blackwell, any recipe FP8 precision") {
   std::string e = load_error(kH100Fp8, {"training.fp8_recipe=mxfp8"});
   CHECK(e.find("options.json: /training/fp8_recipe:") != std::string::npos);

@@ -531,6 +531,9 @@ TrainingSpec read_training(ObjectReader& top, const TransformerSpec& model) {
                 : fw == "fsdp2"         ? Framework::Fsdp2
                 : fw == "deepspeed"     ? Framework::DeepSpeed
                                         : Framework::Default;
+  if (r.has("host_dispatch_us")) {
+    t.host_seconds_per_kernel = r.number("host_dispatch_us", 0, 0, 100000) * 1e-6;
+  }
   t.grad_reduce_bytes = r.choice("grad_reduce", "fp32", {"fp32", "bf16", "fp16"}) == "fp32" ? 4 : 2;
   t.dropout = r.boolean("dropout", true);
   t.post_validation = r.choice("optimizer_sync", "all-reduce", {"all-reduce", "post-validation"}) == "post-validation";

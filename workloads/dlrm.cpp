@@ -574,8 +574,10 @@ WorkloadPlan DlrmWorkload::plan(const Platform& platform, const Placement& place
     }
     std::vector<TaskId> sync = {last};
     if (ranks > 1) {
-      sync = {coll(grad, CollectiveKind::AllReduce, CommClass::DP, dense_params * 4 + dp_table_bytes, "dense.gradients",
-                   {last})};
+      // The dense gradients in the MLPs' precision (HugeCTR's mixed precision all-reduces its fp16
+      // weight gradients, Network::exchange_wgrad), the replicated tables' in fp32.
+      sync = {coll(grad, CollectiveKind::AllReduce, CommClass::DP, dense_params * wb + dp_table_bytes,
+                   "dense.gradients", {last})};
     }
     // The fused embedding backward and optimizer (TorchRec FBGEMM, HugeCTR): after the gradients arrive.
     const TaskId upd = run(memory_op("embedding.update", update), emb_grads);

@@ -75,10 +75,6 @@ double table_bytes(const DlrmSpec& s, const EmbeddingTable& t, double columns, d
   return static_cast<double>(t.rows) * row_share * columns * (eb + 4 * s.optimizer_state_per_element);
 }
 
-}  // namespace
-
-namespace {
-
 // What the sharding search balances: per rank the HBM time of its lookups and updates, and the
 // exchanges every rank waits for: the flat all-to-all (paced by its busiest sender), the row-wise
 // tables' reduce-scatter, the hierarchical exchange of table-row-wise partial sums (paced by the
@@ -203,12 +199,10 @@ ShardingPlan plan_sharding(const DlrmSpec& s, int ranks, const ShardingCosts& c)
     }
     return added;
   };
-  auto least_loaded = [&](const SearchState& st, int count, int group) {  // `count` ranks (group 1) or nodes
-    std::vector<double> load(ranks / group, 0);
-    for (int r = 0; r < ranks; ++r) {
-      load[r / group] = std::max(load[r / group], st.hbm[r] + (group == 1 ? st.sent[r] / net_bw : 0.0));
-    }
-    std::vector<int> idx(load.size());
+  auto least_loaded = [&](const SearchState& st, int count) {  // the `count` ranks of least HBM and sending time
+    std::vector<double> load(ranks, 0);
+    for (int r = 0; r < ranks; ++r) load[r] = st.hbm[r] + st.sent[r] / net_bw;
+    std::vector<int> idx(ranks);
     std::iota(idx.begin(), idx.end(), 0);
     std::stable_sort(idx.begin(), idx.end(), [&](int a, int b) { return load[a] < load[b]; });
     idx.resize(count);
@@ -269,8 +263,7 @@ ShardingPlan plan_sharding(const DlrmSpec& s, int ranks, const ShardingCosts& c)
         if (k > 1 && tab.dim / k < 16) break;
         if (k > 1 && kind == EmbeddingSharding::TableWise) break;
         if (k == 1 && kind == EmbeddingSharding::ColumnWise && ranks > 1 && tab.dim >= 64) continue;
-        consider(k == 1 ? EmbeddingSharding::TableWise : EmbeddingSharding::ColumnWise, least_loaded(st, k, 1), k,
-                 open);
+        consider(k == 1 ? EmbeddingSharding::TableWise : EmbeddingSharding::ColumnWise, least_loaded(st, k), k, open);
       }
       TRAINSIM_CHECK(!options.empty(), "a sharding option for every table");
       const Option* best = &options.front();
@@ -387,8 +380,11 @@ WorkloadPlan DlrmWorkload::plan(const Platform& platform, const Placement& place
   costs.scaleup_bandwidth = node.scaleup_bandwidth;
   // Ranks per node, when every node holds the same number of consecutive ranks (else every
   // rank counts as its own node: table-row-wise shards then exchange over the network only).
-  std::vector<int> node_of_rank(ranks);
-  for (int r = 0; r < ranks; ++r) node_of_rank[r] = cluster.node_of(placement.gpu(RankCoord{0, 0, 0, r, 0}));
+  std::vector<int> all_gpus(ranks), node_of_rank(ranks);
+  for (int r = 0; r < ranks; ++r) {
+    all_gpus[r] = placement.gpu(RankCoord{0, 0, 0, r, 0});
+    node_of_rank[r] = cluster.node_of(all_gpus[r]);
+  }
   int per_node = static_cast<int>(std::count(node_of_rank.begin(), node_of_rank.end(), node_of_rank[0]));
   for (int r = 0; r < ranks && per_node > 1; ++r) {
     const bool first = r % per_node == 0;
@@ -399,8 +395,7 @@ WorkloadPlan DlrmWorkload::plan(const Platform& platform, const Placement& place
   costs.ranks_per_node = per_node;
   const int nodes = ranks / per_node;
   // The search prices the exchanges as the analytical network model does.
-  std::vector<int> all_gpus(ranks), node_gpus(per_node), rail_gpus(nodes);
-  for (int r = 0; r < ranks; ++r) all_gpus[r] = placement.gpu(RankCoord{0, 0, 0, r, 0});
+  std::vector<int> node_gpus(per_node), rail_gpus(nodes);
   for (int l = 0; l < per_node; ++l) node_gpus[l] = all_gpus[l];
   for (int n = 0; n < nodes; ++n) rail_gpus[n] = all_gpus[n * per_node];
   const AnalyticalNetwork& net = platform.analytical_network();

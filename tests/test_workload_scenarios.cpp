@@ -79,6 +79,11 @@ TEST_CASE("DLRM-DCNv2 on 64 GPUs reports samples/s with the embedding all-to-all
                                 Fidelity::Analytical, MemoryCheck::SimulateAnyway);
   CHECK_FALSE(dp.feasible);
   CHECK(dp.iteration_time_s > r.iteration_time_s);
+  // Every table row-wise over whole nodes: a valid choice, the exchange still reported under ep.
+  const JobReport twrw =
+      simulate(load("scenarios/examples/dlrm-dcnv2-64xh100.json", {"workload.sharding=table-row-wise"}));
+  CHECK(twrw.feasible);
+  CHECK(twrw.breakdown.exposed_comm_s[static_cast<std::size_t>(CommClass::EP)] > 0);
 }
 
 TEST_CASE("A Chakra trace of the transformer replays to its iteration time within 5%") {

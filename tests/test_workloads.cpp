@@ -2,6 +2,7 @@
 // (halo estimate, sharding search) and the plans they build.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 
@@ -113,7 +114,10 @@ TEST_CASE("DLRM sharding: every table's columns placed once, replicated below th
   DlrmSpec s = dlrm_dcnv2_mlperf();
   s.global_batch = 65536;
   s.data_parallel_threshold_bytes = 13.4e6;
-  ShardingCosts c{3.35e12, 50e9, 40e9};
+  ShardingCosts c;
+  c.hbm_bandwidth = 3.35e12;
+  c.network_bandwidth = 50e9;
+  c.memory_per_rank = 40e9;
   const ShardingPlan plan = plan_sharding(s, 64, c);
   std::vector<double> columns(s.tables.size(), 0);
   for (const TableShard& sh : plan.shards) columns[sh.table] += sh.rank >= 0 ? sh.columns : s.tables[sh.table].dim;
@@ -132,6 +136,65 @@ TEST_CASE("DLRM sharding: every table's columns placed once, replicated below th
   CHECK(plan_sharding(s, 64, c).shards.size() == s.tables.size());
   s.sharding = EmbeddingSharding::Auto;
   CHECK(plan_sharding(s, 64, c).kind_of_table.size() == s.tables.size());
+}
+
+TEST_CASE("DLRM sharding on several nodes: tables row-wise over node groups, never two shards of one on a node") {
+  DlrmSpec s = dlrm_dcnv2_mlperf();
+  s.global_batch = 135168;
+  s.data_parallel_threshold_bytes = 13.4e6;
+  ShardingCosts c;
+  c.hbm_bandwidth = 3.35e12;
+  c.network_bandwidth = 50e9;
+  c.memory_per_rank = 40e9;
+  c.scaleup_bandwidth = 450e9;
+  c.ranks_per_node = 8;
+  const ShardingPlan plan = plan_sharding(s, 128, c);
+  const int nt = static_cast<int>(s.tables.size());
+  std::vector<double> rows(nt, 0);  // share of each table's rows over all holders
+  std::vector<int> node_shards(nt, 0);
+  std::vector<std::vector<int>> on_node(16, std::vector<int>(nt, 0));
+  for (const TableShard& sh : plan.shards) {
+    if (plan.kind_of_table[sh.table] != EmbeddingSharding::TableRowWise) continue;
+    REQUIRE(sh.node >= 0);
+    REQUIRE(sh.node < 16);
+    rows[sh.table] += sh.row_share * 8;
+    ++node_shards[sh.table];
+    ++on_node[sh.node][sh.table];
+  }
+  for (int t = 0; t < nt; ++t) {
+    const double bytes = s.tables[t].rows * 128.0 * 8;
+    if (bytes <= 13.4e6) {
+      CHECK(plan.kind_of_table[t] == EmbeddingSharding::DataParallel);
+    } else {
+      // Every large table row-wise over whole nodes: all its rows, once.
+      CHECK(plan.kind_of_table[t] == EmbeddingSharding::TableRowWise);
+      CHECK(rows[t] == doctest::Approx(1.0));
+    }
+  }
+  for (const auto& node : on_node) CHECK(*std::max_element(node.begin(), node.end()) <= 1);
+  // The hottest table (100 lookups a sample) spreads over more nodes than a one-hot table of the same size.
+  CHECK(node_shards[20] > node_shards[9]);
+  for (double b : plan.rank_bytes) CHECK(b <= c.memory_per_rank);
+  // One node: no hierarchy to exploit unless asked for; asked for, every table row-wise over the node.
+  c.ranks_per_node = 0;
+  for (EmbeddingSharding k : plan_sharding(s, 8, c).kind_of_table) CHECK(k != EmbeddingSharding::TableRowWise);
+  s.sharding = EmbeddingSharding::TableRowWise;
+  const ShardingPlan forced = plan_sharding(s, 8, c);
+  CHECK(forced.shards.size() == s.tables.size());
+  for (const TableShard& sh : forced.shards) CHECK(sh.row_share == doctest::Approx(1.0 / 8));
+}
+
+TEST_CASE("DLRM on 16 nodes: the hierarchical exchange beats a flat all-to-all over every GPU") {
+  DlrmSpec s = dlrm_dcnv2_mlperf();
+  s.global_batch = 135168;
+  s.data_parallel_threshold_bytes = 13.4e6;
+  const double hierarchical = iteration(DlrmWorkload(s), 128, 16);
+  s.sharding = EmbeddingSharding::ColumnWise;
+  const double flat = iteration(DlrmWorkload(s), 128, 16);
+  CHECK(hierarchical < flat);
+  // The same workload scales: twice the nodes, less time per global batch.
+  s.sharding = EmbeddingSharding::Auto;
+  CHECK(hierarchical < iteration(DlrmWorkload(s), 64, 8));
 }
 
 TEST_CASE("DLRM: samples as the unit, more GPUs take less time per global batch") {

@@ -4,8 +4,12 @@
 // over the GPUs, lookups as memory-bound work, the pooled embeddings moved by
 // an all-to-all forward and backward (a reduce-scatter for row-wise shards),
 // dense MLPs and the feature interaction data-parallel. A greedy sharding
-// search in the style of TorchRec's planner places the tables.
+// search in the style of TorchRec's planner places the tables; on several
+// nodes it may place a table on a group of nodes, row-wise over their GPUs,
+// with hierarchical communication (TorchRec's table-row-wise, HugeCTR's
+// hier_auto plan).
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -20,7 +24,7 @@ struct EmbeddingTable {
   double pooling = 1;  // lookups per sample (multi-hot size)
 };
 
-enum class EmbeddingSharding : std::uint8_t { Auto, TableWise, RowWise, ColumnWise, DataParallel };
+enum class EmbeddingSharding : std::uint8_t { Auto, TableWise, RowWise, ColumnWise, DataParallel, TableRowWise };
 const char* to_string(EmbeddingSharding s);
 
 enum class DlrmInteraction : std::uint8_t { Dot, Dcnv2 };
@@ -48,9 +52,10 @@ DlrmSpec dlrm_dcnv2_mlperf();
 // Where the shards of each table live.
 struct TableShard {
   int table = 0;
-  int rank = -1;         // -1: every rank (data-parallel, or row-wise over all ranks)
+  int rank = -1;         // -1: every rank (data-parallel, or row-wise over all ranks), or every rank of `node`
   double columns = 0;    // embedding columns of this shard
-  double row_share = 1;  // share of the table's rows (row-wise: 1/ranks)
+  double row_share = 1;  // share of the table's rows each holder has (row-wise: 1/ranks)
+  int node = -1;         // table-row-wise: the node whose ranks share this shard's rows
 };
 struct ShardingPlan {
   std::vector<EmbeddingSharding> kind_of_table;
@@ -60,10 +65,18 @@ struct ShardingPlan {
 
 // Estimated per-rank costs the search balances: lookup and update traffic at
 // the GPU's HBM bandwidth, pooled-embedding traffic at its network bandwidth.
+// Ranks are numbered node by node, `ranks_per_node` on each (0: all on one
+// node); table-row-wise shards move their pooled partial sums over the
+// node's scale-up network first, then across nodes on the NICs.
 struct ShardingCosts {
   double hbm_bandwidth = 0;      // bytes/s per GPU
   double network_bandwidth = 0;  // bytes/s per GPU (the all-to-all's slowest path)
   double memory_per_rank = 0;    // bytes the tables may use on a GPU
+  double scaleup_bandwidth = 0;  // bytes/s per GPU per direction inside a node
+  int ranks_per_node = 0;
+  // Seconds of a collective of `bytes` (NCCL buffer size) over all ranks, a node's ranks and a
+  // rail (one rank per node), as the simulator costs it; unset: bytes over the bandwidths above.
+  std::function<double(CollectiveKind, double)> all_ranks, node, rail;
 };
 ShardingPlan plan_sharding(const DlrmSpec& spec, int ranks, const ShardingCosts& costs);
 

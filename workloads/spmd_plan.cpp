@@ -14,6 +14,12 @@ void plan_spmd(SpmdRanks ranks, const Placement& placement, WorkloadPlan& plan) 
   for (int r = 0; r < n; ++r) members[r] = placement.gpu(RankCoord{0, 0, 0, r, 0});
   plan.setup.programs = std::move(ranks.programs);
   plan.setup.comms.push_back(Communicator{"all " + ranks.rank_label + "s", members, n});
+  for (std::size_t i = 0; i < ranks.subgroups.size(); ++i) {
+    std::vector<int> gpus;
+    for (int r : ranks.subgroups[i]) gpus.push_back(members[r]);
+    const int size = static_cast<int>(gpus.size());
+    plan.setup.comms.push_back(Communicator{ranks.rank_label + " group " + std::to_string(i), std::move(gpus), size});
+  }
   for (int r = 0; r < n; ++r) {
     RankProgram rp;
     rp.program = static_cast<std::uint32_t>(ranks.program_of_rank[r]);
@@ -21,6 +27,12 @@ void plan_spmd(SpmdRanks ranks, const Placement& placement, WorkloadPlan& plan) 
     rp.name = ranks.rank_label + " " + std::to_string(r) + " (gpu " + std::to_string(rp.gpu) + ")";
     rp.record = r == 0;
     rp.comm_of_slot.assign(plan.setup.programs[rp.program].comm_slots.size(), 0);
+    if (static_cast<std::size_t>(r) < ranks.subgroup_of_slot.size()) {
+      const std::vector<int>& bound = ranks.subgroup_of_slot[r];
+      for (std::size_t s = 0; s < bound.size() && s < rp.comm_of_slot.size(); ++s) {
+        if (bound[s] >= 0) rp.comm_of_slot[s] = static_cast<std::uint32_t>(1 + bound[s]);
+      }
+    }
     plan.setup.ranks.push_back(std::move(rp));
     plan.stage_of_rank.push_back(0);
   }

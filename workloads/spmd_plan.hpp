@@ -2,7 +2,8 @@
 // Plans for workloads whose ranks all run one kind of program over one group
 // (GNN partitions, DLRM data-parallel ranks, an imported single-group trace):
 // rank r runs programs[program_of_rank[r]] on the GPU of data-parallel
-// coordinate r, every communicator slot bound to the group of all ranks.
+// coordinate r, every communicator slot bound to the group of all ranks unless
+// the rank binds it to one of the listed subgroups (a node, a rail).
 #include <string>
 #include <vector>
 
@@ -15,6 +16,11 @@ struct SpmdRanks {
   std::vector<int> program_of_rank;  // one entry per rank
   std::vector<MemoryBreakdown> memory_of_program;
   std::string rank_label = "rank";  // e.g. "partition"
+  // Communicators over part of the ranks (rank indices), and per rank which
+  // one each comm slot binds: -1 the group of all ranks (the default for a
+  // rank or slot not listed), else an index into `subgroups`.
+  std::vector<std::vector<int>> subgroups;
+  std::vector<std::vector<int>> subgroup_of_slot;
 };
 
 // Fills plan.setup, stage_of_rank, recorded_rank_of_stage and stages (one

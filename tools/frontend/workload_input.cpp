@@ -118,13 +118,14 @@ DlrmSpec read_dlrm(ObjectReader& r, const ParallelSpec& par) {
   const std::string opt = r.choice("embedding_optimizer", "rowwise-adagrad", {"rowwise-adagrad", "adagrad", "sgd"});
   d.optimizer_state_per_element = 0;
   if (opt == "adagrad") d.optimizer_state_per_element = 1;
-  const std::string sh =
-      r.choice("sharding", "auto", {"auto", "table-wise", "row-wise", "column-wise", "data-parallel"});
-  d.sharding = sh == "table-wise"      ? EmbeddingSharding::TableWise
-               : sh == "row-wise"      ? EmbeddingSharding::RowWise
-               : sh == "column-wise"   ? EmbeddingSharding::ColumnWise
-               : sh == "data-parallel" ? EmbeddingSharding::DataParallel
-                                       : EmbeddingSharding::Auto;
+  const std::string sh = r.choice("sharding", "auto",
+                                  {"auto", "table-wise", "row-wise", "column-wise", "data-parallel", "table-row-wise"});
+  d.sharding = sh == "table-wise"       ? EmbeddingSharding::TableWise
+               : sh == "row-wise"       ? EmbeddingSharding::RowWise
+               : sh == "column-wise"    ? EmbeddingSharding::ColumnWise
+               : sh == "data-parallel"  ? EmbeddingSharding::DataParallel
+               : sh == "table-row-wise" ? EmbeddingSharding::TableRowWise
+                                        : EmbeddingSharding::Auto;
   d.data_parallel_threshold_bytes = r.quantity("data_parallel_threshold", Quantity::Bytes, 0, 0, 1e13);
   if (!d.bottom_mlp.empty()) {
     for (const EmbeddingTable& t : d.tables) {

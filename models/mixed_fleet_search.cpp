@@ -59,7 +59,7 @@ MixedFleetSearchResult search_mixed_fleet(const TransformerSpec& model, const Tr
       const StageProgramSpec sp = stage_program_spec(model, par, training, s);
       const double need = stage_memory(sp.model, sp.par, sp.train, sched, s, sp.first_stage).total();
       // The smallest capacity of the groups the stage's GPUs fall in.
-      const long lo = first[s], hi = lo + static_cast<long>(sp.par.tp) * par.dp * par.cp;
+      const long lo = first[s], hi = lo + static_cast<long>(sp.par.tp) * sp.par.dp * par.cp;
       double capacity = -1;
       for (int g = 0; g < groups; ++g) {
         if (lo < group_first[g] + group_gpus[g] && hi > group_first[g])

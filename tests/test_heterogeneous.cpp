@@ -318,6 +318,47 @@ TEST_CASE("mixed-fleet search: a plan at least as fast as every homogeneous plan
     CHECK(r.plans[i - 1].iteration_time_s <= r.plans[i].iteration_time_s);
 }
 
+TEST_CASE("mixed-fleet search with per-stage DP: valid plans whose stages differ in DP, ranked with the rest") {
+  const char* text = R"({
+    "model": {"name": "gpt-1b", "layers": 16, "hidden": 2048, "heads": 16, "ffn_hidden": 8192, "vocab": 32000},
+    "cluster": {"groups": [{"node": "dgx-h100", "nodes": 1}, {"node": "dgx-a100", "nodes": 1}]},
+    "parallel": {"dp": 16, "micro_batch": 1, "global_batch": 128},
+    "training": {"seq_len": 2048}
+  })";
+  const Scenario s = load(text);
+  MixedFleetSearchSpace space;
+  space.micro_batch = {2};
+  space.max_stages_per_group = 1;
+  space.layer_step = 4;
+  const MixedFleetRanking one_dp = rank_mixed_fleet(s, space);
+  space.stage_dp = true;
+  const MixedFleetRanking r = rank_mixed_fleet(s, space);
+  int differing = 0;
+  for (const MixedFleetCandidate& c : r.search.candidates) {
+    std::set<int> dps;
+    for (int st = 0; st < c.par.pp; ++st) {
+      dps.insert(stage_dp(c.par, st));
+      CHECK(stage_dp(c.par, st) * stage_micro_batch(c.par, st) == c.par.dp * c.par.micro_batch);
+    }
+    differing += dps.size() > 1 ? 1 : 0;
+  }
+  CHECK(differing > 0);
+  CHECK(r.search.candidates.size() == one_dp.search.candidates.size() + static_cast<std::size_t>(differing));
+  REQUIRE(!r.plans.empty());
+  // The plans with one DP are among them, so the best can only be as fast or faster.
+  CHECK(r.plans.front().iteration_time_s <= one_dp.plans.front().iteration_time_s);
+  int ranked_differing = 0;
+  for (const RankedPlan& p : r.plans) {
+    std::set<int> dps;
+    for (int st = 0; st < p.par.pp; ++st) dps.insert(stage_dp(p.par, st));
+    ranked_differing += dps.size() > 1 ? 1 : 0;
+  }
+  CHECK(ranked_differing > 0);
+  MESSAGE("per-stage DP search: " << r.search.candidates.size() << " candidates (" << differing
+                                  << " with stages of different DP), best " << r.plans.front().iteration_time_s
+                                  << " s against " << one_dp.plans.front().iteration_time_s << " s with one DP");
+}
+
 TEST_CASE("the shipped mixed-fleet sweep expands into per-stage plans, some treating every GPU alike") {
   const SweepSpec spec = load_sweep_file(
       std::string(TRAINSIM_SOURCE_DIR) + "/scenarios/sweeps/gpt-1b-h100-a100-mixed-fleet.json", testing::catalog());

@@ -12,15 +12,20 @@ namespace trainsim {
 
 namespace {
 
-// Splits `layers` over `stages` stages as evenly as possible (the first ones take the remainder).
-void split_even(int layers, int stages, int tp, int group, std::vector<StageLayout>& out) {
+// Splits `layers` over `stages` stages of layout `st` as evenly as possible
+// (the first ones take the remainder).
+void split_even(int layers, int stages, StageLayout st, std::vector<StageLayout>& out) {
   for (int i = 0; i < stages; ++i) {
-    StageLayout st;
-    st.group = group;
-    st.tp = tp;
     st.layers = layers / stages + (i < layers % stages ? 1 : 0);
     out.push_back(st);
   }
+}
+
+StageLayout layout_of(int group, int tp) {
+  StageLayout st;
+  st.group = group;
+  st.tp = tp;
+  return st;
 }
 
 }  // namespace
@@ -59,7 +64,7 @@ MixedFleetSearchResult search_mixed_fleet(const TransformerSpec& model, const Tr
       const StageProgramSpec sp = stage_program_spec(model, par, training, s);
       const double need = stage_memory(sp.model, sp.par, sp.train, sched, s, sp.first_stage).total();
       // The smallest capacity of the groups the stage's GPUs fall in.
-      const long lo = first[s], hi = lo + static_cast<long>(sp.par.tp) * par.dp * par.cp;
+      const long lo = first[s], hi = lo + static_cast<long>(sp.par.tp) * sp.par.dp * par.cp;
       double capacity = -1;
       for (int g = 0; g < groups; ++g) {
         if (lo < group_first[g] + group_gpus[g] && hi > group_first[g])
@@ -92,7 +97,7 @@ MixedFleetSearchResult search_mixed_fleet(const TransformerSpec& model, const Tr
         if (pp > layers) continue;
         par.tp = tp;
         par.stages.clear();
-        split_even(layers, pp, tp, -1, par.stages);
+        split_even(layers, pp, layout_of(-1, tp), par.stages);
         consider(par, true);
       }
       // Per-group plans: each group its stage count and TP (using all its GPUs),
@@ -101,37 +106,60 @@ MixedFleetSearchResult search_mixed_fleet(const TransformerSpec& model, const Tr
       do {
         std::vector<int> stages_of(static_cast<std::size_t>(groups), 1);
         while (true) {
-          std::vector<int> tp_of(static_cast<std::size_t>(groups), 0);
+          // Layers of each group (in `order`), a multiple of layer_step except the last group's.
+          std::vector<int> share(static_cast<std::size_t>(groups), 0);
+          auto assign = [&](auto&& self, const std::vector<StageLayout>& layout, int i, int left) -> void {
+            const int g = order[i];
+            if (i == groups - 1) {
+              if (left < stages_of[g]) return;
+              share[g] = left;
+              par.stages.clear();
+              for (int k = 0; k < groups; ++k)
+                split_even(share[order[k]], stages_of[order[k]], layout[order[k]], par.stages);
+              par.tp = par.stages.front().tp;
+              consider(par, false);
+              return;
+            }
+            int rest_min = 0;
+            for (int k = i + 1; k < groups; ++k) rest_min += stages_of[order[k]];
+            for (int l = stages_of[g]; l <= left - rest_min; l += std::max(1, space.layer_step)) {
+              share[g] = l;
+              self(self, layout, i + 1, left - l);
+            }
+          };
+          // One DP for every stage: each group the TP that then uses all of its GPUs.
+          std::vector<StageLayout> layout(static_cast<std::size_t>(groups));
           bool ok = true;
           for (int g = 0; g < groups && ok; ++g) {
             const long per = static_cast<long>(stages_of[g]) * dp;
             ok = group_gpus[g] % per == 0 &&
                  std::find(tps.begin(), tps.end(), static_cast<int>(group_gpus[g] / per)) != tps.end();
-            if (ok) tp_of[g] = static_cast<int>(group_gpus[g] / per);
+            if (ok) layout[g] = layout_of(g, static_cast<int>(group_gpus[g] / per));
           }
-          if (ok) {
-            // Layers of each group (in `order`), a multiple of layer_step except the last group's.
-            std::vector<int> share(static_cast<std::size_t>(groups), 0);
-            auto assign = [&](auto&& self, int i, int left) -> void {
-              const int g = order[i];
-              if (i == groups - 1) {
-                if (left < stages_of[g]) return;
-                share[g] = left;
-                par.stages.clear();
-                for (int k = 0; k < groups; ++k)
-                  split_even(share[order[k]], stages_of[order[k]], tp_of[order[k]], order[k], par.stages);
-                par.tp = par.stages.front().tp;
-                consider(par, false);
-                return;
+          if (ok) assign(assign, layout, 0, layers);
+          // Per-stage DP: each group any TP of the space, its DP then using all of
+          // its GPUs and its micro-batch the step's dp*mb samples over them; the
+          // first group in `order` keeps dp and mb (so each plan comes once).
+          if (space.stage_dp) {
+            std::vector<int> pick(static_cast<std::size_t>(groups), 0);
+            while (true) {
+              bool valid = true, differs = false;
+              for (int g = 0; g < groups && valid; ++g) {
+                const int tp = tps[static_cast<std::size_t>(pick[g])];
+                const long per = static_cast<long>(stages_of[g]) * tp;
+                const long gdp = group_gpus[g] % per == 0 ? group_gpus[g] / per : 0;
+                valid = gdp > 0 && (static_cast<long>(dp) * mb) % gdp == 0 && (g != order[0] || gdp == dp);
+                if (!valid) break;
+                differs = differs || gdp != dp;
+                layout[g] = layout_of(g, tp);
+                layout[g].dp = static_cast<int>(gdp);
+                layout[g].micro_batch = static_cast<int>(static_cast<long>(dp) * mb / gdp);
               }
-              int rest_min = 0;
-              for (int k = i + 1; k < groups; ++k) rest_min += stages_of[order[k]];
-              for (int l = stages_of[g]; l <= left - rest_min; l += std::max(1, space.layer_step)) {
-                share[g] = l;
-                self(self, i + 1, left - l);
-              }
-            };
-            assign(assign, 0, layers);
+              if (valid && differs) assign(assign, layout, 0, layers);
+              int g = 0;
+              while (g < groups && ++pick[g] == static_cast<int>(tps.size())) pick[g++] = 0;
+              if (g == groups) break;
+            }
           }
           int g = 0;
           while (g < groups && ++stages_of[g] > space.max_stages_per_group) stages_of[g++] = 1;

@@ -17,6 +17,9 @@ struct MixedFleetSearchSpace {
   std::vector<int> micro_batch{1, 2, 4};
   int max_stages_per_group = 4;
   int layer_step = 1;  // granularity of the layer split between groups
+  // Also per-stage DP (parallel.stages dp and micro_batch): each group any TP of
+  // `tp`, its DP the rest of its GPUs, the same samples per pipeline step.
+  bool stage_dp = false;
 };
 
 struct MixedFleetCandidate {

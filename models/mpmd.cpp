@@ -9,6 +9,16 @@ int stage_tp(const ParallelSpec& par, int s) {
   return par.stages.empty() ? par.tp : par.stages[static_cast<std::size_t>(s)].tp;
 }
 
+int stage_dp(const ParallelSpec& par, int s) {
+  const int dp = par.stages.empty() ? -1 : par.stages[static_cast<std::size_t>(s)].dp;
+  return dp > 0 ? dp : par.dp;
+}
+
+int stage_micro_batch(const ParallelSpec& par, int s) {
+  const int mb = par.stages.empty() ? -1 : par.stages[static_cast<std::size_t>(s)].micro_batch;
+  return mb > 0 ? mb : par.micro_batch;
+}
+
 std::vector<int> stage_first_gpus(const ParallelSpec& par, const ClusterSpec& cluster) {
   std::vector<long> group_first, group_end;
   long total = 0;
@@ -21,7 +31,7 @@ std::vector<int> stage_first_gpus(const ParallelSpec& par, const ClusterSpec& cl
   long next_any = 0;
   std::vector<int> out;
   for (int s = 0; s < par.pp; ++s) {
-    const long ranks = static_cast<long>(stage_tp(par, s)) * par.cp * par.dp;
+    const long ranks = static_cast<long>(stage_tp(par, s)) * par.cp * stage_dp(par, s);
     const int g = par.stages.empty() ? -1 : par.stages[static_cast<std::size_t>(s)].group;
     long& cursor = g >= 0 ? next[static_cast<std::size_t>(g)] : next_any;
     const long end = g >= 0 ? group_end[static_cast<std::size_t>(g)] : total;
@@ -44,6 +54,8 @@ StageProgramSpec stage_program_spec(const TransformerSpec& model, const Parallel
   out.par = par;
   out.par.stages.clear();
   out.par.tp = stage_tp(par, s);
+  out.par.dp = stage_dp(par, s);
+  out.par.micro_batch = stage_micro_batch(par, s);
   const int rc = par.stages[static_cast<std::size_t>(s)].recompute;
   if (rc >= 0) out.par.recompute = static_cast<Recompute>(rc);
   out.train = train;
@@ -62,13 +74,25 @@ StageProgramSpec stage_program_spec(const TransformerSpec& model, const Parallel
   return out;
 }
 
-double boundary_activation_bytes(const TransformerSpec& model, const ParallelSpec& par, const TrainingSpec& train,
-                                 int s) {
+double boundary_sample_bytes(const TransformerSpec& model, const ParallelSpec& par, const TrainingSpec& train, int s) {
   const StageProgramSpec from = stage_program_spec(model, par, train, s);
   // An encoder's outputs enter the main model projected to its hidden size (LLaVA's projector).
   const StageProgramSpec to = stage_program_spec(model, par, train, s + 1);
   const int hidden = from.encoder && !to.encoder ? model.hidden : from.model.hidden;
-  return static_cast<double>(par.micro_batch) * from.train.seq_len / par.cp * hidden * activation_element_bytes(train);
+  return static_cast<double>(from.train.seq_len) / par.cp * hidden * activation_element_bytes(train);
+}
+
+BoundaryShape boundary_shape(const TransformerSpec& model, const ParallelSpec& par, const TrainingSpec& train, int from,
+                             int to) {
+  const int a = stage_dp(par, from), b = stage_dp(par, to);
+  const int x = stage_tp(par, from), y = stage_tp(par, to);
+  const bool split = par.pp_scatter_gather || par.sequence_parallel;
+  BoundaryShape out;
+  out.sends = (b >= a ? b / a : 1) * (y >= x ? y / x : 1);
+  out.recvs = (a >= b ? a / b : 1) * (x >= y ? x / y : 1);
+  out.samples = std::min(stage_micro_batch(par, from), stage_micro_batch(par, to));
+  out.bytes = out.samples * boundary_sample_bytes(model, par, train, std::min(from, to)) / (split ? std::max(x, y) : 1);
+  return out;
 }
 
 std::vector<LayoutProblem> check_stage_layouts(const TransformerSpec& m, const ParallelSpec& p, const TrainingSpec& t,
@@ -118,6 +142,20 @@ std::vector<LayoutProblem> check_stage_layouts(const TransformerSpec& m, const P
     else if (sub.kv_heads > 0 && sub.kv_heads % st.tp != 0 && st.tp % sub.kv_heads != 0)
       problem(at + "/tp",
               "expected tp to divide or be a multiple of the " + str(sub.kv_heads) + " KV heads, found " + str(st.tp));
+    const int dp = stage_dp(p, s), mb = stage_micro_batch(p, s);
+    if (static_cast<long>(dp) * mb != static_cast<long>(p.dp) * p.micro_batch)
+      problem(at + (st.dp > 0 ? "/dp" : "/micro_batch"),
+              "every stage runs the same samples per pipeline step, parallel.dp*micro_batch = " +
+                  str(static_cast<long>(p.dp) * p.micro_batch) + "; stage " + str(s) +
+                  " runs dp*micro_batch = " + str(dp) + "*" + str(mb) + " = " + str(static_cast<long>(dp) * mb));
+    if (s > 0) {
+      const int prev = stage_dp(p, s - 1);
+      if (std::max(prev, dp) % std::min(prev, dp) != 0)
+        problem(at + "/dp",
+                "a replica sends its samples to the replicas that own them, which needs data-parallel "
+                "sizes that divide one another; " +
+                    str(prev) + " (stage " + str(s - 1) + ") and " + str(dp) + " do not");
+    }
     if (s > 0) {
       const int a = p.stages[static_cast<std::size_t>(s) - 1].tp;
       if (std::max(a, st.tp) % std::min(a, st.tp) != 0)
@@ -136,7 +174,8 @@ std::vector<LayoutProblem> check_stage_layouts(const TransformerSpec& m, const P
             (encoder_layers > 0 ? "encoder's " + str(encoder_layers) + " and the model's " : std::string("model's ")) +
             str(m.layers) + (encoder_layers > 0 ? " (" + str(encoder_layers + m.layers) + ")" : ""));
   long gpus = 0, cluster_gpus = 0;
-  for (int s = 0; s < p.pp; ++s) gpus += static_cast<long>(p.stages[static_cast<std::size_t>(s)].tp) * p.cp * p.dp;
+  for (int s = 0; s < p.pp; ++s)
+    gpus += static_cast<long>(p.stages[static_cast<std::size_t>(s)].tp) * p.cp * stage_dp(p, s);
   for (const auto& g : cluster.groups) cluster_gpus += static_cast<long>(g.count) * g.node.gpus_per_node;
   if (gpus != cluster_gpus)
     problem("/parallel/stages",

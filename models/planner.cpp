@@ -43,14 +43,13 @@ enum class SlotRole : std::uint8_t { TP, CP, DP, PipelineForward, PipelineBackwa
 struct SlotUse {
   SlotRole role = SlotRole::TP;
   int from = -1, to = -1;  // pipeline: sending and receiving stage (one of them is this stage)
-  int peer = 0;            // per-stage layouts: which of the rank's messages on this link (TP resharding)
+  int peer = 0;            // per-stage layouts: which of the rank's messages on this link (DP and TP resharding)
 };
 
-// Per-stage layouts (models/mpmd.hpp): on the pipeline link from stage `from`
-// to `to`, the messages each sending rank posts, each receiving rank takes,
-// and the bytes of one message. A stage of tp x sending to one of tp y splits
-// each activation into max(x, y) pieces: with y > x each sender fans out to
-// y / x receivers, with x > y each receiver gathers from x / y senders.
+// Per-stage layouts (models/mpmd.hpp, boundary_shape): on the pipeline link
+// from stage `from` to `to`, the messages each sending rank posts, each
+// receiving rank takes, and the bytes of one message (the replicas' shared
+// samples, cut into max(x, y) pieces between TP sizes x and y).
 struct LinkShape {
   int sends = 1, recvs = 1;
   std::uint64_t bytes = 0;
@@ -1067,12 +1066,10 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
     first_gpu = stage_first_gpus(par, cluster.spec());
     TRAINSIM_CHECK(static_cast<int>(first_gpu.size()) == par.pp, "per-stage layouts do not fit the cluster");
     for (int s = 0; s + 1 < par.pp; ++s) {
-      const int a = stage_tp(par, s), b = stage_tp(par, s + 1);
-      const bool split = par.pp_scatter_gather || par.sequence_parallel;
-      const double whole = boundary_activation_bytes(model, par, train_, s);
-      const auto bytes = static_cast<std::uint64_t>(whole / (split ? std::max(a, b) : 1));
-      links[{s, s + 1}] = LinkShape{b >= a ? b / a : 1, a >= b ? a / b : 1, bytes};
-      links[{s + 1, s}] = LinkShape{a >= b ? a / b : 1, b >= a ? b / a : 1, bytes};
+      for (const auto& [from, to] : {std::pair{s, s + 1}, std::pair{s + 1, s}}) {
+        const BoundaryShape shape = boundary_shape(model, par, train_, from, to);
+        links[{from, to}] = LinkShape{shape.sends, shape.recvs, static_cast<std::uint64_t>(shape.bytes)};
+      }
     }
   }
   const ModelSteps steps = mpmd ? stage_steps.front() : build_model_steps(model, par, train_, ep_nodes(par, 0));
@@ -1152,6 +1149,7 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
   }
 
   auto tp_of = [&](int s) { return stage_tp(par, s); };
+  auto dp_of = [&](int s) { return stage_dp(par, s); };
   // Traffic matrices of the all-to-all-v steps: the shared steps' first, then each per-stage layout's.
   std::vector<std::uint32_t> matrix_base(par.pp, 0);
   auto add_traffic = [&](const ModelSteps& ms) {
@@ -1179,7 +1177,7 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
       double hw = 0, mf = 0;
       plan.setup.programs.push_back(builder.build(&hw, &mf));
       slots_of_program.push_back(builder.slots());
-      const int ranks = tp_of(s) * replicas_of_count[k] * par.cp;
+      const int ranks = tp_of(s) * (mpmd ? dp_of(s) : replicas_of_count[k]) * par.cp;
       plan.hardware_flops += hw * ranks;
       plan.model_flops += mf * ranks;
     }
@@ -1200,11 +1198,18 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
     if (mpmd) return first_gpu[s] + t + tp_of(s) * (c + par.cp * d);
     return placement.gpu(RankCoord{t, c, 0, d, s});
   };
-  // Per-stage layouts: the TP index of the peer of a rank with TP index `t` on
-  // pipeline link `use` (the rank sits on stage `s`, one end of the link).
-  auto pipeline_peer = [&](const SlotUse& use, int s, int t) {
-    const int mine = tp_of(s), other = tp_of(s == use.from ? use.to : use.from);
-    return other >= mine ? t * (other / mine) + use.peer : t / (mine / other);
+  // Per-stage layouts: the replica and TP index of the peer of the rank at
+  // replica `d`, TP index `t` on pipeline link `use` (the rank sits on stage
+  // `s`, one end of the link). The rank's messages on the link run over the
+  // peer replicas, and within each over the peer TP ranks.
+  auto pipeline_peer = [&](const SlotUse& use, int s, int d, int t) {
+    const int o = s == use.from ? use.to : use.from;
+    const int mine = tp_of(s), other = tp_of(o);
+    const int mine_dp = dp_of(s), other_dp = dp_of(o);
+    const int tp_fan = other >= mine ? other / mine : 1;
+    const int peer_d = other_dp >= mine_dp ? d * (other_dp / mine_dp) + use.peer / tp_fan : d / (mine_dp / other_dp);
+    const int peer_t = other >= mine ? t * (other / mine) + use.peer % tp_fan : t / (mine / other);
+    return std::pair{peer_d, peer_t};
   };
   // Members of a slot's communicator for the rank at (s, d, c, t).
   auto members_of = [&](const SlotUse& use, int s, int d, int c, int t) {
@@ -1223,16 +1228,16 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
         for (int x = 0; x < par.cp_ring(); ++x) m.push_back(gpu(s, d, c % par.cp_ulysses + x * par.cp_ulysses, t));
         break;
       case SlotRole::DP:
-        for (int x = 0; x < par.dp; ++x) {
+        for (int x = 0; x < dp_of(s); ++x) {
           for (int y = 0; y < par.cp; ++y) m.push_back(gpu(s, x, y, t));
         }
         break;
       case SlotRole::PipelineForward:
       case SlotRole::PipelineBackward:
         if (mpmd) {
-          const int peer = pipeline_peer(use, s, t);
-          m = s == use.from ? std::vector<int>{gpu(s, d, c, t), gpu(use.to, d, c, peer)}
-                            : std::vector<int>{gpu(use.from, d, c, peer), gpu(s, d, c, t)};
+          const auto [peer_d, peer_t] = pipeline_peer(use, s, d, t);
+          m = s == use.from ? std::vector<int>{gpu(s, d, c, t), gpu(use.to, peer_d, c, peer_t)}
+                            : std::vector<int>{gpu(use.from, peer_d, c, peer_t), gpu(s, d, c, t)};
         } else {
           m = {gpu(use.from, d, c, t), gpu(use.to, d, c, t)};
         }
@@ -1263,8 +1268,11 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
   // only by a slowdown (perturbations) keep a replica compact: its rank on a
   // stage then runs at the pace of the slowest GPU of its TP/CP group, which
   // the group's collectives after every layer impose on all its members.
-  std::vector<char> replica_simulated(par.dp, 1);
-  std::vector<char> replica_compact(par.dp, 0);
+  // Per-stage layouts: every replica of every stage (stages may differ in dp).
+  int max_dp = par.dp;
+  for (int s = 0; mpmd && s < par.pp; ++s) max_dp = std::max(max_dp, dp_of(s));
+  std::vector<char> replica_simulated(max_dp, 1);
+  std::vector<char> replica_compact(max_dp, 0);
   // The slowest GPU type of each (stage, replica) group, for compact ranks.
   std::vector<int> slowest_type(static_cast<std::size_t>(par.pp) * par.dp, -1);
   // Per-stage layouts simulate every rank (their stages differ in TP and sub-model).
@@ -1346,14 +1354,14 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
   plan.recorded_rank_of_stage.assign(par.pp, -1);
   for (int s = 0; s < par.pp; ++s) {
     const std::string where = "[stage " + std::to_string(s) + "]";
-    for (int d = 0; d < par.dp; ++d) {
+    for (int d = 0; d < dp_of(s); ++d) {
       if (!replica_simulated[d]) continue;
       const int cps = replica_compact[d] ? 1 : par.cp;
       const int tps = replica_compact[d] ? 1 : tp_of(s);
       for (int c = 0; c < cps; ++c) {
         for (int t = 0; t < tps; ++t) {
           RankProgram rp;
-          const int program = count_of_replica[d] * par.pp + s;
+          const int program = (mpmd ? 0 : count_of_replica[d]) * par.pp + s;
           rp.program = static_cast<std::uint32_t>(program);
           rp.gpu = gpu(s, d, c, t);
           if (replica_compact[d]) rp.gpu_type = slowest_type[static_cast<std::size_t>(s) * par.dp + d];
@@ -1413,7 +1421,7 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
   // The GPU types of every rank of each stage, simulated or not (mixed fleets: the report names them).
   for (int s = 0; s < par.pp; ++s) {
     std::set<int> types;
-    for (int d = 0; d < par.dp; ++d) {
+    for (int d = 0; d < dp_of(s); ++d) {
       for (int c = 0; c < par.cp; ++c) {
         for (int t = 0; t < tp_of(s); ++t) types.insert(cluster.gpu_type_of(gpu(s, d, c, t)));
       }

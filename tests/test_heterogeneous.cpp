@@ -1,16 +1,18 @@
 // Mixed fleets and per-stage layouts: clusters of several GPU types at both
 // fidelities (and which stage sets the pace), inline GPUs, parallel.stages with
-// TP resharding, an encoder sub-model, their input errors, and the mixed-fleet
+// TP resharding, per-stage DP and micro-batch resharding, an encoder sub-model, their input errors, and the mixed-fleet
 // search against the plans that treat every GPU alike.
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "models/mpmd.hpp"
 #include "scenario_fixtures.hpp"
 #include "tools/frontend/job.hpp"
 #include "tools/frontend/mixed_fleet_ranking.hpp"
@@ -95,6 +97,120 @@ TEST_CASE("stages of different TP reshard activations, and run at both fidelitie
   }
   CHECK(forward == 2 * 8);   // dp 2 x 8 sending H100 ranks, one receiver each
   CHECK(backward == 2 * 8);  // each A100 rank sends gradients back to both of its senders
+}
+
+// A toy 2-stage job whose stages differ in DP and micro-batch: stage 0 on a DGX
+// H100 with TP 4 x DP 2 at micro-batch 2, stage 1 on a DGX A100 with TP 2 x
+// DP 4 at micro-batch 1; each pipeline step carries 4 samples, 16 in all.
+const char* kDpReshard = R"({
+  "model": "llama3-8b",
+  "cluster": {"groups": [{"node": "dgx-h100", "nodes": 1}, {"node": "dgx-a100", "nodes": 1}]},
+  "parallel": {"pp": 2, "dp": 2, "micro_batch": 2, "global_batch": 16, "sequence_parallel": true,
+               "stages": [{"group": 0, "tp": 4, "layers": 20},
+                          {"group": 1, "tp": 2, "dp": 4, "micro_batch": 1, "layers": 12}]},
+  "training": {"seq_len": 2048}
+})";
+
+TEST_CASE("stages of different DP and micro-batch: each replica sends its samples to the replicas that own them") {
+  const Scenario s = load(kDpReshard);
+  // Hand count: one sample's activation is 2048 tokens x 4096 hidden x 2 B; a
+  // sending replica (2 samples) splits it over the 2 receiving replicas of 1
+  // sample each, and each sample over max(TP 4, TP 2) = 4 pieces.
+  const double piece = 2048.0 * 4096 * 2 / 4;
+  for (const auto& [from, to] : {std::pair{0, 1}, std::pair{1, 0}}) {
+    const BoundaryShape shape = boundary_shape(s.model, s.parallel, s.training, from, to);
+    CHECK(shape.samples == 1);
+    CHECK(shape.bytes == piece);
+    // An H100 rank talks to 2 replicas x 1 A100 rank; an A100 rank to 1 replica x 2 H100 ranks.
+    CHECK(shape.sends == 2);
+    CHECK(shape.recvs == 2);
+  }
+  const JobRun run = run_job(s);
+  // The pairs: H100 rank (replica d, TP t) = GPU 4d + t; A100 rank (replica e, TP u) = GPU 8 + 2e + u;
+  // replica d's samples go to replicas 2d and 2d + 1, TP rank t's piece to TP rank t / 2.
+  std::set<std::pair<int, int>> expected, forward, backward;
+  for (int d = 0; d < 2; ++d) {
+    for (int t = 0; t < 4; ++t) {
+      for (int e = 2 * d; e < 2 * d + 2; ++e) expected.insert({4 * d + t, 8 + 2 * e + t / 2});
+    }
+  }
+  for (const Communicator& c : run.plan.setup.comms) {
+    if (contains(c.name, "pipeline link stage 0->1 (gradients)")) continue;
+    if (contains(c.name, "pipeline link stage 0->1")) forward.insert({c.members.at(0), c.members.at(1)});
+    if (contains(c.name, "pipeline link stage 1->0")) backward.insert({c.members.at(1), c.members.at(0)});
+  }
+  CHECK(forward == expected);
+  CHECK(backward == expected);
+  // Every rank exchanges the samples of each of the 4 pipeline steps, 4 pieces a step each way.
+  for (int program = 0; program < 2; ++program) {
+    int sends = 0, recvs = 0;
+    double bytes = 0;
+    for (const Task& task : run.plan.setup.programs.at(program).tasks) {
+      if (task.comm_class != CommClass::PP) continue;
+      CHECK(task.bytes == static_cast<std::uint64_t>(piece));
+      sends += task.kind == TaskKind::Send ? 1 : 0;
+      recvs += task.kind == TaskKind::Recv ? 1 : 0;
+      bytes += task.kind == TaskKind::Send ? static_cast<double>(task.bytes) : 0;
+    }
+    CHECK(sends == 4 * 2);
+    CHECK(recvs == 4 * 2);
+    // An H100 rank sends its 2 samples' quarter per step; an A100 rank its 1 sample's half.
+    CHECK(bytes == 4 * (program == 0 ? 2.0 * 2048 * 4096 * 2 / 4 : 1.0 * 2048 * 4096 * 2 / 2));
+  }
+  // Each stage reduces its gradients over its own replicas.
+  int dp2 = 0, dp4 = 0;
+  for (const Communicator& c : run.plan.setup.comms) {
+    if (!contains(c.name, "dp group")) continue;
+    dp2 += contains(c.name, "[stage 0]") && c.members.size() == 2 ? 1 : 0;
+    dp4 += contains(c.name, "[stage 1]") && c.members.size() == 4 ? 1 : 0;
+  }
+  CHECK(dp2 == 4);  // one per H100 TP rank
+  CHECK(dp4 == 2);  // one per A100 TP rank
+}
+
+TEST_CASE("stages of different DP run at both fidelities, deterministically, and the boundary sets the pp time") {
+  const Scenario s = load(kDpReshard);
+  const JobReport a = simulate(s, Fidelity::Analytical);
+  const JobReport f = simulate(s, Fidelity::Flow);
+  REQUIRE(a.feasible);
+  REQUIRE(f.feasible);
+  CHECK(f.iteration_time_s == doctest::Approx(a.iteration_time_s).epsilon(0.03));
+  CHECK(simulate(s, Fidelity::Analytical).iteration_time_s == a.iteration_time_s);
+  CHECK(simulate(s, Fidelity::Flow).iteration_time_s == f.iteration_time_s);
+  // The boundary crosses the NICs (each stage's DP and TP groups stay inside its node):
+  // slower NICs leave more pipeline transfer exposed at both fidelities.
+  const Scenario slow =
+      load(kDpReshard, {R"(cluster.groups=[{"node": {"preset": "dgx-h100", "nics": {"count": 8, "bandwidth": "10Gbps"}},
+                   "nodes": 1}, {"node": {"preset": "dgx-a100", "nics": {"count": 8, "bandwidth": "10Gbps"}},
+                   "nodes": 1}])"});
+  const auto pp = [](const JobReport& r) {
+    double t = 0;
+    for (const StageReport& st : r.per_stage) t += st.time.exposed_comm_s[static_cast<std::size_t>(CommClass::PP)];
+    return t;
+  };
+  for (const Fidelity fid : {Fidelity::Analytical, Fidelity::Flow}) {
+    const JobReport fast = fid == Fidelity::Analytical ? a : f;
+    const JobReport slowed = simulate(slow, fid);
+    REQUIRE(slowed.feasible);
+    CHECK(pp(fast) > 0);
+    CHECK(pp(slowed) > 2 * pp(fast));
+    CHECK(slowed.iteration_time_s > fast.iteration_time_s);
+  }
+}
+
+TEST_CASE("per-stage DP and micro-batch errors name the key") {
+  const std::string e1 = testing::errors_of(kDpReshard, {R"(parallel.stages=[{"group": 0, "tp": 4, "layers": 20},
+                   {"group": 1, "tp": 2, "dp": 4, "micro_batch": 2, "layers": 12}])"});
+  CHECK(contains(e1, "/parallel/stages/1/dp: every stage runs the same samples per pipeline step"));
+  const std::string e2 =
+      testing::errors_of(kDpReshard, {R"(parallel.stages=[{"group": 0, "tp": 4, "layers": 20, "micro_batch": 1},
+                   {"group": 1, "tp": 2, "dp": 4, "micro_batch": 1, "layers": 12}])"});
+  CHECK(contains(e2, "/parallel/stages/0/micro_batch: every stage runs the same samples per pipeline step"));
+  const std::string e3 =
+      testing::errors_of(kDpReshard, {"parallel.dp=4", "parallel.micro_batch=3", "parallel.global_batch=24",
+                                      R"(parallel.stages=[{"group": 0, "tp": 2, "layers": 20},
+                   {"group": 1, "tp": 2, "dp": 3, "micro_batch": 4, "layers": 12}])"});
+  CHECK(contains(e3, "/parallel/stages/1/dp: a replica sends its samples to the replicas that own them"));
 }
 
 TEST_CASE("an encoder sub-model on its own stages with its own TP (LLaVA-style)") {
@@ -200,6 +316,47 @@ TEST_CASE("mixed-fleet search: a plan at least as fast as every homogeneous plan
   // Ranked fastest first.
   for (std::size_t i = 1; i < r.plans.size(); ++i)
     CHECK(r.plans[i - 1].iteration_time_s <= r.plans[i].iteration_time_s);
+}
+
+TEST_CASE("mixed-fleet search with per-stage DP: valid plans whose stages differ in DP, ranked with the rest") {
+  const char* text = R"({
+    "model": {"name": "gpt-1b", "layers": 16, "hidden": 2048, "heads": 16, "ffn_hidden": 8192, "vocab": 32000},
+    "cluster": {"groups": [{"node": "dgx-h100", "nodes": 1}, {"node": "dgx-a100", "nodes": 1}]},
+    "parallel": {"dp": 16, "micro_batch": 1, "global_batch": 128},
+    "training": {"seq_len": 2048}
+  })";
+  const Scenario s = load(text);
+  MixedFleetSearchSpace space;
+  space.micro_batch = {2};
+  space.max_stages_per_group = 1;
+  space.layer_step = 4;
+  const MixedFleetRanking one_dp = rank_mixed_fleet(s, space);
+  space.stage_dp = true;
+  const MixedFleetRanking r = rank_mixed_fleet(s, space);
+  int differing = 0;
+  for (const MixedFleetCandidate& c : r.search.candidates) {
+    std::set<int> dps;
+    for (int st = 0; st < c.par.pp; ++st) {
+      dps.insert(stage_dp(c.par, st));
+      CHECK(stage_dp(c.par, st) * stage_micro_batch(c.par, st) == c.par.dp * c.par.micro_batch);
+    }
+    differing += dps.size() > 1 ? 1 : 0;
+  }
+  CHECK(differing > 0);
+  CHECK(r.search.candidates.size() == one_dp.search.candidates.size() + static_cast<std::size_t>(differing));
+  REQUIRE(!r.plans.empty());
+  // The plans with one DP are among them, so the best can only be as fast or faster.
+  CHECK(r.plans.front().iteration_time_s <= one_dp.plans.front().iteration_time_s);
+  int ranked_differing = 0;
+  for (const RankedPlan& p : r.plans) {
+    std::set<int> dps;
+    for (int st = 0; st < p.par.pp; ++st) dps.insert(stage_dp(p.par, st));
+    ranked_differing += dps.size() > 1 ? 1 : 0;
+  }
+  CHECK(ranked_differing > 0);
+  MESSAGE("per-stage DP search: " << r.search.candidates.size() << " candidates (" << differing
+                                  << " with stages of different DP), best " << r.plans.front().iteration_time_s
+                                  << " s against " << one_dp.plans.front().iteration_time_s << " s with one DP");
 }
 
 TEST_CASE("the shipped mixed-fleet sweep expands into per-stage plans, some treating every GPU alike") {

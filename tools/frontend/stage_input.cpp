@@ -8,7 +8,8 @@ void read_stage_layouts(ObjectReader& r, ParallelSpec& par) {
   const nlohmann::json* v = r.raw("stages");
   if (v == nullptr) return;
   if (!v->is_array() || v->empty()) {
-    r.error("stages", "expected an array with one layout per pipeline stage ({group, tp, layers, recompute})");
+    r.error("stages",
+            "expected an array with one layout per pipeline stage ({group, tp, dp, micro_batch, layers, recompute})");
     return;
   }
   for (std::size_t i = 0; i < v->size(); ++i) {
@@ -17,6 +18,8 @@ void read_stage_layouts(ObjectReader& r, ParallelSpec& par) {
     StageLayout st;
     st.group = static_cast<int>(sr.integer("group", -1, 0, 1 << 16));
     st.tp = static_cast<int>(sr.integer("tp", par.tp, 1, 1 << 16));
+    st.dp = static_cast<int>(sr.integer("dp", -1, 1, 1 << 20));
+    st.micro_batch = static_cast<int>(sr.integer("micro_batch", -1, 1, 1 << 20));
     st.layers = static_cast<int>(sr.integer("layers", 0, 0, 1 << 24, true));
     if (sr.has("recompute")) {
       const std::string rc = sr.choice("recompute", "none", {"none", "selective", "full"});

@@ -720,6 +720,8 @@ void expand_mixed_fleet(const SweepSpec& spec, const nlohmann::json& base, const
     for (const StageLayout& st : c.par.stages) {
       nlohmann::json j = {{"tp", st.tp}, {"layers", st.layers}};
       if (st.group >= 0) j["group"] = st.group;
+      if (st.dp > 0) j["dp"] = st.dp;
+      if (st.micro_batch > 0) j["micro_batch"] = st.micro_batch;
       stages.push_back(j);
     }
     SweepPoint p;

@@ -176,7 +176,7 @@ struct KernelRecipe {
   bool casts_sharded = false;  // FSDP2: the cast runs on the 1/dp shard, before the all-gather, in both passes
 };
 
-KernelRecipe recipe_of(Framework f, double act_bytes) {
+KernelRecipe recipe_of(Framework f, double act_bytes, bool rmsnorm) {
   KernelRecipe r;
   // Biases (docs/frameworks.md, "Linear-layer biases"). Megatron-LM's GPT code (the
   // default lists; Megatron-DeepSpeed the same) adds the QKV bias after torch.matmul
@@ -204,7 +204,13 @@ KernelRecipe recipe_of(Framework f, double act_bytes) {
   if (f != Framework::Eager && f != Framework::Fsdp2) return r;
   // Eager PyTorch, op by op (Hugging Face LlamaRMSNorm, rotate_half RoPE, F.silu(gate) * up,
   // F.cross_entropy(logits.float())); bytes per element counted in docs/frameworks.md.
-  r.norm = 9, r.norm_kernels = 8, r.norm_bwd = 9, r.norm_bwd_kernels = 12;
+  if (rmsnorm) {
+    r.norm = 9, r.norm_kernels = 8, r.norm_bwd = 9, r.norm_bwd_kernels = 12;
+  } else {
+    // nn.LayerNorm is one native kernel (aten layer_norm_kernel.cu); its backward
+    // runs the input-gradient kernel, then GammaBetaBackward re-reading dY and X.
+    r.norm_bwd = 12.0 / 8, r.norm_bwd_kernels = 2;
+  }
   r.rope = 5, r.rope_bwd = 5, r.rope_kernels = 10;
   r.swiglu = 10.0 / 6, r.swiglu_kernels = 2, r.swiglu_bwd = 18.0 / 10, r.swiglu_bwd_kernels = 3;
   r.residual_dropout = 11.0 / 7, r.residual_dropout_kernels = 2;
@@ -777,7 +783,7 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
   const bool ov = p.tp_comm_overlap && D.tp_comm;
   auto gate = [&](int c) { return ov ? std::vector<int>{} : maybe(c); };
   auto after = [&](int c) { return ov ? maybe(c) : std::vector<int>{}; };
-  KernelRecipe R = recipe_of(tr.framework, D.act_bytes);
+  KernelRecipe R = recipe_of(tr.framework, D.act_bytes, m.rmsnorm);
   if (D.act_bytes >= 4) R.weight_casts = false;  // FP32 training: no 16-bit weight copies to cast
   const double residual = act_norm * (D.dropout ? 3.5 * R.residual_dropout : 3);
   const int residual_kernels = D.dropout ? R.residual_dropout_kernels : 1;

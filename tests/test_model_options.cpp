@@ -802,3 +802,24 @@ TEST_CASE("linear biases: Megatron-LM adds the QKV bias and sums every bias grad
   // Biases are modelled on the standard dense block only.
   CHECK(load_error(text, {"model.bias=true", "model.parallel_block=true"}).find("/model/bias:") != std::string::npos);
 }
+
+TEST_CASE("eager LayerNorm is PyTorch's native kernel: fused forward, a second kernel for the weight gradients") {
+  // Only Hugging Face's LlamaRMSNorm runs op by op; nn.LayerNorm is one kernel forward and
+  // an input-gradient plus a gamma/beta kernel (re-reading dY and X) backward.
+  const std::string text = R"({
+    "model": {"name": "ln-test", "layers": 4, "hidden": 2048, "heads": 16, "ffn_hidden": 8192, "vocab": 50304,
+              "norm": "layernorm"},
+    "cluster": {"node": "dgx-a100", "nodes": 1},
+    "parallel": {"tp": 1, "dp": 8, "micro_batch": 2, "global_batch": 64},
+    "training": {"seq_len": 2048, "precision": "bf16", "attention": "flash"}
+  })";
+  for (const char* fw : {"training.framework=eager", "training.framework=fsdp2"}) {
+    const ComputeOp fwd = first_op(text, {fw}, "norm1"), bwd = first_op(text, {fw}, "norm1.bwd");
+    CHECK(fwd.bytes == doctest::Approx(first_op(text, {}, "norm1").bytes));
+    CHECK(fwd.kernels == 1);
+    CHECK(bwd.bytes == doctest::Approx(1.5 * first_op(text, {}, "norm1.bwd").bytes));
+    CHECK(bwd.kernels == 2);
+  }
+  // RMSNorm stays the op-by-op list.
+  CHECK(first_op(text, {"training.framework=eager", "model.norm=rmsnorm"}, "norm1").kernels == 8);
+}

@@ -169,12 +169,24 @@ struct KernelRecipe {
   int residual_dropout_kernels = 1;
   double xent = 1, xent_bwd = 1;  // cross-entropy over the vocabulary
   int xent_kernels = 1, xent_bwd_kernels = 1;
+  // Linear-layer biases (TransformerSpec::bias): the QKV bias added by its own kernel
+  // after the GEMM, and every bias gradient as a column sum of its output gradient.
+  bool bias_add = false, bias_grad = false;
   bool weight_casts = false;   // fp32 master weights cast to 16 bits once per forward (AMP / FSDP2)
   bool casts_sharded = false;  // FSDP2: the cast runs on the 1/dp shard, before the all-gather, in both passes
 };
 
-KernelRecipe recipe_of(Framework f, double act_bytes) {
+KernelRecipe recipe_of(Framework f, double act_bytes, bool rmsnorm) {
   KernelRecipe r;
+  // Biases (docs/frameworks.md, "Linear-layer biases"). Megatron-LM's GPT code (the
+  // default lists; Megatron-DeepSpeed the same) adds the QKV bias after torch.matmul
+  // (`output + bias` in linear_with_grad_accumulation_and_async_allreduce) and sums
+  // every bias gradient over the tokens (`grad_output.sum(dim=0)`; autograd's
+  // reduction for the biases fused into bias-GeLU and bias-dropout-add). Eager
+  // nn.Linear adds its bias in the GEMM (addmm) but sums its gradient the same way.
+  // Transformer Engine and Inductor fuse both into the GEMM or a neighbouring kernel.
+  r.bias_add = f == Framework::Default || f == Framework::DeepSpeed;
+  r.bias_grad = r.bias_add || f == Framework::Eager || f == Framework::Fsdp2;
   if (f == Framework::TorchCompile) r.weight_casts = true;  // Inductor fuses the pointwise chains, not the casts
   if (f == Framework::DeepSpeed) {
     // Megatron-DeepSpeed's loss casts the logits to fp32 (`output.float()`, a copy
@@ -192,7 +204,13 @@ KernelRecipe recipe_of(Framework f, double act_bytes) {
   if (f != Framework::Eager && f != Framework::Fsdp2) return r;
   // Eager PyTorch, op by op (Hugging Face LlamaRMSNorm, rotate_half RoPE, F.silu(gate) * up,
   // F.cross_entropy(logits.float())); bytes per element counted in docs/frameworks.md.
-  r.norm = 9, r.norm_kernels = 8, r.norm_bwd = 9, r.norm_bwd_kernels = 12;
+  if (rmsnorm) {
+    r.norm = 9, r.norm_kernels = 8, r.norm_bwd = 9, r.norm_bwd_kernels = 12;
+  } else {
+    // nn.LayerNorm is one native kernel (aten layer_norm_kernel.cu); its backward
+    // runs the input-gradient kernel, then GammaBetaBackward re-reading dY and X.
+    r.norm_bwd = 12.0 / 8, r.norm_bwd_kernels = 2;
+  }
   r.rope = 5, r.rope_bwd = 5, r.rope_kernels = 10;
   r.swiglu = 10.0 / 6, r.swiglu_kernels = 2, r.swiglu_bwd = 18.0 / 10, r.swiglu_bwd_kernels = 3;
   r.residual_dropout = 11.0 / 7, r.residual_dropout_kernels = 2;
@@ -765,10 +783,13 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
   const bool ov = p.tp_comm_overlap && D.tp_comm;
   auto gate = [&](int c) { return ov ? std::vector<int>{} : maybe(c); };
   auto after = [&](int c) { return ov ? maybe(c) : std::vector<int>{}; };
-  KernelRecipe R = recipe_of(tr.framework, D.act_bytes);
+  KernelRecipe R = recipe_of(tr.framework, D.act_bytes, m.rmsnorm);
   if (D.act_bytes >= 4) R.weight_casts = false;  // FP32 training: no 16-bit weight copies to cast
   const double residual = act_norm * (D.dropout ? 3.5 * R.residual_dropout : 3);
   const int residual_kernels = D.dropout ? R.residual_dropout_kernels : 1;
+  // Linear-layer biases (the reader allows them on the standard dense block only).
+  const bool bias = m.bias && !m.parallel_block && !m.mla.enabled();
+  const double qkv_out = D.tokens * (D.a_t + 2 * D.g_t) * D.d * D.act_bytes;  // one QKV output, this rank
   // fp32 -> 16-bit weight casts: read 4 + write 2 bytes per weight of this rank; one
   // launch per weight matrix (QKV, projection, MLP up (gate and up), down).
   const double cast_share = R.casts_sharded ? 1.0 / p.dp : 1.0;
@@ -789,6 +810,10 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
       L.gemm("attn.qkv", D.gemm_dtype, D.tokens, (D.a_t + 2 * D.g_t) * D.d, D.h, gate(ag1));
     }
     std::vector<int> core_waits = after(ag1);
+    if (bias && R.bias_add) {
+      L.memory("attn.qkv.bias", qkv_out * 2, core_waits);  // read + write the QKV output
+      core_waits.clear();
+    }
     if (m.rope) {
       L.memory("attn.rope", D.tokens * (D.a_t + D.g_t) * D.d * D.act_bytes * 2 * R.rope, core_waits, R.rope_kernels);
       core_waits.clear();
@@ -828,6 +853,9 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     L.set_pass(Pass::BackwardInput);
     L.memory("mlp.act.bwd", D.tokens * D.f_t * D.act_bytes * (D.swiglu ? 5 * R.swiglu_bwd : 3), {},
              D.swiglu ? R.swiglu_bwd_kernels : 1);
+    // MLP bias gradients: the down projection's over the block output's gradient,
+    // the up projection's over the activation's input gradient.
+    if (bias && R.bias_grad) L.memory("mlp.bias.grad", act_norm + D.tokens * D.f_t * D.act_bytes, {}, 2);
     const int in2 = D.sp ? L.comm("tp.ag.mlp.input", CollectiveKind::AllGather, CommClass::TP, act) : -1;
     L.gemm("mlp.up.dgrad", D.gemm_dtype, D.tokens, D.h, D.f_t * D.up_mult);
     const int rs2 = D.tp_comm ? L.comm("tp.mlp.in.grad", tp_in_kind, CommClass::TP, act) : -1;
@@ -860,6 +888,10 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     const int in1 = D.sp ? L.comm("tp.ag.attn.input", CollectiveKind::AllGather, CommClass::TP, act) : -1;
     if (m.mla.enabled()) {
       mla_projections_dgrad(L, m, D, maybe(rkv));
+    } else if (bias && R.bias_grad) {
+      // Attention bias gradients: the output projection's, and the QKV bias's over dQ, dK, dV.
+      L.memory("attn.bias.grad", act_norm + qkv_out, maybe(rkv), 2);
+      L.gemm("attn.qkv.dgrad", D.gemm_dtype, D.tokens, D.h, (D.a_t + 2 * D.g_t) * D.d);
     } else {
       L.gemm("attn.qkv.dgrad", D.gemm_dtype, D.tokens, D.h, (D.a_t + 2 * D.g_t) * D.d, maybe(rkv));
     }

@@ -35,6 +35,9 @@ struct TransformerSpec {
   bool rope = false;     // rotary position embedding (else learned positions)
   bool alibi = false;    // ALiBi (Press et al., ICLR 2022): a per-head linear bias on the attention scores
   bool tied_embeddings = false;
+  // Bias vectors on the linear layers (GPT-2/GPT-3, BLOOM, Megatron-LM's GPT): their
+  // add and gradient kernels where the framework does not fuse them (models/layer_steps.cpp).
+  bool bias = false;
   int max_seq_len = 0;
   int head_dim_override = 0;  // attention head size when it is not hidden / heads (Qwen3, gpt-oss)
   // Sliding-window attention (Mistral 7B: 4096): each query attends to the last

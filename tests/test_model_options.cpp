@@ -803,3 +803,57 @@ TEST_CASE("activation offload: offloaded layers leave GPU memory, their copies o
             .find("has no host_bandwidth") != std::string::npos);
   CHECK(load_error(kBase, {"parallel.activation_offload_layers=24"}).find("at most all but one") != std::string::npos);
 }
+
+TEST_CASE("linear biases: Megatron-LM adds the QKV bias and sums every bias gradient in kernels of their own") {
+  // Hidden 2048 on TP 2, micro-batch 2 x 4096 tokens, bf16: the rank's QKV output is
+  // 8192 tokens x 3072 columns, its MLP activation 8192 x 4096.
+  const std::string text = R"({
+    "model": {"name": "bias-test", "layers": 4, "hidden": 2048, "heads": 16, "ffn_hidden": 8192, "vocab": 50304},
+    "cluster": {"node": "dgx-a100", "nodes": 1},
+    "parallel": {"tp": 2, "dp": 4, "micro_batch": 2, "global_batch": 64},
+    "training": {"seq_len": 4096, "precision": "bf16", "attention": "flash"}
+  })";
+  const std::vector<std::string> bias{"model.bias=true"};
+  const double tokens = 2 * 4096, qkv = tokens * 3 * 2048 / 2 * 2, act = tokens * 2048 * 2;
+  CHECK(first_op(text, bias, "attn.qkv.bias").bytes == doctest::Approx(2 * qkv));  // read + write
+  const ComputeOp mlp = first_op(text, bias, "mlp.bias.grad"), attn = first_op(text, bias, "attn.bias.grad");
+  CHECK(mlp.bytes == doctest::Approx(act + tokens * 8192 / 2 * 2));  // down: block output; up: activation
+  CHECK(attn.bytes == doctest::Approx(act + qkv));                   // projection output; dQ, dK, dV
+  CHECK(mlp.kernels == 2);
+  CHECK(attn.kernels == 2);
+  CHECK(run(bias, text).iteration_time_s > run({}, text).iteration_time_s);
+  // Without the key, and where the framework fuses them (Transformer Engine, Inductor), nothing is added;
+  // eager nn.Linear adds the bias in its GEMM but sums the gradient separately.
+  CHECK(tasks_ending(stage_program(text, {}), ".bias").empty());
+  for (const char* fused : {"training.framework=megatron-te", "training.framework=torch-compile"}) {
+    const ProgramTemplate p = stage_program(text, {"model.bias=true", fused});
+    CHECK(tasks_ending(p, ".bias").empty());
+    CHECK(tasks_ending(p, ".bias.grad").empty());
+  }
+  const ProgramTemplate eager = stage_program(text, {"model.bias=true", "training.framework=eager"});
+  CHECK(tasks_ending(eager, ".bias").empty());
+  CHECK_FALSE(tasks_ending(eager, "mlp.bias.grad").empty());
+  // Biases are modelled on the standard dense block only.
+  CHECK(load_error(text, {"model.bias=true", "model.parallel_block=true"}).find("/model/bias:") != std::string::npos);
+}
+
+TEST_CASE("eager LayerNorm is PyTorch's native kernel: fused forward, a second kernel for the weight gradients") {
+  // Only Hugging Face's LlamaRMSNorm runs op by op; nn.LayerNorm is one kernel forward and
+  // an input-gradient plus a gamma/beta kernel (re-reading dY and X) backward.
+  const std::string text = R"({
+    "model": {"name": "ln-test", "layers": 4, "hidden": 2048, "heads": 16, "ffn_hidden": 8192, "vocab": 50304,
+              "norm": "layernorm"},
+    "cluster": {"node": "dgx-a100", "nodes": 1},
+    "parallel": {"tp": 1, "dp": 8, "micro_batch": 2, "global_batch": 64},
+    "training": {"seq_len": 2048, "precision": "bf16", "attention": "flash"}
+  })";
+  for (const char* fw : {"training.framework=eager", "training.framework=fsdp2"}) {
+    const ComputeOp fwd = first_op(text, {fw}, "norm1"), bwd = first_op(text, {fw}, "norm1.bwd");
+    CHECK(fwd.bytes == doctest::Approx(first_op(text, {}, "norm1").bytes));
+    CHECK(fwd.kernels == 1);
+    CHECK(bwd.bytes == doctest::Approx(1.5 * first_op(text, {}, "norm1.bwd").bytes));
+    CHECK(bwd.kernels == 2);
+  }
+  // RMSNorm stays the op-by-op list.
+  CHECK(first_op(text, {"training.framework=eager", "model.norm=rmsnorm"}, "norm1").kernels == 8);
+}

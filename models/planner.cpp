@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
+#include <numeric>
 #include <set>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <tuple>
@@ -312,16 +315,14 @@ class StageProgramBuilder {
   // first emitted step. `ids` holds the task of each step (kNone if not
   // emitted); a W pass starts from the ids its B pass left. Returns the last
   // compute task.
-  TaskId emit(const std::vector<Step>& steps, const std::string& prefix, int mb, std::vector<TaskId> entry,
+  TaskId emit(const std::vector<Step>& steps, const std::string& prefix, int mb, std::span<const TaskId> entry,
               bool recomputed, TaskId* first_compute = nullptr, PassFilter filter = PassFilter::All,
               std::vector<TaskId>* ids_io = nullptr) {
-    std::vector<TaskId> local;
-    std::vector<TaskId>& ids = ids_io != nullptr ? *ids_io : local;
+    std::vector<TaskId>& ids = ids_io != nullptr ? *ids_io : emit_ids_;
     if (filter != PassFilter::WeightOnly) ids.assign(steps.size(), kNone);
     TRAINSIM_CHECK(ids.size() == steps.size(), "a W pass needs the task ids of its B pass");
     // Label ids of this step list under this prefix, looked up once per list.
-    auto [cached, fresh] =
-        step_labels_.try_emplace(prefix + '\x1f' + std::to_string(reinterpret_cast<std::uintptr_t>(&steps)));
+    auto [cached, fresh] = step_labels_.try_emplace(StepListKey{prefix, &steps});
     if (fresh) {
       for (const Step& st : steps) cached->second.push_back(label(prefix + st.name));
     }
@@ -329,21 +330,24 @@ class StageProgramBuilder {
     TaskId last_compute = entry.empty() ? kNone : entry.back();
     TaskId before_last = last_compute;
     bool first = true;
+    std::vector<TaskId>& deps = emit_deps_;  // reused: a step's dependencies, deduplicated in place
     for (std::size_t j = 0; j < steps.size(); ++j) {
       const Step& s = steps[j];
       if (!emitted(s, filter)) continue;
-      std::vector<TaskId> deps;
-      if (first) deps = entry;
+      deps.clear();
+      if (first) deps.assign(entry.begin(), entry.end());
       for (int w : s.waits) deps.push_back(ids[w]);
       const std::uint32_t lbl = step_label[j];
       if (s.is_comm) {
         const TaskId after = s.overlap_previous ? before_last : last_compute;
         if (after != kNone) deps.push_back(after);
         const std::uint32_t matrix = s.matrix >= 0 ? matrix_base_ + static_cast<std::uint32_t>(s.matrix) : kNoMatrix;
+        dedupe_in_place(deps);
         ids[j] = b_.collective(comm_stream(s.comm_class), comm_slot(s), s.collective, s.comm_class,
-                               static_cast<std::uint64_t>(s.bytes), lbl, mb, dedupe(deps), matrix);
+                               static_cast<std::uint64_t>(s.bytes), lbl, mb, deps, matrix);
       } else {
-        ids[j] = b_.compute(s_.compute, op_id(s), lbl, mb, dedupe(deps));
+        dedupe_in_place(deps);
+        ids[j] = b_.compute(s_.compute, op_id(s), lbl, mb, deps);
         before_last = last_compute;
         last_compute = ids[j];
         hw_flops_ += s.model_flops;
@@ -354,10 +358,15 @@ class StageProgramBuilder {
     }
     return last_compute;
   }
+  static void dedupe_in_place(std::vector<TaskId>& v) {
+    if (v.size() > 1) {
+      std::sort(v.begin(), v.end());
+      v.erase(std::unique(v.begin(), v.end()), v.end());
+    }
+    if (!v.empty() && v.back() == kNone) v.pop_back();  // kNone sorts last, once after unique
+  }
   static std::vector<TaskId> dedupe(std::vector<TaskId> v) {
-    std::sort(v.begin(), v.end());
-    v.erase(std::unique(v.begin(), v.end()), v.end());
-    v.erase(std::remove(v.begin(), v.end(), kNone), v.end());
+    dedupe_in_place(v);
     return v;
   }
 
@@ -889,7 +898,19 @@ class StageProgramBuilder {
   std::uint32_t offload_op_ = 0, reload_op_ = 0;
   std::unordered_map<std::string, std::uint32_t> labels_;
   std::unordered_map<const Step*, std::uint32_t> ops_;
-  std::unordered_map<std::string, std::vector<std::uint32_t>> step_labels_;
+  // Label ids of a step list under a prefix (emit).
+  struct StepListKey {
+    std::string prefix;
+    const std::vector<Step>* steps = nullptr;
+    bool operator==(const StepListKey&) const = default;
+  };
+  struct StepListKeyHash {
+    std::size_t operator()(const StepListKey& k) const {
+      return std::hash<std::string>()(k.prefix) ^ (std::hash<const void*>()(k.steps) * 31);
+    }
+  };
+  std::unordered_map<StepListKey, std::vector<std::uint32_t>, StepListKeyHash> step_labels_;
+  std::vector<TaskId> emit_deps_, emit_ids_;  // emit's scratch
   double hw_flops_ = 0, model_flops_ = 0;
 };
 
@@ -915,14 +936,18 @@ class CommunicatorRegistry {
 // What a slot of a program carries: (kind, bytes) of each distinct transfer;
 // kind = collective kind, or kP2p for a send/recv.
 constexpr int kP2p = 100;
-using SlotTransfers = std::vector<std::set<std::pair<int, std::uint64_t>>>;
+using TransferKinds = std::vector<std::pair<int, std::uint64_t>>;  // ascending, distinct
+using SlotTransfers = std::vector<TransferKinds>;
 SlotTransfers transfers_by_slot(const ProgramTemplate& p) {
-  SlotTransfers out(p.comm_slots.size());
+  std::vector<std::tuple<std::uint32_t, int, std::uint64_t>> all;  // (slot, kind, bytes) of every transfer task
   for (const Task& t : p.tasks) {
     if (t.kind == TaskKind::Compute) continue;
-    const int kind = t.kind == TaskKind::Collective ? static_cast<int>(t.collective) : kP2p;
-    out[t.ref].emplace(kind, t.bytes);
+    all.emplace_back(t.ref, t.kind == TaskKind::Collective ? static_cast<int>(t.collective) : kP2p, t.bytes);
   }
+  std::sort(all.begin(), all.end());
+  all.erase(std::unique(all.begin(), all.end()), all.end());
+  SlotTransfers out(p.comm_slots.size());
+  for (const auto& [slot, kind, bytes] : all) out[slot].emplace_back(kind, bytes);
   return out;
 }
 
@@ -934,12 +959,13 @@ struct TimingSignature {
   std::vector<double> seconds;
 };
 
+// `shape`: the members' shape when already known.
 TimingSignature timing_signature(const AnalyticalNetwork& net, const Cluster& cluster, const std::vector<int>& members,
-                                 const std::set<std::pair<int, std::uint64_t>>& transfers) {
+                                 const TransferKinds& transfers, const CommShape* known_shape = nullptr) {
   TimingSignature sig;
   for (int g : members) sig.exact.push_back(cluster.base_gpu_type(cluster.gpu_type_of(g)));
   if (members.size() < 2) return sig;
-  const CommShape shape = net.shape(members);
+  const CommShape shape = known_shape != nullptr ? *known_shape : net.shape(members);
   for (const auto& [kind, bytes] : transfers) {
     const double b = static_cast<double>(bytes);
     sig.seconds.push_back(kind == kP2p ? net.p2p_seconds(shape, b)
@@ -1281,18 +1307,44 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
     const double tol = options.equivalence_tolerance;
     std::vector<SlotTransfers> transfers;
     for (const ProgramTemplate& p : plan.setup.programs) transfers.push_back(transfers_by_slot(p));
+    // Shifts that leave every shape alone (AnalyticalNetwork::shift_period):
+    // with the placement's GPU ids affine in each coordinate, replicas
+    // `replica_period` apart have translated communicators, so equal
+    // signatures, and so have the DP communicators of stages `stage_period`
+    // apart (their transfers may differ: only the shape is shared). Not with
+    // expert groups, which span replicas. 0: no shift known, all are computed.
+    int replica_period = 0, stage_period = 0;
+    if (const int shift = net.shift_period();
+        shift > 0 && !placement.explicit_gpus() && !model.moe.enabled() && !par.uneven_shares()) {
+      auto period = [shift](long stride) { return shift / std::gcd(shift, static_cast<int>(stride % shift)); };
+      if (par.dp > 1) replica_period = period(gpu(0, 1, 0, 0) - gpu(0, 0, 0, 0));
+      if (par.pp > 1) stage_period = period(gpu(1, 0, 0, 0) - gpu(0, 0, 0, 0));
+    }
+    // Shapes of the DP communicators already taken, by (stage % stage_period, t).
+    std::map<std::pair<int, int>, CommShape> dp_shapes;
     auto sig = [&](int s, std::size_t slot, int d, int c, int t) {
       const SlotUse& use = slots_of_stage[s][slot];
-      TimingSignature timing = timing_signature(net, cluster, members_of(use, s, d, c, t), transfers[s][slot]);
+      TimingSignature timing;
+      if (use.role == SlotRole::DP && stage_period > 0) {
+        const std::vector<int> members = members_of(use, s, d, c, t);
+        auto [it, fresh] = dp_shapes.try_emplace({s % stage_period, t});
+        if (fresh) it->second = net.shape(members);
+        timing = timing_signature(net, cluster, members, transfers[s][slot], &it->second);
+      } else {
+        timing = timing_signature(net, cluster, members_of(use, s, d, c, t), transfers[s][slot]);
+      }
       timing.exact.push_back(static_cast<int>(use.role));
       return timing;
     };
     bool dp_uniform = true;
     std::vector<char> uniform(par.dp, 1);
+    // Replicas whose signature is computed: beyond the period each equals that
+    // of d % replica_period exactly.
+    const int computed_replicas = replica_period > 0 ? std::min(par.dp, replica_period) : par.dp;
     // A replica's signature: per stage, its ranks' GPU types and the signature
     // of each of their communicators (each computed once: TP per (d, c), CP per
     // (d, t), pipeline links per rank; DP is shared by all replicas).
-    std::vector<TimingSignature> replica_sig(par.dp);
+    std::vector<TimingSignature> replica_sig(computed_replicas);
     for (int s = 0; s < par.pp; ++s) {
       const auto& slots = slots_of_stage[s];
       for (std::size_t k = 0; k < slots.size(); ++k) {
@@ -1300,7 +1352,7 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
         const TimingSignature first = sig(s, k, 0, 0, 0);
         for (int t = 1; t < par.tp && dp_uniform; ++t) dp_uniform = same_timing(sig(s, k, 0, 0, t), first, tol);
       }
-      for (int d = 0; d < par.dp; ++d) {
+      for (int d = 0; d < computed_replicas; ++d) {
         TimingSignature& rs = replica_sig[d];
         if (par.uneven_shares() && s == 0) rs.exact.push_back(share[d]);  // its own programs
         const int type0 = cluster.gpu_type_of(gpu(s, d, 0, 0));
@@ -1338,11 +1390,22 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
         }
       }
     }
-    // A replica is simulated unless an earlier simulated one times alike.
+    for (int s = 0; s < par.pp; ++s) {
+      for (int d = computed_replicas; d < par.dp; ++d) {
+        slowest_type[static_cast<std::size_t>(s) * par.dp + d] =
+            slowest_type[static_cast<std::size_t>(s) * par.dp + d % computed_replicas];
+      }
+    }
+    // A replica is simulated unless an earlier simulated one times alike. One
+    // beyond the period has the signature of d % replica_period, an earlier
+    // replica that is a representative or times like one: it is covered.
     std::vector<int> representatives;
     for (int d = 0; d < par.dp; ++d) {
-      bool covered = false;
-      for (int r : representatives) covered = covered || same_timing(replica_sig[d], replica_sig[r], tol);
+      bool covered = d >= computed_replicas;
+      if (covered) uniform[d] = uniform[d % computed_replicas];
+      for (std::size_t i = 0; i < representatives.size() && !covered; ++i) {
+        covered = same_timing(replica_sig[d], replica_sig[representatives[i]], tol);
+      }
       replica_simulated[d] = covered && options.representatives ? 0 : 1;
       if (!covered) representatives.push_back(d);
       replica_compact[d] = dp_uniform && uniform[d] ? 1 : 0;
@@ -1420,6 +1483,10 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
   }
   // The GPU types of every rank of each stage, simulated or not (mixed fleets: the report names them).
   for (int s = 0; s < par.pp; ++s) {
+    if (cluster.num_gpu_types() == 1) {  // no need to visit every GPU
+      plan.stages[s].gpu_types = {0};
+      continue;
+    }
     std::set<int> types;
     for (int d = 0; d < dp_of(s); ++d) {
       for (int c = 0; c < par.cp; ++c) {

@@ -61,14 +61,14 @@ AnalyticalNetwork::AnalyticalNetwork(const Cluster& cluster, const std::vector<C
     : cluster_(&cluster), profiles_(&profiles), fabric_(fabric_facts(cluster.spec())) {
   gpus_in_datacenter_.assign(fabric_.datacenters, 0);
   rail_of_gpu_.assign(cluster.num_gpus(), -1);
-  int local = 0;
-  for (int g = 0; g < cluster.num_gpus(); ++g) {
-    const int node = cluster.node_of(g);
-    ++gpus_in_datacenter_[std::min(fabric_.datacenters - 1, fabric_.datacenter_of(node))];
-    local = g > 0 && cluster.node_of(g - 1) == node ? local + 1 : 0;
-    // GPU l uses NIC l * nics / gpus_per_node, as in the cluster graph.
+  // A node's GPUs have consecutive ids (Cluster): node by node, GPU l of its node.
+  for (int node = 0, g = 0; node < cluster.num_nodes(); ++node) {
     const NodeSpec& ns = cluster.node_spec(node);
-    if (ns.nic_count > 0) rail_of_gpu_[g] = local * ns.nic_count / std::max(1, ns.gpus_per_node);
+    gpus_in_datacenter_[std::min(fabric_.datacenters - 1, fabric_.datacenter_of(node))] += ns.gpus_per_node;
+    for (int local = 0; local < ns.gpus_per_node; ++local, ++g) {
+      // GPU l uses NIC l * nics / gpus_per_node, as in the cluster graph.
+      if (ns.nic_count > 0) rail_of_gpu_[g] = local * ns.nic_count / std::max(1, ns.gpus_per_node);
+    }
   }
   if (fabric_.spines > 0) {
     // uplink_capacity() of every leaf in one pass over the nodes (the same sums
@@ -99,7 +99,22 @@ AnalyticalNetwork::AnalyticalNetwork(const Cluster& cluster, const std::vector<C
       const double c = cap[i] * (static_cast<double>(fabric_.leaf_ports) / ports[i]);
       leaf_uplink_[i] = c / fabric_.oversubscription / fabric_.spines;
     }
+    for (double u : leaf_uplink_) uniform_uplinks_ = uniform_uplinks_ && u == leaf_uplink_.front();
   }
+}
+
+int AnalyticalNetwork::shift_period() const {
+  // shape() reads of a member its node's spec, its GPU type, datacenter, rail
+  // and leaf (through leaf_uplink_ and the pattern of leaves): with one node
+  // kind, one GPU type and one datacenter, a shift by whole leaves keeps every
+  // rail and maps nodes to nodes and leaves to leaves one to one.
+  const bool degraded =
+      !scaleup_factor_.empty() || !nic_factor_.empty() || !uplink_factor_.empty() || !wan_factor_.empty();
+  if (degraded || !uniform_uplinks_ || fabric_.datacenters != 1 || cluster_->spec().groups.size() != 1 ||
+      cluster_->num_gpu_types() != 1) {
+    return 0;
+  }
+  return cluster_->node_spec(0).gpus_per_node * fabric_.nodes_per_leaf;
 }
 
 void AnalyticalNetwork::degrade_link(const TopologyVertex& a, const TopologyVertex& b, LinkKind kind, double factor) {

@@ -46,6 +46,12 @@ class AnalyticalNetwork {
                               std::span<const double> bytes) const;
   // Time of one point-to-point transfer between the two members of `shape`.
   double p2p_seconds(const CommShape& shape, double bytes) const;
+  // A shift of GPU ids under which shape() does not change: shape(m + k * period)
+  // == shape(m) for every k and members m whose shifted ids stay in the cluster
+  // (whole leaves of identical nodes move onto identical leaves); 0 when no such
+  // shift is known (several node kinds, GPU types or datacenters, leaves with
+  // different uplinks, degraded links). Lets a caller time one of many shifted groups.
+  int shift_period() const;
   // analytical_limitations(cluster).
   std::vector<std::string> warnings() const { return analytical_limitations(*cluster_); }
   // A link of the cluster graph (both directions) at `factor` of its capacity
@@ -64,6 +70,7 @@ class AnalyticalNetwork {
   // rail 0 on a fat-tree. Empty without spines.
   std::vector<double> leaf_uplink_;
   int leaf_groups_ = 0, leaf_rails_ = 1;
+  bool uniform_uplinks_ = true;  // every entry of leaf_uplink_ equal
   // Degraded links (degrade_link): capacity factors per GPU (its scale-up link,
   // its NIC path), per leaf uplink (indexed like leaf_uplink_) and per
   // datacenter (its WAN path); empty while nothing is degraded.

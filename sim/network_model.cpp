@@ -11,6 +11,35 @@ void AnalyticalNetworkModel::bind(const std::vector<Communicator>& comms) {
   shapes_.assign(comms.size(), CommShape{});
   shaped_.assign(comms.size(), 0);
   durations_.assign(comms.size(), {});
+  shift_period_ = network_->shift_period();
+  shaped_ids_.clear();
+}
+
+const CommShape& AnalyticalNetworkModel::shape_of(std::uint32_t comm) {
+  if (shaped_[comm]) return shapes_[comm];
+  const std::vector<int>& members = (*comms_)[comm].members;
+  bool found = false;
+  // A communicator whose members are those of one already shaped shifted by a
+  // multiple of the shift period has its shape (AnalyticalNetwork::shift_period):
+  // the data-parallel groups of a big cluster's stages, one per stage.
+  for (std::size_t i = 0; i < shaped_ids_.size() && shift_period_ > 0 && !found; ++i) {
+    const std::vector<int>& other = (*comms_)[shaped_ids_[i]].members;
+    if (other.size() != members.size() || members.empty()) continue;
+    const int shift = members[0] - other[0];
+    if (shift % shift_period_ != 0) continue;
+    std::size_t j = 1;
+    while (j < members.size() && members[j] - other[j] == shift) ++j;
+    if (j == members.size()) {
+      shapes_[comm] = shapes_[shaped_ids_[i]];
+      found = true;
+    }
+  }
+  if (!found) {
+    shapes_[comm] = network_->shape(members);
+    shaped_ids_.push_back(comm);
+  }
+  shaped_[comm] = 1;
+  return shapes_[comm];
 }
 
 Time AnalyticalNetworkModel::start(Time now, const TransferRequest& t, std::uint64_t) {
@@ -19,11 +48,7 @@ Time AnalyticalNetworkModel::start(Time now, const TransferRequest& t, std::uint
   for (const Duration& d : known) {
     if (d.what == what && d.bytes == t.bytes) return now + d.time;
   }
-  if (!shaped_[t.comm]) {
-    shapes_[t.comm] = network_->shape((*comms_)[t.comm].members);
-    shaped_[t.comm] = 1;
-  }
-  const CommShape& shape = shapes_[t.comm];
+  const CommShape& shape = shape_of(t.comm);
   const double bytes = static_cast<double>(t.bytes);
   const Time duration =
       Time::seconds(t.p2p                   ? network_->p2p_seconds(shape, bytes)

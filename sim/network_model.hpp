@@ -100,8 +100,11 @@ class AnalyticalNetworkModel final : public NetworkModel {
  private:
   const AnalyticalNetwork* network_;
   const std::vector<Communicator>* comms_ = nullptr;
+  const CommShape& shape_of(std::uint32_t comm);  // taken on first use
   std::vector<CommShape> shapes_;
   std::vector<std::uint8_t> shaped_;
+  int shift_period_ = 0;                   // network_->shift_period()
+  std::vector<std::uint32_t> shaped_ids_;  // communicators whose shape was computed, not shared
   // Durations computed so far per communicator, by (what, bytes); what =
   // collective kind, or 8 + sender for a message.
   struct Duration {

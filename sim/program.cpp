@@ -76,41 +76,61 @@ std::uint32_t ProgramBuilder::add_label(const std::string& label) {
   return static_cast<std::uint32_t>(program_.labels.size() - 1);
 }
 
-TaskId ProgramBuilder::add(Task task, std::span<const TaskId> deps) {
+Task& ProgramBuilder::add(std::span<const TaskId> deps) {
   const auto id = static_cast<TaskId>(program_.tasks.size());
   for (TaskId d : deps) {
     TRAINSIM_CHECK(d < id, "task " + std::to_string(id) + " depends on later task " + std::to_string(d));
   }
-  program_.tasks.push_back(task);
+  Task& task = program_.tasks.emplace_back();
   if (program_.dep_offsets.empty()) program_.dep_offsets.push_back(0);
   program_.deps.insert(program_.deps.end(), deps.begin(), deps.end());
   program_.dep_offsets.push_back(static_cast<std::uint32_t>(program_.deps.size()));
-  return id;
+  return task;
 }
+
+namespace {
+// Fills a task field by field in place (a Task built on the stack and copied
+// in stalls on store forwarding: planning adds hundreds of thousands).
+void set_task(Task& t, TaskKind kind, std::uint8_t stream, CollectiveKind collective, CommClass cls, std::uint32_t ref,
+              std::uint32_t label, int microbatch, std::uint64_t bytes, std::uint32_t matrix) {
+  t.kind = kind;
+  t.stream = stream;
+  t.collective = collective;
+  t.comm_class = cls;
+  t.ref = ref;
+  t.label = label;
+  t.microbatch = microbatch;
+  t.bytes = bytes;
+  t.matrix = matrix;
+}
+}  // namespace
 
 TaskId ProgramBuilder::compute(std::uint8_t stream, std::uint32_t op, std::uint32_t label, int microbatch,
                                std::span<const TaskId> deps) {
-  return add(
-      Task{TaskKind::Compute, stream, CollectiveKind::AllReduce, CommClass::TP, op, label, microbatch, 0, kNoMatrix},
-      deps);
+  set_task(add(deps), TaskKind::Compute, stream, CollectiveKind::AllReduce, CommClass::TP, op, label, microbatch, 0,
+           kNoMatrix);
+  return last_id();
 }
 
 TaskId ProgramBuilder::collective(std::uint8_t stream, std::uint32_t slot, CollectiveKind kind, CommClass cls,
                                   std::uint64_t bytes, std::uint32_t label, int microbatch,
                                   std::span<const TaskId> deps, std::uint32_t matrix) {
-  return add(Task{TaskKind::Collective, stream, kind, cls, slot, label, microbatch, bytes, matrix}, deps);
+  set_task(add(deps), TaskKind::Collective, stream, kind, cls, slot, label, microbatch, bytes, matrix);
+  return last_id();
 }
 
 TaskId ProgramBuilder::send(std::uint8_t stream, std::uint32_t slot, CommClass cls, std::uint64_t bytes,
                             std::uint32_t label, int microbatch, std::span<const TaskId> deps) {
-  return add(Task{TaskKind::Send, stream, CollectiveKind::AllReduce, cls, slot, label, microbatch, bytes, kNoMatrix},
-             deps);
+  set_task(add(deps), TaskKind::Send, stream, CollectiveKind::AllReduce, cls, slot, label, microbatch, bytes,
+           kNoMatrix);
+  return last_id();
 }
 
 TaskId ProgramBuilder::recv(std::uint8_t stream, std::uint32_t slot, CommClass cls, std::uint64_t bytes,
                             std::uint32_t label, int microbatch, std::span<const TaskId> deps) {
-  return add(Task{TaskKind::Recv, stream, CollectiveKind::AllReduce, cls, slot, label, microbatch, bytes, kNoMatrix},
-             deps);
+  set_task(add(deps), TaskKind::Recv, stream, CollectiveKind::AllReduce, cls, slot, label, microbatch, bytes,
+           kNoMatrix);
+  return last_id();
 }
 
 void ProgramBuilder::reserve(std::size_t tasks, std::size_t deps) {

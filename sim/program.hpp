@@ -95,7 +95,9 @@ class ProgramBuilder {
   ProgramTemplate finish() &&;
 
  private:
-  TaskId add(Task task, std::span<const TaskId> deps);
+  // Appends a task after `deps` (its fields for the caller to set).
+  Task& add(std::span<const TaskId> deps);
+  TaskId last_id() const { return static_cast<TaskId>(program_.tasks.size() - 1); }
 
   ProgramTemplate program_;
   std::vector<TaskId> sequence_;  // queue order of the tasks when reordered (empty: as added)

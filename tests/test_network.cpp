@@ -161,3 +161,38 @@ TEST_CASE("across datacenters: inside each first, then the WAN at its per-GPU sh
   REQUIRE(warnings.size() == 1);
   CHECK(warnings[0].find("3.12 GB/s = 12.5 GB/s / 4 GPUs") != std::string::npos);
 }
+
+TEST_CASE("a shift by whole leaves of identical nodes keeps a communicator's shape; other clusters have no shift") {
+  ClusterSpec spec = toy_cluster(8, 8);
+  spec.fabric.link_latency = 1e-6;
+  spec.fabric.nodes_per_leaf = 2;
+  const std::vector<CalibrationProfile> profiles{ideal_profile(2e-6, 5e-6)};
+  {
+    const Cluster cluster(spec);
+    const AnalyticalNetwork net(cluster, profiles);
+    REQUIRE(net.shift_period() == 16);  // 2 nodes of 8 GPUs per leaf
+    auto same = [&](const std::vector<int>& a, const std::vector<int>& b) {
+      const CommShape x = net.shape(a), y = net.shape(b);
+      return x.nodes == y.nodes && x.max_per_node == y.max_per_node && x.network_bw == y.network_bw &&
+             x.network_latency == y.network_latency && x.scaleup_bw == y.scaleup_bw;
+    };
+    // Nodes 1 and 2 sit under different leaves, as nodes 3 and 4 do (16 GPUs on);
+    // 8 GPUs on, nodes 2 and 3 share a leaf: a shift by half a leaf changes the shape.
+    CHECK(same({8, 16}, {24, 32}));
+    CHECK(same({8, 9, 10, 16, 17, 18}, {40, 41, 42, 48, 49, 50}));
+    CHECK_FALSE(same({8, 16}, {16, 24}));
+  }
+  ClusterSpec slowed = spec;
+  slowed.slowdowns.push_back(GpuSlowdown{3, 2.0, {}});
+  const Cluster slowed_cluster(slowed);
+  CHECK(AnalyticalNetwork(slowed_cluster, profiles).shift_period() == 0);  // two GPU types
+  ClusterSpec mixed = spec;
+  mixed.groups.push_back(mixed.groups.front());
+  mixed.groups.back().node.nic_bandwidth = 20e9;
+  const Cluster mixed_cluster(mixed);
+  CHECK(AnalyticalNetwork(mixed_cluster, profiles).shift_period() == 0);  // two node kinds
+  ClusterSpec two_dc = spec;
+  two_dc.datacenters.count = 2;
+  const Cluster two_dc_cluster(two_dc);
+  CHECK(AnalyticalNetwork(two_dc_cluster, profiles).shift_period() == 0);
+}

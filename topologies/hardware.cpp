@@ -72,6 +72,15 @@ int ClusterSpec::total_gpus() const {
 }
 
 Cluster::Cluster(ClusterSpec spec) : spec_(std::move(spec)) {
+  std::size_t nodes = 0, gpus = 0;
+  for (const NodeGroup& g : spec_.groups) {
+    nodes += static_cast<std::size_t>(std::max(0, g.count));
+    gpus +=
+        static_cast<std::size_t>(std::max(0, g.count)) * static_cast<std::size_t>(std::max(0, g.node.gpus_per_node));
+  }
+  nodes_.reserve(nodes);
+  node_of_gpu_.reserve(gpus);
+  gpu_type_of_gpu_.reserve(gpus);
   for (int g = 0; g < static_cast<int>(spec_.groups.size()); ++g) {
     const NodeSpec& node = spec_.groups[g].node;
     int type = -1;

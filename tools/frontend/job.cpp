@@ -263,8 +263,10 @@ JobRun run_job(const Scenario& s, Fidelity fidelity, MemoryCheck memory) {
     rep.units_per_s = plan.units_per_iteration / rep.iteration_time_s;
     if (plan.throughput_unit == "tokens") rep.tokens_per_s = rep.units_per_s;
     rep.tflops_per_gpu = plan.model_flops / rep.iteration_time_s / rep.gpus / 1e12;
-    double peak = 0;
-    for (int g = 0; g < cluster.num_gpus(); ++g) peak += cluster.gpu_type(cluster.gpu_type_of(g)).peak(plan.peak_dtype);
+    std::vector<double> peak_of_type(cluster.num_gpu_types());
+    for (int t = 0; t < cluster.num_gpu_types(); ++t) peak_of_type[t] = cluster.gpu_type(t).peak(plan.peak_dtype);
+    double peak = 0;  // summed GPU by GPU, as ever (a product would round differently)
+    for (int g = 0; g < cluster.num_gpus(); ++g) peak += peak_of_type[cluster.gpu_type_of(g)];
     rep.mfu = plan.model_flops / rep.iteration_time_s / peak;
     rep.hfu = plan.hardware_flops / rep.iteration_time_s / peak;
   }

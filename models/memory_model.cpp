@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "models/moe.hpp"
+#include "models/pipedream.hpp"
 #include "models/schedule.hpp"
 
 namespace trainsim {
@@ -156,6 +157,9 @@ MemoryBreakdown stage_memory(const TransformerSpec& m, const ParallelSpec& p, co
         p.moe_dispatcher == MoeDispatcher::AllGather ? std::max(routed, p.ep * rt.tokens_in) : routed;
     mem.buffers += 2 * received * m.hidden * 2.0;
   }
+  // PipeDream's weight stashing and PipeDream-2BW's double buffer: more
+  // versions of the 16-bit weights the forwards read (models/pipedream.hpp).
+  mem.weights *= weight_versions(p.schedule, p.pp, stage);
   if (p.zero >= 3 && dp_group > 1) mem.buffers += 2 * 2 * m.params_per_layer() / p.tp;  // gathered layer + prefetch
   if (p.cp_ring() > 1) {
     // Ring CP: the K and V of the whole sequence gathered for one layer (of the heads

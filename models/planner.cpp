@@ -15,6 +15,7 @@
 #include "models/memory_model.hpp"
 #include "models/moe.hpp"
 #include "models/mpmd.hpp"
+#include "models/pipedream.hpp"
 #include "models/schedule.hpp"
 #include "models/v_schedules.hpp"
 #include "models/zero_bubble.hpp"
@@ -821,8 +822,10 @@ class StageProgramBuilder {
     if (mixed && par_.zero < 3) extra_bytes += 6;
     const double muon_params = muon ? local_layer_params() / shard : 0.0;
     const double step_bytes = params * (update_bytes + extra_bytes) - muon_params * (update_bytes - 26.0);
-    ComputeOp norm{"optimizer.grad_norm", OpKind::MemoryBound, Dtype::FP32, 0, params * 4, 0, 0, 0, 1};
-    ComputeOp step{"optimizer.step", OpKind::MemoryBound, Dtype::FP32, 0, step_bytes, 0, 0, 0, 1};
+    // PipeDream steps after every micro-batch (models/pipedream.hpp): its steps, together.
+    const double steps = optimizer_steps_per_iteration(par_.schedule, sched_.microbatches);
+    ComputeOp norm{"optimizer.grad_norm", OpKind::MemoryBound, Dtype::FP32, 0, steps * params * 4, 0, 0, 0, 1};
+    ComputeOp step{"optimizer.step", OpKind::MemoryBound, Dtype::FP32, 0, steps * step_bytes, 0, 0, 0, 1};
     const TaskId n = b_.compute(s_.compute, b_.add_op(norm), label("optimizer.grad_norm"), -1, dedupe(deps));
     std::vector<TaskId> before_step{n};
     if (muon) emit_muon_orthogonalisation(before_step);

@@ -37,6 +37,8 @@ int warmup_units(ScheduleKind kind, int stage, int pp, int m, int vpp) {
     case ScheduleKind::BreadthFirst:
       return m;
     case ScheduleKind::OneFOneB:
+    case ScheduleKind::PipeDream:  // PipeDream's steady state is 1F1B's, never flushed
+    case ScheduleKind::PipeDream2BW:
       return std::min(pp - stage - 1, m);
     case ScheduleKind::Interleaved1F1B:
       return std::min((pp - stage - 1) * 2 + (vpp - 1) * pp, m * vpp);

@@ -116,6 +116,10 @@ const char* to_string(ScheduleKind s) {
       return "seq1f1b";
     case ScheduleKind::BreadthFirst:
       return "breadth-first";
+    case ScheduleKind::PipeDream:
+      return "pipedream";
+    case ScheduleKind::PipeDream2BW:
+      return "pipedream-2bw";
   }
   return "?";
 }

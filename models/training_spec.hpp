@@ -89,7 +89,9 @@ enum class ScheduleKind : std::uint8_t {
   ZeroBubbleV,
   DualPipeV,
   Seq1F1B,
-  BreadthFirst  // looped chunks, every micro-batch through a chunk before the next (models/breadth_first.hpp)
+  BreadthFirst,  // looped chunks, every micro-batch through a chunk before the next (models/breadth_first.hpp)
+  PipeDream,     // asynchronous 1F1B with weight stashing, no flush (models/pipedream.hpp)
+  PipeDream2BW   // asynchronous 1F1B with double-buffered weights, no flush (models/pipedream.hpp)
 };
 
 // One unit of pipeline work on a rank: the forward, the whole backward (B and W

@@ -409,7 +409,7 @@ ParallelSpec read_parallel(ObjectReader& top, bool batch_required) {
   } else {
     const std::string sched = r.choice("schedule", p.vpp > 1 ? "interleaved-1f1b" : "1f1b",
                                        {"gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-h2", "zb-1p", "zb-2p", "zb-v",
-                                        "dualpipe-v", "breadth-first", "seq1f1b"});
+                                        "dualpipe-v", "breadth-first", "seq1f1b", "pipedream", "pipedream-2bw"});
     p.schedule = sched == "gpipe"           ? ScheduleKind::GPipe
                  : sched == "seq1f1b"       ? ScheduleKind::Seq1F1B
                  : sched == "zb-v"          ? ScheduleKind::ZeroBubbleV
@@ -420,6 +420,8 @@ ParallelSpec read_parallel(ObjectReader& top, bool batch_required) {
                  : sched == "zb-h2"         ? ScheduleKind::ZeroBubbleH2
                  : sched == "zb-1p"         ? ScheduleKind::ZeroBubble1p
                  : sched == "zb-2p"         ? ScheduleKind::ZeroBubble2p
+                 : sched == "pipedream"     ? ScheduleKind::PipeDream
+                 : sched == "pipedream-2bw" ? ScheduleKind::PipeDream2BW
                                             : ScheduleKind::Interleaved1F1B;
   }
   p.seq_chunks = static_cast<int>(r.integer("seq_chunks", 1, 1, 1 << 10));

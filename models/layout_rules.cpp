@@ -343,6 +343,19 @@ std::vector<LayoutProblem> check_layout(const TransformerSpec& m, const Parallel
                                           str(p.global_batch / *per_step) + ") to be a multiple of pp = " + str(p.pp));
   }
   check_asynchronous_pipeline(m, p, t, problem);
+  if (p.schedule == ScheduleKind::DualPipe) {
+    // Two copies of the model fed from both ends (models/v_schedules.hpp): half the micro-batches each way.
+    if (p.pp < 2 || p.pp % 2 != 0) {
+      problem("/parallel/pp", "dualpipe needs an even pp >= 2, found " + str(p.pp));
+    } else if (p.uneven_shares()) {
+      problem("/parallel/dp_shares", "dualpipe with uneven data-parallel shares is not modelled");
+    } else if (p.micro_batches() < 2 * p.pp || p.micro_batches() % 2 != 0) {
+      problem("/parallel/global_batch", "dualpipe needs an even number of micro-batches per replica, at least 2*pp = " +
+                                            str(2 * static_cast<std::int64_t>(p.pp)) + ", found " +
+                                            str(p.micro_batches()));
+    }
+    if (mpmd) problem("/parallel/schedule", "dualpipe with per-stage layouts is not modelled");
+  }
   if (p.moe_a2a_overlap && p.schedule != ScheduleKind::OneFOneB && !interleaved) {
     problem("/parallel/moe_a2a_overlap", "overlaps the steady phase of 1f1b or interleaved-1f1b; the schedule is \"" +
                                              std::string(to_string(p.schedule)) + "\"");

@@ -85,7 +85,7 @@ MemoryBreakdown stage_memory(const TransformerSpec& m, const ParallelSpec& p, co
   TrainingSpec unit_tr = tr;
   unit_tr.seq_len = tr.seq_len / p.seq_chunks;
   const int chunks = sched.chunks_on(stage);
-  const int last_v = sched.chunks() - 1;
+  const int last_v = sched.part_of(sched.chunks() - 1);
   // Per layer kind: activation bytes one layer keeps, and the weight-gradient inputs among them.
   auto activation_of = [&](LayerKind k) {
     switch (k) {
@@ -102,7 +102,7 @@ MemoryBreakdown stage_memory(const TransformerSpec& m, const ParallelSpec& p, co
   double moe_dense = 0, expert = 0;
   const MoeLayerParams moe_layer = m.moe.enabled() ? moe_layer_params_per_rank(m, p) : MoeLayerParams{};
   for (int c = 0; c < chunks; ++c) {
-    const int v = sched.virtual_stage(stage, c);
+    const int v = sched.part_of(sched.virtual_stage(stage, c));  // the layer block (DualPipe: of either copy)
     first |= v == first_virtual_stage;
     last |= v == last_v;
     const int l0 = p.first_layer_of_virtual_stage(v, m.layers);
@@ -191,7 +191,7 @@ MemoryBreakdown stage_memory(const TransformerSpec& m, const ParallelSpec& p, co
     mtp_act = ChunkActivation{m.mtp_depth * (block.total + proj_in), m.mtp_depth * (block.after_input + proj_in)};
   }
   mem.activations = peak_activation_bytes(sched, stage, [&](int c) {
-    const int v = sched.virtual_stage(stage, c);
+    const int v = sched.part_of(sched.virtual_stage(stage, c));  // the layer block (DualPipe: of either copy)
     ChunkActivation a{v == first_virtual_stage ? embedding_out : 0.0, 0.0};
     if (v == last_v) {
       a.total += mtp_act.total;

@@ -200,6 +200,11 @@ JobRun run_job(const Scenario& s, Fidelity fidelity, MemoryCheck memory) {
     run.result = exec.run();
     rep.warnings = network->warnings();
   }
+  if (s.parallel.schedule == ScheduleKind::DualPipe) {
+    rep.warnings.push_back(
+        "dualpipe: the gradients of the two copies of each part of the model (on ranks i and pp-1-i) are summed "
+        "after the backward (github.com/deepseek-ai/DualPipe); that exchange is not charged (docs/schedules.md)");
+  }
   if (opts.group_representatives) {
     const std::size_t ranks = plan.setup.ranks.size();
     rep.warnings.push_back(

@@ -10,12 +10,51 @@
 #include "models/dp_shares.hpp"
 #include "models/moe.hpp"
 #include "models/mpmd.hpp"
+#include "models/pipedream.hpp"
 #include "models/placement.hpp"
 #include "models/schedule.hpp"
 
 namespace trainsim {
 
 namespace {
+
+// PipeDream and PipeDream-2BW (models/pipedream.hpp): what their steady state
+// needs and what trainsim does not model of them.
+template <class Problem>
+void check_asynchronous_pipeline(const TransformerSpec& m, const ParallelSpec& p, const TrainingSpec& t,
+                                 Problem&& problem) {
+  if (!asynchronous_pipeline(p.schedule)) return;
+  const std::string name = to_string(p.schedule);
+  const bool pipedream = p.schedule == ScheduleKind::PipeDream;
+  if (!p.uneven_shares() && p.micro_batches() < p.pp) {
+    // 1F1B's steady state holds pp - i micro-batches on rank i; 2BW's two
+    // weight versions suffice only when a batch has m >= pp micro-batches.
+    problem("/parallel/global_batch", name + " needs at least pp = " + std::to_string(p.pp) +
+                                          " micro-batches per replica (its steady state), found " +
+                                          std::to_string(p.micro_batches()));
+  }
+  if (pipedream && (p.dp * p.cp > 1 || (m.moe.enabled() && expert_dp(p) > 1))) {
+    problem("/parallel/dp",
+            "pipedream updates the weights after every micro-batch; a gradient reduction per "
+            "micro-batch over data or context parallelism is not modelled (use pipedream-2bw, "
+            "which reduces once per batch)");
+  }
+  if (pipedream && t.optimizer == "muon") {
+    problem("/training/optimizer",
+            "pipedream steps after every micro-batch; Muon's orthogonalisation per step is "
+            "not modelled under it");
+  }
+  if (p.zero >= 3) {
+    problem("/parallel/zero", name +
+                                  " keeps several versions of the weights; with ZeRO-3 sharding them is not "
+                                  "modelled");
+  }
+  if (t.post_validation) {
+    problem("/training/optimizer_sync", name +
+                                            " has no synchronous optimizer step to validate; remove "
+                                            "\"post-validation\"");
+  }
+}
 
 // The product of positive factors, or nullopt when it does not fit in 63 bits.
 std::optional<std::int64_t> product(std::initializer_list<std::int64_t> factors) {
@@ -302,6 +341,20 @@ std::vector<LayoutProblem> check_layout(const TransformerSpec& m, const Parallel
   } else if (interleaved && (p.global_batch / *per_step) % p.pp != 0) {
     problem("/parallel/global_batch", "interleaved-1f1b needs the micro-batch count (" +
                                           str(p.global_batch / *per_step) + ") to be a multiple of pp = " + str(p.pp));
+  }
+  check_asynchronous_pipeline(m, p, t, problem);
+  if (p.schedule == ScheduleKind::DualPipe) {
+    // Two copies of the model fed from both ends (models/v_schedules.hpp): half the micro-batches each way.
+    if (p.pp < 2 || p.pp % 2 != 0) {
+      problem("/parallel/pp", "dualpipe needs an even pp >= 2, found " + str(p.pp));
+    } else if (p.uneven_shares()) {
+      problem("/parallel/dp_shares", "dualpipe with uneven data-parallel shares is not modelled");
+    } else if (p.micro_batches() < 2 * p.pp || p.micro_batches() % 2 != 0) {
+      problem("/parallel/global_batch", "dualpipe needs an even number of micro-batches per replica, at least 2*pp = " +
+                                            str(2 * static_cast<std::int64_t>(p.pp)) + ", found " +
+                                            str(p.micro_batches()));
+    }
+    if (mpmd) problem("/parallel/schedule", "dualpipe with per-stage layouts is not modelled");
   }
   if (p.moe_a2a_overlap && p.schedule != ScheduleKind::OneFOneB && !interleaved) {
     problem("/parallel/moe_a2a_overlap", "overlaps the steady phase of 1f1b or interleaved-1f1b; the schedule is \"" +

@@ -30,8 +30,9 @@ LayoutSearchResult search_layouts(const TransformerSpec& m, const TrainingSpec& 
   for (const auto& g : cluster.groups) gpus += static_cast<std::int64_t>(g.count) * g.node.gpus_per_node;
   const int gpus_per_node = cluster.groups.empty() ? 0 : cluster.groups.front().node.gpus_per_node;
   // Layouts with vpp = 1 keep the base's schedule of one chunk per rank (GPipe,
-  // 1F1B, the Zero Bubble ones); vpp > 1 runs interleaved 1F1B.
-  const bool flat_base = base.schedule != ScheduleKind::Interleaved1F1B && base.schedule != ScheduleKind::Custom;
+  // 1F1B, the Zero Bubble ones); vpp > 1 runs each of the looped schedules.
+  const bool flat_base = base.schedule != ScheduleKind::Interleaved1F1B && base.schedule != ScheduleKind::Custom &&
+                         base.schedule != ScheduleKind::BreadthFirst;
   const ScheduleKind flat_schedule = flat_base ? base.schedule : ScheduleKind::OneFOneB;
 
   std::vector<int> tps = ss.tp, pps = ss.pp, cps = ss.cp;
@@ -60,7 +61,16 @@ LayoutSearchResult search_layouts(const TransformerSpec& m, const TrainingSpec& 
   const std::size_t n_sp = ss.sequence_parallel.size(), n_rc = ss.recompute.size(), n_z = ss.zero.size();
   const std::size_t per_expert = n_sp * n_rc * n_z;
   const std::size_t per_mb = eps.size() * etps.size() * per_expert;
-  const std::size_t per_tp = pps.size() * cps.size() * ss.vpp.size() * ss.micro_batch.size() * per_mb;
+  // (vpp, schedule) pairs: the flat schedule with vpp = 1, each looped one with vpp > 1.
+  std::vector<std::pair<int, ScheduleKind>> vpp_schedules;
+  for (int vpp : ss.vpp) {
+    if (vpp <= 1) {
+      vpp_schedules.emplace_back(vpp, flat_schedule);
+    } else {
+      for (ScheduleKind k : ss.vpp_schedules) vpp_schedules.emplace_back(vpp, k);
+    }
+  }
+  const std::size_t per_tp = pps.size() * cps.size() * vpp_schedules.size() * ss.micro_batch.size() * per_mb;
   out.grid = tps.size() * per_tp;
 
   // Every sequence-parallel, recompute and ZeRO option of a valid layout: those
@@ -132,7 +142,7 @@ LayoutSearchResult search_layouts(const TransformerSpec& m, const TrainingSpec& 
         // dp follows from the GPU count; where it is not an integer the rules reject the layout.
         const std::int64_t per_replica = static_cast<std::int64_t>(tp) * std::max(pp, 1) * std::max(cp, 1);
         const std::int64_t dp = std::max<std::int64_t>(1, gpus / per_replica);
-        for (int vpp : ss.vpp) {
+        for (const auto& [vpp, schedule] : vpp_schedules) {
           for (int mb : ss.micro_batch) {
             ParallelSpec par = base;
             par.stage_layers.clear();
@@ -141,7 +151,7 @@ LayoutSearchResult search_layouts(const TransformerSpec& m, const TrainingSpec& 
             par.dp = static_cast<int>(std::min<std::int64_t>(dp, 1 << 30));
             par.cp = cp;
             par.vpp = vpp;
-            par.schedule = vpp > 1 ? ScheduleKind::Interleaved1F1B : flat_schedule;
+            par.schedule = schedule;
             par.micro_batch = mb;
             std::set<int> etp_seen;
             for (int ep : eps) {

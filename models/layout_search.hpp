@@ -21,6 +21,9 @@ inline constexpr int kMinTokensPerCpRank = 2048;
 struct LayoutSearchSpace {
   std::vector<int> tp, pp, cp, ep, etp;
   std::vector<int> vpp{1, 2, 4, 5, 8, 10};
+  // The schedules tried with vpp > 1 (chunk v on rank v mod pp): Megatron-LM's
+  // interleaved 1F1B and breadth-first (models/breadth_first.hpp).
+  std::vector<ScheduleKind> vpp_schedules{ScheduleKind::Interleaved1F1B, ScheduleKind::BreadthFirst};
   std::vector<int> micro_batch{1, 2, 4, 8};
   std::vector<Recompute> recompute{Recompute::None, Recompute::Selective, Recompute::Full};
   std::vector<int> zero{0, 1, 2, 3};
@@ -34,13 +37,14 @@ struct LayoutSearchResult {
   std::size_t redundant = 0;         // same run as another combination (zero with dp*cp = 1, sp with tp = 1)
   std::size_t pruned_oom = 0;        // the memory model says out of memory on some stage
   std::size_t pruned_dominated = 0;  // a cheaper recompute / ZeRO option of the same layout fits
-  // The layouts to simulate, in enumeration order (tp, pp, cp, vpp, micro_batch,
-  // ep, etp, sequence_parallel, recompute, zero; the first varies slowest).
+  // The layouts to simulate, in enumeration order (tp, pp, cp, vpp, schedule,
+  // micro_batch, ep, etp, sequence_parallel, recompute, zero; the first varies slowest).
   std::vector<ParallelSpec> candidates;
 };
 
-// `base` gives global_batch and the schedule for vpp = 1 (gpipe or 1f1b; an
-// interleaved base means 1f1b); its other settings are copied into every candidate.
+// `base` gives global_batch and the schedule for vpp = 1 (one of one chunk per
+// rank, or a V schedule; an interleaved or breadth-first base means 1f1b); its
+// other settings are copied into every candidate.
 // `memory_capacity`: bytes usable per GPU (memory minus what the runtime reserves).
 LayoutSearchResult search_layouts(const TransformerSpec& model, const TrainingSpec& training,
                                   const ClusterSpec& cluster, const ParallelSpec& base, double memory_capacity,

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "models/moe.hpp"
+#include "models/pipedream.hpp"
 #include "models/schedule.hpp"
 
 namespace trainsim {
@@ -84,7 +85,7 @@ MemoryBreakdown stage_memory(const TransformerSpec& m, const ParallelSpec& p, co
   TrainingSpec unit_tr = tr;
   unit_tr.seq_len = tr.seq_len / p.seq_chunks;
   const int chunks = sched.chunks_on(stage);
-  const int last_v = sched.chunks() - 1;
+  const int last_v = sched.part_of(sched.chunks() - 1);
   // Per layer kind: activation bytes one layer keeps, and the weight-gradient inputs among them.
   auto activation_of = [&](LayerKind k) {
     switch (k) {
@@ -101,7 +102,7 @@ MemoryBreakdown stage_memory(const TransformerSpec& m, const ParallelSpec& p, co
   double moe_dense = 0, expert = 0;
   const MoeLayerParams moe_layer = m.moe.enabled() ? moe_layer_params_per_rank(m, p) : MoeLayerParams{};
   for (int c = 0; c < chunks; ++c) {
-    const int v = sched.virtual_stage(stage, c);
+    const int v = sched.part_of(sched.virtual_stage(stage, c));  // the layer block (DualPipe: of either copy)
     first |= v == first_virtual_stage;
     last |= v == last_v;
     const int l0 = p.first_layer_of_virtual_stage(v, m.layers);
@@ -156,6 +157,9 @@ MemoryBreakdown stage_memory(const TransformerSpec& m, const ParallelSpec& p, co
         p.moe_dispatcher == MoeDispatcher::AllGather ? std::max(routed, p.ep * rt.tokens_in) : routed;
     mem.buffers += 2 * received * m.hidden * 2.0;
   }
+  // PipeDream's weight stashing and PipeDream-2BW's double buffer: more
+  // versions of the 16-bit weights the forwards read (models/pipedream.hpp).
+  mem.weights *= weight_versions(p.schedule, p.pp, stage);
   if (p.zero >= 3 && dp_group > 1) mem.buffers += 2 * 2 * m.params_per_layer() / p.tp;  // gathered layer + prefetch
   if (p.cp_ring() > 1) {
     // Ring CP: the K and V of the whole sequence gathered for one layer (of the heads
@@ -187,7 +191,7 @@ MemoryBreakdown stage_memory(const TransformerSpec& m, const ParallelSpec& p, co
     mtp_act = ChunkActivation{m.mtp_depth * (block.total + proj_in), m.mtp_depth * (block.after_input + proj_in)};
   }
   mem.activations = peak_activation_bytes(sched, stage, [&](int c) {
-    const int v = sched.virtual_stage(stage, c);
+    const int v = sched.part_of(sched.virtual_stage(stage, c));  // the layer block (DualPipe: of either copy)
     ChunkActivation a{v == first_virtual_stage ? embedding_out : 0.0, 0.0};
     if (v == last_v) {
       a.total += mtp_act.total;

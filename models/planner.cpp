@@ -18,6 +18,7 @@
 #include "models/memory_model.hpp"
 #include "models/moe.hpp"
 #include "models/mpmd.hpp"
+#include "models/pipedream.hpp"
 #include "models/schedule.hpp"
 #include "models/v_schedules.hpp"
 #include "models/zero_bubble.hpp"
@@ -111,8 +112,8 @@ class StageProgramBuilder {
     for (int c = 0; c < chunks_; ++c) {
       const int v = sched_.virtual_stage(stage, c);
       vstage_.push_back(v);
-      layers_.push_back(par.layers_of_virtual_stage(v, model.layers));
-      first_layer_.push_back(par.first_layer_of_virtual_stage(v, model.layers));
+      layers_.push_back(par.layers_of_virtual_stage(sched_.part_of(v), model.layers));
+      first_layer_.push_back(par.first_layer_of_virtual_stage(sched_.part_of(v), model.layers));
     }
     if (par.offload_layers > 0) {
       // Activation offload: device-to-host and host-to-device copies on their own copy
@@ -245,8 +246,11 @@ class StageProgramBuilder {
   bool deepspeed_bf16_optimizer() const {
     return train_.framework == Framework::DeepSpeed && train_.precision == Dtype::BF16 && par_.zero <= 1;
   }
-  bool first_vstage(int chunk) const { return vstage_[chunk] == model_first_v_; }
-  bool last_vstage(int chunk) const { return vstage_[chunk] == V_ - 1; }
+  bool first_vstage(int chunk) const { return embedding_of(vstage_[chunk]); }
+  bool last_vstage(int chunk) const { return head_of(vstage_[chunk]); }
+  // Chunk v runs the embedding / the LM head (DualPipe: either copy's).
+  bool embedding_of(int v) const { return sched_.part_of(v) == model_first_v_; }
+  bool head_of(int v) const { return sched_.next_chunk(v) < 0; }
   std::size_t unit_key(int mb, int v) const { return static_cast<std::size_t>(mb) * V_ + v; }
 
   std::uint32_t add_slot(const std::string& name, SlotUse use) {
@@ -440,10 +444,10 @@ class StageProgramBuilder {
   void forward_unit(const ScheduleUnit& u, bool first_of_chunk) {
     const int v = vstage_[u.chunk];
     std::vector<TaskId> entry = unit_entry();
-    if (v > 0) {
-      const int from = sched_.chunk_stage[v - 1];
+    if (sched_.prev_chunk(v) >= 0) {
+      const int from = sched_.chunk_stage[sched_.prev_chunk(v)];
       if (from == stage_) {
-        entry.push_back(fwd_out_[unit_key(u.microbatch, v - 1)]);
+        entry.push_back(fwd_out_[unit_key(u.microbatch, sched_.prev_chunk(v))]);
       } else {
         post_recvs(SlotRole::PipelineForward, from, "F recv activations", u.microbatch, entry);
       }
@@ -457,7 +461,7 @@ class StageProgramBuilder {
                             static_cast<std::uint64_t>(outer_elements(v) * kActBytes), label("dp.ag.params outer"),
                             u.microbatch, dedupe(entry));
     }
-    if (v == model_first_v_) {
+    if (embedding_of(v)) {
       std::vector<TaskId> deps = entry;
       if (outer != kNone) deps.push_back(outer);
       last = emit(cur_->embedding_forward, "F ", u.microbatch, deps, false);
@@ -480,14 +484,14 @@ class StageProgramBuilder {
             b_.compute(s_.offload, offload_op_, label("offload.d2h"), u.microbatch, after);
       }
     }
-    if (v == V_ - 1) {
+    if (head_of(v)) {
       std::vector<TaskId> deps = entry;
       if (outer != kNone) deps.push_back(outer);
       last = emit(cur_->head_forward, "F ", u.microbatch, dedupe(deps), false);
     }
     if (last == kNone && !entry.empty()) last = entry.back();
-    if (v < V_ - 1) {
-      const int to = sched_.chunk_stage[v + 1];
+    if (!head_of(v)) {
+      const int to = sched_.chunk_stage[sched_.next_chunk(v)];
       if (to == stage_) {
         fwd_out_[unit_key(u.microbatch, v)] = last;
       } else {
@@ -507,16 +511,16 @@ class StageProgramBuilder {
       saved->assign(static_cast<std::size_t>(layers_[u.chunk]) + 1, {});  // layers, then the head
     }
     std::vector<TaskId> entry = unit_entry();
-    if (v < V_ - 1) {
-      const int from = sched_.chunk_stage[v + 1];
+    if (!head_of(v)) {
+      const int from = sched_.chunk_stage[sched_.next_chunk(v)];
       if (from == stage_) {
-        entry.push_back(bwd_out_[unit_key(u.microbatch, v + 1)]);
+        entry.push_back(bwd_out_[unit_key(u.microbatch, sched_.next_chunk(v))]);
       } else {
         post_recvs(SlotRole::PipelineBackward, from, "B recv gradients", u.microbatch, entry);
       }
     }
     TaskId last = kNone;
-    if (v == V_ - 1) {
+    if (head_of(v)) {
       last = emit(cur_->head_backward, "B ", u.microbatch, entry, false, nullptr, filter,
                   whole ? nullptr : &saved->back());
       entry = {last};
@@ -561,8 +565,8 @@ class StageProgramBuilder {
     if (last == kNone && !entry.empty()) last = entry.back();  // a chunk without layers passes its input on
     if (whole) last = finish_weight_gradients(v, last, u.microbatch, reduce_grads, "B ");
     last_compute_ = last;
-    if (v > 0) {
-      const int to = sched_.chunk_stage[v - 1];
+    if (sched_.prev_chunk(v) >= 0) {
+      const int to = sched_.chunk_stage[sched_.prev_chunk(v)];
       if (to == stage_) {
         bwd_out_[unit_key(u.microbatch, v)] = last;
       } else {
@@ -580,7 +584,7 @@ class StageProgramBuilder {
     b_ids_.erase(it);
     std::vector<TaskId> entry = unit_entry();
     TaskId last = kNone;
-    if (v == V_ - 1) {
+    if (head_of(v)) {
       last = emit(cur_->head_backward, "W ", u.microbatch, entry, false, nullptr, PassFilter::WeightOnly, &ids.back());
       if (last != kNone) entry = {last};
       if (reduce_grads && !zero3()) head_grads_done(last, u.microbatch);
@@ -599,7 +603,7 @@ class StageProgramBuilder {
   // Ends a chunk's weight gradients after `last`: the embedding's (first chunk),
   // and on the chunk's last micro-batch the flush of the gradient bucket.
   TaskId finish_weight_gradients(int v, TaskId last, int mb, bool reduce_grads, const char* prefix) {
-    if (v == model_first_v_) {
+    if (embedding_of(v)) {
       std::vector<TaskId> entry;
       if (last != kNone) entry.push_back(last);
       last = emit(cur_->embedding_backward, prefix, mb, entry, false);
@@ -659,8 +663,8 @@ class StageProgramBuilder {
   // and the LM head (last; the embedding itself when tied on the same stage).
   double outer_elements(int v) const {
     double e = 0;
-    if (v == model_first_v_) e += cur_->embedding_grad_elements;
-    if (v == V_ - 1 && !(v == model_first_v_ && model_.tied_embeddings)) e += cur_->head_grad_elements;
+    if (embedding_of(v)) e += cur_->embedding_grad_elements;
+    if (head_of(v) && !(embedding_of(v) && model_.tied_embeddings)) e += cur_->head_grad_elements;
     return e;
   }
 
@@ -829,8 +833,10 @@ class StageProgramBuilder {
     if (mixed && par_.zero < 3) extra_bytes += 6;
     const double muon_params = muon ? local_layer_params() / shard : 0.0;
     const double step_bytes = params * (update_bytes + extra_bytes) - muon_params * (update_bytes - 26.0);
-    ComputeOp norm{"optimizer.grad_norm", OpKind::MemoryBound, Dtype::FP32, 0, params * 4, 0, 0, 0, 1};
-    ComputeOp step{"optimizer.step", OpKind::MemoryBound, Dtype::FP32, 0, step_bytes, 0, 0, 0, 1};
+    // PipeDream steps after every micro-batch (models/pipedream.hpp): its steps, together.
+    const double steps = optimizer_steps_per_iteration(par_.schedule, sched_.microbatches);
+    ComputeOp norm{"optimizer.grad_norm", OpKind::MemoryBound, Dtype::FP32, 0, steps * params * 4, 0, 0, 0, 1};
+    ComputeOp step{"optimizer.step", OpKind::MemoryBound, Dtype::FP32, 0, steps * step_bytes, 0, 0, 0, 1};
     const TaskId n = b_.compute(s_.compute, b_.add_op(norm), label("optimizer.grad_norm"), -1, dedupe(deps));
     std::vector<TaskId> before_step{n};
     if (muon) emit_muon_orthogonalisation(before_step);
@@ -1215,7 +1221,7 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
     const TrainingSpec& st = mpmd ? stage_specs[s].train : train_;
     StagePlan sp;
     for (int c = 0; c < sched.chunks_on(s); ++c)
-      sp.layers += sp_par.layers_of_virtual_stage(sched.virtual_stage(s, c), sm.layers);
+      sp.layers += sp_par.layers_of_virtual_stage(sched.part_of(sched.virtual_stage(s, c)), sm.layers);
     sp.memory = stage_memory(sm, sp_par, st, sched, s, mpmd ? stage_specs[s].first_stage : 0);
     plan.stages.push_back(sp);
   }

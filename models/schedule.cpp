@@ -33,10 +33,13 @@ int warmup_units(ScheduleKind kind, int stage, int pp, int m, int vpp) {
     case ScheduleKind::Custom:
     case ScheduleKind::ZeroBubbleV:
     case ScheduleKind::DualPipeV:
+    case ScheduleKind::DualPipe:
     case ScheduleKind::Seq1F1B:
     case ScheduleKind::BreadthFirst:
       return m;
     case ScheduleKind::OneFOneB:
+    case ScheduleKind::PipeDream:  // PipeDream's steady state is 1F1B's, never flushed
+    case ScheduleKind::PipeDream2BW:
       return std::min(pp - stage - 1, m);
     case ScheduleKind::Interleaved1F1B:
       return std::min((pp - stage - 1) * 2 + (vpp - 1) * pp, m * vpp);
@@ -161,6 +164,7 @@ PipelineSchedule builtin_schedule(ScheduleKind kind, int pp, int m, int vpp) {
     return s;
   }
   if (kind == ScheduleKind::BreadthFirst) return breadth_first_schedule(pp, m, vpp);
+  if (kind == ScheduleKind::DualPipe) return dualpipe_schedule(pp, m);
   if (kind == ScheduleKind::ZeroBubbleV || kind == ScheduleKind::DualPipeV) {
     // Without the cost model's pass times: equal times, W inputs counted as
     // whole activations, ZB-V under 1F1B's peak (2p chunk activations).
@@ -320,9 +324,9 @@ std::vector<std::string> check_schedule(const PipelineSchedule& s) {
       if (u.kind == UnitKind::BackwardWeight) return out;
       const int v = s.virtual_stage(st, u.chunk);
       const bool fwd = u.kind == UnitKind::Forward;
-      const int from_v = fwd ? v - 1 : v + 1, to_v = fwd ? v + 1 : v - 1;
-      if (from_v >= 0 && from_v < V && s.chunk_stage[from_v] != st) out.first = s.chunk_stage[from_v];
-      if (to_v >= 0 && to_v < V && s.chunk_stage[to_v] != st) out.second = s.chunk_stage[to_v];
+      const int from_v = fwd ? s.prev_chunk(v) : s.next_chunk(v), to_v = fwd ? s.next_chunk(v) : s.prev_chunk(v);
+      if (from_v >= 0 && s.chunk_stage[from_v] != st) out.first = s.chunk_stage[from_v];
+      if (to_v >= 0 && s.chunk_stage[to_v] != st) out.second = s.chunk_stage[to_v];
       return out;
     };
     for (std::size_t i = 1; i < units.size(); ++i) {
@@ -348,11 +352,11 @@ std::vector<std::string> check_schedule(const PipelineSchedule& s) {
       if (u.kind == UnitKind::BackwardWeight) continue;
       const int v = s.virtual_stage(st, u.chunk);
       const bool fwd = u.kind == UnitKind::Forward;
-      const int from_v = fwd ? v - 1 : v + 1;  // whose output this unit consumes
-      const int to_v = fwd ? v + 1 : v - 1;    // who consumes this unit's output
-      if (from_v >= 0 && from_v < V && s.chunk_stage[from_v] != st)
+      const int from_v = fwd ? s.prev_chunk(v) : s.next_chunk(v);  // whose output this unit consumes
+      const int to_v = fwd ? s.next_chunk(v) : s.prev_chunk(v);    // who consumes this unit's output
+      if (from_v >= 0 && s.chunk_stage[from_v] != st)
         received[{s.chunk_stage[from_v], st, fwd ? 0 : 1}].emplace_back(u.microbatch, from_v);
-      if (to_v >= 0 && to_v < V && s.chunk_stage[to_v] != st)
+      if (to_v >= 0 && s.chunk_stage[to_v] != st)
         sent[{st, s.chunk_stage[to_v], fwd ? 0 : 1}].emplace_back(u.microbatch, v);
     }
   }
@@ -393,9 +397,9 @@ std::vector<std::string> check_schedule(const PipelineSchedule& s) {
   std::vector<std::size_t> pos(s.stages, 0);
   auto ready = [&](int st, const ScheduleUnit& u) {
     const int v = s.virtual_stage(st, u.chunk);
-    if (u.kind == UnitKind::Forward) return v == 0 || fdone[v - 1][u.microbatch] != 0;
+    if (u.kind == UnitKind::Forward) return s.prev_chunk(v) < 0 || fdone[s.prev_chunk(v)][u.microbatch] != 0;
     if (u.kind == UnitKind::BackwardWeight) return true;
-    return v == V - 1 || bdone[v + 1][u.microbatch] != 0;
+    return s.next_chunk(v) < 0 || bdone[s.next_chunk(v)][u.microbatch] != 0;
   };
   auto run = [&](int st, const ScheduleUnit& u) {
     const int v = s.virtual_stage(st, u.chunk);

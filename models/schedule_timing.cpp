@@ -36,14 +36,16 @@ ScheduleTiming time_schedule(const PipelineSchedule& s, const PassTimes& t) {
   auto ready_of = [&](int st, const ScheduleUnit& u) {
     const int v = s.virtual_stage(st, u.chunk);
     if (u.kind == UnitKind::Forward) {
-      if (v == 0) return 0.0;
-      const double in = at(fend, v - 1, u.microbatch);
-      return in == kNotYet ? kNotYet : in + (s.chunk_stage[v - 1] != st ? t.transfer : 0);
+      const int prev = s.prev_chunk(v);
+      if (prev < 0) return 0.0;
+      const double in = at(fend, prev, u.microbatch);
+      return in == kNotYet ? kNotYet : in + (s.chunk_stage[prev] != st ? t.transfer : 0);
     }
     if (u.kind == UnitKind::BackwardWeight) return 0.0;
-    if (v == V - 1) return at(fend, v, u.microbatch);
-    const double in = at(bend, v + 1, u.microbatch);
-    return in == kNotYet ? kNotYet : in + (s.chunk_stage[v + 1] != st ? t.transfer : 0);
+    const int next = s.next_chunk(v);
+    if (next < 0) return at(fend, v, u.microbatch);
+    const double in = at(bend, next, u.microbatch);
+    return in == kNotYet ? kNotYet : in + (s.chunk_stage[next] != st ? t.transfer : 0);
   };
   auto length_of = [&](const ScheduleUnit& u) {
     switch (u.kind) {

@@ -73,6 +73,7 @@ double TransformerSpec::total_params() const {
 
 int ParallelSpec::virtual_stages() const {
   if (schedule == ScheduleKind::Custom) return custom_schedule.chunks();
+  if (schedule == ScheduleKind::DualPipe) return pp;  // each copy of the model in pp parts
   if (schedule == ScheduleKind::ZeroBubbleV || schedule == ScheduleKind::DualPipeV) return 2 * pp;
   return pp * vpp;
 }
@@ -116,6 +117,12 @@ const char* to_string(ScheduleKind s) {
       return "seq1f1b";
     case ScheduleKind::BreadthFirst:
       return "breadth-first";
+    case ScheduleKind::PipeDream:
+      return "pipedream";
+    case ScheduleKind::PipeDream2BW:
+      return "pipedream-2bw";
+    case ScheduleKind::DualPipe:
+      return "dualpipe";
   }
   return "?";
 }

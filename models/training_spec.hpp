@@ -93,7 +93,10 @@ enum class ScheduleKind : std::uint8_t {
   ZeroBubbleV,
   DualPipeV,
   Seq1F1B,
-  BreadthFirst  // looped chunks, every micro-batch through a chunk before the next (models/breadth_first.hpp)
+  BreadthFirst,  // looped chunks, every micro-batch through a chunk before the next (models/breadth_first.hpp)
+  PipeDream,     // asynchronous 1F1B with weight stashing, no flush (models/pipedream.hpp)
+  PipeDream2BW,  // asynchronous 1F1B with double-buffered weights, no flush (models/pipedream.hpp)
+  DualPipe       // two copies of the model fed from both ends (models/v_schedules.hpp)
 };
 
 // One unit of pipeline work on a rank: the forward, the whole backward (B and W
@@ -119,8 +122,19 @@ struct PipelineSchedule {
   int microbatches = 1;
   std::vector<int> chunk_stage;
   std::vector<std::vector<ScheduleUnit>> units;
+  // Two copies of the model (DualPipe): chunks [0, route_chunks) are one copy,
+  // [route_chunks, 2 route_chunks) the other, and every micro-batch index runs
+  // through both, each an input of its own. 0: one route through every chunk.
+  int route_chunks = 0;
 
   int chunks() const { return static_cast<int>(chunk_stage.size()); }
+  // The chunk before / after v on a micro-batch's way (-1: v takes the input
+  // data / computes the loss), and the part of the model (layer block) v holds.
+  int prev_chunk(int v) const { return part_of(v) == 0 ? -1 : v - 1; }
+  int next_chunk(int v) const {
+    return v + 1 == chunks() || (route_chunks > 0 && (v + 1) % route_chunks == 0) ? -1 : v + 1;
+  }
+  int part_of(int v) const { return route_chunks > 0 ? v % route_chunks : v; }
   // Chunks on rank `stage`, and the model chunk (virtual stage) of its `chunk`-th one.
   int chunks_on(int stage) const;
   int virtual_stage(int stage, int chunk) const;

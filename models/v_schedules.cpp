@@ -452,4 +452,25 @@ PipelineSchedule dualpipe_v_schedule(int pp, int m) {
   return s;
 }
 
+PipelineSchedule dualpipe_schedule(int pp, int m) {
+  TRAINSIM_CHECK(pp >= 2 && pp % 2 == 0 && m % 2 == 0 && m >= 2 * pp,
+                 "DualPipe needs an even pp and an even m >= 2 * pp micro-batches");
+  const PipelineSchedule half = dualpipe_v_schedule(pp / 2, m / 2);
+  PipelineSchedule s;
+  s.name = "dualpipe";
+  s.stages = pp;
+  s.microbatches = m / 2;
+  s.chunk_stage = v_chunk_stages(pp);  // copy A on ranks 0..pp-1, copy B on pp-1..0
+  s.route_chunks = pp;
+  for (int r = 0; r < pp; ++r) {
+    // Rank r holds chunk r (copy A, its chunk 0) and chunk 2pp-1-r (copy B, its chunk 1).
+    const bool first_half = r < pp / 2;
+    std::vector<ScheduleUnit> order = half.units[first_half ? r : pp - 1 - r];
+    if (!first_half)
+      for (ScheduleUnit& u : order) u.chunk = 1 - u.chunk;
+    s.units.push_back(std::move(order));
+  }
+  return s;
+}
+
 }  // namespace trainsim

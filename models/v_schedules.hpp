@@ -33,4 +33,16 @@ PipelineSchedule zero_bubble_v_schedule(int pp, int m, const PassTimes& times, d
 // it fills the cooldown.
 PipelineSchedule dualpipe_v_schedule(int pp, int m);
 
+// DualPipe (DeepSeek-V3 technical report, arXiv:2412.19437, Section 3.2.1;
+// github.com/deepseek-ai/DualPipe) for an even pp and m >= 2pp micro-batches
+// (even): two copies of the model, half the micro-batches entering at rank 0
+// (copy A, chunk v on rank v), half at rank pp-1 (copy B, chunks pp..2pp-1,
+// chunk pp+k on rank pp-1-k; route_chunks = pp). Each schedule micro-batch
+// index stands for one micro-batch of each direction (microbatches = m/2).
+// Rank r runs DualPipeV's units of rank min(r, pp-1-r) of pp/2 (the public
+// implementation's phases are the same, DualPipeV being DualPipe cut in
+// half), its phase 0 being copy A on the first half of the ranks and copy B
+// on the second.
+PipelineSchedule dualpipe_schedule(int pp, int m);
+
 }  // namespace trainsim

@@ -121,6 +121,30 @@ TEST_CASE("dualpipe-v: DeepSeek-V3's example hides a third of its exposed expert
   CHECK(dual.iteration_time_s < 0.85 * one.iteration_time_s);
 }
 
+TEST_CASE("dualpipe: DeepSeek-V3 with both copies of the model hides expert-parallel time; two copies in memory") {
+  // The 1F1B example run under the bidirectional DualPipe (same 16 parts of
+  // the model, a copy of each on ranks i and 15-i), without multi-token prediction as above.
+  const std::string dir = std::string(TRAINSIM_SOURCE_DIR) + "/scenarios/examples/";
+  std::vector<std::string> sets{"model={\"preset\": \"deepseek-v3\", \"mtp_depth\": 0}"};
+  const JobReport one = simulate(load_scenario_file(dir + "deepseek-v3-2048xh800.json", sets, testing::catalog()));
+  sets.push_back("parallel.schedule=\"dualpipe\"");
+  const JobReport dual = simulate(load_scenario_file(dir + "deepseek-v3-2048xh800.json", sets, testing::catalog()));
+  REQUIRE(one.feasible);
+  REQUIRE(dual.feasible);
+  MESSAGE("exposed EP " << exposed_ep(one) << " s of " << one.iteration_time_s << " s under 1F1B, " << exposed_ep(dual)
+                        << " s of " << dual.iteration_time_s << " s under DualPipe");
+  CHECK(exposed_ep(dual) < 0.7 * exposed_ep(one));
+  CHECK(dual.iteration_time_s < 0.85 * one.iteration_time_s);
+  // Rank i holds part i of one copy and part 15-i of the other: the weights
+  // of two parts, the same on ranks i and 15-i.
+  const int pp = static_cast<int>(one.per_stage.size());
+  for (int i = 0; i < pp; ++i) {
+    CAPTURE(i);
+    const double both = one.per_stage[i].memory.weights + one.per_stage[pp - 1 - i].memory.weights;
+    CHECK(dual.per_stage[i].memory.weights == doctest::Approx(both));
+  }
+}
+
 TEST_CASE("moe_a2a_overlap: 1F1B's steady phase as F&B pairs hides all-to-all time, at a cost without chunks") {
   for (const char* schedule : {"1f1b", "interleaved-1f1b"}) {
     CAPTURE(schedule);

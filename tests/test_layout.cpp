@@ -1,5 +1,6 @@
 #include <doctest/doctest.h>
 
+#include <set>
 #include <string>
 #include <vector>
 
@@ -119,7 +120,8 @@ TEST_CASE("layout search: every candidate passes the layout rules and the counts
   space.micro_batch = {1, 2};
   space.vpp = {1, 2};
   const LayoutSearchResult r = search_layouts(gpt3_1_3b(), train, cluster, base, 1e12, space);
-  CHECK(r.grid == 8 * 24 * 1 * 2 * 2 * 1 * 3 * 4);  // tp 1..8, pp 1..24, cp 1 (2048 tokens), ...
+  // tp 1..8, pp 1..24, cp 1 (2048 tokens), (vpp, schedule): (1, 1f1b), (2, interleaved), (2, breadth-first), ...
+  CHECK(r.grid == 8 * 24 * 1 * 3 * 2 * 1 * 3 * 4);
   CHECK(r.grid == r.invalid + r.redundant + r.pruned_oom + r.pruned_dominated + r.candidates.size());
   CHECK(r.pruned_oom == 0);  // 1 TB per toy GPU
   REQUIRE(!r.candidates.empty());
@@ -130,13 +132,31 @@ TEST_CASE("layout search: every candidate passes the layout rules and the counts
     CHECK(c.recompute == Recompute::None);
     CHECK(c.zero == (c.dp * c.cp > 1 ? 1 : 0));
   }
-  SUBCASE("layouts with one chunk per rank keep the base's Zero Bubble schedule; vpp > 1 interleaves") {
+  SUBCASE("layouts with one chunk per rank keep the base's Zero Bubble schedule; vpp > 1 runs both looped ones") {
     ParallelSpec zb = base;
     zb.schedule = ScheduleKind::ZeroBubbleH1;
     const LayoutSearchResult found = search_layouts(gpt3_1_3b(), train, cluster, zb, 1e12, space);
     REQUIRE(!found.candidates.empty());
-    for (const ParallelSpec& c : found.candidates)
-      CHECK(c.schedule == (c.vpp > 1 ? ScheduleKind::Interleaved1F1B : ScheduleKind::ZeroBubbleH1));
+    std::set<ScheduleKind> looped;
+    for (const ParallelSpec& c : found.candidates) {
+      if (c.vpp > 1) {
+        looped.insert(c.schedule);
+      } else {
+        CHECK(c.schedule == ScheduleKind::ZeroBubbleH1);
+      }
+    }
+    CHECK(looped == std::set<ScheduleKind>{ScheduleKind::Interleaved1F1B, ScheduleKind::BreadthFirst});
+    // Breadth-first has no micro-batch rule of its own: it keeps layouts interleaving cannot run
+    // (m = 32 / (micro_batch * dp) not a multiple of pp).
+    std::size_t interleaved = 0, breadth = 0;
+    for (const ParallelSpec& c : found.candidates) {
+      interleaved += c.schedule == ScheduleKind::Interleaved1F1B ? 1 : 0;
+      breadth += c.schedule == ScheduleKind::BreadthFirst ? 1 : 0;
+    }
+    CHECK(breadth > interleaved);
+    space.vpp_schedules = {ScheduleKind::BreadthFirst};
+    for (const ParallelSpec& c : search_layouts(gpt3_1_3b(), train, cluster, zb, 1e12, space).candidates)
+      CHECK(c.schedule != ScheduleKind::Interleaved1F1B);
   }
   SUBCASE("a small GPU memory prunes layouts before simulation") {
     const LayoutSearchResult tight = search_layouts(gpt3_1_3b(), train, cluster, base, 4e9, space);

@@ -3,7 +3,9 @@
 #include <doctest/doctest.h>
 
 #include <filesystem>
+#include <iterator>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -128,15 +130,14 @@ TEST_CASE("zero bubble schedules by name: zb-h1 as the same units written out, f
   CHECK(errors_of({"parallel.schedule=zb-x"}).find("zb-h1") != std::string::npos);
 }
 
-TEST_CASE(
-    "zero bubble validation: the paper's order 1F1B < interleaved < ZB-2p and 1F1B < ZB-1p < ZB-2p in throughput") {
-  // scenarios/validation-schedules: per configuration one scenario per schedule
-  // (tools/make-schedule-validation-scenarios); the MAPE is gated by CTest.
-  // Interleaved against ZB-1p differs between configurations in the paper
-  // (interleaved is faster on 1.5B at m = 24 and 6.2B at m = 24, 32): reported
-  // in docs/schedules.md, not asserted.
-  const std::filesystem::path dir = std::filesystem::path(TRAINSIM_SOURCE_DIR) / "scenarios/validation-schedules";
-  std::map<std::string, std::map<std::string, std::pair<double, double>>> by_config;  // measured, predicted
+namespace {
+
+// Per configuration of a validation set (tools/make-schedule-validation-scenarios),
+// per schedule: the measured and the predicted iteration time.
+using RunsByConfig = std::map<std::string, std::map<std::string, std::pair<double, double>>>;
+RunsByConfig runs_by_config(const char* set) {
+  const std::filesystem::path dir = std::filesystem::path(TRAINSIM_SOURCE_DIR) / "scenarios" / set;
+  RunsByConfig by_config;
   for (const auto& entry : std::filesystem::directory_iterator(dir)) {
     const Scenario s = load_scenario_file(entry.path().string(), {}, testing::catalog());
     REQUIRE(s.expected.has_value());
@@ -145,55 +146,75 @@ TEST_CASE(
     const std::string config = id.substr(0, id.size() - schedule.size() - 1);
     by_config[config][schedule] = {s.expected->value, simulate(s).iteration_time_s};
   }
-  REQUIRE(by_config.size() >= 9);
+  return by_config;
+}
+
+// Every pair of schedules of a configuration the paper measured apart is
+// predicted in the measured order, except the pairs `known` lists ("config
+// schedule-a schedule-b", a before b alphabetically), which are predicted in
+// the other order (docs/schedules.md says what is known of why). A pair that
+// comes right, or a new mismatch, fails: the list and the docs stay exact.
+void check_measured_order(const RunsByConfig& by_config, const std::set<std::string>& known) {
+  std::set<std::string> mismatched;
   for (const auto& entry : by_config) {
     const std::string& config = entry.first;  // a named variable: doctest's CAPTURE cannot take a binding
     const auto& runs = entry.second;
     CAPTURE(config);
     REQUIRE(runs.size() == 4);
-    const auto& one = runs.at("1f1b");
-    const auto& inter = runs.at("interleaved-1f1b");
-    const auto& p1 = runs.at("zb-1p");
-    const auto& p2 = runs.at("zb-2p");
-    for (const auto* faster : {&inter, &p1}) {
-      CHECK(one.first > faster->first);    // measured iteration times
-      CHECK(one.second > faster->second);  // predicted
-      CHECK(faster->first > p2.first);
-      CHECK(faster->second > p2.second);
+    for (auto a = runs.begin(); a != runs.end(); ++a) {
+      for (auto b = std::next(a); b != runs.end(); ++b) {
+        const auto& [measured_a, predicted_a] = a->second;
+        const auto& [measured_b, predicted_b] = b->second;
+        if (measured_a == measured_b) continue;  // a tie in the paper: no order to keep
+        if ((measured_a < measured_b) != (predicted_a < predicted_b))
+          mismatched.insert(config + " " + a->first + " " + b->first);
+      }
     }
+  }
+  CHECK(mismatched == known);
+}
+
+}  // namespace
+
+TEST_CASE("zero bubble validation: the paper's measured order of schedules on every configuration") {
+  // 1F1B slowest, ZB-2p fastest everywhere; interleaved 1F1B against ZB-1p
+  // changes sides between configurations in the paper: kept on 1.5B and on
+  // 6.2B at m = 24, 32 (1.5B at m = 32 is a measured tie); predicted ahead on
+  // the 14.6B runs and 6.2B at m = 64, where the paper measures ZB-1p ahead.
+  const RunsByConfig runs = runs_by_config("validation-schedules");
+  CHECK(runs.size() == 9);
+  check_measured_order(runs,
+                       {"zb_iclr_14.6B_p16_m128 interleaved-1f1b zb-1p", "zb_iclr_14.6B_p16_m48 interleaved-1f1b zb-1p",
+                        "zb_iclr_14.6B_p16_m64 interleaved-1f1b zb-1p", "zb_iclr_6.2B_p8_m64 interleaved-1f1b zb-1p"});
+}
+
+TEST_CASE("zero bubble validation: blocking interleaved transfers do not explain the interleaved/ZB-1p order") {
+  // docs/schedules.md: with pp_overlap false the interleaved runs predicted
+  // ahead of ZB-1p fall behind it, as measured, but two measured ahead fall behind too.
+  const std::filesystem::path dir = std::filesystem::path(TRAINSIM_SOURCE_DIR) / "scenarios/validation-schedules";
+  auto predicted = [&](const std::string& config, const std::string& schedule, bool blocking) {
+    const std::vector<std::string> sets{blocking ? "parallel.pp_overlap=false" : "parallel.pp_overlap=true"};
+    return simulate(load_scenario_file((dir / (config + "_" + schedule + ".json")).string(), sets, testing::catalog()))
+        .iteration_time_s;
+  };
+  for (const char* config : {"zb_iclr_14.6B_p16_m48", "zb_iclr_6.2B_p8_m64"}) {
+    CAPTURE(config);
+    CHECK(predicted(config, "interleaved-1f1b", true) > predicted(config, "zb-1p", false));
+  }
+  for (const char* config : {"zb_iclr_1.5B_p8_m24", "zb_iclr_6.2B_p8_m32"}) {
+    CAPTURE(config);
+    CHECK(predicted(config, "interleaved-1f1b", false) < predicted(config, "zb-1p", false));
+    CHECK(predicted(config, "interleaved-1f1b", true) > predicted(config, "zb-1p", false));
   }
 }
 
-TEST_CASE("zb-v validation: 1F1B is the slowest, ZB-V beats ZB-1p and ZB-1p, ZB-2p* keep the paper's order") {
-  // scenarios/validation-zbv (tools/make-schedule-validation-scenarios); the MAPE is gated by CTest.
-  // ZB-V against ZB-2p* is reported in docs/schedules.md, not asserted.
-  const std::filesystem::path dir = std::filesystem::path(TRAINSIM_SOURCE_DIR) / "scenarios/validation-zbv";
-  std::map<std::string, std::map<std::string, std::pair<double, double>>> by_config;  // measured, predicted
-  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
-    const Scenario s = load_scenario_file(entry.path().string(), {}, testing::catalog());
-    REQUIRE(s.expected.has_value());
-    const std::string id = entry.path().stem().string();
-    const std::string schedule = to_string(s.parallel.schedule);
-    const std::string config = id.substr(0, id.size() - schedule.size() - 1);
-    by_config[config][schedule] = {s.expected->value, simulate(s).iteration_time_s};
-  }
-  REQUIRE(by_config.size() == 6);
-  for (const auto& entry : by_config) {
-    const std::string& config = entry.first;  // a named variable: doctest's CAPTURE cannot take a binding
-    const auto& runs = entry.second;
-    CAPTURE(config);
-    REQUIRE(runs.size() == 4);
-    const auto& one = runs.at("1f1b");
-    for (const char* other : {"zb-1p", "zb-2p", "zb-v"}) {
-      CHECK(one.first > runs.at(other).first);
-      CHECK(one.second > runs.at(other).second);
-    }
-    const auto& p1 = runs.at("zb-1p");
-    const auto& p2 = runs.at("zb-2p");
-    CHECK((p1.first > p2.first) == (p1.second > p2.second));
-    const auto& v = runs.at("zb-v");
-    CHECK((p1.first > v.first) == (p1.second > v.second));
-  }
+TEST_CASE("zb-v validation: the paper's measured order of schedules on every configuration") {
+  // 1F1B slowest, ZB-V ahead of ZB-1p, ZB-1p against ZB-2p* as measured; ZB-V
+  // against ZB-2p* as measured on 14.6B, but not on 6.2B (ZB-2p* measured ahead).
+  const RunsByConfig runs = runs_by_config("validation-zbv");
+  CHECK(runs.size() == 6);
+  check_measured_order(runs, {"zbv_arxiv_6.2B_p16_m128 zb-2p zb-v", "zbv_arxiv_6.2B_p16_m48 zb-2p zb-v",
+                              "zbv_arxiv_6.2B_p16_m64 zb-2p zb-v"});
 }
 
 TEST_CASE("post-validation: overlapping iterations hide ZB-2p's fill ramp, not 1F1B's") {

@@ -95,6 +95,36 @@ TEST_CASE("dualpipe-v: valid, pairs of different micro-batches, every unit once"
   }
 }
 
+TEST_CASE("dualpipe: two copies fed from both ends; the bubble of the DualPipe README's table") {
+  // github.com/deepseek-ai/DualPipe, "Pipeline Bubbles and Memory Usage":
+  // DualPipe's bubble is (PP/2-1)(F&B+B-3W), B a whole backward (B + W here),
+  // F&B an overlapped pair (F + B on the unit-level model, which hides nothing).
+  for (int pp : {2, 4, 8, 16}) {
+    for (int m : {2 * pp, 2 * pp + 2, 6 * pp}) {
+      CAPTURE(pp);
+      CAPTURE(m);
+      const PipelineSchedule s = builtin_schedule(ScheduleKind::DualPipe, pp, m, 1);
+      REQUIRE(joined(check_schedule(s)).empty());
+      CHECK(s.microbatches == m / 2);  // each index one micro-batch of each direction
+      CHECK(s.chunk_stage == v_chunk_stages(pp));
+      for (int i = 0; i < pp; ++i) {
+        CHECK(s.chunks_on(i) == 2);
+        CHECK(count_kind(s.units[i], UnitKind::Forward) == m);
+      }
+      // The formula holds where a forward takes as long as an input gradient (with
+      // F = 1.5, B = 1.2, W = 0.8 the unit-level bubble at p = 4 is 3.4, the formula's 3.1).
+      for (const PassTimes& t : {PassTimes{1, 1, 1, 0}, PassTimes{1.2, 1.2, 0.8, 0}, PassTimes{2, 2, 1, 0}}) {
+        const ScheduleTiming timing = time_schedule(s, t);
+        const double whole_backward = t.backward_input + t.backward_weight;
+        const double work = m * (t.forward + whole_backward);  // per rank: m/2 micro-batches x 2 chunks
+        for (int i = 0; i < pp; ++i) CHECK(timing.busy[i] == doctest::Approx(work));
+        const double bubble = (pp / 2 - 1) * ((t.forward + whole_backward) + whole_backward - 3 * t.backward_weight);
+        CHECK(timing.makespan - work == doctest::Approx(bubble));
+      }
+    }
+  }
+}
+
 TEST_CASE("schedule check: overlapped units come in pairs of different micro-batches") {
   PipelineSchedule s;
   s.stages = 1;

@@ -6,6 +6,7 @@
 #include <map>
 #include <set>
 
+#include "models/pipedream.hpp"
 #include "models/planner.hpp"
 #include "sim/check.hpp"
 #include "sim/executor.hpp"
@@ -116,6 +117,29 @@ void check_stage_memory(const WorkloadPlan& plan, const Platform& platform, JobR
     rep.per_stage.push_back(std::move(sr));
   }
 }
+
+// PipeDream's steady state (no flush, models/pipedream.hpp): each rank runs
+// its units back to back, iteration after iteration, so the period is the
+// busiest rank's own work in one simulated iteration: its compute and the
+// transfers that hold it (the fill, the drain and the waits for its pipeline
+// neighbours are gone). The gradient reduction of a batch overlaps the next
+// batch's passes (PipeDream-2BW applies it one step late) but must itself fit
+// in the period.
+double steady_pipeline_period(const SimulationResult& res) {
+  double period = 0;
+  constexpr auto dp_category = static_cast<std::uint8_t>(1 + static_cast<int>(CommClass::DP));
+  for (const RankTimeline& tl : res.timelines) {
+    const TimeBreakdown b = breakdown(tl.intervals, res.makespan);
+    double own = b.compute_s;
+    for (std::size_t c = 0; c < kNumCommClasses; ++c)
+      if (c != static_cast<std::size_t>(CommClass::DP)) own += b.exposed_comm_s[c];
+    std::vector<Interval> dp;
+    for (const Interval& iv : tl.intervals)
+      if (iv.category == dp_category) dp.push_back(Interval{iv.start, iv.end, 0, 0, kComputeCategory});
+    period = std::max({period, own, breakdown(dp, res.makespan).compute_s});
+  }
+  return period;
+}
 }  // namespace
 
 std::unique_ptr<Workload> workload_of(const Scenario& s) {
@@ -146,6 +170,10 @@ JobRun run_job(const Scenario& s, Fidelity fidelity, MemoryCheck memory) {
   rep.throughput_unit = plan.throughput_unit;
   rep.flops_convention = plan.flop_convention;
   check_stage_memory(plan, platform, rep);
+  for (StageReport& sr : rep.per_stage) {
+    sr.weight_versions = weight_versions(s.parallel.schedule, s.parallel.pp, sr.stage);
+    sr.weight_staleness = weight_staleness(s.parallel.schedule, s.parallel.pp, sr.stage);
+  }
   if (!rep.feasible && memory == MemoryCheck::BeforeSimulation) {
     rep.simulated = false;
     rep.wall_time_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -171,6 +199,11 @@ JobRun run_job(const Scenario& s, Fidelity fidelity, MemoryCheck memory) {
     Executor exec(plan.setup, cluster, platform.costs(), *network);
     run.result = exec.run();
     rep.warnings = network->warnings();
+  }
+  if (s.parallel.schedule == ScheduleKind::DualPipe) {
+    rep.warnings.push_back(
+        "dualpipe: the gradients of the two copies of each part of the model (on ranks i and pp-1-i) are summed "
+        "after the backward (github.com/deepseek-ai/DualPipe); that exchange is not charged (docs/schedules.md)");
   }
   if (opts.group_representatives) {
     const std::size_t ranks = plan.setup.ranks.size();
@@ -247,6 +280,13 @@ JobRun run_job(const Scenario& s, Fidelity fidelity, MemoryCheck memory) {
     if (span > 0 && span < rep.iteration_time_s) {
       rep.single_iteration_s = rep.iteration_time_s;
       rep.iteration_time_s = span;
+    }
+  }
+  if (asynchronous_pipeline(s.parallel.schedule) && res.completed) {
+    const double period = steady_pipeline_period(res);
+    if (period > 0 && period < rep.iteration_time_s) {
+      rep.single_iteration_s = rep.iteration_time_s;
+      rep.iteration_time_s = period;
     }
   }
   // The figures of a run that reached the clock's limit may have saturated: refused, never reported.
@@ -484,6 +524,10 @@ nlohmann::json to_json(const JobReport& r) {
                         {"total", s.memory.total() / kGiB},
                         {"capacity", s.memory_capacity / kGiB}}},
                       {"gpus", s.gpus}});
+    if (s.weight_versions > 1) {
+      stages.back()["weight_versions"] = s.weight_versions;
+      stages.back()["weight_staleness"] = s.weight_staleness;
+    }
   }
   nlohmann::json out = {{"scenario", r.scenario},
                         {"gpus", r.gpus},
@@ -592,9 +636,19 @@ std::string summary_text(const JobReport& r) {
       r.throughput_unit == "tokens" ? fmt("%.3f", r.iteration_time_s) : fmt("%.4g", r.iteration_time_s);
   out += "  iteration " + iteration + " s | " + rate + " | " + fmt("%.1f", r.tflops_per_gpu) + " TFLOP/s/GPU | MFU " +
          fmt("%.1f", 100 * r.mfu) + "% | peak mem " + fmt("%.1f", r.peak_memory_gib) + " GiB/GPU\n";
+  bool asynchronous = false;
+  for (const auto& st : r.per_stage) asynchronous = asynchronous || st.weight_versions > 1;
   if (r.single_iteration_s > 0) {
-    out += "  post-validation: iterations overlap; one iteration alone takes " + fmt("%.3f", r.single_iteration_s) +
+    out += std::string(asynchronous ? "  no pipeline flush" : "  post-validation") +
+           ": iterations overlap; one iteration alone takes " + fmt("%.3f", r.single_iteration_s) +
            " s (the shares below)\n";
+  }
+  if (asynchronous) {
+    out += "  weight versions per stage:";
+    for (const auto& st : r.per_stage) out += " " + std::to_string(st.weight_versions);
+    out += "; staleness (optimizer steps):";
+    for (const auto& st : r.per_stage) out += " " + std::to_string(st.weight_staleness);
+    out += "\n";
   }
   out += "  compute " + fmt("%.1f", 100 * b.compute_s / it) + "%";
   for (std::size_t c = 0; c < kNumCommClasses; ++c) {

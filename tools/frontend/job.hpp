@@ -28,6 +28,10 @@ struct StageReport {
   MemoryBreakdown memory;
   double memory_capacity = 0;     // bytes usable on this stage's GPU
   std::vector<std::string> gpus;  // the GPU types of the stage's ranks
+  // PipeDream / PipeDream-2BW (models/pipedream.hpp): versions of the weights
+  // held, and how many optimizer steps old the weights a gradient is taken with are.
+  int weight_versions = 1;
+  int weight_staleness = 0;
 };
 
 // GPUs slower than their type (scenario "perturbations") and what they cost.

@@ -407,19 +407,23 @@ ParallelSpec read_parallel(ObjectReader& top, bool batch_required) {
     p.schedule = ScheduleKind::Custom;
     p.custom_schedule = read_custom_schedule(*sched_json, r.at("schedule"), r.diagnostics());
   } else {
-    const std::string sched = r.choice("schedule", p.vpp > 1 ? "interleaved-1f1b" : "1f1b",
-                                       {"gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-h2", "zb-1p", "zb-2p", "zb-v",
-                                        "dualpipe-v", "breadth-first", "seq1f1b"});
+    const std::string sched =
+        r.choice("schedule", p.vpp > 1 ? "interleaved-1f1b" : "1f1b",
+                 {"gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-h2", "zb-1p", "zb-2p", "zb-v", "dualpipe-v",
+                  "breadth-first", "seq1f1b", "pipedream", "pipedream-2bw", "dualpipe"});
     p.schedule = sched == "gpipe"           ? ScheduleKind::GPipe
                  : sched == "seq1f1b"       ? ScheduleKind::Seq1F1B
                  : sched == "zb-v"          ? ScheduleKind::ZeroBubbleV
                  : sched == "dualpipe-v"    ? ScheduleKind::DualPipeV
+                 : sched == "dualpipe"      ? ScheduleKind::DualPipe
                  : sched == "breadth-first" ? ScheduleKind::BreadthFirst
                  : sched == "1f1b"          ? ScheduleKind::OneFOneB
                  : sched == "zb-h1"         ? ScheduleKind::ZeroBubbleH1
                  : sched == "zb-h2"         ? ScheduleKind::ZeroBubbleH2
                  : sched == "zb-1p"         ? ScheduleKind::ZeroBubble1p
                  : sched == "zb-2p"         ? ScheduleKind::ZeroBubble2p
+                 : sched == "pipedream"     ? ScheduleKind::PipeDream
+                 : sched == "pipedream-2bw" ? ScheduleKind::PipeDream2BW
                                             : ScheduleKind::Interleaved1F1B;
   }
   p.seq_chunks = static_cast<int>(r.integer("seq_chunks", 1, 1, 1 << 10));

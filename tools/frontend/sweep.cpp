@@ -209,6 +209,37 @@ std::vector<nlohmann::json> read_range(const nlohmann::json& v, const std::strin
   return values;
 }
 
+// A non-empty list of distinct names from `known`, as the values `kinds` in
+// the order written; `fallback` when the key is absent.
+template <class Kind>
+std::vector<Kind> read_choice_list(ObjectReader& r, const char* key, const std::vector<std::string>& known,
+                                   const std::vector<Kind>& kinds, std::vector<Kind> fallback) {
+  const nlohmann::json* v = r.raw(key);
+  if (v == nullptr) return fallback;
+  std::string names;
+  for (const std::string& k : known) names += (names.empty() ? "\"" : " | \"") + k + "\"";
+  if (!v->is_array() || v->empty()) {
+    r.error(key, "expected a non-empty array of " + names + ", found " + describe_json_type(*v));
+    return fallback;
+  }
+  std::vector<Kind> out;
+  for (std::size_t i = 0; i < v->size(); ++i) {
+    const auto& x = (*v)[i];
+    const std::string name = x.is_string() ? x.get<std::string>() : "";
+    const auto at = std::find(known.begin(), known.end(), name);
+    if (at == known.end()) {
+      std::string msg = "expected one of " + names + ", found " + describe_json_type(x);
+      const std::string near = did_you_mean(name, known);
+      if (!near.empty()) msg += " (did you mean \"" + near + "\"?)";
+      r.diagnostics().error(json_pointer_append(r.at(key), i), msg);
+      continue;
+    }
+    const Kind kind = kinds[static_cast<std::size_t>(at - known.begin())];
+    if (std::find(out.begin(), out.end(), kind) == out.end()) out.push_back(kind);
+  }
+  return out.empty() ? fallback : out;
+}
+
 std::vector<int> read_int_list(ObjectReader& r, const char* key, std::vector<int> fallback, int lo, int hi) {
   const nlohmann::json* v = r.raw(key);
   if (v == nullptr) return fallback;
@@ -264,32 +295,10 @@ SearchSpace read_search_space(ObjectReader& top, std::vector<nlohmann::json>& di
   s.vpp = read_int_list(r, "vpp", s.vpp, 1, 1 << 10);
   s.micro_batch = read_int_list(r, "micro_batch", s.micro_batch, 1, 1 << 20);
   s.zero = read_int_list(r, "zero", s.zero, 0, 3);
-  if (const nlohmann::json* rc = r.raw("recompute")) {
-    const std::vector<std::string> known{"none", "selective", "full"};
-    if (!rc->is_array() || rc->empty()) {
-      r.error("recompute",
-              "expected a non-empty array of \"none\" | \"selective\" | \"full\", found " + describe_json_type(*rc));
-    } else {
-      s.recompute.clear();
-      const std::vector<Recompute> kinds{Recompute::None, Recompute::Selective, Recompute::Full};
-      for (std::size_t i = 0; i < rc->size(); ++i) {
-        const auto& x = (*rc)[i];
-        const std::string name = x.is_string() ? x.get<std::string>() : "";
-        if (std::find(known.begin(), known.end(), name) == known.end()) {
-          std::string msg = "expected \"none\", \"selective\" or \"full\", found " + describe_json_type(x);
-          const std::string near = did_you_mean(name, known);
-          if (!near.empty()) msg += " (did you mean \"" + near + "\"?)";
-          r.diagnostics().error(json_pointer_append(r.at("recompute"), i), msg);
-        } else {
-          const Recompute kind =
-              kinds[static_cast<std::size_t>(std::find(known.begin(), known.end(), name) - known.begin())];
-          if (std::find(s.recompute.begin(), s.recompute.end(), kind) == s.recompute.end()) {
-            s.recompute.push_back(kind);
-          }
-        }
-      }
-    }
-  }
+  s.recompute = read_choice_list(r, "recompute", {"none", "selective", "full"},
+                                 {Recompute::None, Recompute::Selective, Recompute::Full}, s.recompute);
+  s.vpp_schedules = read_choice_list(r, "vpp_schedules", {"interleaved-1f1b", "breadth-first"},
+                                     {ScheduleKind::Interleaved1F1B, ScheduleKind::BreadthFirst}, s.vpp_schedules);
   if (const nlohmann::json* sp = r.raw("sequence_parallel")) {
     if (!sp->is_array() || sp->empty()) {
       r.error("sequence_parallel", "expected a non-empty array of booleans, found " + describe_json_type(*sp));
@@ -594,9 +603,9 @@ void expand_auto(const SweepSpec& spec, const nlohmann::json& base, const Catalo
     ObjectReader r(base["parallel"], ptr + "/parallel", d);
     global_batch = static_cast<int>(r.integer("global_batch", 1, 1, 1 << 30, true));
     if (r.has("stage_layers")) r.error("stage_layers", "the auto-search splits layers evenly; remove stage_layers");
-    schedule =
-        r.choice("schedule", "1f1b",
-                 {"gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-h2", "zb-1p", "zb-2p", "zb-v", "dualpipe-v"});
+    schedule = r.choice("schedule", "1f1b",
+                        {"gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-h2", "zb-1p", "zb-2p", "zb-v", "dualpipe-v",
+                         "breadth-first", "pipedream", "pipedream-2bw"});
   }
   d.throw_if_errors();
 
@@ -608,9 +617,9 @@ void expand_auto(const SweepSpec& spec, const nlohmann::json& base, const Catalo
   ParallelSpec base_parallel;
   base_parallel.global_batch = global_batch;
   base_parallel.schedule = ScheduleKind::OneFOneB;
-  for (ScheduleKind k :
-       {ScheduleKind::GPipe, ScheduleKind::ZeroBubbleH1, ScheduleKind::ZeroBubbleH2, ScheduleKind::ZeroBubble1p,
-        ScheduleKind::ZeroBubble2p, ScheduleKind::ZeroBubbleV, ScheduleKind::DualPipeV}) {
+  for (ScheduleKind k : {ScheduleKind::GPipe, ScheduleKind::ZeroBubbleH1, ScheduleKind::ZeroBubbleH2,
+                         ScheduleKind::ZeroBubble1p, ScheduleKind::ZeroBubble2p, ScheduleKind::ZeroBubbleV,
+                         ScheduleKind::DualPipeV, ScheduleKind::PipeDream, ScheduleKind::PipeDream2BW}) {
     if (schedule == to_string(k)) base_parallel.schedule = k;
   }
   // Enumeration and pruning live with the layout rules (models/layout_search.hpp).

@@ -338,7 +338,7 @@ std::size_t FlowNetwork::memory_bytes() const {
                   transfers_.capacity() * sizeof(Transfer) +
                   (drains_.capacity() + completions_.capacity()) * sizeof(HeapEntry);
   for (const LinkState& ls : links_) b += ls.flows.capacity() * sizeof(std::uint32_t);
-  for (const Flow& f : flows_) b += f.hops.capacity() * sizeof(Hop);
+  for (const Flow& f : flows_) b += f.hops.heap_bytes();
   for (const Transfer& t : transfers_) b += t.flows.capacity() * sizeof(std::uint32_t);
   return b;
 }

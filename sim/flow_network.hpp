@@ -15,6 +15,7 @@
 // - Times are integer nanoseconds; a drain is rounded up to the next
 //   nanosecond. Everything is indexed by dense ids and processed in id or
 //   (time, sequence) order, so runs are deterministic.
+#include <array>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -86,8 +87,38 @@ class FlowNetwork {
   struct Hop {
     std::uint32_t link, pos;  // pos: index of this flow in links_[link].flows
   };
+  // A flow's hops, held in the flow up to kInline (every route inside one
+  // datacenter, relays included), so that draining and re-rating a flow do
+  // not miss the cache on a separate allocation.
+  class HopList {
+   public:
+    static constexpr std::uint32_t kInline = 8;
+    void clear() {
+      size_ = 0;
+      more_.clear();
+    }
+    void push_back(Hop h) {
+      if (size_ < kInline) {
+        inline_[size_] = h;
+      } else {
+        if (size_ == kInline) more_.assign(inline_.begin(), inline_.end());
+        more_.push_back(h);
+      }
+      ++size_;
+    }
+    Hop* begin() { return size_ <= kInline ? inline_.data() : more_.data(); }
+    Hop* end() { return begin() + size_; }
+    const Hop* begin() const { return size_ <= kInline ? inline_.data() : more_.data(); }
+    const Hop* end() const { return begin() + size_; }
+    std::size_t heap_bytes() const { return more_.capacity() * sizeof(Hop); }
+
+   private:
+    std::array<Hop, kInline> inline_{};
+    std::uint32_t size_ = 0;
+    std::vector<Hop> more_;  // every hop, when more than kInline
+  };
   struct Flow {
-    std::vector<Hop> hops;
+    HopList hops;
     double remaining = 0;  // bytes at `updated`
     double rate = 0;       // bytes/s
     Time updated;

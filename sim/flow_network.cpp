@@ -337,8 +337,8 @@ std::size_t FlowNetwork::memory_bytes() const {
   std::size_t b = links_.capacity() * sizeof(LinkState) + flows_.capacity() * sizeof(Flow) +
                   transfers_.capacity() * sizeof(Transfer) +
                   (drains_.capacity() + completions_.capacity()) * sizeof(HeapEntry);
-  for (const LinkState& ls : links_) b += ls.flows.capacity() * sizeof(std::uint32_t);
-  for (const Flow& f : flows_) b += f.hops.capacity() * sizeof(Hop);
+  for (const LinkState& ls : links_) b += ls.flows.heap_bytes();
+  for (const Flow& f : flows_) b += f.hops.heap_bytes();
   for (const Transfer& t : transfers_) b += t.flows.capacity() * sizeof(std::uint32_t);
   return b;
 }

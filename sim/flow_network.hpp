@@ -15,7 +15,10 @@
 // - Times are integer nanoseconds; a drain is rounded up to the next
 //   nanosecond. Everything is indexed by dense ids and processed in id or
 //   (time, sequence) order, so runs are deterministic.
+#include <algorithm>
+#include <array>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -86,8 +89,38 @@ class FlowNetwork {
   struct Hop {
     std::uint32_t link, pos;  // pos: index of this flow in links_[link].flows
   };
+  // A flow's hops, held in the flow up to kInline (every route inside one
+  // datacenter, relays included), so that draining and re-rating a flow do
+  // not miss the cache on a separate allocation.
+  class HopList {
+   public:
+    static constexpr std::uint32_t kInline = 8;
+    void clear() {
+      size_ = 0;
+      more_.clear();
+    }
+    void push_back(Hop h) {
+      if (size_ < kInline) {
+        inline_[size_] = h;
+      } else {
+        if (size_ == kInline) more_.assign(inline_.begin(), inline_.end());
+        more_.push_back(h);
+      }
+      ++size_;
+    }
+    Hop* begin() { return size_ <= kInline ? inline_.data() : more_.data(); }
+    Hop* end() { return begin() + size_; }
+    const Hop* begin() const { return size_ <= kInline ? inline_.data() : more_.data(); }
+    const Hop* end() const { return begin() + size_; }
+    std::size_t heap_bytes() const { return more_.capacity() * sizeof(Hop); }
+
+   private:
+    std::array<Hop, kInline> inline_{};
+    std::uint32_t size_ = 0;
+    std::vector<Hop> more_;  // every hop, when more than kInline
+  };
   struct Flow {
-    std::vector<Hop> hops;
+    HopList hops;
     double remaining = 0;  // bytes at `updated`
     double rate = 0;       // bytes/s
     Time updated;
@@ -99,13 +132,43 @@ class FlowNetwork {
     double new_rate = 0;     // recompute(): the rate being derived, -1 until frozen
     bool active = false;
   };
+  // The flows on a link, held in the link up to kInline (most links carry one
+  // or two), so that draining a flow touches one cache line per hop.
+  class FlowList {
+   public:
+    static constexpr std::uint32_t kInline = 4;
+    std::uint32_t size() const { return size_; }
+    bool empty() const { return size_ == 0; }
+    std::size_t heap_bytes() const { return heap_ ? cap_ * sizeof(std::uint32_t) : 0; }
+    std::uint32_t* begin() { return heap_ ? heap_.get() : inline_.data(); }
+    std::uint32_t* end() { return begin() + size_; }
+    const std::uint32_t* begin() const { return heap_ ? heap_.get() : inline_.data(); }
+    const std::uint32_t* end() const { return begin() + size_; }
+    std::uint32_t& operator[](std::uint32_t i) { return begin()[i]; }
+    std::uint32_t back() const { return begin()[size_ - 1]; }
+    void pop_back() { --size_; }
+    void push_back(std::uint32_t f) {
+      if (size_ == cap_) {
+        auto grown = std::make_unique<std::uint32_t[]>(2 * static_cast<std::size_t>(cap_));
+        std::copy(begin(), end(), grown.get());
+        heap_ = std::move(grown);
+        cap_ *= 2;
+      }
+      begin()[size_++] = f;
+    }
+
+   private:
+    std::uint32_t size_ = 0, cap_ = kInline;
+    std::array<std::uint32_t, kInline> inline_{};
+    std::unique_ptr<std::uint32_t[]> heap_;  // every flow, once more than kInline
+  };
   // What recomputations read of a link, side by side (one cache line).
   struct LinkState {
     double capacity = 0;
     double rem_cap = 0;          // recompute(): capacity not yet given to frozen flows
     std::uint32_t unfrozen = 0;  // recompute(): flows not yet frozen
     std::uint32_t mark = 0;      // recompute(): visited in this epoch
-    std::vector<std::uint32_t> flows;
+    FlowList flows;
   };
   struct Transfer {
     std::vector<std::uint32_t> flows;

@@ -80,15 +80,25 @@ TEST_CASE("the same scenario twice gives identical results") {
   CHECK(strip(a.out) != strip(c.out));  // and a change of input changes the result
 }
 
-TEST_CASE("--fidelity flow simulates every rank and agrees with analytical where nothing contends") {
+TEST_CASE("--fidelity flow agrees with analytical where nothing contends; one rank per TP group where exact") {
   const CliResult a = cli({"run", "--json"});
   const CliResult f = cli({"run", "--json", "--fidelity", "flow"});
+  const CliResult every = cli({"run", "--json", "--fidelity", "flow", "--set", "flow.ranks=all"});
   REQUIRE(a.code == 0);
   REQUIRE(f.code == 0);
+  REQUIRE(every.code == 0);
   const auto ja = nlohmann::json::parse(a.out);
   const auto jf = nlohmann::json::parse(f.out);
-  CHECK(jf["simulated_ranks"] == 64);
+  const auto je = nlohmann::json::parse(every.out);
+  // The default cluster (8 DGX H100 under one leaf per rail) is symmetric: the
+  // automatic choice runs one rank per TP group and predicts what every rank does.
+  CHECK(jf["simulated_ranks"] == 8);
+  CHECK(jf["flow_ranks"] == "groups (exact)");
+  CHECK(je["simulated_ranks"] == 64);
+  CHECK(je["flow_ranks"] == "all");
+  CHECK(jf["iteration_time_s"] == je["iteration_time_s"]);
   CHECK(ja["simulated_ranks"] == 4);
+  CHECK(!ja.contains("flow_ranks"));
   CHECK(jf["iteration_time_s"].get<double>() == doctest::Approx(ja["iteration_time_s"].get<double>()).epsilon(0.05));
 }
 

@@ -68,7 +68,7 @@ TEST_CASE("run_job: flow and analytical fidelity agree within 5% without content
   const JobReport fl = run_job(s, Fidelity::Flow).report;
   REQUIRE(an.feasible);
   REQUIRE(fl.feasible);
-  CHECK(fl.simulated_ranks == 16);
+  CHECK(fl.simulated_ranks == 2);  // one per TP group: the cluster is symmetric (flow.ranks auto)
   CHECK(fl.iteration_time_s == doctest::Approx(an.iteration_time_s).epsilon(0.05));
   // Pipeline parallel across nodes too (point-to-point on one rail each).
   const Scenario p = small_scenario(R"({"node": "dgx-h100", "nodes": 4})", 8, 2, 2);
@@ -160,9 +160,10 @@ TEST_CASE("flow.ranks groups: one rank per TP group at flow fidelity, close to e
   // 64 H100: TP 8 in each node, PP 2 and DP 4 across 8 nodes under 4 leaves
   // per rail with 3 spines, so data-parallel rings collide on ECMP-hashed uplinks.
   const std::string cluster = R"({"node": "dgx-h100", "nodes": 8, "fabric": {"nodes_per_leaf": 2, "spines": 3}})";
-  const Scenario every = small_scenario(cluster, 8, 4, 2);
+  Scenario every = small_scenario(cluster, 8, 4, 2);
+  every.flow_ranks = FlowRanks::All;
   Scenario groups = every;
-  groups.flow_group_representatives = true;
+  groups.flow_ranks = FlowRanks::Groups;
   const JobReport all = run_job(every, Fidelity::Flow).report;
   const JobReport one = run_job(groups, Fidelity::Flow).report;
   REQUIRE(all.feasible);
@@ -188,4 +189,55 @@ TEST_CASE("flow.ranks groups: one rank per TP group at flow fidelity, close to e
     REQUIRE(e.diagnostics().size() == 1);
     CHECK(e.diagnostics()[0].pointer == "/flow/ranks");
   }
+}
+
+TEST_CASE("flow.ranks auto: one rank per TP group where the cluster is symmetric, to the nanosecond") {
+  // Symmetric: one spine, or one leaf per rail with TP over whole nodes, or a
+  // fat-tree of one leaf; TP 8 and TP 4 (two groups per node, rails 0-3 and 4-7).
+  struct Case {
+    std::string cluster;
+    int tp, dp, pp;
+  };
+  const Case cases[] = {
+      {R"({"node": "dgx-h100", "nodes": 8, "fabric": {"nodes_per_leaf": 2, "spines": 1}})", 8, 4, 2},
+      {R"({"node": "dgx-h100", "nodes": 8, "fabric": {"nodes_per_leaf": 2, "spines": 1}})", 4, 8, 2},
+      {R"({"node": "dgx-h100", "nodes": 8})", 8, 4, 2},
+      {R"({"node": "dgx-h100", "nodes": 8, "fabric": {"kind": "fat-tree", "nodes_per_leaf": 8}})", 4, 4, 4},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.cluster);
+    CAPTURE(c.tp);
+    Scenario every = small_scenario(c.cluster, c.tp, c.dp, c.pp);
+    every.flow_ranks = FlowRanks::All;
+    Scenario automatic = every;
+    automatic.flow_ranks = FlowRanks::Auto;
+    const JobReport all = run_job(every, Fidelity::Flow).report;
+    const JobReport one = run_job(automatic, Fidelity::Flow).report;
+    REQUIRE(all.feasible);
+    REQUIRE(one.feasible);
+    CHECK(all.flow_ranks == "all");
+    CHECK(one.flow_ranks == "groups (exact)");
+    CHECK(one.simulated_ranks * c.tp == all.simulated_ranks);
+    CHECK(Time::seconds(one.iteration_time_s).count_ns() == Time::seconds(all.iteration_time_s).count_ns());
+    CHECK(one.breakdown.exposed_comm_s == all.breakdown.exposed_comm_s);
+    for (const std::string& w : one.warnings) CHECK(w.find("flow.ranks") == std::string::npos);  // exact: no warning
+  }
+  // Not provably exact, so every rank: ECMP over several spines (the images of
+  // a flow hash to different spines), a fat-tree of several leaves (the rails
+  // share its uplinks), a straggler.
+  const std::string asymmetric[] = {
+      R"({"node": "dgx-h100", "nodes": 8, "fabric": {"nodes_per_leaf": 2, "spines": 3}})",
+      R"({"node": "dgx-h100", "nodes": 8, "fabric": {"kind": "fat-tree", "nodes_per_leaf": 2, "spines": 1}})",
+      R"({"node": "dgx-h100", "nodes": 8})",
+  };
+  for (const std::string& cluster : asymmetric) {
+    CAPTURE(cluster);
+    Scenario s = small_scenario(cluster, 8, 4, 2);
+    if (cluster == asymmetric[2]) s.cluster.slowdowns.push_back(GpuSlowdown{3, 1.2, {}});
+    const JobReport r = run_job(s, Fidelity::Flow).report;
+    CHECK(r.flow_ranks == "all");
+    CHECK(r.simulated_ranks == 64);
+  }
+  // Analytical fidelity says nothing about flow ranks.
+  CHECK(run_job(small_scenario(cases[0].cluster, 8, 4, 2), Fidelity::Analytical).report.flow_ranks.empty());
 }

@@ -142,6 +142,30 @@ double steady_pipeline_period(const SimulationResult& res) {
 }
 }  // namespace
 
+// Whether one rank per TP group gives, at flow fidelity, exactly what every
+// rank gives (docs/network.md, "Group representatives"): the members of a
+// TP group sit in one node on distinct NICs and time alike, so their flows
+// are images of each other under a permutation of the rails, and no flow of
+// one member shares a link with another member's. That needs no ECMP choice
+// between routes (the hash would send the images to different spines): one
+// spine or none, one datacenter, and on a fat-tree one leaf (its uplinks
+// would carry every rail). No GPU or link is perturbed.
+bool group_representatives_exact(const Scenario& s) {
+  const ClusterSpec& c = s.cluster;
+  const ParallelSpec& p = s.parallel;
+  if (c.groups.size() != 1 || !c.slowdowns.empty() || !s.link_perturbations.empty()) return false;
+  const NodeSpec& node = c.groups[0].node;
+  if (node.scaleup != ScaleupKind::NVSwitch || node.nic_count < node.gpus_per_node) return false;
+  if (p.tp < 2 || node.gpus_per_node % p.tp != 0 || p.cp != 1 || p.ep != 1 || !p.stages.empty()) return false;
+  if (!p.placement_gpus.empty() || p.placement_order.rfind("tp-", 0) != 0) return false;
+  const FabricFacts f = fabric_facts(c);
+  if (f.datacenters != 1) return false;
+  const bool one_leaf = f.nodes_per_leaf >= f.nodes_per_datacenter;
+  // Rail-optimised, one leaf per rail: a flow between rails (TP smaller than a node) crosses a spine.
+  if (f.kind == FabricKind::FatTree) return one_leaf;
+  return f.spines <= 1 || (one_leaf && p.tp == node.gpus_per_node);
+}
+
 std::unique_ptr<Workload> workload_of(const Scenario& s) {
   if (std::unique_ptr<Workload> w = make_workload(s.workload)) return w;
   return std::make_unique<TransformerWorkload>(s.model, s.parallel, s.training);
@@ -163,7 +187,9 @@ JobRun run_job(const Scenario& s, Fidelity fidelity, MemoryCheck memory) {
   rep.gpus = cluster.num_gpus();
   PlanOptions opts;
   opts.representatives = fidelity != Fidelity::Flow;  // the flow model needs every member
-  opts.group_representatives = fidelity == Fidelity::Flow && s.flow_group_representatives;
+  const bool groups_exact = group_representatives_exact(s);
+  opts.group_representatives = fidelity == Fidelity::Flow &&
+                               (s.flow_ranks == FlowRanks::Groups || (s.flow_ranks == FlowRanks::Auto && groups_exact));
   apply_link_perturbations(s, fidelity, platform, nullptr);  // analytical: before planning reads the network
   run.plan = workload_of(s)->plan(platform, Placement::of(s.parallel), opts);
   const WorkloadPlan& plan = run.plan;
@@ -205,7 +231,12 @@ JobRun run_job(const Scenario& s, Fidelity fidelity, MemoryCheck memory) {
         "dualpipe: the gradients of the two copies of each part of the model (on ranks i and pp-1-i) are summed "
         "after the backward (github.com/deepseek-ai/DualPipe); that exchange is not charged (docs/schedules.md)");
   }
-  if (opts.group_representatives) {
+  if (fidelity == Fidelity::Flow) {
+    rep.flow_ranks = opts.group_representatives && plan.setup.ranks.size() < static_cast<std::size_t>(rep.gpus)
+                         ? (groups_exact ? "groups (exact)" : "groups")
+                         : "all";
+  }
+  if (opts.group_representatives && !groups_exact) {
     const std::size_t ranks = plan.setup.ranks.size();
     rep.warnings.push_back(
         ranks < static_cast<std::size_t>(cluster.num_gpus())
@@ -552,6 +583,7 @@ nlohmann::json to_json(const JobReport& r) {
   // The workload's own throughput unit (tokens for transformers) and the fidelity the figures come from.
   out["throughput"] = {{"unit", r.throughput_unit}, {"per_s", r.units_per_s}};
   out["fidelity"] = r.fidelity;
+  if (!r.flow_ranks.empty()) out["flow_ranks"] = r.flow_ranks;
   if (!r.expert_rank_tokens.empty()) {
     out["expert_load"] = {{"rank_tokens", r.expert_rank_tokens}, {"dropped_fraction", r.expert_dropped_fraction}};
   }
@@ -669,7 +701,8 @@ std::string summary_text(const JobReport& r) {
       out += " " + std::to_string(d.micro_batches) + " x " + std::to_string(d.replicas);
     out += "\n";
   }
-  out += "  " + std::to_string(r.events) + " events, " + std::to_string(r.simulated_ranks) + " simulated ranks, " +
+  out += "  " + std::to_string(r.events) + " events, " + std::to_string(r.simulated_ranks) + " simulated ranks" +
+         (r.flow_ranks.empty() || r.flow_ranks == "all" ? std::string() : " (flow.ranks " + r.flow_ranks + ")") + ", " +
          fmt("%.3f", r.wall_time_s) + " s wall\n";
   for (const auto& w : r.warnings) out += "  warning: " + w + "\n";
   if (r.perturbations) {

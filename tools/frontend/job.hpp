@@ -89,6 +89,9 @@ struct JobReport {
   std::uint64_t events = 0;
   double wall_time_s = 0;
   int simulated_ranks = 0;
+  // Flow fidelity: which ranks ran ("all", "groups (exact)": one per TP group
+  // of a symmetric cluster, "groups": the opt-in approximation); else empty.
+  std::string flow_ranks;
   std::optional<ReliabilityReport> reliability;  // with a "reliability" section and a feasible job
   std::optional<PerturbationReport> perturbations;
   std::vector<double> expert_rank_tokens;  // MoE: routed tokens per EP rank, micro-batch and MoE layer

@@ -802,7 +802,8 @@ Scenario load_scenario_text(const std::string& text, const std::string& file, co
   if (const nlohmann::json* fj = top.raw("flow")) {
     ObjectReader fr(*fj, top.at("flow"), diags);
     if (fr.valid()) {
-      s.flow_group_representatives = fr.choice("ranks", "all", {"all", "groups"}) == "groups";
+      const std::string ranks = fr.choice("ranks", "auto", {"auto", "all", "groups"});
+      s.flow_ranks = ranks == "all" ? FlowRanks::All : ranks == "groups" ? FlowRanks::Groups : FlowRanks::Auto;
       fr.finish();
     }
   }

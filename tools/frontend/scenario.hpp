@@ -28,6 +28,8 @@ struct Expected {
   std::string group;   // the published table it belongs to, e.g. "megatron2021_t1" (for per-source MAPE)
 };
 
+enum class FlowRanks { Auto, All, Groups };
+
 struct Scenario {
   std::string file;  // where it came from (for messages)
   std::string id;    // validation scenarios: the published run's id
@@ -44,9 +46,11 @@ struct Scenario {
   std::vector<LinkPerturbation> link_perturbations;      // degraded links (flow fidelity)
   std::vector<PerturbationSource> perturbation_sources;  // each entry of "perturbations" and what it alone does
   std::optional<DilocoSpec> diloco;                      // low-communication training across datacenters
-  // "flow": {"ranks": "groups"}: at flow fidelity one rank per TP/CP group
-  // whose members time alike, an opt-in approximation (docs/network.md).
-  bool flow_group_representatives = false;
+  // "flow": {"ranks": ...}: at flow fidelity every rank ("all"), one rank per
+  // TP/CP group whose members time alike ("groups", an approximation unless
+  // the cluster is symmetric), or groups only where that is exact ("auto",
+  // the default; docs/network.md "Group representatives").
+  FlowRanks flow_ranks = FlowRanks::Auto;
   // Valid but suspicious (a seq_len beyond the model's context, a profile for a
   // GPU the cluster lacks): "file: /pointer: message", printed by the CLI.
   std::vector<std::string> warnings;

@@ -11,7 +11,8 @@
 namespace trainsim::testing {
 
 // GPT-3 (Brown et al. 2020, Table 2.1): GELU MLP of 4 x hidden, LayerNorm,
-// learned positions, tied embeddings, Megatron-LM's padded vocab of 51200.
+// learned positions, tied embeddings, Megatron-LM's padded vocab of 51200,
+// linear biases (GPT-2's model).
 inline TransformerSpec gpt3(const std::string& size, int layers, int hidden, int heads) {
   TransformerSpec m;
   m.name = "gpt3-" + size;
@@ -26,6 +27,7 @@ inline TransformerSpec gpt3(const std::string& size, int layers, int hidden, int
   m.rmsnorm = false;
   m.rope = false;
   m.tied_embeddings = true;
+  m.bias = true;
   m.max_seq_len = 2048;
   return m;
 }

@@ -28,6 +28,7 @@ TEST_CASE("the model tests' hand-built shapes are the shipped presets") {
     CHECK(m->rmsnorm == f.rmsnorm);
     CHECK(m->rope == f.rope);
     CHECK(m->tied_embeddings == f.tied_embeddings);
+    CHECK(m->bias == f.bias);
     CHECK(m->max_seq_len == f.max_seq_len);
   }
   // Every GPT-3 preset is among them (test_models checks their FLOPs).

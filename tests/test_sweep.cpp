@@ -272,7 +272,7 @@ TEST_CASE("sweep: auto-search prunes invalid, redundant, out-of-memory and domin
   const SweepSpec spec = load(text);
   CHECK(spec.auto_search);
   const SweepPlan plan = expand_sweep(spec, catalog());
-  CHECK(plan.grid == 8 * 32 * 2 * 3 * 2 * 1 * 3 * 4);  // (vpp, schedule): (1, 1f1b), 2 x two looped schedules
+  CHECK(plan.grid == 8 * 32 * 2 * 2 * 2 * 1 * 3 * 4);  // (vpp, schedule): (1, 1f1b), (2, interleaved 1F1B)
   CHECK(plan.invalid > 0);
   CHECK(plan.redundant > 0);
   CHECK(plan.pruned_oom > 0);

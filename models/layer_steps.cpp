@@ -135,6 +135,7 @@ struct Dims {
   // Attention: the share of the s_local x s_full score tiles a causal kernel runs,
   // and the keys per query the model-FLOP convention counts (the whole sequence).
   double causal, s_model;
+  double kv_seq;  // tokens of K and V a ring CP gather moves (s_full, or cp x the largest uneven share)
   int cp;
   int ulysses, ring;  // Ulysses degree and ring size within cp (ParallelSpec::cp_ulysses)
   bool sp, tp_comm, swiglu;
@@ -226,7 +227,12 @@ Dims dims_of(const TransformerSpec& m, const ParallelSpec& p, const TrainingSpec
   d.cp = p.cp;
   d.b = p.micro_batch;
   d.s_full = tr.seq_len;
-  d.s_local = static_cast<double>(tr.seq_len) / p.cp;
+  d.s_local = p.cp_local_tokens(tr.seq_len);
+  // Uneven CP shares: the ring's K and V gather is padded to the largest share (an
+  // all-gather moves equal blocks; a ring's every step waits for the largest in flight).
+  d.kv_seq = p.cp_shares.empty()
+                 ? d.s_full
+                 : static_cast<double>(p.cp) * *std::max_element(p.cp_shares.begin(), p.cp_shares.end());
   d.causal = 0.5;
   d.s_model = d.s_full;
   d.tokens = d.b * d.s_local;
@@ -683,7 +689,7 @@ void parallel_block_layer(const TransformerSpec& m, const ParallelSpec& p, const
                           const KernelRecipe& R, LayerSteps* out) {
   const auto tp_kind = D.sp ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce;
   const double act = D.tokens * D.h * D.act_bytes, act_norm = D.tokens_norm * D.h * D.act_bytes;
-  const double kv_bytes = D.b * D.s_full * 2 * D.g_t * D.d * D.act_bytes;
+  const double kv_bytes = D.b * D.kv_seq * 2 * D.g_t * D.d * D.act_bytes;
   const double qkv = (D.a_t + 2 * D.g_t) * D.d, up = D.f_t * D.up_mult, in_n = qkv + up;
   const bool ov = p.tp_comm_overlap && D.tp_comm;
   auto gate = [&](int c) { return ov ? std::vector<int>{} : maybe(c); };
@@ -758,6 +764,7 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     D.s_full = static_cast<double>(tr.seq_len) * (chunk.index + 1);
     D.causal = (chunk.index + 0.5) / (chunk.index + 1);
     D.s_model = train.seq_len;
+    D.kv_seq = D.s_full;
   }
   ModelSteps out;
   // The dense layer (attention + MLP); other layer kinds get their own steps here.
@@ -766,7 +773,7 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
   const double act = D.tokens * D.h * D.act_bytes;            // one hidden-state tensor, full tokens
   const double act_norm = D.tokens_norm * D.h * D.act_bytes;  // the same where SP shards it
   const Dims A = attention_view(D);
-  const double kv_bytes = A.b * A.s_full * 2 * A.g_t * A.d * D.act_bytes;  // K and V gathered over the ring
+  const double kv_bytes = A.b * D.kv_seq * 2 * A.g_t * A.d * D.act_bytes;  // K and V gathered over the ring
   // Ulysses all-to-alls of one rank (arXiv:2309.14509): its sequence
   // shard of Q, K and V (all heads of its TP rank) before attention, of the output after.
   const double qkv_bytes = D.tokens * (D.a_t + 2 * D.g_t) * D.d * D.act_bytes;

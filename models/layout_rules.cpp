@@ -202,6 +202,54 @@ void check_shares(const TransformerSpec& m, const ParallelSpec& p, bool mpmd, st
   }
 }
 
+// Uneven ring-CP sequence shares (docs/heterogeneous.md): one token count per
+// CP rank, each even (the causal load-balancing split halves it), summing to
+// seq_len; a plain ring only, refused where a share could not be costed alone.
+void check_cp_shares(const TransformerSpec& m, const ParallelSpec& p, const TrainingSpec& t, bool mpmd,
+                     std::vector<LayoutProblem>& out) {
+  auto problem = [&](std::string path, std::string message) { out.push_back({std::move(path), std::move(message)}); };
+  const std::size_t before = out.size();
+  const char* at = "/parallel/cp_shares";
+  if (p.cp < 2) problem(at, "uneven sequence shares need cp >= 2, found cp = " + str(p.cp));
+  if (p.cp_ulysses != 1) {
+    problem(at,
+            "uneven sequence shares are modelled for a ring (cp_kind \"ring\"); Ulysses splits heads, not the "
+            "sequence, across its degree");
+  }
+  if (mpmd)
+    problem(at, "uneven sequence shares are not modelled with per-stage layouts (parallel.stages) or an encoder");
+  if (p.uneven_shares()) problem(at, "uneven sequence shares together with parallel.dp_shares are not modelled");
+  if (p.seq_chunks > 1) problem(at, "uneven sequence shares with seq1f1b's sequence chunks are not modelled");
+  if (m.moe.enabled()) problem(at, "uneven sequence shares with mixture-of-experts layers are not modelled");
+  if (p.schedule == ScheduleKind::Custom) problem(at, "uneven sequence shares need a built-in schedule");
+  if (out.size() != before) return;
+  if (p.cp_shares_auto) {
+    if (t.seq_len % 2 != 0 || t.seq_len < 2 * static_cast<std::int64_t>(p.cp)) {
+      problem(at, "\"auto\" gives each CP rank an even number of tokens, at least 2: seq_len = " + str(t.seq_len) +
+                      " must be even and at least 2*cp = " + str(2 * static_cast<std::int64_t>(p.cp)));
+    }
+    return;
+  }
+  if (static_cast<std::int64_t>(p.cp_shares.size()) != p.cp) {
+    problem(at, "expected one token count per CP rank (cp = " + str(p.cp) + "), found " +
+                    str(static_cast<std::int64_t>(p.cp_shares.size())));
+    return;
+  }
+  std::int64_t sum = 0;
+  for (std::size_t i = 0; i < p.cp_shares.size(); ++i) {
+    sum += p.cp_shares[i];
+    if (p.cp_shares[i] < 2 || p.cp_shares[i] % 2 != 0) {
+      problem(std::string(at) + "/" + std::to_string(i),
+              "expected an even token count of at least 2 (the causal load-balancing split gives each CP rank two "
+              "halves), found " +
+                  str(p.cp_shares[i]));
+    }
+  }
+  if (sum != t.seq_len) {
+    problem(at, "the shares sum to " + str(sum) + " tokens; expected seq_len = " + str(t.seq_len));
+  }
+}
+
 }  // namespace
 
 // Ulysses (DeepSpeed-Ulysses, arXiv:2309.14509: the head count must be divisible
@@ -363,7 +411,9 @@ std::vector<LayoutProblem> check_layout(const TransformerSpec& m, const Parallel
   if (interleaved && p.pp < 2) {
     problem("/parallel/schedule", "interleaved-1f1b needs pp >= 2, found pp = " + str(p.pp));
   }
-  if (t.seq_len % p.cp != 0) {
+  if (p.uneven_cp()) {
+    check_cp_shares(m, p, t, mpmd, out);
+  } else if (t.seq_len % p.cp != 0) {
     problem("/parallel/cp", "expected a divisor of seq_len " + str(t.seq_len) + ", found " + str(p.cp));
   }
   check_ulysses(m, p, mpmd, problem);

@@ -10,7 +10,7 @@ namespace trainsim {
 
 double layer_activation_bytes(const TransformerSpec& m, const ParallelSpec& p, const TrainingSpec& tr) {
   const double t = p.tp;
-  const double sbh = static_cast<double>(p.micro_batch) * tr.seq_len / p.cp * m.hidden;
+  const double sbh = p.micro_batch * p.cp_local_tokens(tr.seq_len) * m.hidden;
   const bool sp = p.sequence_parallel && p.tp > 1;
   // e: bytes of one activation element (16-bit: 2; FP32 and TF32 training: 4).
   const double e = activation_element_bytes(tr);
@@ -34,13 +34,13 @@ double layer_activation_bytes(const TransformerSpec& m, const ParallelSpec& p, c
   const bool scores_kept = tr.attention == AttentionKind::Unfused && p.recompute == Recompute::None;
   // Without dropout the softmax output is the tensor the AV product keeps: one copy.
   const double kept = tr.dropout ? 2 * e + mask : e;
-  const double scores = scores_kept ? kept * a * (static_cast<double>(tr.seq_len) / p.cp) / h : 0.0;
+  const double scores = scores_kept ? kept * a * p.cp_local_tokens(tr.seq_len) / h : 0.0;
   return sbh * ((sp ? replicated / t : replicated) + (sharded + scores) / t);
 }
 
 double layer_weight_input_bytes(const TransformerSpec& m, const ParallelSpec& p, const TrainingSpec& tr) {
   const double t = p.tp;
-  const double sbh = static_cast<double>(p.micro_batch) * tr.seq_len / p.cp * m.hidden;
+  const double sbh = p.micro_batch * p.cp_local_tokens(tr.seq_len) * m.hidden;
   const bool sp = p.sequence_parallel && p.tp > 1;
   const double lin = tr.precision == Dtype::FP8 ? 1 : activation_element_bytes(tr);
   // QKV and MLP-up inputs (replicated unless SP), attention-projection and
@@ -174,7 +174,7 @@ MemoryBreakdown stage_memory(const TransformerSpec& m, const ParallelSpec& p, co
 
   // Activations in flight: each forward unit adds its chunk's activations, its
   // backward frees them (B keeps the weight-gradient inputs until W).
-  const double tokens = static_cast<double>(p.micro_batch) * unit_tr.seq_len / p.cp;
+  const double tokens = p.micro_batch * p.cp_local_tokens(unit_tr.seq_len);
   // The embedding output and its dropout mask (1 B).
   const double embedding_out =
       tokens * m.hidden * (activation_element_bytes(unit_tr) + 1) / (p.sequence_parallel ? p.tp : 1);

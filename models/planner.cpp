@@ -855,7 +855,7 @@ class StageProgramBuilder {
   std::uint64_t activation_message_bytes() const {
     // Megatron-LM's scatter/gather optimisation: each TP rank sends 1/tp of the
     // activation (with SP it only holds that much); without it every TP rank sends it whole.
-    const double tokens = static_cast<double>(par_.micro_batch) * train_.seq_len / par_.cp / par_.seq_chunks;
+    const double tokens = par_.micro_batch * par_.cp_local_tokens(train_.seq_len) / par_.seq_chunks;
     const bool split = par_.pp_scatter_gather || (par_.sequence_parallel && par_.tp > 1);
     return static_cast<std::uint64_t>(tokens * model_.hidden * activation_element_bytes(train_) /
                                       (split ? par_.tp : 1));
@@ -1052,6 +1052,57 @@ PipelineSchedule planned_schedule(const TransformerSpec& model, const ParallelSp
   return s;
 }
 
+// Compute seconds of one micro-batch through the whole model (every layer's
+// forward, backward and recomputation kernels) on GPU type `type`.
+double model_compute_seconds(const TransformerSpec& model, const ModelSteps& steps, const Platform& platform,
+                             int type) {
+  double t = 0;
+  for (int l = 0; l < model.layers; ++l) {
+    const LayerSteps& ls = steps.of(model.layer_kind(l));
+    for (const auto* list : {&ls.forward, &ls.backward, &ls.recompute}) {
+      for (const Step& st : *list)
+        if (!st.is_comm) t += platform.costs().seconds(st.op, type);
+    }
+  }
+  return t;
+}
+
+// Compute seconds of one micro-batch on CP rank c's slowest GPU, over every
+// stage, replica and TP rank at that CP index (its steps: its own share).
+double cp_rank_compute_seconds(const TransformerSpec& model, const ParallelSpec& par, const ModelSteps& steps,
+                               const Platform& platform, const Placement& placement, int c) {
+  std::set<int> types;
+  for (int s = 0; s < par.pp; ++s) {
+    for (int d = 0; d < par.dp; ++d) {
+      for (int t = 0; t < par.tp; ++t)
+        types.insert(platform.cluster().gpu_type_of(placement.gpu(RankCoord{t, c, 0, d, s})));
+    }
+  }
+  double slowest = 0;
+  for (int type : types) slowest = std::max(slowest, model_compute_seconds(model, steps, platform, type));
+  return slowest;
+}
+
+// Tokens of each CP rank (parallel.cp_shares): the explicit ones, or "auto":
+// proportional to each CP rank's speed (one over its compute at an even share),
+// in pairs of tokens (the causal load-balancing split halves each share).
+std::vector<int> resolved_cp_shares(const TransformerSpec& model, const ParallelSpec& par, const TrainingSpec& train,
+                                    const Platform& platform, const Placement& placement) {
+  if (!par.cp_shares_auto) return par.cp_shares;
+  ParallelSpec even = par;
+  even.cp_shares.clear();
+  even.cp_shares_auto = false;
+  const ModelSteps steps = build_model_steps(model, even, train);
+  std::vector<double> speed(par.cp, 1.0);
+  for (int c = 0; c < par.cp; ++c) {
+    const double t = cp_rank_compute_seconds(model, par, steps, platform, placement, c);
+    if (t > 0) speed[c] = 1.0 / t;
+  }
+  std::vector<int> pairs = balanced_shares(train.seq_len / 2, speed, ShareRule{});
+  for (int& p : pairs) p *= 2;
+  return pairs;
+}
+
 }  // namespace
 
 TransformerWorkload::TransformerWorkload(TransformerSpec model, ParallelSpec par, TrainingSpec train)
@@ -1120,14 +1171,7 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
     auto mb_seconds = [&](int type) {
       auto it = seconds_of_type.find(type);
       if (it != seconds_of_type.end()) return it->second;
-      double t = 0;
-      for (int l = 0; l < model.layers; ++l) {
-        const LayerSteps& ls = steps.of(model.layer_kind(l));
-        for (const auto* list : {&ls.forward, &ls.backward, &ls.recompute}) {
-          for (const Step& st : *list)
-            if (!st.is_comm) t += platform.costs().seconds(st.op, type);
-        }
-      }
+      const double t = model_compute_seconds(model, steps, platform, type);
       seconds_of_type[type] = t;
       return t;
     };
@@ -1144,6 +1188,27 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
     }
     share = balanced_shares(par.global_batch / par.micro_batch, speed, share_rule(par));
   }
+  // Uneven ring-CP shares: each CP rank its own steps and programs on its tokens.
+  const int ncp = par.uneven_cp() ? par.cp : 1;
+  std::vector<ParallelSpec> cp_par;  // one CP rank's layout (its share), with the share fixed
+  std::vector<ModelSteps> cp_steps;
+  if (par.uneven_cp()) {
+    plan.cp_shares = resolved_cp_shares(model, par, train_, platform, placement);
+    std::vector<double> compute;  // seconds of a micro-batch's compute per CP rank, on its slowest GPU
+    for (int c = 0; c < par.cp; ++c) {
+      ParallelSpec one = par;
+      one.cp_shares = plan.cp_shares;
+      one.cp_shares_auto = false;
+      one.cp_rank = c;
+      cp_steps.push_back(build_model_steps(model, one, train_, ep_nodes(one, 0)));
+      cp_par.push_back(one);
+      compute.push_back(cp_rank_compute_seconds(model, par, cp_steps.back(), platform, placement, c));
+    }
+    plan.cp_pace_rank = static_cast<int>(std::max_element(compute.begin(), compute.end()) - compute.begin());
+  }
+  // The CP rank with the largest share: its layout sets the schedule's and the memory check's figures.
+  const auto largest_cp =
+      static_cast<std::size_t>(std::max_element(plan.cp_shares.begin(), plan.cp_shares.end()) - plan.cp_shares.begin());
   std::vector<int> counts = share;
   std::sort(counts.begin(), counts.end());
   counts.erase(std::unique(counts.begin(), counts.end()), counts.end());
@@ -1158,6 +1223,7 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
   std::vector<PipelineSchedule> count_sched;
   for (int k : counts) {
     count_par.push_back(par.uneven_shares() ? replica_layout(par, k) : par);
+    if (par.uneven_cp()) count_par.back() = cp_par[largest_cp];
     count_sched.push_back(planned_schedule(model, count_par.back(), train_, steps, platform, placement));
     const PipelineSchedule& sched = count_sched.back();
     const std::vector<std::string> problems = check_schedule(sched);
@@ -1194,14 +1260,20 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
   } else {
     add_traffic(steps);
   }
-  // Programs: count k's stage s is program k * pp + s (one count without uneven shares).
+  // Programs: count k's stage s is program k * pp + s (one count without uneven
+  // shares); with uneven CP shares, CP rank c's is (k * cp + c) * pp + s.
   std::vector<std::vector<SlotUse>> slots_of_program;
-  for (int k = 0; k < num_counts; ++k) {
+  for (int kc = 0; kc < num_counts * ncp; ++kc) {
+    const int k = kc / ncp, c = kc % ncp;
     for (int s = 0; s < par.pp; ++s) {
       const TransformerSpec& sm = mpmd ? stage_specs[s].model : model;
-      const ParallelSpec& sp_par = mpmd ? stage_specs[s].par : count_par[k];
+      const ParallelSpec& sp_par = mpmd ? stage_specs[s].par : ncp > 1 ? cp_par[c] : count_par[k];
       const TrainingSpec& st = mpmd ? stage_specs[s].train : train_;
-      StageProgramBuilder builder(sm, sp_par, st, mpmd ? stage_steps[s] : steps, count_sched[k], s);
+      StageProgramBuilder builder(sm, sp_par, st,
+                                  mpmd      ? stage_steps[s]
+                                  : ncp > 1 ? cp_steps[c]
+                                            : steps,
+                                  count_sched[k], s);
       if (mpmd) builder.set_stage_layouts(&links, stage_specs[s].first_stage);
       builder.set_matrix_base(matrix_base[s]);
       if (!seq_steps.empty()) builder.set_sequence_chunks(&seq_steps);
@@ -1209,7 +1281,7 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
       double hw = 0, mf = 0;
       plan.setup.programs.push_back(builder.build(&hw, &mf));
       slots_of_program.push_back(builder.slots());
-      const int ranks = tp_of(s) * (mpmd ? dp_of(s) : replicas_of_count[k]) * par.cp;
+      const int ranks = tp_of(s) * (mpmd ? dp_of(s) : replicas_of_count[k]) * (par.cp / ncp);
       plan.hardware_flops += hw * ranks;
       plan.model_flops += mf * ranks;
     }
@@ -1414,7 +1486,7 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
       }
       replica_simulated[d] = covered && options.representatives ? 0 : 1;
       if (!covered) representatives.push_back(d);
-      replica_compact[d] = dp_uniform && uniform[d] ? 1 : 0;
+      replica_compact[d] = dp_uniform && uniform[d] && ncp == 1 ? 1 : 0;  // uneven CP: each CP rank its program
     }
   }
 
@@ -1430,7 +1502,7 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
       for (int c = 0; c < cps; ++c) {
         for (int t = 0; t < tps; ++t) {
           RankProgram rp;
-          const int program = (mpmd ? 0 : count_of_replica[d]) * par.pp + s;
+          const int program = ((mpmd ? 0 : count_of_replica[d]) * ncp + (ncp > 1 ? c : 0)) * par.pp + s;
           rp.program = static_cast<std::uint32_t>(program);
           rp.gpu = gpu(s, d, c, t);
           if (replica_compact[d]) rp.gpu_type = slowest_type[static_cast<std::size_t>(s) * par.dp + d];

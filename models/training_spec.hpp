@@ -208,9 +208,20 @@ struct ParallelSpec {
   std::vector<int> dp_shares;
   bool dp_shares_balanced = false;
   int replica_micro_batches = 0;  // > 0: one replica's layout (models/dp_shares.hpp), its count
+  // Uneven ring-CP sequence shares (docs/heterogeneous.md): tokens of each CP rank
+  // (summing to seq_len); empty = seq_len/cp each. `cp_shares_auto`: the planner
+  // sets them by each CP rank's speed. `cp_rank` >= 0: one CP rank's layout.
+  std::vector<int> cp_shares;
+  bool cp_shares_auto = false;
+  int cp_rank = -1;
 
   int cp_ring() const { return cp / cp_ulysses; }  // ranks of a CP ring (cp without Ulysses)
   bool uneven_shares() const { return dp_shares_balanced || !dp_shares.empty(); }
+  bool uneven_cp() const { return cp_shares_auto || !cp_shares.empty(); }
+  // Tokens of a sequence this rank holds: its CP share, else seq_len/cp.
+  double cp_local_tokens(int seq_len) const {
+    return cp_rank >= 0 && !cp_shares.empty() ? cp_shares[cp_rank] : static_cast<double>(seq_len) / cp;
+  }
   int gpus() const { return tp * pp * dp * cp; }
   // Model chunks in layer order (pp * vpp, or the custom schedule's), the
   // layers of chunk v (stage_layers when it has one entry per chunk, else an

@@ -61,6 +61,10 @@ struct WorkloadPlan {
   // Uneven data-parallel shares (models/dp_shares.hpp): micro-batches of each
   // replica; empty for an even split.
   std::vector<int> dp_shares;
+  // Uneven ring-CP shares (docs/heterogeneous.md): tokens of each CP rank, and
+  // the CP rank whose compute per micro-batch is the longest (it sets the pace).
+  std::vector<int> cp_shares;
+  int cp_pace_rank = -1;
 };
 
 class Workload {

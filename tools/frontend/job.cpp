@@ -296,6 +296,8 @@ JobRun run_job(const Scenario& s, Fidelity fidelity, MemoryCheck memory) {
   rep.expert_rank_tokens = plan.expert_rank_tokens;
   rep.expert_dropped_fraction = plan.expert_dropped_fraction;
   rep.dp_shares = plan.dp_shares;
+  rep.cp_shares = plan.cp_shares;
+  rep.cp_pace_rank = plan.cp_pace_rank;
   rep.iteration_time_s = res.makespan.to_seconds();
   if (s.training.post_validation && res.completed) {
     // Post-validation: every rank steps and starts its next iteration as soon as
@@ -594,6 +596,7 @@ nlohmann::json to_json(const JobReport& r) {
       shares.push_back({{"micro_batches", d.micro_batches}, {"replicas", d.replicas}, {"first_replica", d.first}});
     out["dp_shares"] = shares;
   }
+  if (!r.cp_shares.empty()) out["cp_shares"] = {{"tokens", r.cp_shares}, {"pace_rank", r.cp_pace_rank}};
   out["flops_convention"] = r.flops_convention;
   if (r.reliability) out["reliability"] = reliability_json(*r.reliability);
   if (r.perturbations) {
@@ -700,6 +703,11 @@ std::string summary_text(const JobReport& r) {
     for (const DistinctShare& d : distinct_shares(r.dp_shares))
       out += " " + std::to_string(d.micro_batches) + " x " + std::to_string(d.replicas);
     out += "\n";
+  }
+  if (!r.cp_shares.empty()) {
+    out += "  cp shares (tokens):";
+    for (int t : r.cp_shares) out += " " + std::to_string(t);
+    out += "; pace set by cp rank " + std::to_string(r.cp_pace_rank) + "\n";
   }
   out += "  " + std::to_string(r.events) + " events, " + std::to_string(r.simulated_ranks) + " simulated ranks" +
          (r.flow_ranks.empty() || r.flow_ranks == "all" ? std::string() : " (flow.ranks " + r.flow_ranks + ")") + ", " +

@@ -495,6 +495,26 @@ ParallelSpec read_parallel(ObjectReader& top, bool batch_required) {
               "(1 to 1,048,576 entries)");
     }
   }
+  // Uneven ring-CP sequence shares (docs/heterogeneous.md): "even", "auto" or
+  // tokens per CP rank; the layout rules check them against seq_len.
+  if (const nlohmann::json* sh = r.raw("cp_shares")) {
+    if (sh->is_string() && (*sh == "even" || *sh == "auto")) {
+      p.cp_shares_auto = *sh == "auto";
+    } else if (sh->is_array() && !sh->empty() && sh->size() <= (1U << 20)) {
+      for (std::size_t i = 0; i < sh->size(); ++i) {
+        const std::optional<std::int64_t> x = json_integer_value((*sh)[i]);
+        if (!x || *x < 1 || *x > kMaxInt) {
+          r.diagnostics().error(r.at("cp_shares") + "/" + std::to_string(i),
+                                "expected a token count in [1, " + std::to_string(kMaxInt) + "]");
+          p.cp_shares.push_back(2);
+        } else {
+          p.cp_shares.push_back(static_cast<int>(*x));
+        }
+      }
+    } else {
+      r.error("cp_shares", "expected \"even\", \"auto\" or an array with the tokens of each CP rank");
+    }
+  }
   r.finish();
   p.custom_schedule.microbatches = p.micro_batches();
   return p;
@@ -749,6 +769,10 @@ void check_consistency(Scenario& s, Diagnostics& d) {
       micro_batches = std::accumulate(distinct.begin(), distinct.end(), std::int64_t{0});
       what = "the distinct shares (one program each) add up to ";
     }
+    if (par.uneven_cp()) {  // uneven CP shares: each CP rank runs a program of its own
+      micro_batches *= par.cp;
+      what = "micro-batches x cp (uneven cp_shares: one program per CP rank) = ";
+    }
     if (par.seq_chunks > 1) {  // seq1f1b: each sequence chunk is a unit of its own
       micro_batches *= par.seq_chunks;
       what = "micro-batches x seq_chunks = ";
@@ -756,7 +780,9 @@ void check_consistency(Scenario& s, Diagnostics& d) {
     // An encoder's layers are tasks too (model.encoder, docs/heterogeneous.md).
     const std::int64_t layers = s.model.layers + (s.model.encoder.empty() ? 0 : s.model.encoder.front().layers);
     if (micro_batches > kMaxMicroBatches || micro_batches * layers > kMaxMicroBatchLayers) {
-      d.error(par.uneven_shares() ? "/parallel/dp_shares" : "/parallel/global_batch",
+      d.error(par.uneven_cp()       ? "/parallel/cp_shares"
+              : par.uneven_shares() ? "/parallel/dp_shares"
+                                    : "/parallel/global_batch",
               what + std::to_string(micro_batches) + " micro-batches of " + std::to_string(layers) +
                   " layers; at most " + std::to_string(kMaxMicroBatches) + " micro-batches and " +
                   std::to_string(kMaxMicroBatchLayers) +

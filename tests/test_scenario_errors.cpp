@@ -122,8 +122,11 @@ TEST_CASE("--set overrides go through the same validation") {
   CHECK(errors_of(good(), {"parallel.tp=4", "parallel.dp=2"}) == "");
   const std::string e = errors_of(good(), {"parallel.tp=three"});
   CHECK(e.find("/parallel/tp: expected an integer, found the string \"three\"") != std::string::npos);
-  const std::string e2 = errors_of(good(), {"model.layers=12"});
-  CHECK(e2.find("/model") != std::string::npos);
+  // A preset named by a string takes field overrides ({"preset": name, ...}); a key it does not have is still an error.
+  CHECK(errors_of(good(), {"model.bias=false", "cluster.node.nics.count=4"}) == "");
+  const std::string e2 = errors_of(good(), {"model.layerz=12"});
+  CHECK(e2.find("/model/layerz: unknown key") != std::string::npos);
+  CHECK(errors_of(good(), {"parallel.tp.x=1"}).find("/parallel/tp is") != std::string::npos);
   CHECK(errors_of(good(), {"nonsense"}).find("expected key.path=value") != std::string::npos);
 }
 

@@ -74,6 +74,12 @@ void apply_override(nlohmann::json& doc, const std::string& spec, Diagnostics& d
       diags.error(pointer, "--set \"" + spec + "\": empty key in path");
       return;
     }
+    // A model or node preset given by name takes field overrides in the object form the
+    // loader accepts for it: "model": "gpt3-1.3b" with model.bias=true is {"preset": "gpt3-1.3b", "bias": true}.
+    if (node->is_string() && (pointer == "/model" || pointer == "/cluster/node")) {
+      const std::string preset = node->get<std::string>();
+      *node = nlohmann::json::object({{"preset", preset}});
+    }
     if (!node->is_object()) {
       diags.error(pointer, "--set \"" + spec + "\": " + (pointer.empty() ? "the document" : pointer) + " is " +
                                describe_json_type(*node) + ", not an object");

@@ -680,6 +680,20 @@ void add_mtp_modules(const TransformerSpec& m, const Dims& D, ModelSteps* out) {
   out->head_expert_grad_elements += m.mtp_depth * block.expert_grad_elements;
 }
 
+// The MLP's backward from its output's gradient to its activation's input gradient:
+// the down projection's data and weight gradients, then the activation's backward.
+// `g` is the gradient's all-gather under sequence parallelism (-1 without); with TP
+// overlap (`ov`) it runs alongside the dgrad and the wgrad waits for it. Sequential
+// and parallel blocks share these steps.
+void mlp_down_backward(StepList& L, const Dims& D, const KernelRecipe& R, int g, bool ov) {
+  L.gemm("mlp.down.dgrad", D.gemm_dtype, D.tokens, D.f_t, D.h, ov ? std::vector<int>{} : maybe(g));
+  L.set_pass(Pass::BackwardWeight);
+  L.gemm("mlp.down.wgrad", D.gemm_dtype, D.h, D.f_t, D.tokens, ov ? maybe(g) : std::vector<int>{});
+  L.set_pass(Pass::BackwardInput);
+  L.memory("mlp.act.bwd", D.tokens * D.f_t * D.act_bytes * (D.swiglu ? 5 * R.swiglu_bwd : 3), {},
+           D.swiglu ? R.swiglu_bwd_kernels : 1);
+}
+
 // A parallel attention + MLP block (GPT-J, GPT-NeoX's use_parallel_residual, PaLM,
 // Chowdhery et al. 2022, Section 2): y = x + Attention(LN(x)) + MLP(LN(x)). One norm,
 // the QKV and MLP input projections fused into one GEMM, and the two row-parallel
@@ -724,12 +738,7 @@ void parallel_block_layer(const TransformerSpec& m, const ParallelSpec& p, const
     StepList L(&out->backward, Pass::BackwardInput, D.act_bytes, tr.fp8_recipe);
     L.memory("block.residual.bwd", act_norm * 2);
     const int g = D.sp ? L.comm("tp.ag.block.grad", CollectiveKind::AllGather, CommClass::TP, act) : -1;
-    L.gemm("mlp.down.dgrad", D.gemm_dtype, D.tokens, D.f_t, D.h, gate(g));
-    L.set_pass(Pass::BackwardWeight);
-    L.gemm("mlp.down.wgrad", D.gemm_dtype, D.h, D.f_t, D.tokens, after(g));
-    L.set_pass(Pass::BackwardInput);
-    L.memory("mlp.act.bwd", D.tokens * D.f_t * D.act_bytes * (D.swiglu ? 5 * R.swiglu_bwd : 3), {},
-             D.swiglu ? R.swiglu_bwd_kernels : 1);
+    mlp_down_backward(L, D, R, g, ov);
     L.gemm("attn.proj.dgrad", D.gemm_dtype, D.tokens, D.a_t * D.d_out, D.h);
     L.set_pass(Pass::BackwardWeight);
     L.gemm("attn.proj.wgrad", D.gemm_dtype, D.h, D.a_t * D.d_out, D.tokens, after(g));
@@ -854,12 +863,7 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     // MLP block, in reverse.
     L.memory("mlp.residual.bwd", act_norm * 2);
     const int g1 = D.sp ? L.comm("tp.ag.mlp.grad", CollectiveKind::AllGather, CommClass::TP, act) : -1;
-    L.gemm("mlp.down.dgrad", D.gemm_dtype, D.tokens, D.f_t, D.h, gate(g1));
-    L.set_pass(Pass::BackwardWeight);
-    L.gemm("mlp.down.wgrad", D.gemm_dtype, D.h, D.f_t, D.tokens, after(g1));
-    L.set_pass(Pass::BackwardInput);
-    L.memory("mlp.act.bwd", D.tokens * D.f_t * D.act_bytes * (D.swiglu ? 5 * R.swiglu_bwd : 3), {},
-             D.swiglu ? R.swiglu_bwd_kernels : 1);
+    mlp_down_backward(L, D, R, g1, ov);
     // MLP bias gradients: the down projection's over the block output's gradient,
     // the up projection's over the activation's input gradient.
     if (bias && R.bias_grad) L.memory("mlp.bias.grad", act_norm + D.tokens * D.f_t * D.act_bytes, {}, 2);

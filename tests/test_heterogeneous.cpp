@@ -284,15 +284,16 @@ TEST_CASE("an inline GPU borrows a catalog profile and runs at its own figures")
   CHECK(half.per_stage[0].time.compute_s > 1.5 * full.per_stage[0].time.compute_s);
 }
 
+// A 16-layer model on 8 H100 + 8 A100: small enough to rank every plan in well under a second.
+constexpr const char* kSmallMixedFleet = R"({
+  "model": {"name": "gpt-1b", "layers": 16, "hidden": 2048, "heads": 16, "ffn_hidden": 8192, "vocab": 32000},
+  "cluster": {"groups": [{"node": "dgx-h100", "nodes": 1}, {"node": "dgx-a100", "nodes": 1}]},
+  "parallel": {"dp": 16, "micro_batch": 1, "global_batch": 128},
+  "training": {"seq_len": 2048}
+})";
+
 TEST_CASE("mixed-fleet search: a plan at least as fast as every homogeneous plan on A100 + H100") {
-  // A 16-layer model on 8 H100 + 8 A100: small enough to rank every plan in well under a second.
-  const char* text = R"({
-    "model": {"name": "gpt-1b", "layers": 16, "hidden": 2048, "heads": 16, "ffn_hidden": 8192, "vocab": 32000},
-    "cluster": {"groups": [{"node": "dgx-h100", "nodes": 1}, {"node": "dgx-a100", "nodes": 1}]},
-    "parallel": {"dp": 16, "micro_batch": 1, "global_batch": 128},
-    "training": {"seq_len": 2048}
-  })";
-  const Scenario s = load(text);
+  const Scenario s = load(kSmallMixedFleet);
   MixedFleetSearchSpace space;
   space.micro_batch = {2};
   space.max_stages_per_group = 2;
@@ -319,13 +320,7 @@ TEST_CASE("mixed-fleet search: a plan at least as fast as every homogeneous plan
 }
 
 TEST_CASE("mixed-fleet search with per-stage DP: valid plans whose stages differ in DP, ranked with the rest") {
-  const char* text = R"({
-    "model": {"name": "gpt-1b", "layers": 16, "hidden": 2048, "heads": 16, "ffn_hidden": 8192, "vocab": 32000},
-    "cluster": {"groups": [{"node": "dgx-h100", "nodes": 1}, {"node": "dgx-a100", "nodes": 1}]},
-    "parallel": {"dp": 16, "micro_batch": 1, "global_batch": 128},
-    "training": {"seq_len": 2048}
-  })";
-  const Scenario s = load(text);
+  const Scenario s = load(kSmallMixedFleet);
   MixedFleetSearchSpace space;
   space.micro_batch = {2};
   space.max_stages_per_group = 1;

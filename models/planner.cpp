@@ -202,11 +202,11 @@ class StageProgramBuilder {
     std::vector<int> layers;
     auto flush = [&]() {
       if (layers.empty()) return;
-      TaskId t = b_.collective(s_.dp, slot_dp_, CollectiveKind::AllGather, CommClass::DP,
-                               static_cast<std::uint64_t>(elems * kActBytes), label("dp.ag.params"), -1, {});
+      TaskId t = b_.collective(s_.dp, slot_dp_, CollectiveKind::AllGather, CommClass::DP, task_bytes(elems * kActBytes),
+                               label("dp.ag.params"), -1, {});
       if (expert_elems > 0 && edp_group_ > 1) {
         t = b_.collective(s_.dp, slot_edp_, CollectiveKind::AllGather, CommClass::DP,
-                          static_cast<std::uint64_t>(expert_elems * kActBytes), label("edp.ag.params"), -1, {});
+                          task_bytes(expert_elems * kActBytes), label("edp.ag.params"), -1, {});
       }
       for (int l : layers) param_bucket_of_layer_[l] = t;
       layers.clear();
@@ -347,8 +347,8 @@ class StageProgramBuilder {
         if (after != kNone) deps.push_back(after);
         const std::uint32_t matrix = s.matrix >= 0 ? matrix_base_ + static_cast<std::uint32_t>(s.matrix) : kNoMatrix;
         dedupe_in_place(deps);
-        ids[j] = b_.collective(comm_stream(s.comm_class), comm_slot(s), s.collective, s.comm_class,
-                               static_cast<std::uint64_t>(s.bytes), lbl, mb, deps, matrix);
+        ids[j] = b_.collective(comm_stream(s.comm_class), comm_slot(s), s.collective, s.comm_class, task_bytes(s.bytes),
+                               lbl, mb, deps, matrix);
       } else {
         dedupe_in_place(deps);
         ids[j] = b_.compute(s_.compute, op_id(s), lbl, mb, deps);
@@ -458,8 +458,8 @@ class StageProgramBuilder {
       // FSDP's root unit (embedding, final norm, LM head): gathered once per
       // micro-batch before its forward and kept until its backward.
       outer = b_.collective(s_.dp, slot_dp_, CollectiveKind::AllGather, CommClass::DP,
-                            static_cast<std::uint64_t>(outer_elements(v) * kActBytes), label("dp.ag.params outer"),
-                            u.microbatch, dedupe(entry));
+                            task_bytes(outer_elements(v) * kActBytes), label("dp.ag.params outer"), u.microbatch,
+                            dedupe(entry));
     }
     if (embedding_of(v)) {
       std::vector<TaskId> deps = entry;
@@ -624,8 +624,7 @@ class StageProgramBuilder {
       // like every layer's once its backward is done.
       const TaskId d[] = {last};
       b_.collective(s_.dp, slot_dp_, CollectiveKind::ReduceScatter, CommClass::DP,
-                    static_cast<std::uint64_t>(outer_elements(v) * train_.grad_reduce_bytes),
-                    label("dp.rs.grads outer"), mb, d);
+                    task_bytes(outer_elements(v) * train_.grad_reduce_bytes), label("dp.rs.grads outer"), mb, d);
       dp_tasks_.push_back(b_.size() - 1);
     }
     if (reduce_grads && !zero3()) flush_bucket(last, mb);
@@ -644,12 +643,12 @@ class StageProgramBuilder {
     if (zero3()) {
       const TaskId d[] = {last};
       b_.collective(s_.dp, slot_dp_, CollectiveKind::ReduceScatter, CommClass::DP,
-                    static_cast<std::uint64_t>(layer_steps(layer).grad_elements * train_.grad_reduce_bytes),
+                    task_bytes(layer_steps(layer).grad_elements * train_.grad_reduce_bytes),
                     label("B L" + std::to_string(layer) + " dp.rs.grads"), mb, d);
       dp_tasks_.push_back(b_.size() - 1);
       if (expert > 0 && edp_group_ > 1) {
         b_.collective(s_.dp, slot_edp_, CollectiveKind::ReduceScatter, CommClass::DP,
-                      static_cast<std::uint64_t>(expert * train_.grad_reduce_bytes),
+                      task_bytes(expert * train_.grad_reduce_bytes),
                       label("B L" + std::to_string(layer) + " edp.rs.grads"), mb, d);
         dp_tasks_.push_back(b_.size() - 1);
       }
@@ -673,12 +672,11 @@ class StageProgramBuilder {
     std::vector<TaskId> deps;
     if (after != kNone) deps.push_back(after);
     TaskId t = b_.collective(s_.dp, slot_dp_, CollectiveKind::AllGather, CommClass::DP,
-                             static_cast<std::uint64_t>(layer_steps(layer).grad_elements * kActBytes),
+                             task_bytes(layer_steps(layer).grad_elements * kActBytes),
                              label("L" + std::to_string(layer) + " dp.ag.params"), mb, deps);
     const double expert = layer_steps(layer).expert_grad_elements;
     if (expert > 0 && edp_group_ > 1) {
-      t = b_.collective(s_.dp, slot_edp_, CollectiveKind::AllGather, CommClass::DP,
-                        static_cast<std::uint64_t>(expert * kActBytes),
+      t = b_.collective(s_.dp, slot_edp_, CollectiveKind::AllGather, CommClass::DP, task_bytes(expert * kActBytes),
                         label("L" + std::to_string(layer) + " edp.ag.params"), mb, deps);
     }
     return t;
@@ -712,15 +710,13 @@ class StageProgramBuilder {
     const bool scatter = zero_sharded_optimizer() && !deepspeed_bf16_optimizer();
     const auto kind = scatter ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce;
     if (elements > 0) {
-      b_.collective(s_.dp, slot_dp_, kind, CommClass::DP,
-                    static_cast<std::uint64_t>(elements * train_.grad_reduce_bytes),
+      b_.collective(s_.dp, slot_dp_, kind, CommClass::DP, task_bytes(elements * train_.grad_reduce_bytes),
                     label(scatter ? "dp.rs.grads" : "dp.ar.grads"), mb, dedupe(deps));
       dp_tasks_.push_back(b_.size() - 1);
     }
     if (expert_elements > 0) {
       const auto ekind = par_.zero >= 1 ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce;
-      b_.collective(s_.dp, slot_edp_, ekind, CommClass::DP,
-                    static_cast<std::uint64_t>(expert_elements * train_.grad_reduce_bytes),
+      b_.collective(s_.dp, slot_edp_, ekind, CommClass::DP, task_bytes(expert_elements * train_.grad_reduce_bytes),
                     label(par_.zero >= 1 ? "edp.rs.grads" : "edp.ar.grads"), mb, dedupe(deps));
       dp_tasks_.push_back(b_.size() - 1);
     }
@@ -779,9 +775,9 @@ class StageProgramBuilder {
   // after Distributed Muon's gather of the DP-sharded gradients (Moonlight).
   void emit_muon_orthogonalisation(std::vector<TaskId>& deps) {
     if (par_.zero >= 1 && dp_group_ > 1) {
-      const TaskId g = b_.collective(s_.dp, slot_dp_, CollectiveKind::AllGather, CommClass::DP,
-                                     static_cast<std::uint64_t>(local_layer_params() * kActBytes),
-                                     label("optimizer.muon.gather"), -1, dedupe(deps));
+      const TaskId g =
+          b_.collective(s_.dp, slot_dp_, CollectiveKind::AllGather, CommClass::DP,
+                        task_bytes(local_layer_params() * kActBytes), label("optimizer.muon.gather"), -1, dedupe(deps));
       deps = {g};
     }
     const int layers = local_layers();
@@ -843,11 +839,11 @@ class StageProgramBuilder {
     const TaskId st = b_.compute(s_.compute, b_.add_op(step), label("optimizer.step"), -1, dedupe(before_step));
     if (zero_sharded_optimizer() && !prefetch_params_) {
       const TaskId sd[] = {st};
-      b_.collective(s_.dp, slot_dp_, CollectiveKind::AllGather, CommClass::DP,
-                    static_cast<std::uint64_t>(local_params() * kActBytes), label("dp.ag.params"), -1, sd);
+      b_.collective(s_.dp, slot_dp_, CollectiveKind::AllGather, CommClass::DP, task_bytes(local_params() * kActBytes),
+                    label("dp.ag.params"), -1, sd);
       if (edp_group_ > 1 && local_expert_params() > 0) {
         b_.collective(s_.dp, slot_edp_, CollectiveKind::AllGather, CommClass::DP,
-                      static_cast<std::uint64_t>(local_expert_params() * kActBytes), label("edp.ag.params"), -1, sd);
+                      task_bytes(local_expert_params() * kActBytes), label("edp.ag.params"), -1, sd);
       }
     }
   }
@@ -857,8 +853,7 @@ class StageProgramBuilder {
     // activation (with SP it only holds that much); without it every TP rank sends it whole.
     const double tokens = par_.micro_batch * par_.cp_local_tokens(train_.seq_len) / par_.seq_chunks;
     const bool split = par_.pp_scatter_gather || (par_.sequence_parallel && par_.tp > 1);
-    return static_cast<std::uint64_t>(tokens * model_.hidden * activation_element_bytes(train_) /
-                                      (split ? par_.tp : 1));
+    return task_bytes(tokens * model_.hidden * activation_element_bytes(train_) / (split ? par_.tp : 1));
   }
 
   const TransformerSpec& model_;
@@ -1151,7 +1146,7 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
     for (int s = 0; s + 1 < par.pp; ++s) {
       for (const auto& [from, to] : {std::pair{s, s + 1}, std::pair{s + 1, s}}) {
         const BoundaryShape shape = boundary_shape(model, par, train_, from, to);
-        links[{from, to}] = LinkShape{shape.sends, shape.recvs, static_cast<std::uint64_t>(shape.bytes)};
+        links[{from, to}] = LinkShape{shape.sends, shape.recvs, task_bytes(shape.bytes)};
       }
     }
   }

@@ -64,6 +64,15 @@ struct ProgramTemplate {
 
 using TaskId = std::uint32_t;
 
+// A task's byte count from a size computed in floating point: truncated, 0 for
+// negative or NaN, and saturated at 2^63 where an absurd model exceeds it (a
+// conversion out of range would be undefined); the clock then saturates too.
+inline std::uint64_t task_bytes(double bytes) {
+  if (!(bytes > 0)) return 0;
+  if (bytes >= 9223372036854775808.0) return std::uint64_t{1} << 63;
+  return static_cast<std::uint64_t>(bytes);
+}
+
 // Appends tasks in program order; dependencies must name earlier tasks.
 class ProgramBuilder {
  public:

@@ -480,8 +480,7 @@ WorkloadPlan DlrmWorkload::plan(const Platform& platform, const Placement& place
     };
     auto coll_on = [&](std::uint32_t on, std::uint8_t stream, CollectiveKind kind, CommClass cls, double bytes,
                        const std::string& name, std::vector<TaskId> deps) {
-      return pb.collective(stream, on, kind, cls, static_cast<std::uint64_t>(std::llround(bytes)), pb.add_label(name),
-                           -1, deps);
+      return pb.collective(stream, on, kind, cls, task_bytes(std::round(bytes)), pb.add_label(name), -1, deps);
     };
     auto coll = [&](std::uint8_t stream, CollectiveKind kind, CommClass cls, double bytes, const std::string& name,
                     std::vector<TaskId> deps) {

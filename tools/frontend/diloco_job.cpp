@@ -124,7 +124,7 @@ JobRun run_diloco_job(const Scenario& s, Fidelity fidelity) {
       const double p = round[static_cast<std::size_t>(comm_stage[c])];
       if (p <= 0) continue;
       round_comms.push_back(comms[c]);
-      bytes.push_back(static_cast<std::uint64_t>(p / s.parallel.tp * spec.outer_bytes / fused_fragments));
+      bytes.push_back(task_bytes(p / s.parallel.tp * spec.outer_bytes / fused_fragments));
     }
     auto [it, fresh] = round_seconds.try_emplace(bytes, 0.0);
     if (fresh) {

@@ -20,7 +20,7 @@ expect() {
   shift 2
   cases=$((cases + 1))
   local out rc
-  out=$(timeout 120 "$trainsim" "$@" 2>&1 </dev/null)
+  out=$(timeout "${TRAINSIM_HOSTILE_TIMEOUT:-120}" "$trainsim" "$@" 2>&1 </dev/null)
   rc=$?
   if [ "$rc" -ne "$code" ] || ! grep -qF -- "$needle" <<<"$out"; then
     failures=$((failures + 1))

@@ -1083,9 +1083,36 @@ double cp_rank_compute_seconds(const TransformerSpec& model, const ParallelSpec&
   return slowest;
 }
 
+// Compute per micro-batch of CP rank c under Ulysses as fixed + h x per_head in its
+// query heads h (its attention core grows with its heads, the rest of its layers runs
+// on its tokens), on its slowest GPU, from its compute at two neighbouring head counts
+// (`cp_shares`: the token shares, or empty for even ones).
+struct UlyssesRankCompute {
+  double fixed = 0, per_head = 0;
+};
+UlyssesRankCompute ulysses_rank_compute(const TransformerSpec& model, const ParallelSpec& par,
+                                        const TrainingSpec& train, const Platform& platform, const Placement& placement,
+                                        const std::vector<int>& cp_shares, int c) {
+  const int u = par.cp_ulysses, heads = model.heads / par.tp;
+  const int lo = std::max(1, heads / u), hi = lo + 1;  // hi <= heads: the layout rules ask heads >= u >= 2
+  ParallelSpec one = par;
+  one.cp_shares = cp_shares;
+  one.cp_shares_auto = false;
+  one.head_shares_auto = false;
+  one.cp_rank = c;
+  one.head_shares.assign(u, 0);  // only this rank's own heads and tokens enter its compute
+  one.head_shares[c % u] = lo;
+  const double t_lo = cp_rank_compute_seconds(model, par, build_model_steps(model, one, train), platform, placement, c);
+  one.head_shares[c % u] = hi;
+  const double t_hi = cp_rank_compute_seconds(model, par, build_model_steps(model, one, train), platform, placement, c);
+  return {t_lo - lo * (t_hi - t_lo), t_hi - t_lo};
+}
+
 // Tokens of each CP rank (parallel.cp_shares): the explicit ones, or "auto":
-// proportional to each CP rank's speed (one over its compute at an even share),
-// in pairs of tokens (the causal load-balancing split halves each share).
+// proportional to each CP rank's speed (one over its compute at an even share;
+// under Ulysses over the part that runs on its tokens, the attention between the
+// all-to-alls being shared by heads), in pairs of tokens (the ring's causal
+// load-balancing split halves each share).
 std::vector<int> resolved_cp_shares(const TransformerSpec& model, const ParallelSpec& par, const TrainingSpec& train,
                                     const Platform& platform, const Placement& placement) {
   if (!par.cp_shares_auto) return par.cp_shares;
@@ -1095,12 +1122,36 @@ std::vector<int> resolved_cp_shares(const TransformerSpec& model, const Parallel
   const ModelSteps steps = build_model_steps(model, even, train);
   std::vector<double> speed(par.cp, 1.0);
   for (int c = 0; c < par.cp; ++c) {
-    const double t = cp_rank_compute_seconds(model, par, steps, platform, placement, c);
+    const double t = par.cp_ulysses > 1 ? ulysses_rank_compute(model, par, train, platform, placement, {}, c).fixed
+                                        : cp_rank_compute_seconds(model, par, steps, platform, placement, c);
     if (t > 0) speed[c] = 1.0 / t;
   }
   std::vector<int> pairs = balanced_shares(train.seq_len / 2, speed, ShareRule{});
   for (int& p : pairs) p *= 2;
   return pairs;
+}
+
+// Query heads of each Ulysses rank (parallel.head_shares): the explicit ones, or
+// "auto": in proportion to each Ulysses rank's attention speed (one over its
+// compute per head, on the slowest CP rank at that Ulysses index), in whole heads,
+// rounded by the rule of dp_shares "balanced". The all-to-alls before and after the
+// attention make every member wait for the slowest, so the attention between them
+// is balanced on its own. `cp_shares`: the resolved token shares (or empty).
+std::vector<int> resolved_head_shares(const TransformerSpec& model, const ParallelSpec& par, const TrainingSpec& train,
+                                      const Platform& platform, const Placement& placement,
+                                      const std::vector<int>& cp_shares) {
+  if (!par.head_shares_auto) return par.head_shares;
+  const int u = par.cp_ulysses;
+  std::vector<double> per_head(u, 0);
+  for (int c = 0; c < par.cp; ++c) {
+    const double a = ulysses_rank_compute(model, par, train, platform, placement, cp_shares, c).per_head;
+    per_head[c % u] = std::max(per_head[c % u], a);
+  }
+  std::vector<double> speed(u, 1.0);
+  if (std::all_of(per_head.begin(), per_head.end(), [](double a) { return a > 0; })) {
+    for (int j = 0; j < u; ++j) speed[j] = 1 / per_head[j];
+  }
+  return balanced_shares(model.heads / par.tp, speed, ShareRule{});
 }
 
 }  // namespace
@@ -1188,17 +1239,22 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
     }
     share = balanced_shares(par.global_batch / par.micro_batch, speed, share_rule(par));
   }
-  // Uneven ring-CP shares: each CP rank its own steps and programs on its tokens.
-  const int ncp = par.uneven_cp() ? par.cp : 1;
+  // Uneven CP or Ulysses head shares: each CP rank its own steps and programs on
+  // its tokens and heads.
+  const int ncp = par.per_cp_rank_programs() ? par.cp : 1;
   std::vector<ParallelSpec> cp_par;  // one CP rank's layout (its share), with the share fixed
   std::vector<ModelSteps> cp_steps;
-  if (par.uneven_cp()) {
-    plan.cp_shares = resolved_cp_shares(model, par, train_, platform, placement);
+  if (par.per_cp_rank_programs()) {
+    if (par.uneven_cp()) plan.cp_shares = resolved_cp_shares(model, par, train_, platform, placement);
+    if (par.uneven_heads())
+      plan.head_shares = resolved_head_shares(model, par, train_, platform, placement, plan.cp_shares);
     std::vector<double> compute;  // seconds of a micro-batch's compute per CP rank, on its slowest GPU
     for (int c = 0; c < par.cp; ++c) {
       ParallelSpec one = par;
       one.cp_shares = plan.cp_shares;
       one.cp_shares_auto = false;
+      one.head_shares = plan.head_shares;
+      one.head_shares_auto = false;
       one.cp_rank = c;
       cp_steps.push_back(build_model_steps(model, one, train_, ep_nodes(one, 0)));
       cp_par.push_back(one);
@@ -1257,6 +1313,11 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
   };
   if (mpmd) {
     for (int s = 0; s < par.pp; ++s) matrix_base[s] = add_traffic(stage_steps[s]);
+  } else if (ncp > 1) {
+    // Every CP rank's steps name the same matrices (its Ulysses group's shares).
+    for (const ModelSteps& ms : cp_steps)
+      TRAINSIM_CHECK(ms.traffic == cp_steps.front().traffic, "CP ranks disagree on their all-to-all-v bytes");
+    add_traffic(cp_steps.front());
   } else {
     add_traffic(steps);
   }

@@ -150,10 +150,16 @@ void check_moe_layout(const TransformerSpec& m, const ParallelSpec& p, const Tra
 void check_shares(const TransformerSpec& m, const ParallelSpec& p, bool mpmd, std::vector<LayoutProblem>& out) {
   auto problem = [&](std::string path, std::string message) { out.push_back({std::move(path), std::move(message)}); };
   const std::size_t before = out.size();
-  if (mpmd) {
-    problem("/parallel/dp_shares",
-            "uneven data-parallel shares are not modelled with per-stage layouts (parallel.stages) or an encoder; "
-            "give an even split there");
+  // Per-stage layouts: each replica is a pipeline of its own when every stage has
+  // parallel.dp replicas; stages of other DP sizes mix the replicas' samples.
+  for (int s = 0; mpmd && s < static_cast<int>(p.stages.size()); ++s) {
+    if (stage_dp(p, s) != p.dp) {
+      problem(
+          "/parallel/dp_shares",
+          "uneven data-parallel shares with per-stage layouts need every stage's dp to be parallel.dp = " + str(p.dp) +
+              " (each replica then is a pipeline of its own); stage " + str(s) + " has dp " + str(stage_dp(p, s)));
+      break;
+    }
   }
   if (p.schedule == ScheduleKind::Custom) {
     problem("/parallel/dp_shares",

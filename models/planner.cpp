@@ -1218,6 +1218,7 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
   if (par.dp_shares_balanced) {
     // A replica's speed: one over the compute time of a micro-batch through the
     // whole model on its slowest GPU (its GPU type and static slowdown).
+    // Per-stage layouts: the replica's slowest stage (its layers on its slowest GPU).
     std::map<int, double> seconds_of_type;
     auto mb_seconds = [&](int type) {
       auto it = seconds_of_type.find(type);
@@ -1226,13 +1227,21 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
       seconds_of_type[type] = t;
       return t;
     };
+    auto stage_seconds = [&](int st, int type) {
+      const StageProgramSpec& sp = stage_specs[static_cast<std::size_t>(st)];
+      return model_compute_seconds(sp.model, stage_steps[static_cast<std::size_t>(st)], platform, type) *
+             sp.par.stage_layers[static_cast<std::size_t>(st)] / sp.model.layers;
+    };
     std::vector<double> speed(par.dp, 1.0);
     for (int d = 0; d < par.dp; ++d) {
       double slowest = 0;
       for (int st = 0; st < par.pp; ++st) {
         for (int c = 0; c < par.cp; ++c) {
-          for (int t = 0; t < par.tp; ++t)
-            slowest = std::max(slowest, mb_seconds(cluster.gpu_type_of(placement.gpu(RankCoord{t, c, 0, d, st}))));
+          for (int t = 0; t < stage_tp(par, st); ++t) {
+            const int type = cluster.gpu_type_of(mpmd ? first_gpu[st] + t + stage_tp(par, st) * (c + par.cp * d)
+                                                      : placement.gpu(RankCoord{t, c, 0, d, st}));
+            slowest = std::max(slowest, mpmd ? stage_seconds(st, type) : mb_seconds(type));
+          }
         }
       }
       if (slowest > 0) speed[d] = 1.0 / slowest;
@@ -1328,7 +1337,12 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
     const int k = kc / ncp, c = kc % ncp;
     for (int s = 0; s < par.pp; ++s) {
       const TransformerSpec& sm = mpmd ? stage_specs[s].model : model;
-      const ParallelSpec& sp_par = mpmd ? stage_specs[s].par : ncp > 1 ? cp_par[c] : count_par[k];
+      // Uneven DP shares with per-stage layouts: the stage's layout at this count.
+      const ParallelSpec stage_par =
+          mpmd && par.uneven_shares() ? replica_layout(stage_specs[s].par, counts[k]) : ParallelSpec{};
+      const ParallelSpec& sp_par = mpmd      ? (par.uneven_shares() ? stage_par : stage_specs[s].par)
+                                   : ncp > 1 ? cp_par[c]
+                                             : count_par[k];
       const TrainingSpec& st = mpmd ? stage_specs[s].train : train_;
       StageProgramBuilder builder(sm, sp_par, st,
                                   mpmd      ? stage_steps[s]
@@ -1342,7 +1356,7 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
       double hw = 0, mf = 0;
       plan.setup.programs.push_back(builder.build(&hw, &mf));
       slots_of_program.push_back(builder.slots());
-      const int ranks = tp_of(s) * (mpmd ? dp_of(s) : replicas_of_count[k]) * (par.cp / ncp);
+      const int ranks = tp_of(s) * (mpmd && !par.uneven_shares() ? dp_of(s) : replicas_of_count[k]) * (par.cp / ncp);
       plan.hardware_flops += hw * ranks;
       plan.model_flops += mf * ranks;
     }
@@ -1563,7 +1577,8 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
       for (int c = 0; c < cps; ++c) {
         for (int t = 0; t < tps; ++t) {
           RankProgram rp;
-          const int program = ((mpmd ? 0 : count_of_replica[d]) * ncp + (ncp > 1 ? c : 0)) * par.pp + s;
+          const int program =
+              ((mpmd && !par.uneven_shares() ? 0 : count_of_replica[d]) * ncp + (ncp > 1 ? c : 0)) * par.pp + s;
           rp.program = static_cast<std::uint32_t>(program);
           rp.gpu = gpu(s, d, c, t);
           if (replica_compact[d]) rp.gpu_type = slowest_type[static_cast<std::size_t>(s) * par.dp + d];

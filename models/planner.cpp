@@ -1,6 +1,7 @@
 #include "models/planner.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <functional>
 #include <map>
@@ -1236,10 +1237,11 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
     for (int d = 0; d < par.dp; ++d) {
       double slowest = 0;
       for (int st = 0; st < par.pp; ++st) {
-        for (int c = 0; c < par.cp; ++c) {
+        for (int c = 0; c < stage_cp(par, st); ++c) {
           for (int t = 0; t < stage_tp(par, st); ++t) {
-            const int type = cluster.gpu_type_of(mpmd ? first_gpu[st] + t + stage_tp(par, st) * (c + par.cp * d)
-                                                      : placement.gpu(RankCoord{t, c, 0, d, st}));
+            const int type =
+                cluster.gpu_type_of(mpmd ? first_gpu[st] + t + stage_tp(par, st) * (c + stage_cp(par, st) * d)
+                                         : placement.gpu(RankCoord{t, c, 0, d, st}));
             slowest = std::max(slowest, mpmd ? stage_seconds(st, type) : mb_seconds(type));
           }
         }
@@ -1313,6 +1315,7 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
 
   auto tp_of = [&](int s) { return stage_tp(par, s); };
   auto dp_of = [&](int s) { return stage_dp(par, s); };
+  auto cp_of = [&](int s) { return stage_cp(par, s); };
   // Traffic matrices of the all-to-all-v steps: the shared steps' first, then each per-stage layout's.
   std::vector<std::uint32_t> matrix_base(par.pp, 0);
   auto add_traffic = [&](const ModelSteps& ms) {
@@ -1356,7 +1359,8 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
       double hw = 0, mf = 0;
       plan.setup.programs.push_back(builder.build(&hw, &mf));
       slots_of_program.push_back(builder.slots());
-      const int ranks = tp_of(s) * (mpmd && !par.uneven_shares() ? dp_of(s) : replicas_of_count[k]) * (par.cp / ncp);
+      const int ranks =
+          tp_of(s) * (mpmd && !par.uneven_shares() ? dp_of(s) : replicas_of_count[k]) * (stage_cp(par, s) / ncp);
       plan.hardware_flops += hw * ranks;
       plan.model_flops += mf * ranks;
     }
@@ -1374,21 +1378,27 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
   }
 
   auto gpu = [&](int s, int d, int c, int t) {
-    if (mpmd) return first_gpu[s] + t + tp_of(s) * (c + par.cp * d);
+    if (mpmd) return first_gpu[s] + t + tp_of(s) * (c + cp_of(s) * d);
     return placement.gpu(RankCoord{t, c, 0, d, s});
   };
   // Per-stage layouts: the replica and TP index of the peer of the rank at
-  // replica `d`, TP index `t` on pipeline link `use` (the rank sits on stage
-  // `s`, one end of the link). The rank's messages on the link run over the
-  // peer replicas, and within each over the peer TP ranks.
-  auto pipeline_peer = [&](const SlotUse& use, int s, int d, int t) {
+  // replica `d`, CP index `c`, TP index `t` on pipeline link `use` (the rank
+  // sits on stage `s`, one end of the link). The rank's messages on the link run
+  // over the peer replicas, within each over the peer CP ranks, and within each
+  // over the peer TP ranks.
+  auto pipeline_peer = [&](const SlotUse& use, int s, int d, int c, int t) {
     const int o = s == use.from ? use.to : use.from;
     const int mine = tp_of(s), other = tp_of(o);
     const int mine_dp = dp_of(s), other_dp = dp_of(o);
+    const int mine_cp = cp_of(s), other_cp = cp_of(o);
     const int tp_fan = other >= mine ? other / mine : 1;
-    const int peer_d = other_dp >= mine_dp ? d * (other_dp / mine_dp) + use.peer / tp_fan : d / (mine_dp / other_dp);
+    const int cp_fan = other_cp >= mine_cp ? other_cp / mine_cp : 1;
+    const int peer_d =
+        other_dp >= mine_dp ? d * (other_dp / mine_dp) + use.peer / (tp_fan * cp_fan) : d / (mine_dp / other_dp);
+    const int peer_c =
+        other_cp >= mine_cp ? c * (other_cp / mine_cp) + use.peer / tp_fan % cp_fan : c / (mine_cp / other_cp);
     const int peer_t = other >= mine ? t * (other / mine) + use.peer % tp_fan : t / (mine / other);
-    return std::pair{peer_d, peer_t};
+    return std::array<int, 3>{peer_d, peer_c, peer_t};
   };
   // Members of a slot's communicator for the rank at (s, d, c, t).
   auto members_of = [&](const SlotUse& use, int s, int d, int c, int t) {
@@ -1398,7 +1408,7 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
         for (int x = 0; x < tp_of(s); ++x) m.push_back(gpu(s, d, c, x));
         break;
       case SlotRole::CP:
-        for (int x = 0; x < par.cp; ++x) m.push_back(gpu(s, d, x, t));
+        for (int x = 0; x < cp_of(s); ++x) m.push_back(gpu(s, d, x, t));
         break;
       case SlotRole::CPUlysses:
         for (int x = 0; x < par.cp_ulysses; ++x) m.push_back(gpu(s, d, c / par.cp_ulysses * par.cp_ulysses + x, t));
@@ -1408,15 +1418,15 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
         break;
       case SlotRole::DP:
         for (int x = 0; x < dp_of(s); ++x) {
-          for (int y = 0; y < par.cp; ++y) m.push_back(gpu(s, x, y, t));
+          for (int y = 0; y < cp_of(s); ++y) m.push_back(gpu(s, x, y, t));
         }
         break;
       case SlotRole::PipelineForward:
       case SlotRole::PipelineBackward:
         if (mpmd) {
-          const auto [peer_d, peer_t] = pipeline_peer(use, s, d, t);
-          m = s == use.from ? std::vector<int>{gpu(s, d, c, t), gpu(use.to, peer_d, c, peer_t)}
-                            : std::vector<int>{gpu(use.from, peer_d, c, peer_t), gpu(s, d, c, t)};
+          const std::array<int, 3> peer = pipeline_peer(use, s, d, c, t);
+          m = s == use.from ? std::vector<int>{gpu(s, d, c, t), gpu(use.to, peer[0], peer[1], peer[2])}
+                            : std::vector<int>{gpu(use.from, peer[0], peer[1], peer[2]), gpu(s, d, c, t)};
         } else {
           m = {gpu(use.from, d, c, t), gpu(use.to, d, c, t)};
         }
@@ -1572,7 +1582,7 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
     const std::string where = "[stage " + std::to_string(s) + "]";
     for (int d = 0; d < dp_of(s); ++d) {
       if (!replica_simulated[d]) continue;
-      const int cps = replica_compact[d] ? 1 : par.cp;
+      const int cps = replica_compact[d] ? 1 : cp_of(s);
       const int tps = replica_compact[d] ? 1 : tp_of(s);
       for (int c = 0; c < cps; ++c) {
         for (int t = 0; t < tps; ++t) {
@@ -1643,7 +1653,7 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
     }
     std::set<int> types;
     for (int d = 0; d < dp_of(s); ++d) {
-      for (int c = 0; c < par.cp; ++c) {
+      for (int c = 0; c < cp_of(s); ++c) {
         for (int t = 0; t < tp_of(s); ++t) types.insert(cluster.gpu_type_of(gpu(s, d, c, t)));
       }
     }

@@ -121,10 +121,23 @@ std::vector<LayoutProblem> check_stage_layouts(const TransformerSpec& m, const P
                                     str(static_cast<long>(p.stages.size())));
     return out;
   }
-  if (p.vpp > 1 || p.schedule == ScheduleKind::Custom || p.schedule == ScheduleKind::Interleaved1F1B ||
-      p.schedule == ScheduleKind::ZeroBubble1p || p.schedule == ScheduleKind::ZeroBubble2p)
+  if (p.vpp > 1 || p.schedule == ScheduleKind::Interleaved1F1B || p.schedule == ScheduleKind::ZeroBubble1p ||
+      p.schedule == ScheduleKind::ZeroBubble2p)
     problem("/parallel/schedule",
-            "per-stage layouts run one model chunk per stage with a fixed schedule: use gpipe, 1f1b, zb-h1 or zb-h2");
+            "per-stage layouts run one model chunk per stage with a fixed schedule: use gpipe, 1f1b, zb-h1, zb-h2 or "
+            "a custom schedule with one chunk per stage");
+  // A custom schedule gives each stage its own order of units (the per-stage
+  // program of JaxPP and HAP); its chunks must be the stages' layer blocks, in order.
+  if (p.schedule == ScheduleKind::Custom) {
+    const std::vector<int>& cs = p.custom_schedule.chunk_stage;
+    bool in_order = static_cast<int>(cs.size()) == p.pp;
+    for (int v = 0; in_order && v < p.pp; ++v) in_order = cs[static_cast<std::size_t>(v)] == v;
+    if (!in_order)
+      problem(
+          "/parallel/schedule/chunk_stages",
+          "with per-stage layouts each stage holds one model chunk, its layers: expected chunk_stages [0, 1, ..., " +
+              str(p.pp - 1) + "] (one chunk per stage, in stage order)");
+  }
   if (!p.stage_layers.empty())
     problem("/parallel/stage_layers", "give the layers in parallel.stages, not stage_layers");
   if (!p.placement_gpus.empty() || p.placement_order != "tp-cp-ep-dp-pp")

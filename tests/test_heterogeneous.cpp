@@ -285,6 +285,39 @@ TEST_CASE("per-stage CP equal to parallel.cp gives the plain plan's time; CP err
       "/parallel/stages/1/cp: a CP rank sends its tokens to the CP ranks that own them"));
 }
 
+TEST_CASE("a custom schedule with per-stage layouts: each stage its own unit order, deadlocks named") {
+  // kCpReshard's two stages, 8 micro-batches: the built-in 1F1B written unit by unit.
+  std::string first = "[\"F0\", \"F1\"", second = "[";
+  for (int m = 0; m < 8; ++m) {
+    if (m + 2 < 8) first += ", \"BW" + std::to_string(m) + "\", \"F" + std::to_string(m + 2) + "\"";
+    second += std::string(m ? ", " : "") + "\"F" + std::to_string(m) + "\", \"BW" + std::to_string(m) + "\"";
+  }
+  first += ", \"BW6\", \"BW7\"]";
+  second += "]";
+  const std::string one_f_one_b = "parallel.schedule={\"units\": [" + first + ", " + second + "]}";
+  const JobReport builtin = simulate(load(kCpReshard));
+  const JobReport custom = simulate(load(kCpReshard, {one_f_one_b}));
+  REQUIRE(custom.feasible);
+  CHECK(custom.iteration_time_s == builtin.iteration_time_s);
+  // Stage 0 in lockstep with stage 1 (no forward ahead) is valid and slower.
+  const JobReport lockstep =
+      simulate(load(kCpReshard, {"parallel.schedule={\"units\": [" + second + ", " + second + "]}"}));
+  REQUIRE(lockstep.feasible);
+  CHECK(lockstep.iteration_time_s > builtin.iteration_time_s);
+  // Stage orders that wait on each other are refused at loading, naming the rank and unit.
+  const std::string gpipe =
+      "[\"F0\", \"F1\", \"F2\", \"F3\", \"F4\", \"F5\", \"F6\", \"F7\", "
+      "\"BW7\", \"BW6\", \"BW5\", \"BW4\", \"BW3\", \"BW2\", \"BW1\", \"BW0\"]";
+  const std::string dead =
+      testing::errors_of(kCpReshard, {"parallel.schedule={\"units\": [" + second + ", " + gpipe + "]}"});
+  CHECK(contains(dead, "/parallel/schedule: "));
+  CHECK(contains(dead, "pipeline rank"));
+  // Chunks other than the stages' layer blocks are refused.
+  CHECK(contains(testing::errors_of(kCpReshard, {"parallel.schedule={\"units\": [" + second + ", " + second +
+                                                 "], \"chunk_stages\": [1, 0]}"}),
+                 "/parallel/schedule/chunk_stages: with per-stage layouts each stage holds one model chunk"));
+}
+
 TEST_CASE("per-stage DP and micro-batch errors name the key") {
   const std::string e1 = testing::errors_of(kDpReshard, {R"(parallel.stages=[{"group": 0, "tp": 4, "layers": 20},
                    {"group": 1, "tp": 2, "dp": 4, "micro_batch": 2, "layers": 12}])"});

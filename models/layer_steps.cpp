@@ -1,6 +1,8 @@
 #include "models/layer_steps.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <numeric>
 #include <utility>
 
 #include "models/moe.hpp"
@@ -148,7 +150,21 @@ struct Dims {
   // share of full causal attention's, and the keys per query the model-FLOP count sees
   // (s_full without a window) as a share of s_full.
   double window_exec_share = 1, window_model_share = 1;
+  // Uneven Ulysses shares (parallel.head_shares, or cp_shares under Ulysses) on one CP
+  // rank's layout: each member of its Ulysses group's tokens (b x its sequence share)
+  // and query and KV heads after the all-to-all; empty when the shares are even.
+  std::vector<double> u_tokens, u_q, u_kv;
+  int u_index = 0;  // this rank's place in its Ulysses group
 };
+
+// KV heads a Ulysses rank receives for the contiguous query heads [first, first + count)
+// of its TP rank, `q` query heads sharing each KV head (GQA): every group the range
+// touches, so a group split between two ranks is sent to both (as even Ulysses
+// replicates KV heads fewer than its degree).
+double kv_heads_of_range(double first, double count, double q) {
+  if (count <= 0) return 0;
+  return std::ceil((first + count) / q - 1e-9) - std::floor(first / q + 1e-9);
+}
 
 // A causal window of w keys over s positions: query i attends to min(i + 1, w) keys,
 // s w - w (w - 1) / 2 pairs for w < s, against s (s + 1) / 2 without a window.
@@ -263,6 +279,19 @@ Dims dims_of(const TransformerSpec& m, const ParallelSpec& p, const TrainingSpec
     d.d_out = m.mla.v_head_dim;
     d.g_t = d.a_t;  // keys and values are up-projected for every head
   }
+  if (p.cp_rank >= 0 && p.cp_ulysses > 1 && (!p.head_shares.empty() || !p.cp_shares.empty())) {
+    const int u = p.cp_ulysses, first = p.cp_rank / u * u;
+    d.u_index = p.cp_rank % u;
+    double start = 0;
+    for (int x = 0; x < u; ++x) {
+      const double heads = p.head_shares.empty() ? d.a_t / u : p.head_shares[static_cast<std::size_t>(x)];
+      const double seq = p.cp_shares.empty() ? d.s_full / p.cp : p.cp_shares[static_cast<std::size_t>(first + x)];
+      d.u_tokens.push_back(d.b * seq);
+      d.u_q.push_back(heads);
+      d.u_kv.push_back(kv_heads_of_range(start, heads, d.a_t / d.g_t));
+      start += heads;
+    }
+  }
   return d;
 }
 
@@ -275,13 +304,66 @@ double replicated_flops(const Dims& D, double m, double n, double k) { return 2 
 // 1/ulysses of the heads over ulysses sequence shards; K and V heads fewer than the
 // Ulysses degree are replicated (each rank keeps one). Ring CP then splits the
 // queries of those heads over the ring (the whole sequence's K and V gathered).
+// With uneven shares the rank attends with its own query and KV heads over its
+// Ulysses group's tokens.
 Dims attention_view(const Dims& d) {
   Dims a = d;
-  a.a_t = d.a_t / d.ulysses;
-  a.g_t = std::max(1.0, d.g_t / d.ulysses);
-  a.s_local = d.s_local * d.ulysses;  // the queries of ulysses sequence shards
+  if (!d.u_q.empty()) {
+    a.a_t = d.u_q[static_cast<std::size_t>(d.u_index)];
+    a.g_t = d.u_kv[static_cast<std::size_t>(d.u_index)];
+    a.s_local = std::accumulate(d.u_tokens.begin(), d.u_tokens.end(), 0.0) / d.b;
+  } else {
+    a.a_t = d.a_t / d.ulysses;
+    a.g_t = std::max(1.0, d.g_t / d.ulysses);
+    a.s_local = d.s_local * d.ulysses;  // the queries of ulysses sequence shards
+  }
   a.tokens = d.b * a.s_local;
   return a;
+}
+
+// The per-pair bytes of uneven Ulysses all-to-alls (Dims::u_q non-empty), appended to
+// `traffic`: Ulysses rank i sends rank j the Q, K and V of j's heads for i's tokens
+// (qkv), and j sends i back the output of its heads for them (out); the backward moves
+// the gradients of the same tensors the other way (the transposes).
+struct UlyssesMatrices {
+  int qkv = -1, out = -1, out_grad = -1, qkv_grad = -1;
+  double qkv_bytes = 0, out_bytes = 0;  // the largest buffer a member sends or receives
+};
+UlyssesMatrices ulysses_matrices(const Dims& D, std::vector<std::vector<double>>* traffic) {
+  UlyssesMatrices m;
+  const std::size_t n = D.u_q.size();
+  std::vector<double> qkv(n * n), out(n * n), qkv_t(n * n), out_t(n * n);
+  for (std::size_t i = 0; i < n; ++i) {
+    for (std::size_t j = 0; j < n; ++j) {
+      qkv[i * n + j] = D.u_tokens[i] * (D.u_q[j] + 2 * D.u_kv[j]) * D.d * D.act_bytes;
+      out[j * n + i] = D.u_tokens[i] * D.u_q[j] * D.d_out * D.act_bytes;
+      qkv_t[j * n + i] = qkv[i * n + j];
+      out_t[i * n + j] = out[j * n + i];
+    }
+  }
+  auto largest_buffer = [n](const std::vector<double>& b) {
+    double most = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      double sent = 0, received = 0;
+      for (std::size_t j = 0; j < n; ++j) {
+        sent += b[i * n + j];
+        received += b[j * n + i];
+      }
+      most = std::max({most, sent, received});
+    }
+    return most;
+  };
+  m.qkv_bytes = largest_buffer(qkv);
+  m.out_bytes = largest_buffer(out);
+  auto add = [traffic](std::vector<double>& bytes) {
+    traffic->push_back(std::move(bytes));
+    return static_cast<int>(traffic->size() - 1);
+  };
+  m.qkv = add(qkv);
+  m.out = add(out);
+  m.out_grad = add(out_t);
+  m.qkv_grad = add(qkv_t);
+  return m;
 }
 
 // MLA projections of one layer (DeepSeek-V2, arXiv:2405.04434, Section 2.1) in
@@ -785,14 +867,21 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
   const double kv_bytes = A.b * D.kv_seq * 2 * A.g_t * A.d * D.act_bytes;  // K and V gathered over the ring
   // Ulysses all-to-alls of one rank (arXiv:2309.14509): its sequence
   // shard of Q, K and V (all heads of its TP rank) before attention, of the output after.
-  const double qkv_bytes = D.tokens * (D.a_t + 2 * D.g_t) * D.d * D.act_bytes;
-  const double out_bytes = D.tokens * D.a_t * D.d_out * D.act_bytes;
+  double qkv_bytes = D.tokens * (D.a_t + 2 * D.g_t) * D.d * D.act_bytes;
+  double out_bytes = D.tokens * D.a_t * D.d_out * D.act_bytes;
+  // Uneven shares: all-to-all-v with the per-pair bytes of the shares.
+  UlyssesMatrices um;
+  if (!D.u_q.empty()) {
+    um = ulysses_matrices(D, &out.traffic);
+    qkv_bytes = um.qkv_bytes;
+    out_bytes = um.out_bytes;
+  }
   const bool hybrid = D.ulysses > 1 && D.ring > 1;
   const Step::CpGroup ulysses_group = hybrid ? Step::CpGroup::Ulysses : Step::CpGroup::All;
   const Step::CpGroup ring_group = hybrid ? Step::CpGroup::Ring : Step::CpGroup::All;
   auto cp_step = [&](StepList& L, const char* name, CollectiveKind kind, double bytes, Step::CpGroup g,
-                     std::vector<int> waits) {
-    return L.comm(name, kind, CommClass::CP, bytes, std::move(waits), false, false, -1, g);
+                     std::vector<int> waits, int matrix = -1) {
+    return L.comm(name, kind, CommClass::CP, bytes, std::move(waits), false, false, matrix, g);
   };
   // TP communication overlap (Megatron/TE userbuffers): a collective runs alongside the
   // GEMM next to it; the step after the GEMM waits for it instead of the GEMM.
@@ -835,14 +924,14 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
       core_waits.clear();
     }
     const int a2a =
-        D.ulysses > 1 ? cp_step(L, "cp.a2a.qkv", CollectiveKind::AllToAll, qkv_bytes, ulysses_group, {}) : -1;
+        D.ulysses > 1 ? cp_step(L, "cp.a2a.qkv", CollectiveKind::AllToAll, qkv_bytes, ulysses_group, {}, um.qkv) : -1;
     const int kv =
         D.ring > 1 ? cp_step(L, "cp.ag.kv", CollectiveKind::AllGather, kv_bytes, ring_group, maybe(a2a)) : -1;
     if (a2a >= 0) core_waits.push_back(a2a);
     if (kv >= 0) core_waits.push_back(kv);
     attention_core_forward(L, A, tr.attention, core_waits);
     const int a2a_out =
-        D.ulysses > 1 ? cp_step(L, "cp.a2a.out", CollectiveKind::AllToAll, out_bytes, ulysses_group, {}) : -1;
+        D.ulysses > 1 ? cp_step(L, "cp.a2a.out", CollectiveKind::AllToAll, out_bytes, ulysses_group, {}, um.out) : -1;
     L.gemm("attn.proj", D.gemm_dtype, D.tokens, D.h, D.a_t * D.d_out, maybe(a2a_out));
     const int r1 = D.tp_comm ? L.comm("tp.attn.out", tp_out_kind, CommClass::TP, act, {}, ov) : -1;
     L.memory("attn.residual", residual, maybe(r1), residual_kernels);  // bias-dropout-add (+ mask)
@@ -885,14 +974,15 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     L.gemm("attn.proj.wgrad", D.gemm_dtype, D.h, D.a_t * D.d_out, D.tokens, after(g2));
     L.set_pass(Pass::BackwardInput);
     // Ulysses: the output gradient goes from sequence to head shards.
-    const int gout =
-        D.ulysses > 1 ? cp_step(L, "cp.a2a.out.grad", CollectiveKind::AllToAll, out_bytes, ulysses_group, {}) : -1;
+    const int gout = D.ulysses > 1 ? cp_step(L, "cp.a2a.out.grad", CollectiveKind::AllToAll, out_bytes, ulysses_group,
+                                             {}, um.out_grad)
+                                   : -1;
     attention_core_backward(L, A, tr.attention, maybe(gout));
     const int rkv_ring =
         D.ring > 1 ? cp_step(L, "cp.rs.kv.grad", CollectiveKind::ReduceScatter, kv_bytes, ring_group, {}) : -1;
     // Ulysses: dQ, dK and dV go back from head to sequence shards.
     const int rkv = D.ulysses > 1 ? cp_step(L, "cp.a2a.qkv.grad", CollectiveKind::AllToAll, qkv_bytes, ulysses_group,
-                                            maybe(rkv_ring))
+                                            maybe(rkv_ring), um.qkv_grad)
                                   : rkv_ring;
     if (m.rope)
       L.memory("attn.rope.bwd", D.tokens * (D.a_t + D.g_t) * D.d * D.act_bytes * 2 * R.rope_bwd, {}, R.rope_kernels);

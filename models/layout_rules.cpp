@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <initializer_list>
+#include <numeric>
 #include <optional>
 
 #include "models/dp_shares.hpp"
@@ -149,10 +150,16 @@ void check_moe_layout(const TransformerSpec& m, const ParallelSpec& p, const Tra
 void check_shares(const TransformerSpec& m, const ParallelSpec& p, bool mpmd, std::vector<LayoutProblem>& out) {
   auto problem = [&](std::string path, std::string message) { out.push_back({std::move(path), std::move(message)}); };
   const std::size_t before = out.size();
-  if (mpmd) {
-    problem("/parallel/dp_shares",
-            "uneven data-parallel shares are not modelled with per-stage layouts (parallel.stages) or an encoder; "
-            "give an even split there");
+  // Per-stage layouts: each replica is a pipeline of its own when every stage has
+  // parallel.dp replicas; stages of other DP sizes mix the replicas' samples.
+  for (int s = 0; mpmd && s < static_cast<int>(p.stages.size()); ++s) {
+    if (stage_dp(p, s) != p.dp) {
+      problem(
+          "/parallel/dp_shares",
+          "uneven data-parallel shares with per-stage layouts need every stage's dp to be parallel.dp = " + str(p.dp) +
+              " (each replica then is a pipeline of its own); stage " + str(s) + " has dp " + str(stage_dp(p, s)));
+      break;
+    }
   }
   if (p.schedule == ScheduleKind::Custom) {
     problem("/parallel/dp_shares",
@@ -202,19 +209,19 @@ void check_shares(const TransformerSpec& m, const ParallelSpec& p, bool mpmd, st
   }
 }
 
-// Uneven ring-CP sequence shares (docs/heterogeneous.md): one token count per
-// CP rank, each even (the causal load-balancing split halves it), summing to
-// seq_len; a plain ring only, refused where a share could not be costed alone.
+// Uneven CP sequence shares (docs/heterogeneous.md): one token count per CP
+// rank, each even (the ring's causal load-balancing split halves it), summing to
+// seq_len; a plain ring or Ulysses, refused where a share could not be costed alone.
 void check_cp_shares(const TransformerSpec& m, const ParallelSpec& p, const TrainingSpec& t, bool mpmd,
                      std::vector<LayoutProblem>& out) {
   auto problem = [&](std::string path, std::string message) { out.push_back({std::move(path), std::move(message)}); };
   const std::size_t before = out.size();
   const char* at = "/parallel/cp_shares";
   if (p.cp < 2) problem(at, "uneven sequence shares need cp >= 2, found cp = " + str(p.cp));
-  if (p.cp_ulysses != 1) {
+  if (p.cp_ulysses != 1 && p.cp_ulysses != p.cp) {
     problem(at,
-            "uneven sequence shares are modelled for a ring (cp_kind \"ring\"); Ulysses splits heads, not the "
-            "sequence, across its degree");
+            "uneven sequence shares are modelled for a ring or Ulysses (cp_kind \"ring\" or \"ulysses\"), not for "
+            "hybrid CP, whose rings would hold Ulysses groups of unequal tokens");
   }
   if (mpmd)
     problem(at, "uneven sequence shares are not modelled with per-stage layouts (parallel.stages) or an encoder");
@@ -250,6 +257,43 @@ void check_cp_shares(const TransformerSpec& m, const ParallelSpec& p, const Trai
   }
 }
 
+// Uneven Ulysses head shares (docs/heterogeneous.md): query heads of a TP rank per
+// Ulysses rank, at least one each, summing to heads/tp; Ulysses or hybrid CP only.
+void check_head_shares(const TransformerSpec& m, const ParallelSpec& p, bool mpmd, std::vector<LayoutProblem>& out) {
+  auto problem = [&](std::string path, std::string message) { out.push_back({std::move(path), std::move(message)}); };
+  const std::size_t before = out.size();
+  const char* at = "/parallel/head_shares";
+  if (p.cp_ulysses < 2) {
+    problem(at,
+            "uneven head shares need Ulysses or hybrid CP (cp_kind \"ulysses\" or \"hybrid\"); the Ulysses "
+            "degree is " +
+                str(p.cp_ulysses));
+  }
+  if (mpmd) problem(at, "uneven head shares are not modelled with per-stage layouts (parallel.stages) or an encoder");
+  if (p.uneven_shares()) problem(at, "uneven head shares together with parallel.dp_shares are not modelled");
+  if (m.moe.enabled()) problem(at, "uneven head shares with mixture-of-experts layers are not modelled");
+  if (p.schedule == ScheduleKind::Custom) problem(at, "uneven head shares need a built-in schedule");
+  if (out.size() != before || m.heads <= 0 || p.tp < 1 || m.heads % p.tp != 0) return;
+  const int heads = m.heads / p.tp;
+  if (p.head_shares_auto) {
+    if (heads < p.cp_ulysses) {
+      problem(at, "\"auto\" gives each Ulysses rank at least one head: the " + str(heads) +
+                      " heads of a tensor-parallel rank are fewer than the Ulysses degree " + str(p.cp_ulysses));
+    }
+    return;
+  }
+  if (static_cast<std::int64_t>(p.head_shares.size()) != p.cp_ulysses) {
+    problem(at, "expected one head count per Ulysses rank (Ulysses degree " + str(p.cp_ulysses) + "), found " +
+                    str(static_cast<std::int64_t>(p.head_shares.size())));
+    return;
+  }
+  const std::int64_t sum = std::accumulate(p.head_shares.begin(), p.head_shares.end(), std::int64_t{0});
+  if (sum != heads) {
+    problem(at, "the shares sum to " + str(sum) + " heads; expected the " + str(heads) +
+                    " heads of a tensor-parallel rank (" + str(m.heads) + " heads / tp " + str(p.tp) + ")");
+  }
+}
+
 }  // namespace
 
 // Ulysses (DeepSpeed-Ulysses, arXiv:2309.14509: the head count must be divisible
@@ -268,7 +312,8 @@ void check_ulysses(const TransformerSpec& m, const ParallelSpec& p, bool mpmd, P
   } else if (m.parallel_block) {
     problem("/parallel/cp_kind",
             "Ulysses context parallelism with a parallel attention+MLP block is not modelled; use cp_kind \"ring\"");
-  } else if (m.heads > 0 && m.heads % p.tp == 0) {
+  } else if (m.heads > 0 && m.heads % p.tp == 0 && !p.head_shares_auto && p.head_shares.empty()) {
+    // Uneven head shares give each rank its own heads (check_head_shares).
     const int heads = m.heads / p.tp;
     const int kv = std::max(1, m.kv_heads / p.tp);
     if (heads % u != 0) {
@@ -417,6 +462,7 @@ std::vector<LayoutProblem> check_layout(const TransformerSpec& m, const Parallel
     problem("/parallel/cp", "expected a divisor of seq_len " + str(t.seq_len) + ", found " + str(p.cp));
   }
   check_ulysses(m, p, mpmd, problem);
+  if (p.uneven_heads()) check_head_shares(m, p, mpmd, out);
   if (p.seq_chunks > 1 && p.schedule != ScheduleKind::Seq1F1B) {
     problem("/parallel/seq_chunks", "splits micro-batches for the \"seq1f1b\" schedule; the schedule is \"" +
                                         std::string(to_string(p.schedule)) + "\"");

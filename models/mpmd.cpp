@@ -14,6 +14,11 @@ int stage_dp(const ParallelSpec& par, int s) {
   return dp > 0 ? dp : par.dp;
 }
 
+int stage_cp(const ParallelSpec& par, int s) {
+  const int cp = par.stages.empty() ? -1 : par.stages[static_cast<std::size_t>(s)].cp;
+  return cp > 0 ? cp : par.cp;
+}
+
 int stage_micro_batch(const ParallelSpec& par, int s) {
   const int mb = par.stages.empty() ? -1 : par.stages[static_cast<std::size_t>(s)].micro_batch;
   return mb > 0 ? mb : par.micro_batch;
@@ -31,7 +36,7 @@ std::vector<int> stage_first_gpus(const ParallelSpec& par, const ClusterSpec& cl
   long next_any = 0;
   std::vector<int> out;
   for (int s = 0; s < par.pp; ++s) {
-    const long ranks = static_cast<long>(stage_tp(par, s)) * par.cp * stage_dp(par, s);
+    const long ranks = static_cast<long>(stage_tp(par, s)) * stage_cp(par, s) * stage_dp(par, s);
     const int g = par.stages.empty() ? -1 : par.stages[static_cast<std::size_t>(s)].group;
     long& cursor = g >= 0 ? next[static_cast<std::size_t>(g)] : next_any;
     const long end = g >= 0 ? group_end[static_cast<std::size_t>(g)] : total;
@@ -55,6 +60,7 @@ StageProgramSpec stage_program_spec(const TransformerSpec& model, const Parallel
   out.par.stages.clear();
   out.par.tp = stage_tp(par, s);
   out.par.dp = stage_dp(par, s);
+  out.par.cp = stage_cp(par, s);
   out.par.micro_batch = stage_micro_batch(par, s);
   const int rc = par.stages[static_cast<std::size_t>(s)].recompute;
   if (rc >= 0) out.par.recompute = static_cast<Recompute>(rc);
@@ -79,19 +85,24 @@ double boundary_sample_bytes(const TransformerSpec& model, const ParallelSpec& p
   // An encoder's outputs enter the main model projected to its hidden size (LLaVA's projector).
   const StageProgramSpec to = stage_program_spec(model, par, train, s + 1);
   const int hidden = from.encoder && !to.encoder ? model.hidden : from.model.hidden;
-  return static_cast<double>(from.train.seq_len) / par.cp * hidden * activation_element_bytes(train);
+  return static_cast<double>(from.train.seq_len) * hidden * activation_element_bytes(train);
 }
 
 BoundaryShape boundary_shape(const TransformerSpec& model, const ParallelSpec& par, const TrainingSpec& train, int from,
                              int to) {
   const int a = stage_dp(par, from), b = stage_dp(par, to);
   const int x = stage_tp(par, from), y = stage_tp(par, to);
+  // CP: under the ring's causal load-balancing split (rank i holds chunks i and
+  // 2u-1-i of 2u), CP rank i of size u holds exactly the pieces of ranks
+  // i*v/u .. (i+1)*v/u - 1 of size v > u: a fan like the replicas'.
+  const int u = stage_cp(par, from), v = stage_cp(par, to);
   const bool split = par.pp_scatter_gather || par.sequence_parallel;
   BoundaryShape out;
-  out.sends = (b >= a ? b / a : 1) * (y >= x ? y / x : 1);
-  out.recvs = (a >= b ? a / b : 1) * (x >= y ? x / y : 1);
+  out.sends = (b >= a ? b / a : 1) * (v >= u ? v / u : 1) * (y >= x ? y / x : 1);
+  out.recvs = (a >= b ? a / b : 1) * (u >= v ? u / v : 1) * (x >= y ? x / y : 1);
   out.samples = std::min(stage_micro_batch(par, from), stage_micro_batch(par, to));
-  out.bytes = out.samples * boundary_sample_bytes(model, par, train, std::min(from, to)) / (split ? std::max(x, y) : 1);
+  out.bytes = out.samples * boundary_sample_bytes(model, par, train, std::min(from, to)) / std::max(u, v) /
+              (split ? std::max(x, y) : 1);
   return out;
 }
 
@@ -110,10 +121,23 @@ std::vector<LayoutProblem> check_stage_layouts(const TransformerSpec& m, const P
                                     str(static_cast<long>(p.stages.size())));
     return out;
   }
-  if (p.vpp > 1 || p.schedule == ScheduleKind::Custom || p.schedule == ScheduleKind::Interleaved1F1B ||
-      p.schedule == ScheduleKind::ZeroBubble1p || p.schedule == ScheduleKind::ZeroBubble2p)
+  if (p.vpp > 1 || p.schedule == ScheduleKind::Interleaved1F1B || p.schedule == ScheduleKind::ZeroBubble1p ||
+      p.schedule == ScheduleKind::ZeroBubble2p)
     problem("/parallel/schedule",
-            "per-stage layouts run one model chunk per stage with a fixed schedule: use gpipe, 1f1b, zb-h1 or zb-h2");
+            "per-stage layouts run one model chunk per stage with a fixed schedule: use gpipe, 1f1b, zb-h1, zb-h2 or "
+            "a custom schedule with one chunk per stage");
+  // A custom schedule gives each stage its own order of units (the per-stage
+  // program of JaxPP and HAP); its chunks must be the stages' layer blocks, in order.
+  if (p.schedule == ScheduleKind::Custom) {
+    const std::vector<int>& cs = p.custom_schedule.chunk_stage;
+    bool in_order = static_cast<int>(cs.size()) == p.pp;
+    for (int v = 0; in_order && v < p.pp; ++v) in_order = cs[static_cast<std::size_t>(v)] == v;
+    if (!in_order)
+      problem(
+          "/parallel/schedule/chunk_stages",
+          "with per-stage layouts each stage holds one model chunk, its layers: expected chunk_stages [0, 1, ..., " +
+              str(p.pp - 1) + "] (one chunk per stage, in stage order)");
+  }
   if (!p.stage_layers.empty())
     problem("/parallel/stage_layers", "give the layers in parallel.stages, not stage_layers");
   if (!p.placement_gpus.empty() || p.placement_order != "tp-cp-ep-dp-pp")
@@ -156,6 +180,16 @@ std::vector<LayoutProblem> check_stage_layouts(const TransformerSpec& m, const P
                 "sizes that divide one another; " +
                     str(prev) + " (stage " + str(s - 1) + ") and " + str(dp) + " do not");
     }
+    const int cp = stage_cp(p, s);
+    const long tokens = in_encoder ? m.encoder_tokens : t.seq_len;
+    if (st.cp > 0 && (tokens % cp != 0))
+      problem(at + "/cp", "expected a divisor of the " + std::string(in_encoder ? "encoder's " : "model's ") +
+                              str(tokens) + " tokens per sample, found " + str(cp));
+    if (s > 0 && std::max(stage_cp(p, s - 1), cp) % std::min(stage_cp(p, s - 1), cp) != 0)
+      problem(at + "/cp",
+              "a CP rank sends its tokens to the CP ranks that own them, which needs CP sizes that divide "
+              "one another; " +
+                  str(stage_cp(p, s - 1)) + " (stage " + str(s - 1) + ") and " + str(cp) + " do not");
     if (s > 0) {
       const int a = p.stages[static_cast<std::size_t>(s) - 1].tp;
       if (std::max(a, st.tp) % std::min(a, st.tp) != 0)
@@ -175,14 +209,13 @@ std::vector<LayoutProblem> check_stage_layouts(const TransformerSpec& m, const P
             str(m.layers) + (encoder_layers > 0 ? " (" + str(encoder_layers + m.layers) + ")" : ""));
   long gpus = 0, cluster_gpus = 0;
   for (int s = 0; s < p.pp; ++s)
-    gpus += static_cast<long>(p.stages[static_cast<std::size_t>(s)].tp) * p.cp * stage_dp(p, s);
+    gpus += static_cast<long>(p.stages[static_cast<std::size_t>(s)].tp) * stage_cp(p, s) * stage_dp(p, s);
   for (const auto& g : cluster.groups) cluster_gpus += static_cast<long>(g.count) * g.node.gpus_per_node;
   if (gpus != cluster_gpus)
     problem("/parallel/stages",
             "the stages use " + str(gpus) + " GPUs (sum of tp*cp*dp), expected the cluster's " + str(cluster_gpus));
   else if (out.empty() && stage_first_gpus(p, cluster).empty())
     problem("/parallel/stages", "the stages given a node group need more GPUs than that group has");
-  (void)t;
   return out;
 }
 

@@ -16,6 +16,8 @@ int stage_tp(const ParallelSpec& par, int s);
 // parallel.micro_batch unless the stage gives its own). Every stage runs the
 // same samples per pipeline step, dp * micro_batch.
 int stage_dp(const ParallelSpec& par, int s);
+// The context-parallel (ring) size of stage `s` (parallel.cp unless the stage gives its own).
+int stage_cp(const ParallelSpec& par, int s);
 int stage_micro_batch(const ParallelSpec& par, int s);
 
 // The first GPU of each stage; empty when a group (or the cluster) has too few GPUs.
@@ -36,7 +38,7 @@ StageProgramSpec stage_program_spec(const TransformerSpec& model, const Parallel
                                     int s);
 
 // Bytes of one activation (or its gradient) crossing the boundary after stage
-// `s` for one sample, whole (before any split over TP ranks).
+// `s` for one sample, whole (before any split over CP or TP ranks).
 double boundary_sample_bytes(const TransformerSpec& model, const ParallelSpec& par, const TrainingSpec& train, int s);
 
 // The send/recv pattern on the boundary from stage `from` to the adjacent stage
@@ -44,8 +46,9 @@ double boundary_sample_bytes(const TransformerSpec& model, const ParallelSpec& p
 // replica d of a stage with dp a and receiver replica e of one with dp b
 // exchange the samples both hold (dp sizes divide one another, so a replica of
 // the smaller dp talks to max/min replicas of the other); within a replica
-// pair, TP x and y split each activation into max(x, y) pieces with
-// pp_scatter_gather or sequence_parallel. Every message has the same bytes.
+// pair, CP sizes u and v split each sequence into max(u, v) pieces (the
+// sizes divide one another), and TP x and y split each piece into max(x, y)
+// with pp_scatter_gather or sequence_parallel. Every message has the same bytes.
 struct BoundaryShape {
   int sends = 1;     // messages each sending rank posts per pipeline step
   int recvs = 1;     // messages each receiving rank takes per pipeline step

@@ -1,6 +1,7 @@
 #include "models/planner.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <functional>
 #include <map>
@@ -1078,9 +1079,36 @@ double cp_rank_compute_seconds(const TransformerSpec& model, const ParallelSpec&
   return slowest;
 }
 
+// Compute per micro-batch of CP rank c under Ulysses as fixed + h x per_head in its
+// query heads h (its attention core grows with its heads, the rest of its layers runs
+// on its tokens), on its slowest GPU, from its compute at two neighbouring head counts
+// (`cp_shares`: the token shares, or empty for even ones).
+struct UlyssesRankCompute {
+  double fixed = 0, per_head = 0;
+};
+UlyssesRankCompute ulysses_rank_compute(const TransformerSpec& model, const ParallelSpec& par,
+                                        const TrainingSpec& train, const Platform& platform, const Placement& placement,
+                                        const std::vector<int>& cp_shares, int c) {
+  const int u = par.cp_ulysses, heads = model.heads / par.tp;
+  const int lo = std::max(1, heads / u), hi = lo + 1;  // hi <= heads: the layout rules ask heads >= u >= 2
+  ParallelSpec one = par;
+  one.cp_shares = cp_shares;
+  one.cp_shares_auto = false;
+  one.head_shares_auto = false;
+  one.cp_rank = c;
+  one.head_shares.assign(u, 0);  // only this rank's own heads and tokens enter its compute
+  one.head_shares[c % u] = lo;
+  const double t_lo = cp_rank_compute_seconds(model, par, build_model_steps(model, one, train), platform, placement, c);
+  one.head_shares[c % u] = hi;
+  const double t_hi = cp_rank_compute_seconds(model, par, build_model_steps(model, one, train), platform, placement, c);
+  return {t_lo - lo * (t_hi - t_lo), t_hi - t_lo};
+}
+
 // Tokens of each CP rank (parallel.cp_shares): the explicit ones, or "auto":
-// proportional to each CP rank's speed (one over its compute at an even share),
-// in pairs of tokens (the causal load-balancing split halves each share).
+// proportional to each CP rank's speed (one over its compute at an even share;
+// under Ulysses over the part that runs on its tokens, the attention between the
+// all-to-alls being shared by heads), in pairs of tokens (the ring's causal
+// load-balancing split halves each share).
 std::vector<int> resolved_cp_shares(const TransformerSpec& model, const ParallelSpec& par, const TrainingSpec& train,
                                     const Platform& platform, const Placement& placement) {
   if (!par.cp_shares_auto) return par.cp_shares;
@@ -1090,12 +1118,36 @@ std::vector<int> resolved_cp_shares(const TransformerSpec& model, const Parallel
   const ModelSteps steps = build_model_steps(model, even, train);
   std::vector<double> speed(par.cp, 1.0);
   for (int c = 0; c < par.cp; ++c) {
-    const double t = cp_rank_compute_seconds(model, par, steps, platform, placement, c);
+    const double t = par.cp_ulysses > 1 ? ulysses_rank_compute(model, par, train, platform, placement, {}, c).fixed
+                                        : cp_rank_compute_seconds(model, par, steps, platform, placement, c);
     if (t > 0) speed[c] = 1.0 / t;
   }
   std::vector<int> pairs = balanced_shares(train.seq_len / 2, speed, ShareRule{});
   for (int& p : pairs) p *= 2;
   return pairs;
+}
+
+// Query heads of each Ulysses rank (parallel.head_shares): the explicit ones, or
+// "auto": in proportion to each Ulysses rank's attention speed (one over its
+// compute per head, on the slowest CP rank at that Ulysses index), in whole heads,
+// rounded by the rule of dp_shares "balanced". The all-to-alls before and after the
+// attention make every member wait for the slowest, so the attention between them
+// is balanced on its own. `cp_shares`: the resolved token shares (or empty).
+std::vector<int> resolved_head_shares(const TransformerSpec& model, const ParallelSpec& par, const TrainingSpec& train,
+                                      const Platform& platform, const Placement& placement,
+                                      const std::vector<int>& cp_shares) {
+  if (!par.head_shares_auto) return par.head_shares;
+  const int u = par.cp_ulysses;
+  std::vector<double> per_head(u, 0);
+  for (int c = 0; c < par.cp; ++c) {
+    const double a = ulysses_rank_compute(model, par, train, platform, placement, cp_shares, c).per_head;
+    per_head[c % u] = std::max(per_head[c % u], a);
+  }
+  std::vector<double> speed(u, 1.0);
+  if (std::all_of(per_head.begin(), per_head.end(), [](double a) { return a > 0; })) {
+    for (int j = 0; j < u; ++j) speed[j] = 1 / per_head[j];
+  }
+  return balanced_shares(model.heads / par.tp, speed, ShareRule{});
 }
 
 }  // namespace
@@ -1162,6 +1214,7 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
   if (par.dp_shares_balanced) {
     // A replica's speed: one over the compute time of a micro-batch through the
     // whole model on its slowest GPU (its GPU type and static slowdown).
+    // Per-stage layouts: the replica's slowest stage (its layers on its slowest GPU).
     std::map<int, double> seconds_of_type;
     auto mb_seconds = [&](int type) {
       auto it = seconds_of_type.find(type);
@@ -1170,30 +1223,44 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
       seconds_of_type[type] = t;
       return t;
     };
+    auto stage_seconds = [&](int st, int type) {
+      const StageProgramSpec& sp = stage_specs[static_cast<std::size_t>(st)];
+      return model_compute_seconds(sp.model, stage_steps[static_cast<std::size_t>(st)], platform, type) *
+             sp.par.stage_layers[static_cast<std::size_t>(st)] / sp.model.layers;
+    };
     std::vector<double> speed(par.dp, 1.0);
     for (int d = 0; d < par.dp; ++d) {
       double slowest = 0;
       for (int st = 0; st < par.pp; ++st) {
-        for (int c = 0; c < par.cp; ++c) {
-          for (int t = 0; t < par.tp; ++t)
-            slowest = std::max(slowest, mb_seconds(cluster.gpu_type_of(placement.gpu(RankCoord{t, c, 0, d, st}))));
+        for (int c = 0; c < stage_cp(par, st); ++c) {
+          for (int t = 0; t < stage_tp(par, st); ++t) {
+            const int type =
+                cluster.gpu_type_of(mpmd ? first_gpu[st] + t + stage_tp(par, st) * (c + stage_cp(par, st) * d)
+                                         : placement.gpu(RankCoord{t, c, 0, d, st}));
+            slowest = std::max(slowest, mpmd ? stage_seconds(st, type) : mb_seconds(type));
+          }
         }
       }
       if (slowest > 0) speed[d] = 1.0 / slowest;
     }
     share = balanced_shares(par.global_batch / par.micro_batch, speed, share_rule(par));
   }
-  // Uneven ring-CP shares: each CP rank its own steps and programs on its tokens.
-  const int ncp = par.uneven_cp() ? par.cp : 1;
+  // Uneven CP or Ulysses head shares: each CP rank its own steps and programs on
+  // its tokens and heads.
+  const int ncp = par.per_cp_rank_programs() ? par.cp : 1;
   std::vector<ParallelSpec> cp_par;  // one CP rank's layout (its share), with the share fixed
   std::vector<ModelSteps> cp_steps;
-  if (par.uneven_cp()) {
-    plan.cp_shares = resolved_cp_shares(model, par, train_, platform, placement);
+  if (par.per_cp_rank_programs()) {
+    if (par.uneven_cp()) plan.cp_shares = resolved_cp_shares(model, par, train_, platform, placement);
+    if (par.uneven_heads())
+      plan.head_shares = resolved_head_shares(model, par, train_, platform, placement, plan.cp_shares);
     std::vector<double> compute;  // seconds of a micro-batch's compute per CP rank, on its slowest GPU
     for (int c = 0; c < par.cp; ++c) {
       ParallelSpec one = par;
       one.cp_shares = plan.cp_shares;
       one.cp_shares_auto = false;
+      one.head_shares = plan.head_shares;
+      one.head_shares_auto = false;
       one.cp_rank = c;
       cp_steps.push_back(build_model_steps(model, one, train_, ep_nodes(one, 0)));
       cp_par.push_back(one);
@@ -1243,6 +1310,7 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
 
   auto tp_of = [&](int s) { return stage_tp(par, s); };
   auto dp_of = [&](int s) { return stage_dp(par, s); };
+  auto cp_of = [&](int s) { return stage_cp(par, s); };
   // Traffic matrices of the all-to-all-v steps: the shared steps' first, then each per-stage layout's.
   std::vector<std::uint32_t> matrix_base(par.pp, 0);
   auto add_traffic = [&](const ModelSteps& ms) {
@@ -1252,6 +1320,11 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
   };
   if (mpmd) {
     for (int s = 0; s < par.pp; ++s) matrix_base[s] = add_traffic(stage_steps[s]);
+  } else if (ncp > 1) {
+    // Every CP rank's steps name the same matrices (its Ulysses group's shares).
+    for (const ModelSteps& ms : cp_steps)
+      TRAINSIM_CHECK(ms.traffic == cp_steps.front().traffic, "CP ranks disagree on their all-to-all-v bytes");
+    add_traffic(cp_steps.front());
   } else {
     add_traffic(steps);
   }
@@ -1262,7 +1335,12 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
     const int k = kc / ncp, c = kc % ncp;
     for (int s = 0; s < par.pp; ++s) {
       const TransformerSpec& sm = mpmd ? stage_specs[s].model : model;
-      const ParallelSpec& sp_par = mpmd ? stage_specs[s].par : ncp > 1 ? cp_par[c] : count_par[k];
+      // Uneven DP shares with per-stage layouts: the stage's layout at this count.
+      const ParallelSpec stage_par =
+          mpmd && par.uneven_shares() ? replica_layout(stage_specs[s].par, counts[k]) : ParallelSpec{};
+      const ParallelSpec& sp_par = mpmd      ? (par.uneven_shares() ? stage_par : stage_specs[s].par)
+                                   : ncp > 1 ? cp_par[c]
+                                             : count_par[k];
       const TrainingSpec& st = mpmd ? stage_specs[s].train : train_;
       StageProgramBuilder builder(sm, sp_par, st,
                                   mpmd      ? stage_steps[s]
@@ -1276,7 +1354,8 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
       double hw = 0, mf = 0;
       plan.setup.programs.push_back(builder.build(&hw, &mf));
       slots_of_program.push_back(builder.slots());
-      const int ranks = tp_of(s) * (mpmd ? dp_of(s) : replicas_of_count[k]) * (par.cp / ncp);
+      const int ranks =
+          tp_of(s) * (mpmd && !par.uneven_shares() ? dp_of(s) : replicas_of_count[k]) * (stage_cp(par, s) / ncp);
       plan.hardware_flops += hw * ranks;
       plan.model_flops += mf * ranks;
     }
@@ -1294,21 +1373,27 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
   }
 
   auto gpu = [&](int s, int d, int c, int t) {
-    if (mpmd) return first_gpu[s] + t + tp_of(s) * (c + par.cp * d);
+    if (mpmd) return first_gpu[s] + t + tp_of(s) * (c + cp_of(s) * d);
     return placement.gpu(RankCoord{t, c, 0, d, s});
   };
   // Per-stage layouts: the replica and TP index of the peer of the rank at
-  // replica `d`, TP index `t` on pipeline link `use` (the rank sits on stage
-  // `s`, one end of the link). The rank's messages on the link run over the
-  // peer replicas, and within each over the peer TP ranks.
-  auto pipeline_peer = [&](const SlotUse& use, int s, int d, int t) {
+  // replica `d`, CP index `c`, TP index `t` on pipeline link `use` (the rank
+  // sits on stage `s`, one end of the link). The rank's messages on the link run
+  // over the peer replicas, within each over the peer CP ranks, and within each
+  // over the peer TP ranks.
+  auto pipeline_peer = [&](const SlotUse& use, int s, int d, int c, int t) {
     const int o = s == use.from ? use.to : use.from;
     const int mine = tp_of(s), other = tp_of(o);
     const int mine_dp = dp_of(s), other_dp = dp_of(o);
+    const int mine_cp = cp_of(s), other_cp = cp_of(o);
     const int tp_fan = other >= mine ? other / mine : 1;
-    const int peer_d = other_dp >= mine_dp ? d * (other_dp / mine_dp) + use.peer / tp_fan : d / (mine_dp / other_dp);
+    const int cp_fan = other_cp >= mine_cp ? other_cp / mine_cp : 1;
+    const int peer_d =
+        other_dp >= mine_dp ? d * (other_dp / mine_dp) + use.peer / (tp_fan * cp_fan) : d / (mine_dp / other_dp);
+    const int peer_c =
+        other_cp >= mine_cp ? c * (other_cp / mine_cp) + use.peer / tp_fan % cp_fan : c / (mine_cp / other_cp);
     const int peer_t = other >= mine ? t * (other / mine) + use.peer % tp_fan : t / (mine / other);
-    return std::pair{peer_d, peer_t};
+    return std::array<int, 3>{peer_d, peer_c, peer_t};
   };
   // Members of a slot's communicator for the rank at (s, d, c, t).
   auto members_of = [&](const SlotUse& use, int s, int d, int c, int t) {
@@ -1318,7 +1403,7 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
         for (int x = 0; x < tp_of(s); ++x) m.push_back(gpu(s, d, c, x));
         break;
       case SlotRole::CP:
-        for (int x = 0; x < par.cp; ++x) m.push_back(gpu(s, d, x, t));
+        for (int x = 0; x < cp_of(s); ++x) m.push_back(gpu(s, d, x, t));
         break;
       case SlotRole::CPUlysses:
         for (int x = 0; x < par.cp_ulysses; ++x) m.push_back(gpu(s, d, c / par.cp_ulysses * par.cp_ulysses + x, t));
@@ -1328,15 +1413,15 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
         break;
       case SlotRole::DP:
         for (int x = 0; x < dp_of(s); ++x) {
-          for (int y = 0; y < par.cp; ++y) m.push_back(gpu(s, x, y, t));
+          for (int y = 0; y < cp_of(s); ++y) m.push_back(gpu(s, x, y, t));
         }
         break;
       case SlotRole::PipelineForward:
       case SlotRole::PipelineBackward:
         if (mpmd) {
-          const auto [peer_d, peer_t] = pipeline_peer(use, s, d, t);
-          m = s == use.from ? std::vector<int>{gpu(s, d, c, t), gpu(use.to, peer_d, c, peer_t)}
-                            : std::vector<int>{gpu(use.from, peer_d, c, peer_t), gpu(s, d, c, t)};
+          const std::array<int, 3> peer = pipeline_peer(use, s, d, c, t);
+          m = s == use.from ? std::vector<int>{gpu(s, d, c, t), gpu(use.to, peer[0], peer[1], peer[2])}
+                            : std::vector<int>{gpu(use.from, peer[0], peer[1], peer[2]), gpu(s, d, c, t)};
         } else {
           m = {gpu(use.from, d, c, t), gpu(use.to, d, c, t)};
         }
@@ -1492,12 +1577,13 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
     const std::string where = "[stage " + std::to_string(s) + "]";
     for (int d = 0; d < dp_of(s); ++d) {
       if (!replica_simulated[d]) continue;
-      const int cps = replica_compact[d] ? 1 : par.cp;
+      const int cps = replica_compact[d] ? 1 : cp_of(s);
       const int tps = replica_compact[d] ? 1 : tp_of(s);
       for (int c = 0; c < cps; ++c) {
         for (int t = 0; t < tps; ++t) {
           RankProgram rp;
-          const int program = ((mpmd ? 0 : count_of_replica[d]) * ncp + (ncp > 1 ? c : 0)) * par.pp + s;
+          const int program =
+              ((mpmd && !par.uneven_shares() ? 0 : count_of_replica[d]) * ncp + (ncp > 1 ? c : 0)) * par.pp + s;
           rp.program = static_cast<std::uint32_t>(program);
           rp.gpu = gpu(s, d, c, t);
           if (replica_compact[d]) rp.gpu_type = slowest_type[static_cast<std::size_t>(s) * par.dp + d];
@@ -1562,7 +1648,7 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
     }
     std::set<int> types;
     for (int d = 0; d < dp_of(s); ++d) {
-      for (int c = 0; c < par.cp; ++c) {
+      for (int c = 0; c < cp_of(s); ++c) {
         for (int t = 0; t < tp_of(s); ++t) types.insert(cluster.gpu_type_of(gpu(s, d, c, t)));
       }
     }

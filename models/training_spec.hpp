@@ -214,10 +214,19 @@ struct ParallelSpec {
   std::vector<int> cp_shares;
   bool cp_shares_auto = false;
   int cp_rank = -1;
+  // Uneven Ulysses head shares (docs/heterogeneous.md): query heads of a TP rank
+  // each Ulysses rank attends to after the all-to-all (in Ulysses rank order,
+  // summing to heads/tp); empty = heads/tp/cp_ulysses each. `head_shares_auto`:
+  // the planner sets them so that every Ulysses rank computes as long.
+  std::vector<int> head_shares;
+  bool head_shares_auto = false;
 
   int cp_ring() const { return cp / cp_ulysses; }  // ranks of a CP ring (cp without Ulysses)
   bool uneven_shares() const { return dp_shares_balanced || !dp_shares.empty(); }
   bool uneven_cp() const { return cp_shares_auto || !cp_shares.empty(); }
+  bool uneven_heads() const { return head_shares_auto || !head_shares.empty(); }
+  // Uneven CP or head shares: each CP rank runs a program of its own (cp_rank set).
+  bool per_cp_rank_programs() const { return uneven_cp() || uneven_heads(); }
   // Tokens of a sequence this rank holds: its CP share, else seq_len/cp.
   double cp_local_tokens(int seq_len) const {
     return cp_rank >= 0 && !cp_shares.empty() ? cp_shares[cp_rank] : static_cast<double>(seq_len) / cp;

@@ -65,6 +65,8 @@ struct WorkloadPlan {
   // the CP rank whose compute per micro-batch is the longest (it sets the pace).
   std::vector<int> cp_shares;
   int cp_pace_rank = -1;
+  // Uneven Ulysses head shares: query heads of a TP rank per Ulysses rank (else empty).
+  std::vector<int> head_shares;
 };
 
 class Workload {

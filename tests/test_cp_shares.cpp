@@ -92,8 +92,12 @@ TEST_CASE("bad CP shares are input errors at their JSON pointer") {
         std::string::npos);
   CHECK(errors({R"(parallel.cp_shares="fast")"}).find("/parallel/cp_shares: expected \"even\", \"auto\"") !=
         std::string::npos);
-  CHECK(errors({R"(parallel.cp_shares="auto")", R"(parallel.cp_kind="ulysses")"})
-            .find("/parallel/cp_shares: uneven sequence shares are modelled for a ring") != std::string::npos);
+  // Ulysses takes uneven sequence shares too (tests/test_head_shares.cpp); hybrid CP does not.
+  CHECK(errors({R"(parallel.cp_shares="auto")", R"(parallel.cp_kind="ulysses")"}).empty());
+  CHECK(errors({R"(parallel.cp_shares="auto")", "parallel.tp=4", "parallel.cp=4", R"(parallel.cp_kind="hybrid")",
+                "parallel.cp_ulysses=2"})
+            .find("/parallel/cp_shares: uneven sequence shares are modelled for a ring or Ulysses") !=
+        std::string::npos);
   CHECK(errors({R"(parallel.cp_shares="auto")", "parallel.cp=1", "parallel.dp=2"})
             .find("/parallel/cp_shares: uneven sequence shares need cp >= 2") != std::string::npos);
   CHECK(errors({R"(parallel.cp_shares="auto")", R"(parallel.dp_shares="balanced")"})

@@ -141,11 +141,54 @@ TEST_CASE("uneven shares: bad input names the pointer") {
                 "parallel.dp_shares=[30, 30, 1, 3]"})
             .find("/parallel/dp_shares/2: dualpipe-v needs at least 2*pp = 4 micro-batches per replica, found 1") !=
         std::string::npos);
-  // Per-stage layouts are refused, not half-supported.
+  // Per-stage layouts take shares when every stage has parallel.dp replicas, not otherwise.
   CHECK(errors({"parallel.pp=2", "parallel.dp=4", R"(parallel.dp_shares="balanced")",
                 R"(parallel.stages=[{"tp": 1, "layers": 12}, {"tp": 1, "layers": 12}])"})
-            .find("/parallel/dp_shares: uneven data-parallel shares are not modelled with per-stage layouts") !=
-        std::string::npos);
+            .empty());
+  CHECK(errors({"parallel.pp=2", "parallel.dp=4", R"(parallel.dp_shares="balanced")",
+                R"(parallel.stages=[{"tp": 1, "layers": 12}, {"tp": 1, "dp": 2, "micro_batch": 4, "layers": 12}])"})
+            .find("/parallel/dp_shares: uneven data-parallel shares with per-stage layouts need every stage's dp to "
+                  "be parallel.dp = 4") != std::string::npos);
+}
+
+TEST_CASE("uneven shares with per-stage layouts: each replica a pipeline of its own, at both fidelities") {
+  // Two stages of TP 4 x DP 4, each over an H100 and an A100 node (no `group`: the
+  // next free GPUs), so replicas 0-1 run on H100s and 2-3 on A100s in both stages.
+  const char* mixed = R"({
+    "model": "llama3-8b",
+    "cluster": {"groups": [{"node": "dgx-h100", "nodes": 1}, {"node": "dgx-a100", "nodes": 1},
+                           {"node": "dgx-h100", "nodes": 1}, {"node": "dgx-a100", "nodes": 1}]},
+    "parallel": {"tp": 4, "pp": 2, "dp": 4, "micro_batch": 1, "global_batch": 64, "sequence_parallel": true,
+                 "stages": [{"tp": 4, "layers": 16}, {"tp": 4, "layers": 16}]},
+    "training": {"seq_len": 4096}
+  })";
+  const std::string plain = testing::replace(mixed, R"(,
+                 "stages": [{"tp": 4, "layers": 16}, {"tp": 4, "layers": 16}])",
+                                             "");
+  REQUIRE(plain.find("stages") == std::string::npos);
+  for (const Fidelity f : {Fidelity::Analytical, Fidelity::Flow}) {
+    CAPTURE(to_string(f));
+    const JobReport even = run(mixed, {}, f);
+    const JobReport bal = run(mixed, {R"(parallel.dp_shares="balanced")"}, f);
+    CHECK(bal.dp_shares == std::vector<int>{22, 22, 10, 10});  // docs/heterogeneous.md
+    REQUIRE(bal.dp_shares.size() == 4);
+    CHECK(bal.dp_shares[0] == bal.dp_shares[1]);
+    CHECK(bal.dp_shares[0] > bal.dp_shares[2]);  // the H100 replicas take more
+    CHECK(bal.dp_shares[2] == bal.dp_shares[3]);
+    CHECK(bal.iteration_time_s < 0.8 * even.iteration_time_s);
+    // Stages that repeat the plain layout give the plain plan's shares and iteration.
+    const JobReport plain_bal = run(plain.c_str(), {R"(parallel.dp_shares="balanced")"}, f);
+    CHECK(plain_bal.dp_shares == bal.dp_shares);
+    CHECK(plain_bal.iteration_time_s == doctest::Approx(bal.iteration_time_s).epsilon(1e-9));
+    // A stage of its own recomputation still runs: stage 1's replicas keep their shares.
+    const JobReport selective =
+        run(mixed,
+            {R"(parallel.dp_shares="balanced")",
+             R"(parallel.stages=[{"tp": 4, "layers": 16}, {"tp": 4, "layers": 16, "recompute": "selective"}])"},
+            f);
+    CHECK(selective.feasible);
+    CHECK(selective.iteration_time_s < 0.8 * even.iteration_time_s);
+  }
 }
 
 TEST_CASE("docs/limits.md lists the dp_shares bounds") {

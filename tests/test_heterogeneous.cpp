@@ -1,7 +1,7 @@
 // Mixed fleets and per-stage layouts: clusters of several GPU types at both
 // fidelities (and which stage sets the pace), inline GPUs, parallel.stages with
-// TP resharding, per-stage DP and micro-batch resharding, an encoder sub-model, their input errors, and the mixed-fleet
-// search against the plans that treat every GPU alike.
+// TP resharding, per-stage DP and micro-batch resharding, per-stage CP resharding, an encoder sub-model, their input
+// errors, and the mixed-fleet search against the plans that treat every GPU alike.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -196,6 +196,126 @@ TEST_CASE("stages of different DP run at both fidelities, deterministically, and
     CHECK(pp(slowed) > 2 * pp(fast));
     CHECK(slowed.iteration_time_s > fast.iteration_time_s);
   }
+}
+
+// A toy 2-stage job whose stages differ in CP and TP: stage 0 on a DGX H100
+// with TP 2 x CP 4, stage 1 on a DGX A100 with TP 4 x CP 2, 8192 tokens.
+const char* kCpReshard = R"({
+  "model": "llama3-8b",
+  "cluster": {"groups": [{"node": "dgx-h100", "nodes": 1}, {"node": "dgx-a100", "nodes": 1}]},
+  "parallel": {"pp": 2, "dp": 1, "micro_batch": 1, "global_batch": 8, "sequence_parallel": true,
+               "stages": [{"group": 0, "tp": 2, "cp": 4, "layers": 20}, {"group": 1, "tp": 4, "cp": 2, "layers": 12}]},
+  "training": {"seq_len": 8192}
+})";
+
+TEST_CASE("stages of different CP: each CP rank sends its tokens to the CP ranks that own them") {
+  const Scenario s = load(kCpReshard);
+  // Hand count: a sample's activation is 8192 tokens x 4096 hidden x 2 B, cut into
+  // max(CP 4, CP 2) sequence pieces and each into max(TP 2, TP 4) pieces. Under the
+  // ring's load-balancing split (rank i holds chunks i and 2cp-1-i) CP rank c of
+  // stage 1 holds exactly what CP ranks 2c and 2c+1 of stage 0 hold.
+  const double piece = 8192.0 * 4096 * 2 / 4 / 4;
+  for (const auto& [from, to] : {std::pair{0, 1}, std::pair{1, 0}}) {
+    const BoundaryShape shape = boundary_shape(s.model, s.parallel, s.training, from, to);
+    CHECK(shape.bytes == piece);
+    // An H100 rank talks to 1 CP rank x 2 A100 TP ranks; an A100 rank to 2 CP ranks x 1 H100 TP rank.
+    CHECK(shape.sends == 2);
+    CHECK(shape.recvs == 2);
+  }
+  const JobRun run = run_job(s);
+  // H100 rank (CP c, TP t) = GPU 2c + t; A100 rank (CP e, TP u) = GPU 8 + 4e + u: CP
+  // rank c's tokens go to CP rank c / 2, TP rank t's piece to TP ranks 2t and 2t + 1.
+  std::set<std::pair<int, int>> expected, forward, backward;
+  for (int c = 0; c < 4; ++c) {
+    for (int t = 0; t < 2; ++t) {
+      for (int u = 2 * t; u < 2 * t + 2; ++u) expected.insert({2 * c + t, 8 + 4 * (c / 2) + u});
+    }
+  }
+  int cp4 = 0, cp2 = 0, dp4 = 0, dp2 = 0;
+  for (const Communicator& c : run.plan.setup.comms) {
+    if (contains(c.name, "pipeline link stage 0->1") && !contains(c.name, "(gradients)"))
+      forward.insert({c.members.at(0), c.members.at(1)});
+    if (contains(c.name, "pipeline link stage 1->0")) backward.insert({c.members.at(1), c.members.at(0)});
+    cp4 += contains(c.name, "cp group [stage 0]") && c.members.size() == 4 ? 1 : 0;
+    cp2 += contains(c.name, "cp group [stage 1]") && c.members.size() == 2 ? 1 : 0;
+    // Each stage reduces its gradients over its own dp x cp ranks.
+    dp4 += contains(c.name, "dp group [stage 0]") && c.members.size() == 4 ? 1 : 0;
+    dp2 += contains(c.name, "dp group [stage 1]") && c.members.size() == 2 ? 1 : 0;
+  }
+  CHECK(forward == expected);
+  CHECK(backward == expected);
+  CHECK(cp4 == 2);  // one per H100 TP rank
+  CHECK(cp2 == 4);  // one per A100 TP rank
+  CHECK(dp4 == 2);
+  CHECK(dp2 == 4);
+  // Every message of the boundary is one piece.
+  for (int program = 0; program < 2; ++program) {
+    for (const Task& task : run.plan.setup.programs.at(program).tasks) {
+      if (task.comm_class == CommClass::PP) CHECK(task.bytes == static_cast<std::uint64_t>(piece));
+    }
+  }
+  const JobReport a = simulate(s, Fidelity::Analytical);
+  const JobReport f = simulate(s, Fidelity::Flow);
+  REQUIRE(a.feasible);
+  REQUIRE(f.feasible);
+  CHECK(f.iteration_time_s == doctest::Approx(a.iteration_time_s).epsilon(0.03));
+  CHECK(simulate(s, Fidelity::Analytical).iteration_time_s == a.iteration_time_s);
+}
+
+TEST_CASE("per-stage CP equal to parallel.cp gives the plain plan's time; CP errors name the key") {
+  const char* plain = R"({
+    "model": "llama3-8b",
+    "cluster": {"node": "dgx-h100", "nodes": 2},
+    "parallel": {"tp": 4, "cp": 2, "pp": 2, "dp": 1, "micro_batch": 1, "global_batch": 8, "sequence_parallel": true},
+    "training": {"seq_len": 8192}
+  })";
+  const JobReport p = simulate(load(plain));
+  const JobReport staged =
+      simulate(load(plain, {R"(parallel.stages=[{"tp": 4, "cp": 2, "layers": 16}, {"tp": 4, "layers": 16}])"}));
+  CHECK(staged.iteration_time_s == doctest::Approx(p.iteration_time_s).epsilon(1e-9));
+  // CP 4 into CP 1 (every CP rank of stage 0 sends to the one of stage 1) is a layout.
+  CHECK(testing::errors_of(kCpReshard, {R"(parallel.stages=[{"group": 0, "tp": 2, "cp": 4, "layers": 20},
+                   {"group": 1, "tp": 8, "cp": 1, "layers": 12}])"})
+            .empty());
+  CHECK(contains(testing::errors_of(kCpReshard, {"training.seq_len=8190"}),
+                 "/parallel/stages/0/cp: expected a divisor of the model's 8190 tokens per sample, found 4"));
+  CHECK(contains(
+      testing::errors_of(kCpReshard, {"parallel.dp=1", R"(parallel.stages=[{"group": 0, "tp": 2, "cp": 4, "layers": 20},
+                   {"group": 1, "tp": 1, "cp": 3, "dp": 1, "layers": 12}])"}),
+      "/parallel/stages/1/cp: a CP rank sends its tokens to the CP ranks that own them"));
+}
+
+TEST_CASE("a custom schedule with per-stage layouts: each stage its own unit order, deadlocks named") {
+  // kCpReshard's two stages, 8 micro-batches: the built-in 1F1B written unit by unit.
+  std::string first = "[\"F0\", \"F1\"", second = "[";
+  for (int m = 0; m < 8; ++m) {
+    if (m + 2 < 8) first += ", \"BW" + std::to_string(m) + "\", \"F" + std::to_string(m + 2) + "\"";
+    second += std::string(m ? ", " : "") + "\"F" + std::to_string(m) + "\", \"BW" + std::to_string(m) + "\"";
+  }
+  first += ", \"BW6\", \"BW7\"]";
+  second += "]";
+  const std::string one_f_one_b = "parallel.schedule={\"units\": [" + first + ", " + second + "]}";
+  const JobReport builtin = simulate(load(kCpReshard));
+  const JobReport custom = simulate(load(kCpReshard, {one_f_one_b}));
+  REQUIRE(custom.feasible);
+  CHECK(custom.iteration_time_s == builtin.iteration_time_s);
+  // Stage 0 in lockstep with stage 1 (no forward ahead) is valid and slower.
+  const JobReport lockstep =
+      simulate(load(kCpReshard, {"parallel.schedule={\"units\": [" + second + ", " + second + "]}"}));
+  REQUIRE(lockstep.feasible);
+  CHECK(lockstep.iteration_time_s > builtin.iteration_time_s);
+  // Stage orders that wait on each other are refused at loading, naming the rank and unit.
+  const std::string gpipe =
+      "[\"F0\", \"F1\", \"F2\", \"F3\", \"F4\", \"F5\", \"F6\", \"F7\", "
+      "\"BW7\", \"BW6\", \"BW5\", \"BW4\", \"BW3\", \"BW2\", \"BW1\", \"BW0\"]";
+  const std::string dead =
+      testing::errors_of(kCpReshard, {"parallel.schedule={\"units\": [" + second + ", " + gpipe + "]}"});
+  CHECK(contains(dead, "/parallel/schedule: "));
+  CHECK(contains(dead, "pipeline rank"));
+  // Chunks other than the stages' layer blocks are refused.
+  CHECK(contains(testing::errors_of(kCpReshard, {"parallel.schedule={\"units\": [" + second + ", " + second +
+                                                 "], \"chunk_stages\": [1, 0]}"}),
+                 "/parallel/schedule/chunk_stages: with per-stage layouts each stage holds one model chunk"));
 }
 
 TEST_CASE("per-stage DP and micro-batch errors name the key") {

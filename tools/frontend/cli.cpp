@@ -382,17 +382,20 @@ int run_commands(int argc, const char* const* argv, std::ostream& out, std::ostr
       const Scenario s = load(check_path, sets, catalog);
       for (const auto& w : s.warnings) err << "warning: " << w << "\n";
       std::string tp = std::to_string(s.parallel.tp), dp = std::to_string(s.parallel.dp);
-      if (!s.parallel.stages.empty()) {  // per-stage layouts: each stage's TP and DP
+      std::string cp = std::to_string(s.parallel.cp);
+      if (!s.parallel.stages.empty()) {  // per-stage layouts: each stage's TP, DP and CP
         tp.clear();
         dp.clear();
+        cp.clear();
         for (const StageLayout& st : s.parallel.stages) {
           tp += (tp.empty() ? "" : "/") + std::to_string(st.tp);
           dp += (dp.empty() ? "" : "/") + std::to_string(st.dp > 0 ? st.dp : s.parallel.dp);
+          cp += (cp.empty() ? "" : "/") + std::to_string(st.cp > 0 ? st.cp : s.parallel.cp);
         }
       }
       const std::string trained = s.workload.kind == WorkloadKind::Transformer ? s.model.name : workload_of(s)->name();
       out << "ok: " << s.file << ": " << trained << " on " << s.cluster.total_gpus() << " GPUs, tp " << tp << " pp "
-          << s.parallel.pp << " dp " << dp << " cp " << s.parallel.cp << "\n";
+          << s.parallel.pp << " dp " << dp << " cp " << cp << "\n";
       return kOk;
     }
     check_output_paths(

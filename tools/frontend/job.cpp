@@ -297,6 +297,7 @@ JobRun run_job(const Scenario& s, Fidelity fidelity, MemoryCheck memory) {
   rep.expert_dropped_fraction = plan.expert_dropped_fraction;
   rep.dp_shares = plan.dp_shares;
   rep.cp_shares = plan.cp_shares;
+  rep.head_shares = plan.head_shares;
   rep.cp_pace_rank = plan.cp_pace_rank;
   rep.iteration_time_s = res.makespan.to_seconds();
   if (s.training.post_validation && res.completed) {
@@ -597,6 +598,7 @@ nlohmann::json to_json(const JobReport& r) {
     out["dp_shares"] = shares;
   }
   if (!r.cp_shares.empty()) out["cp_shares"] = {{"tokens", r.cp_shares}, {"pace_rank", r.cp_pace_rank}};
+  if (!r.head_shares.empty()) out["head_shares"] = {{"heads", r.head_shares}, {"pace_rank", r.cp_pace_rank}};
   out["flops_convention"] = r.flops_convention;
   if (r.reliability) out["reliability"] = reliability_json(*r.reliability);
   if (r.perturbations) {
@@ -708,6 +710,11 @@ std::string summary_text(const JobReport& r) {
     out += "  cp shares (tokens):";
     for (int t : r.cp_shares) out += " " + std::to_string(t);
     out += "; pace set by cp rank " + std::to_string(r.cp_pace_rank) + "\n";
+  }
+  if (!r.head_shares.empty()) {
+    out += "  head shares (heads per tp rank):";
+    for (int h : r.head_shares) out += " " + std::to_string(h);
+    out += r.cp_shares.empty() ? "; pace set by cp rank " + std::to_string(r.cp_pace_rank) + "\n" : "\n";
   }
   out += "  " + std::to_string(r.events) + " events, " + std::to_string(r.simulated_ranks) + " simulated ranks" +
          (r.flow_ranks.empty() || r.flow_ranks == "all" ? std::string() : " (flow.ranks " + r.flow_ranks + ")") + ", " +

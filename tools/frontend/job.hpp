@@ -98,7 +98,8 @@ struct JobReport {
   double expert_dropped_fraction = 0;      // MoE: routed tokens dropped by the capacity factor
   std::vector<int> dp_shares;              // uneven data-parallel shares: micro-batches per replica (else empty)
   std::vector<int> cp_shares;              // uneven ring-CP shares: tokens per CP rank (else empty)
-  int cp_pace_rank = -1;                   // uneven CP: the CP rank with the longest compute
+  int cp_pace_rank = -1;                   // uneven CP or heads: the CP rank with the longest compute
+  std::vector<int> head_shares;            // uneven Ulysses head shares: query heads of a TP rank per Ulysses rank
   std::vector<WanCrossing> wan;            // several datacenters: which communicators cross the WAN
   std::vector<WanLinkLoad> wan_links;      // several datacenters: what the WAN between each pair of sites carried
   std::optional<DilocoReport> diloco;      // with a "diloco" section: the outer step (docs/cross-datacenter.md)

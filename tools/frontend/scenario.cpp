@@ -374,6 +374,37 @@ PipelineSchedule read_custom_schedule(const nlohmann::json& v, const std::string
   return sched;
 }
 
+// An uneven-share key of `parallel`: "even", its automatic word, or an array of
+// counts (an out-of-range entry is an error at its index, replaced by `placeholder`).
+struct ShareKey {
+  const char* key;
+  const char* automatic;  // the word that lets the planner choose the shares
+  std::int64_t min;       // the smallest entry the reader lets through (the layout rules refine it)
+  int placeholder;
+  const char* count;  // what one entry is, for its error
+  const char* array;  // what the array holds, for the key's error
+};
+void read_share_key(ObjectReader& r, const ShareKey& k, std::vector<int>* shares, bool* automatic) {
+  const nlohmann::json* sh = r.raw(k.key);
+  if (sh == nullptr) return;
+  if (sh->is_string() && (*sh == "even" || *sh == k.automatic)) {
+    *automatic = *sh == k.automatic;
+  } else if (sh->is_array() && !sh->empty() && sh->size() <= (1U << 20)) {
+    for (std::size_t i = 0; i < sh->size(); ++i) {
+      const std::optional<std::int64_t> x = json_integer_value((*sh)[i]);
+      if (!x || *x < k.min || *x > kMaxInt) {
+        r.diagnostics().error(r.at(k.key) + "/" + std::to_string(i),
+                              std::string("expected a ") + k.count + " in [1, " + std::to_string(kMaxInt) + "]");
+        shares->push_back(k.placeholder);
+      } else {
+        shares->push_back(static_cast<int>(*x));
+      }
+    }
+  } else {
+    r.error(k.key, std::string("expected \"even\", \"") + k.automatic + "\" or an array with the " + k.array);
+  }
+}
+
 ParallelSpec read_parallel(ObjectReader& top, bool batch_required) {
   ParallelSpec p;
   const nlohmann::json* v = top.raw("parallel");
@@ -479,48 +510,17 @@ ParallelSpec read_parallel(ObjectReader& top, bool batch_required) {
     }
   }
   read_stage_layouts(r, p);
-  // Uneven data-parallel shares (docs/heterogeneous.md): "even", "balanced" or
-  // micro-batches per replica; the layout rules check them against the batch.
-  if (const nlohmann::json* sh = r.raw("dp_shares")) {
-    if (sh->is_string() && (*sh == "even" || *sh == "balanced")) {
-      p.dp_shares_balanced = *sh == "balanced";
-    } else if (sh->is_array() && !sh->empty() && sh->size() <= (1U << 20)) {
-      for (std::size_t i = 0; i < sh->size(); ++i) {
-        const std::optional<std::int64_t> x = json_integer_value((*sh)[i]);
-        if (!x || *x < 0 || *x > kMaxInt) {
-          r.diagnostics().error(r.at("dp_shares") + "/" + std::to_string(i),
-                                "expected a micro-batch count in [1, " + std::to_string(kMaxInt) + "]");
-          p.dp_shares.push_back(1);
-        } else {
-          p.dp_shares.push_back(static_cast<int>(*x));
-        }
-      }
-    } else {
-      r.error("dp_shares",
-              "expected \"even\", \"balanced\" or an array with the micro-batches of each data-parallel replica "
-              "(1 to 1,048,576 entries)");
-    }
-  }
-  // Uneven ring-CP sequence shares (docs/heterogeneous.md): "even", "auto" or
-  // tokens per CP rank; the layout rules check them against seq_len.
-  if (const nlohmann::json* sh = r.raw("cp_shares")) {
-    if (sh->is_string() && (*sh == "even" || *sh == "auto")) {
-      p.cp_shares_auto = *sh == "auto";
-    } else if (sh->is_array() && !sh->empty() && sh->size() <= (1U << 20)) {
-      for (std::size_t i = 0; i < sh->size(); ++i) {
-        const std::optional<std::int64_t> x = json_integer_value((*sh)[i]);
-        if (!x || *x < 1 || *x > kMaxInt) {
-          r.diagnostics().error(r.at("cp_shares") + "/" + std::to_string(i),
-                                "expected a token count in [1, " + std::to_string(kMaxInt) + "]");
-          p.cp_shares.push_back(2);
-        } else {
-          p.cp_shares.push_back(static_cast<int>(*x));
-        }
-      }
-    } else {
-      r.error("cp_shares", "expected \"even\", \"auto\" or an array with the tokens of each CP rank");
-    }
-  }
+  // Uneven shares (docs/heterogeneous.md); the layout rules check them against the
+  // batch (dp_shares: micro-batches per replica), seq_len (cp_shares: tokens per CP
+  // rank) and the heads (head_shares: query heads of a TP rank per Ulysses rank).
+  read_share_key(r,
+                 {"dp_shares", "balanced", 0, 1, "micro-batch count",
+                  "micro-batches of each data-parallel replica (1 to 1,048,576 entries)"},
+                 &p.dp_shares, &p.dp_shares_balanced);
+  read_share_key(r, {"cp_shares", "auto", 1, 2, "token count", "tokens of each CP rank"}, &p.cp_shares,
+                 &p.cp_shares_auto);
+  read_share_key(r, {"head_shares", "auto", 1, 1, "head count", "query heads of each Ulysses rank"}, &p.head_shares,
+                 &p.head_shares_auto);
   r.finish();
   p.custom_schedule.microbatches = p.micro_batches();
   return p;
@@ -775,9 +775,9 @@ void check_consistency(Scenario& s, Diagnostics& d) {
       micro_batches = std::accumulate(distinct.begin(), distinct.end(), std::int64_t{0});
       what = "the distinct shares (one program each) add up to ";
     }
-    if (par.uneven_cp()) {  // uneven CP shares: each CP rank runs a program of its own
+    if (par.per_cp_rank_programs()) {  // uneven CP or head shares: each CP rank runs a program of its own
       micro_batches *= par.cp;
-      what = "micro-batches x cp (uneven cp_shares: one program per CP rank) = ";
+      what = "micro-batches x cp (uneven cp_shares or head_shares: one program per CP rank) = ";
     }
     if (par.seq_chunks > 1) {  // seq1f1b: each sequence chunk is a unit of its own
       micro_batches *= par.seq_chunks;
@@ -787,6 +787,7 @@ void check_consistency(Scenario& s, Diagnostics& d) {
     const std::int64_t layers = s.model.layers + (s.model.encoder.empty() ? 0 : s.model.encoder.front().layers);
     if (micro_batches > kMaxMicroBatches || micro_batches * layers > kMaxMicroBatchLayers) {
       d.error(par.uneven_cp()       ? "/parallel/cp_shares"
+              : par.uneven_heads()  ? "/parallel/head_shares"
               : par.uneven_shares() ? "/parallel/dp_shares"
                                     : "/parallel/global_batch",
               what + std::to_string(micro_batches) + " micro-batches of " + std::to_string(layers) +

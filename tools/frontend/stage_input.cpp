@@ -8,8 +8,9 @@ void read_stage_layouts(ObjectReader& r, ParallelSpec& par) {
   const nlohmann::json* v = r.raw("stages");
   if (v == nullptr) return;
   if (!v->is_array() || v->empty()) {
-    r.error("stages",
-            "expected an array with one layout per pipeline stage ({group, tp, dp, micro_batch, layers, recompute})");
+    r.error(
+        "stages",
+        "expected an array with one layout per pipeline stage ({group, tp, dp, cp, micro_batch, layers, recompute})");
     return;
   }
   for (std::size_t i = 0; i < v->size(); ++i) {
@@ -19,6 +20,7 @@ void read_stage_layouts(ObjectReader& r, ParallelSpec& par) {
     st.group = static_cast<int>(sr.integer("group", -1, 0, 1 << 16));
     st.tp = static_cast<int>(sr.integer("tp", par.tp, 1, 1 << 16));
     st.dp = static_cast<int>(sr.integer("dp", -1, 1, 1 << 20));
+    st.cp = static_cast<int>(sr.integer("cp", -1, 1, 1 << 16));
     st.micro_batch = static_cast<int>(sr.integer("micro_batch", -1, 1, 1 << 20));
     st.layers = static_cast<int>(sr.integer("layers", 0, 0, 1 << 24, true));
     if (sr.has("recompute")) {

@@ -730,6 +730,7 @@ void expand_mixed_fleet(const SweepSpec& spec, const nlohmann::json& base, const
       nlohmann::json j = {{"tp", st.tp}, {"layers", st.layers}};
       if (st.group >= 0) j["group"] = st.group;
       if (st.dp > 0) j["dp"] = st.dp;
+      if (st.cp > 0) j["cp"] = st.cp;
       if (st.micro_batch > 0) j["micro_batch"] = st.micro_batch;
       stages.push_back(j);
     }

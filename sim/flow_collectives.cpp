@@ -111,14 +111,32 @@ bool FlowCollectives::over_scaleup(int a, int b) const {
   return node == cluster_->node_of(b) && topology_->switch_vertex(node) != kNoVertex;
 }
 
+void FlowCollectives::push_connection(CollectivePlan& p, PlannedFlow f, std::uint32_t via, std::uint64_t tag) {
+  auto route = [&](std::uint64_t t) {
+    return via == kNoVertex ? topology_->route(f.src, f.dst, t) : topology_->route_via(f.src, via, f.dst, t);
+  };
+  f.route = route(tag);
+  const int qps = topology_->fabric().qps_per_connection;
+  if (qps <= 1 || !topology_->route_has_choice(f.route)) {
+    p.flows.push_back(f);
+    return;
+  }
+  // NCCL_IB_QPS_PER_CONNECTION: the connection's data is split evenly over
+  // its queue pairs, each a flow of its own that the switches hash apart.
+  f.bytes /= qps;
+  for (int q = 0; q < qps; ++q) {
+    if (q > 0) f.route = route(tag + static_cast<std::uint64_t>(q) * 0x9E3779B97F4A7C15ull);
+    p.flows.push_back(f);
+  }
+}
+
 void FlowCollectives::add_flow(CollectivePlan& p, std::uint32_t src, std::uint32_t dst, double bytes, std::uint64_t tag,
                                double efficiency) {
   PlannedFlow f;
   f.src = src;
   f.dst = dst;
-  f.route = topology_->route(src, dst, tag);
   f.bytes = bytes / efficiency;
-  p.flows.push_back(f);
+  push_connection(p, f, kNoVertex, tag);
 }
 
 void FlowCollectives::add_gpu_flow(CollectivePlan& p, int src_gpu, int dst_gpu, double bytes, std::uint64_t tag,
@@ -135,9 +153,8 @@ void FlowCollectives::add_gpu_flow(CollectivePlan& p, int src_gpu, int dst_gpu, 
       PlannedFlow f;
       f.src = topology_->gpu_vertex(src_gpu);
       f.dst = topology_->gpu_vertex(dst_gpu);
-      f.route = topology_->route_via(f.src, topology_->gpu_vertex(relay), f.dst, tag);
       f.bytes = bytes / eff;
-      p.flows.push_back(f);
+      push_connection(p, f, topology_->gpu_vertex(relay), tag);
       return;
     }
   }

@@ -148,6 +148,10 @@ class FlowCollectives {
   // Appends a routed flow of `bytes` (before efficiency) between two vertices.
   void add_flow(CollectivePlan& p, std::uint32_t src, std::uint32_t dst, double bytes, std::uint64_t tag,
                 double efficiency);
+  // Appends `f` (bytes set) routed from f.src through `via` (kNoVertex: directly)
+  // to f.dst as one connection: one flow, or, under ECMP with k queue pairs per
+  // connection and a route with a choice of path, k flows of bytes / k hashed apart.
+  void push_connection(CollectivePlan& p, PlannedFlow f, std::uint32_t via, std::uint64_t tag);
   // Ring-shaped flows between GPUs; efficiency by level unless `eff` is given.
   void add_gpu_flow(CollectivePlan& p, int src_gpu, int dst_gpu, double bytes, std::uint64_t tag, const Level& lv,
                     double eff = 0);

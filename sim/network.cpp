@@ -38,9 +38,11 @@ std::vector<std::string> analytical_limitations(const Cluster& cluster) {
     char buf[512];
     std::snprintf(buf, sizeof buf,
                   "fabric oversubscription %.3g:1: the analytical model limits each flow crossing a leaf uplink to "
-                  "one uplink's capacity, but cannot model several communicators sharing the uplinks; "
+                  "%s, but cannot model several communicators sharing the uplinks; "
                   "use --fidelity flow for that contention",
-                  facts.oversubscription);
+                  facts.oversubscription,
+                  facts.routing == FabricRouting::Adaptive ? "its share of the leaf's up-links (adaptive routing)"
+                                                           : "one uplink's capacity");
     out.emplace_back(buf);
   }
   if (facts.datacenters > 1) {
@@ -141,9 +143,16 @@ void AnalyticalNetwork::degrade_link(const TopologyVertex& a, const TopologyVert
       break;
     case LinkKind::Uplink:
       if (!leaf_uplink_.empty()) {
-        lower(uplink_factor_, leaf_uplink_.size(),
-              (static_cast<std::size_t>(leaf.datacenter) * leaf_groups_ + leaf.group) * leaf_rails_ +
-                  std::max(0, leaf.index));
+        const std::size_t li = (static_cast<std::size_t>(leaf.datacenter) * leaf_groups_ + leaf.group) * leaf_rails_ +
+                               std::max(0, leaf.index);
+        if (fabric_.bundled_spines()) {
+          // One bundle of the leaf's up-links: the capacities lost on its
+          // links add up (`factor` is of the whole bundle).
+          if (uplink_factor_.empty()) uplink_factor_.assign(leaf_uplink_.size(), 1.0);
+          uplink_factor_[li] = std::max(0.0, uplink_factor_[li] - (1.0 - factor));
+        } else {
+          lower(uplink_factor_, leaf_uplink_.size(), li);
+        }
       }
       break;
     case LinkKind::DcEdge:
@@ -245,7 +254,8 @@ CommShape AnalyticalNetwork::shape(const std::vector<int>& members) const {
 
   // Leaf uplinks: a channel between domains under different leaves of one
   // datacenter crosses an uplink; alone on the network it gets one uplink
-  // (ECMP spreads a fat-tree node's channels over the spines).
+  // under ECMP (which spreads a fat-tree node's channels over the spines),
+  // its share of all the leaf's up-links under adaptive routing.
   bool spans_leaves = false;
   std::sort(dc_leaf.begin(), dc_leaf.end());
   for (std::size_t i = 1; i < dc_leaf.size(); ++i) {
@@ -260,7 +270,9 @@ CommShape AnalyticalNetwork::shape(const std::vector<int>& members) const {
   double uplink_per_channel = kNone;
   if (uplink != kNone) {
     const double channels_per_leaf = fabric_.kind == FabricKind::FatTree ? s.max_per_node : 1.0;
-    uplink_per_channel = uplink * std::min(1.0, fabric_.spines / channels_per_leaf);
+    const double spines_per_channel = fabric_.spines / channels_per_leaf;
+    uplink_per_channel =
+        uplink * (fabric_.routing == FabricRouting::Adaptive ? spines_per_channel : std::min(1.0, spines_per_channel));
   }
   if (spans_leaves && uplink_per_channel != kNone) {
     s.network_bw = std::min(s.network_bw, uplink_per_channel * net_eff);

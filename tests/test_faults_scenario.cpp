@@ -229,6 +229,43 @@ TEST_CASE("a degraded spine link shows up in the breakdown at both fidelities; a
       InputError);
 }
 
+TEST_CASE("adaptive routing: degraded up-links take their share of the leaf's bundle, at both fidelities") {
+  // 8 DGX H100, 2 nodes per leaf, 2:1 oversubscribed: a leaf's up-links carry
+  // 400 Gb/s, the one NIC whose ring channel leaves it. Over 4 spines with
+  // adaptive routing they are one bundle; two of its four links at a tenth
+  // of their capacity leave 0.55 of it, what one spine's single link at 0.55 leaves.
+  auto load = [&](int spines, const std::string& links) {
+    const std::string text = R"({
+      "model": "gpt3-1.3b",
+      "cluster": {"node": "dgx-h100", "nodes": 8,
+                  "fabric": {"nodes_per_leaf": 2, "oversubscription": 2, "routing": "adaptive", "spines": )" +
+                             std::to_string(spines) + R"(}},
+      "parallel": {"tp": 1, "pp": 1, "dp": 64, "micro_batch": 2, "global_batch": 128, "dp_overlap": false},
+      "training": {"seq_len": 2048},
+      "perturbations": {"links": )" +
+                             links +
+                             R"(}
+    })";
+    return load_scenario_text(text, "ar.json", "", {}, testing::catalog());
+  };
+  const std::string two_tenths = R"([{"from": "leaf rail 0 group 0", "to": "spine 1", "capacity": 0.1},
+                                      {"from": "spine 2", "to": "leaf rail 0 group 0", "capacity": 0.1}])";
+  const std::string remaining = R"([{"from": "leaf rail 0 group 0", "to": "spine 0", "capacity": 0.55}])";
+  for (const Fidelity fidelity : {Fidelity::Flow, Fidelity::Analytical}) {
+    CAPTURE(static_cast<int>(fidelity));
+    const JobReport bundle = simulate(load(4, two_tenths), fidelity);
+    const JobReport single = simulate(load(1, remaining), fidelity);
+    REQUIRE(bundle.perturbations);
+    CHECK(bundle.perturbations->lost_s > 0);
+    CHECK(Time::seconds(bundle.iteration_time_s).count_ns() == Time::seconds(single.iteration_time_s).count_ns());
+    CHECK(bundle.perturbations->lost_s == doctest::Approx(single.perturbations->lost_s));
+  }
+  // A spine that is not there is still an error.
+  CHECK_THROWS_AS(
+      simulate(load(4, R"([{"from": "leaf rail 0 group 0", "to": "spine 4", "capacity": 0.5}])"), Fidelity::Flow),
+      InputError);
+}
+
 namespace {
 // The analytical makespan and simulated ranks of a scenario, planned with one
 // rank per equivalence class or with every rank.

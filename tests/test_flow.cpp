@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -328,6 +329,82 @@ TEST_CASE("two rings sharing a 4:1 oversubscribed uplink take the max-min time")
   CHECK(an.collective_seconds(an.shape({0, 4}), CollectiveKind::AllReduce, 1e9) == doctest::Approx(0.2));
   REQUIRE(an.warnings().size() == 1);
   CHECK(an.warnings()[0].find("oversubscription 4:1") != std::string::npos);
+}
+
+TEST_CASE("routing: queue pairs per connection under ECMP, a bundle of up-links under adaptive routing") {
+  // 4 nodes x 1 GPU, one leaf per node, 4 spines: each leaf has 10 GB/s down
+  // and 4 up-links of 2.5 GB/s. A 1 GB all-reduce of GPUs 0 and 3 sends 1 GB
+  // each way (2(n-1)/n = 1) across the spines.
+  ClusterSpec spec = toy_cluster(4, 1);
+  spec.fabric.nodes_per_leaf = 1;
+  spec.fabric.spines = 4;
+  spec.fabric.link_latency = 0;
+  const std::vector<CalibrationProfile> profiles{ideal_profile(0, 0)};
+  auto time_of = [&](FabricRouting routing, int qps, std::size_t* flows) {
+    ClusterSpec c = spec;
+    c.fabric.routing = routing;
+    c.fabric.qps_per_connection = qps;
+    const Cluster cluster(c);
+    Topology topo(cluster);
+    FlowCollectives fc(cluster, topo, profiles);
+    const CollectivePlan p = fc.plan_collective({0, 3}, CollectiveKind::AllReduce, 1e9, 7);
+    double bytes = 0;
+    for (const PlannedFlow& f : p.flows) bytes += f.bytes;
+    CHECK(bytes == doctest::Approx(2e9));  // the queue pairs split the bytes, never add any
+    *flows = p.flows.size();
+    // Both fidelities read the routing: the analytical time of the same collective.
+    const AnalyticalNetwork an(cluster, profiles);
+    const double analytical = an.collective_seconds(an.shape({0, 3}), CollectiveKind::AllReduce, 1e9);
+    const double flow = fc.measure(p).to_seconds();
+    CHECK(flow == doctest::Approx(analytical).epsilon(1e-6));
+    return flow;
+  };
+  std::size_t flows = 0;
+  // ECMP, one queue pair: each direction is one flow on one 2.5 GB/s up-link: 0.4 s.
+  CHECK(time_of(FabricRouting::Ecmp, 1, &flows) == doctest::Approx(0.4).epsilon(1e-6));
+  CHECK(flows == 2);
+  // Adaptive routing: the leaf's four up-links as one 10 GB/s bundle, the NIC's rate: 0.1 s.
+  CHECK(time_of(FabricRouting::Adaptive, 1, &flows) == doctest::Approx(0.1).epsilon(1e-6));
+  CHECK(flows == 2);
+  CHECK(time_of(FabricRouting::Adaptive, 8, &flows) == doctest::Approx(0.1).epsilon(1e-6));
+  CHECK(flows == 2);  // nothing to hash apart
+}
+
+TEST_CASE("routing: k queue pairs under ECMP are k flows of S/k hashed onto spines independently") {
+  ClusterSpec spec = toy_cluster(4, 1);
+  spec.fabric.nodes_per_leaf = 1;
+  spec.fabric.spines = 4;
+  spec.fabric.link_latency = 0;
+  spec.fabric.qps_per_connection = 4;
+  const std::vector<CalibrationProfile> profiles{ideal_profile(0, 0)};
+  const Cluster cluster(spec);
+  Topology topo(cluster);
+  FlowCollectives fc(cluster, topo, profiles);
+  const CollectivePlan p = fc.plan_p2p(0, 3, 1e9, 7);
+  REQUIRE(p.flows.size() == 4);
+  std::set<std::uint32_t> uplinks;
+  for (const PlannedFlow& f : p.flows) {
+    CHECK(f.bytes == doctest::Approx(0.25e9));
+    for (std::uint32_t l : topo.links_of(f.route)) {
+      if (topo.link(l).kind == LinkKind::Uplink && topo.vertex(topo.link(l).to).kind == VertexKind::Spine) {
+        uplinks.insert(l);
+      }
+    }
+  }
+  // The hash spreads the queue pairs: between one up-link (0.4 s) and four (0.1 s);
+  // the busiest up-link sets the time, 0.25 GB per queue pair on it at 2.5 GB/s
+  // shared max-min fairly.
+  CHECK(uplinks.size() > 1);
+  const double t = fc.measure(p).to_seconds();
+  CHECK(t < 0.4 - 1e-9);
+  CHECK(t >= 0.1 - 1e-9);
+  // Inside one leaf there is nothing to hash: one flow.
+  ClusterSpec one_leaf = spec;
+  one_leaf.fabric.nodes_per_leaf = 4;
+  const Cluster c1(one_leaf);
+  Topology t1(c1);
+  FlowCollectives f1(c1, t1, profiles);
+  CHECK(f1.plan_p2p(0, 3, 1e9, 7).flows.size() == 1);
 }
 
 TEST_CASE("WAN latency dominates small messages between datacenters") {

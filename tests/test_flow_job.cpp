@@ -60,6 +60,42 @@ TEST_CASE("scenario reader: inconsistent cluster descriptions are errors naming 
   }
 }
 
+TEST_CASE("scenario reader: fabric routing defaults from the NICs' link layer; bad values at their pointer") {
+  // InfiniBand NICs (the DGX nodes): adaptive routing, as NCCL enables it there.
+  const Scenario ib = small_scenario(R"({"node": "dgx-h100", "nodes": 2})", 8, 2, 1);
+  CHECK(ib.cluster.fabric.routing == FabricRouting::Adaptive);
+  CHECK(ib.cluster.fabric.qps_per_connection == 1);
+  // Ethernet NICs (RoCE): ECMP; an inline node override says which.
+  const Scenario roce =
+      small_scenario(R"({"node": {"preset": "dgx-h100", "nics": {"link_layer": "ethernet"}}, "nodes": 2})", 8, 2, 1);
+  CHECK(roce.cluster.groups[0].node.nic_link_layer == NicLinkLayer::Ethernet);
+  CHECK(roce.cluster.fabric.routing == FabricRouting::Ecmp);
+  // Given explicitly, the fabric's keys win.
+  const Scenario set = small_scenario(
+      R"({"node": "dgx-h100", "nodes": 2, "fabric": {"routing": "ecmp", "qps_per_connection": 4}})", 8, 2, 1);
+  CHECK(set.cluster.fabric.routing == FabricRouting::Ecmp);
+  CHECK(set.cluster.fabric.qps_per_connection == 4);
+  const std::pair<std::string, std::string> bad[] = {
+      {R"({"node": "dgx-h100", "nodes": 2, "fabric": {"routing": "spray"}})", "/cluster/fabric/routing"},
+      {R"({"node": "dgx-h100", "nodes": 2, "fabric": {"qps_per_connection": 0}})",
+       "/cluster/fabric/qps_per_connection"},
+      {R"({"node": "dgx-h100", "nodes": 2, "fabric": {"qps_per_connection": 129}})",
+       "/cluster/fabric/qps_per_connection"},
+      {R"({"node": {"preset": "dgx-h100", "nics": {"link_layer": "omnipath"}}, "nodes": 2})",
+       "/cluster/node/nics/link_layer"},
+  };
+  for (const auto& [cluster, pointer] : bad) {
+    CAPTURE(cluster);
+    try {
+      small_scenario(cluster, 8, 2, 1);
+      FAIL("expected an input error");
+    } catch (const InputError& e) {
+      REQUIRE(!e.diagnostics().empty());
+      CHECK(e.diagnostics()[0].pointer == pointer);
+    }
+  }
+}
+
 TEST_CASE("run_job: flow and analytical fidelity agree within 5% without contention") {
   // TP 8 inside each node (NVLS / ring on NVLink), DP 2 across two nodes: each
   // rail carries one data-parallel ring, nothing shares a link.
@@ -143,10 +179,11 @@ TEST_CASE("flow fidelity is deterministic") {
 
 TEST_CASE("flow fidelity refuses up front a run whose memory estimate exceeds its limit") {
   // Llama 3.1 405B on 16,384 H100 with 2,048 micro-batches per pipeline: ~7 M
-  // tasks per stage program, x 1,024 ranks per stage: far above 16 GiB of state.
+  // tasks per stage program, x 1,024 ranks per stage when every rank runs: far
+  // above 16 GiB of state.
   const Scenario s =
       load_scenario_file(std::string(TRAINSIM_SOURCE_DIR) + "/scenarios/examples/llama3.1-405b-16384xh100.json",
-                         {"parallel.global_batch=262144"}, catalog());
+                         {"parallel.global_batch=262144", "flow.ranks=all"}, catalog());
   const JobRun run = run_job(s, Fidelity::Flow);
   CHECK_FALSE(run.report.feasible);
   REQUIRE(run.report.problems.size() == 1);
@@ -159,7 +196,8 @@ TEST_CASE("flow fidelity refuses up front a run whose memory estimate exceeds it
 TEST_CASE("flow.ranks groups: one rank per TP group at flow fidelity, close to every rank") {
   // 64 H100: TP 8 in each node, PP 2 and DP 4 across 8 nodes under 4 leaves
   // per rail with 3 spines, so data-parallel rings collide on ECMP-hashed uplinks.
-  const std::string cluster = R"({"node": "dgx-h100", "nodes": 8, "fabric": {"nodes_per_leaf": 2, "spines": 3}})";
+  const std::string cluster =
+      R"({"node": "dgx-h100", "nodes": 8, "fabric": {"nodes_per_leaf": 2, "spines": 3, "routing": "ecmp"}})";
   Scenario every = small_scenario(cluster, 8, 4, 2);
   every.flow_ranks = FlowRanks::All;
   Scenario groups = every;
@@ -192,16 +230,23 @@ TEST_CASE("flow.ranks groups: one rank per TP group at flow fidelity, close to e
 }
 
 TEST_CASE("flow.ranks auto: one rank per TP group where the cluster is symmetric, to the nanosecond") {
-  // Symmetric: one spine, or one leaf per rail with TP over whole nodes, or a
-  // fat-tree of one leaf; TP 8 and TP 4 (two groups per node, rails 0-3 and 4-7).
+  // Symmetric: one spine, or adaptive routing over several spines (InfiniBand's
+  // default, a leaf's up-links one bundle), or one leaf per rail with TP over
+  // whole nodes, or a fat-tree of one leaf; TP 8 and TP 4 (two groups per node,
+  // rails 0-3 and 4-7).
   struct Case {
     std::string cluster;
     int tp, dp, pp;
   };
   const Case cases[] = {
-      {R"({"node": "dgx-h100", "nodes": 8, "fabric": {"nodes_per_leaf": 2, "spines": 1}})", 8, 4, 2},
-      {R"({"node": "dgx-h100", "nodes": 8, "fabric": {"nodes_per_leaf": 2, "spines": 1}})", 4, 8, 2},
-      {R"({"node": "dgx-h100", "nodes": 8})", 8, 4, 2},
+      {R"({"node": "dgx-h100", "nodes": 8, "fabric": {"nodes_per_leaf": 2, "spines": 1, "routing": "ecmp"}})", 8, 4, 2},
+      {R"({"node": "dgx-h100", "nodes": 8, "fabric": {"nodes_per_leaf": 2, "spines": 1, "routing": "ecmp"}})", 4, 8, 2},
+      {R"({"node": "dgx-h100", "nodes": 8, "fabric": {"nodes_per_leaf": 2, "spines": 3}})", 8, 4, 2},
+      {R"({"node": "dgx-h100", "nodes": 8, "fabric": {"nodes_per_leaf": 2, "spines": 3}})", 4, 8, 2},
+      {R"({"node": "dgx-h100", "nodes": 8, "fabric": {"nodes_per_leaf": 4, "spines": 8, "oversubscription": 2,
+           "routing": "adaptive"}})",
+       8, 8, 1},
+      {R"({"node": "dgx-h100", "nodes": 8, "fabric": {"routing": "ecmp"}})", 8, 4, 2},
       {R"({"node": "dgx-h100", "nodes": 8, "fabric": {"kind": "fat-tree", "nodes_per_leaf": 8}})", 4, 4, 4},
   };
   for (const Case& c : cases) {
@@ -223,17 +268,21 @@ TEST_CASE("flow.ranks auto: one rank per TP group where the cluster is symmetric
     for (const std::string& w : one.warnings) CHECK(w.find("flow.ranks") == std::string::npos);  // exact: no warning
   }
   // Not provably exact, so every rank: ECMP over several spines (the images of
-  // a flow hash to different spines), a fat-tree of several leaves (the rails
-  // share its uplinks), a straggler.
+  // a flow hash to different spines), also with several queue pairs per
+  // connection, a fat-tree of several leaves (the rails share its uplinks,
+  // adaptive routing or not), a straggler.
   const std::string asymmetric[] = {
-      R"({"node": "dgx-h100", "nodes": 8, "fabric": {"nodes_per_leaf": 2, "spines": 3}})",
-      R"({"node": "dgx-h100", "nodes": 8, "fabric": {"kind": "fat-tree", "nodes_per_leaf": 2, "spines": 1}})",
       R"({"node": "dgx-h100", "nodes": 8})",
+      R"({"node": "dgx-h100", "nodes": 8, "fabric": {"nodes_per_leaf": 2, "spines": 3, "routing": "ecmp"}})",
+      R"({"node": "dgx-h100", "nodes": 8, "fabric": {"nodes_per_leaf": 2, "spines": 3, "routing": "ecmp",
+          "qps_per_connection": 4}})",
+      R"({"node": "dgx-h100", "nodes": 8, "fabric": {"kind": "fat-tree", "nodes_per_leaf": 2, "spines": 1}})",
+      R"({"node": "dgx-h100", "nodes": 8, "fabric": {"kind": "fat-tree", "nodes_per_leaf": 2, "spines": 4}})",
   };
   for (const std::string& cluster : asymmetric) {
     CAPTURE(cluster);
     Scenario s = small_scenario(cluster, 8, 4, 2);
-    if (cluster == asymmetric[2]) s.cluster.slowdowns.push_back(GpuSlowdown{3, 1.2, {}});
+    if (cluster == asymmetric[0]) s.cluster.slowdowns.push_back(GpuSlowdown{3, 1.2, {}});
     const JobReport r = run_job(s, Fidelity::Flow).report;
     CHECK(r.flow_ranks == "all");
     CHECK(r.simulated_ranks == 64);

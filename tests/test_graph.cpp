@@ -95,6 +95,41 @@ TEST_CASE("graph: ECMP is deterministic per (src, dst, tag) and spreads tags ove
   CHECK(spines.size() == 4);
 }
 
+TEST_CASE("graph: adaptive routing bundles a leaf's up-links, so no route has a choice") {
+  ClusterSpec spec = toy_cluster(4, 2);  // 4 nodes x 2 GPUs, one 10 GB/s NIC per GPU
+  spec.fabric.nodes_per_leaf = 2;
+  spec.fabric.spines = 4;
+  spec.fabric.routing = FabricRouting::Adaptive;
+  const Cluster cluster(spec);
+  Topology t(cluster);
+  CHECK(t.fabric().bundled_spines());
+  // 8 GPUs + 4 switches + 8 NICs + 4 leaves + one spine vertex for the 4 spines.
+  CHECK(t.num_vertices() == 8 + 4 + 8 + 4 + 1);
+  CHECK(t.num_links() == 2 * (8 + 8 + 8 + 4));
+  // Leaf down 2 NICs x 10 GB/s, non-blocking: 4 up-links of 5 GB/s, bundled to 20 GB/s.
+  const std::uint32_t spine_link = t.links_of(t.route(0, 7, 0))[2];
+  for (std::uint64_t tag = 0; tag < 32; ++tag) {
+    const Route far = t.route(0, 7, tag);
+    CHECK(far.length == 6);
+    CHECK_FALSE(t.route_has_choice(far));
+    CHECK(t.links_of(far)[2] == spine_link);  // every tag takes the one path
+    for (std::uint32_t l : t.links_of(far)) {
+      if (t.link(l).kind == LinkKind::Uplink) CHECK(t.link(l).capacity == doctest::Approx(20e9));
+    }
+  }
+  CHECK(t.vertex_name(t.link(t.links_of(t.route(0, 7, 0))[2]).to) == "spines (4, adaptive routing)");
+  // The physical spines are named for degraded links (docs/faults.md).
+  CHECK(t.bundled_spine_datacenter("spine 3") == 0);
+  CHECK(t.bundled_spine_datacenter("spine 4") == -1);
+  // Under ECMP the same fabric has 4 spines and routes that choose among them.
+  spec.fabric.routing = FabricRouting::Ecmp;
+  Topology ecmp{Cluster(spec)};
+  CHECK(ecmp.num_vertices() == 8 + 4 + 8 + 4 + 4);
+  CHECK(ecmp.route_has_choice(ecmp.route(0, 7, 0)));
+  CHECK_FALSE(ecmp.route_has_choice(ecmp.route(0, 2, 0)));  // same leaf
+  CHECK(ecmp.bundled_spine_datacenter("spine 3") == -1);
+}
+
 TEST_CASE("graph: fat-tree puts all NICs of a node group on one leaf") {
   ClusterSpec spec = toy_cluster(4, 2);
   spec.fabric.kind = FabricKind::FatTree;

@@ -319,4 +319,6 @@ TEST_CASE("docs/limits.md states the reader's bounds") {
   CHECK(kMaxTraceTasks == 134217728);
   CHECK(contains(doc, "micro-batches x ep x max(ep, experts) | at most 16,777,216"));
   CHECK(kMaxRoutingDrawWork == 16777216);
+  CHECK(contains(doc, "`cluster.fabric.qps_per_connection` | 1 to 128"));
+  CHECK(kMaxQpsPerConnection == 128);
 }

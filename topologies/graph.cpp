@@ -109,6 +109,10 @@ std::vector<TopologyProblem> spec_problems(const ClusterSpec& spec) {
   }
   if (f.nodes_per_leaf < 0) out.push_back({"fabric/nodes_per_leaf", "expected a positive node count"});
   if (f.spines < 0) out.push_back({"fabric/spines", "expected a positive spine count"});
+  if (f.qps_per_connection < 1 || f.qps_per_connection > kMaxQpsPerConnection) {
+    out.push_back({"fabric/qps_per_connection",
+                   "expected 1 to " + std::to_string(kMaxQpsPerConnection) + " queue pairs per connection"});
+  }
   if (f.link_latency < 0) out.push_back({"fabric/link_latency", "expected a latency >= 0"});
   for (std::size_t g = 0; g < spec.groups.size(); ++g) {
     const NodeSpec& n = spec.groups[g].node;
@@ -171,6 +175,8 @@ FabricFacts fabric_facts(const ClusterSpec& spec) {
   f.leaf_ports = f.nodes_per_leaf * (fab.kind == FabricKind::RailOptimized ? 1 : std::max(1, max_nics(spec)));
   f.oversubscription = fab.oversubscription;
   f.link_latency = fab.link_latency;
+  f.routing = fab.routing;
+  f.qps_per_connection = fab.qps_per_connection;
   const int groups = (f.nodes_per_datacenter + f.nodes_per_leaf - 1) / f.nodes_per_leaf;
   const int rails = fab.kind == FabricKind::RailOptimized ? std::max(1, max_nics(spec)) : 1;
   if (groups * rails > 1 || f.datacenters > 1) {
@@ -227,6 +233,7 @@ Topology::Topology(const Cluster& cluster) : cache_(std::make_unique<Cache>()) {
   const FabricSpec& fab = spec.fabric;
   const DatacenterSpec& dcs = spec.datacenters;
   num_dcs_ = dcs.count;
+  wan_links_ = dcs.wan_links;
   fabric_kind_ = fab.kind;
   rail_of_gpu_.assign(gpus, -1);
   first_gpu_of_node_.assign(nodes + 1, gpus);
@@ -281,7 +288,8 @@ Topology::Topology(const Cluster& cluster) : cache_(std::make_unique<Cache>()) {
   }
 
   // Leaves and spines of each datacenter, then the WAN.
-  const FabricFacts facts = fabric_facts(spec);
+  facts_ = fabric_facts(spec);
+  const FabricFacts& facts = facts_;
   const int npl = facts.nodes_per_leaf;
   const int rails = fab.kind == FabricKind::RailOptimized ? std::max(1, max_nics(spec)) : 1;
   std::vector<std::uint32_t> gateways;
@@ -311,19 +319,23 @@ Topology::Topology(const Cluster& cluster) : cache_(std::make_unique<Cache>()) {
       }
     }
     std::vector<std::uint32_t> spines;
+    // Adaptive routing spreads a leaf's traffic over all its up-links by load:
+    // one spine vertex whose links carry the sum of a leaf's up-links (and of
+    // the spines' links to the gateway) leaves no choice to hash.
+    const int bundle = facts.bundled_spines() ? facts.spines : 1;
     if (facts.spines > 0) {
-      for (int s = 0; s < facts.spines; ++s) {
-        spines.push_back(add_vertex(TopologyVertex{VertexKind::Spine, -1, s, 0, d}));
+      for (int s = 0; s < facts.spines / bundle; ++s) {
+        spines.push_back(add_vertex(TopologyVertex{VertexKind::Spine, -1, bundle > 1 ? -1 : s, 0, d}));
       }
       for (std::size_t l = 0; l < leaves.size(); ++l) {
-        for (std::uint32_t s : spines) connect(leaves[l], s, uplink[l], fab.link_latency, LinkKind::Uplink);
+        for (std::uint32_t s : spines) connect(leaves[l], s, uplink[l] * bundle, fab.link_latency, LinkKind::Uplink);
       }
     }
     if (num_dcs_ > 1) {
       const std::uint32_t gw = add_vertex(TopologyVertex{VertexKind::Gateway, -1, d, 0, d});
       gateways.push_back(gw);
       for (std::uint32_t s : spines) {
-        connect(s, gw, dcs.wan_bandwidth * dcs.wan_links * (num_dcs_ - 1), fab.link_latency, LinkKind::DcEdge);
+        connect(s, gw, dcs.wan_bandwidth * dcs.wan_links * (num_dcs_ - 1) * bundle, fab.link_latency, LinkKind::DcEdge);
       }
     }
   }
@@ -425,7 +437,8 @@ std::string Topology::vertex_name(std::uint32_t v) const {
       return "leaf " + (x.index >= 0 ? "rail " + std::to_string(x.index) + " " : std::string()) + "group " +
              std::to_string(x.group) + dc;
     case VertexKind::Spine:
-      return "spine " + std::to_string(x.index) + dc;
+      return x.index < 0 ? "spines (" + std::to_string(facts_.spines) + ", adaptive routing)" + dc
+                         : "spine " + std::to_string(x.index) + dc;
     case VertexKind::Gateway:
       return "gateway of datacenter " + std::to_string(x.datacenter);
   }
@@ -620,6 +633,28 @@ Route Topology::route_via(std::uint32_t src, std::uint32_t via, std::uint32_t ds
   for (std::uint32_t i = 0; i < b.length; ++i) route_pool_.push_back(route_pool_[b.offset + i]);
   cache_->routes.emplace(key, r);
   return r;
+}
+
+int Topology::bundled_spine_datacenter(const std::string& name) const {
+  if (!facts_.bundled_spines()) return -1;
+  for (int d = 0; d < num_dcs_; ++d) {
+    const std::string dc = num_dcs_ > 1 ? " of datacenter " + std::to_string(d) : "";
+    for (int s = 0; s < facts_.spines; ++s) {
+      if (name == "spine " + std::to_string(s) + dc) return d;
+    }
+  }
+  return -1;
+}
+
+bool Topology::route_has_choice(const Route& r) const {
+  for (std::uint32_t l : links_of(r)) {
+    const LinkKind k = links_[l].kind;
+    if ((k == LinkKind::Uplink && facts_.spines > 1 && !facts_.bundled_spines()) ||
+        (k == LinkKind::Wan && wan_links_ > 1)) {
+      return true;
+    }
+  }
+  return false;
 }
 
 int Topology::gpu_on_rail(int node, int rail) const {

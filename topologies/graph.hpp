@@ -9,7 +9,9 @@
 //
 // Routing: shortest path by hop count that never transits another GPU; among
 // equal-cost next hops a deterministic hash of (source, destination, flow tag)
-// picks one (ECMP). Routes are cached per (source, destination, tag).
+// picks one (ECMP). Routes are cached per (source, destination, tag). Under
+// adaptive routing a datacenter's spines are one vertex whose links carry a
+// leaf's summed up-link capacity (a balanced split over every spine).
 //
 // graph.cpp keeps the adjacency as CSR arrays and checks connectivity with
 // Boost.Graph's disjoint sets; this header is free of Boost.
@@ -41,7 +43,7 @@ const char* to_string(LinkKind k);
 struct TopologyVertex {
   VertexKind kind = VertexKind::Gpu;
   int node = -1;  // Gpu, ScaleupSwitch, Nic: the node
-  int index = 0;  // Gpu: global GPU id; Nic, Leaf: rail (-1 for fat-tree leaves); Spine: spine index
+  int index = 0;  // Gpu: global GPU id; Nic, Leaf: rail (-1 for fat-tree leaves); Spine: spine index (-1: bundle)
   int group = 0;  // Leaf: group of nodes within its datacenter
   int datacenter = 0;
 };
@@ -79,6 +81,11 @@ struct FabricFacts {
   int spines = 0;                // spine switches per datacenter; 0 = no spine tier
   double oversubscription = 1;
   double link_latency = 0;  // per NIC-leaf, leaf-spine, spine-gateway link
+  FabricRouting routing = FabricRouting::Ecmp;
+  int qps_per_connection = 1;
+  // Adaptive routing over several spines: the graph has one spine vertex per
+  // datacenter whose links bundle a leaf's `spines` up-links (docs/network.md).
+  bool bundled_spines() const { return routing == FabricRouting::Adaptive && spines > 1; }
   int datacenter_of(int node) const { return node / nodes_per_datacenter; }
   // Leaf group of a node inside its datacenter (with the rail, names its leaf).
   int leaf_group_of(int node) const { return (node % nodes_per_datacenter) / nodes_per_leaf; }
@@ -135,6 +142,14 @@ class Topology {
   // NCCL's PXN), cached like route().
   Route route_via(std::uint32_t src, std::uint32_t via, std::uint32_t dst, std::uint64_t tag);
   FabricKind fabric_kind() const { return fabric_kind_; }
+  const FabricFacts& fabric() const { return facts_; }
+  // With adaptive routing over several spines, where the graph bundles them:
+  // the datacenter whose spine `name` ("spine 3", "spine 3 of datacenter 1")
+  // is one of the bundled spines, else -1.
+  int bundled_spine_datacenter(const std::string& name) const;
+  // Whether hashing chose between equal-cost links somewhere on the route
+  // (several spines under ECMP, parallel WAN links).
+  bool route_has_choice(const Route& r) const;
   // The rail (NIC index in its node) a GPU sends through; -1 without NICs.
   int rail_of_gpu(int gpu) const { return rail_of_gpu_[gpu]; }
   // The first GPU of `node` whose NIC is on `rail`; -1 if none.
@@ -165,6 +180,8 @@ class Topology {
   std::vector<int> dc_of_node_;
   int num_dcs_ = 1;
   FabricKind fabric_kind_ = FabricKind::RailOptimized;
+  FabricFacts facts_;
+  int wan_links_ = 1;
   std::vector<int> rail_of_gpu_;
   std::vector<int> first_gpu_of_node_;
   std::vector<std::uint32_t> route_pool_;

@@ -65,6 +65,10 @@ const char* to_string(ScaleupKind k) {
   return "?";
 }
 
+const char* to_string(NicLinkLayer l) { return l == NicLinkLayer::Ethernet ? "ethernet" : "infiniband"; }
+
+const char* to_string(FabricRouting r) { return r == FabricRouting::Adaptive ? "adaptive" : "ecmp"; }
+
 int ClusterSpec::total_gpus() const {
   int n = 0;
   for (const auto& g : groups) n += g.count * g.node.gpus_per_node;

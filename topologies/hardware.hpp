@@ -55,6 +55,11 @@ struct GpuSpec {
 enum class ScaleupKind : std::uint8_t { NVSwitch, Direct, PCIe, None };
 const char* to_string(ScaleupKind k);
 
+// The NICs' link layer: InfiniBand or Ethernet (RoCE). It decides the default
+// routing of the fabric (FabricSpec::routing, docs/network.md).
+enum class NicLinkLayer : std::uint8_t { InfiniBand, Ethernet };
+const char* to_string(NicLinkLayer l);
+
 struct NodeSpec {
   std::string name;       // e.g. "dgx-h100"
   GpuSpec gpu;            // the GPU model in this node
@@ -64,6 +69,7 @@ struct NodeSpec {
   bool nvls = false;             // in-switch reduction available
   int nic_count = 0;             // NICs per node
   double nic_bandwidth = 0;      // per NIC per direction, bytes/s
+  NicLinkLayer nic_link_layer = NicLinkLayer::InfiniBand;
   std::string source;
 
   // Network bandwidth available to one GPU when all GPUs of the node use the NICs.
@@ -76,12 +82,27 @@ enum class FabricKind : std::uint8_t {
   FatTree,        // one leaf per group of nodes, all NICs of those nodes on it
 };
 
+// How the switches spread traffic over a leaf's equal-cost up-links.
+enum class FabricRouting : std::uint8_t {
+  Ecmp,      // per-flow hashing: each queue pair of a connection stays on one spine
+  Adaptive,  // per-packet choice by load (InfiniBand AR, Spectrum-X): the up-links act as one bundle
+};
+const char* to_string(FabricRouting r);
+
+// Most queue pairs per connection (NCCL_IB_QPS_PER_CONNECTION; NCCL's own
+// ceiling is 128, NCCL_IB_MAX_QPS in src/transport/net_ib.cc).
+inline constexpr int kMaxQpsPerConnection = 128;
+
 struct FabricSpec {
   FabricKind kind = FabricKind::RailOptimized;
   double oversubscription = 1.0;  // leaf uplink oversubscription ratio (1 = non-blocking)
   int nodes_per_leaf = 0;         // nodes under one leaf; 0 = default (a 64-port leaf, half down)
   int spines = 0;                 // spine switches per datacenter; 0 = default (one per leaf uplink port)
   double link_latency = 0.5e-6;   // seconds per NIC-leaf, leaf-spine and spine-gateway link
+  // The scenario reader sets the default from the NICs' link layer (adaptive
+  // on InfiniBand, ECMP on Ethernet); a spec built in code gets ECMP.
+  FabricRouting routing = FabricRouting::Ecmp;
+  int qps_per_connection = 1;  // flows per connection that ECMP hashes independently
 };
 
 // Most parallel WAN links per pair of datacenters (each is a link of the flow graph).

@@ -136,6 +136,8 @@ NodeSpec read_node(ObjectReader& r, const Catalog& catalog, const NodeSpec* base
     ObjectReader nr(*s, r.at("nics"), r.diagnostics());
     n.nic_count = static_cast<int>(nr.integer("count", n.nic_count, 1, 1024, req));
     n.nic_bandwidth = nr.quantity("bandwidth", Quantity::Bandwidth, n.nic_bandwidth, 1e6, kBig, req);
+    const std::string layer = nr.choice("link_layer", to_string(n.nic_link_layer), {"infiniband", "ethernet"});
+    n.nic_link_layer = layer == "ethernet" ? NicLinkLayer::Ethernet : NicLinkLayer::InfiniBand;
     nr.finish();
   } else if (req) {
     r.error("nics", "required NIC description is missing");

@@ -61,15 +61,46 @@ void apply_link_perturbations(const Scenario& s, Fidelity fidelity, Platform& pl
   const bool analytical = fidelity != Fidelity::Flow;
   if (analytical != (network == nullptr)) return;
   const Topology& topo = platform.topology();
+  // Under adaptive routing a leaf's up-links are one bundle (docs/network.md):
+  // a degraded up-link takes its share of the bundle's capacity away, and
+  // the shares lost by several entries add up while their windows overlap.
+  struct BundleLoss {
+    std::uint32_t link;
+    double start_s, end_s, lost;  // end_s -1: to the end
+  };
+  std::vector<BundleLoss> bundle_losses;
   for (const LinkPerturbation& lp : s.link_perturbations) {
     if (analytical && (lp.start_s > 0 || lp.end_s >= 0)) {
       throw InputError({Diagnostic{s.file, lp.pointer,
                                    "a link degraded within a window of the iteration needs --fidelity flow: the "
                                    "analytical model has no time within a transfer (docs/faults.md)"}});
     }
+    const int dc_from = topo.bundled_spine_datacenter(lp.from), dc_to = topo.bundled_spine_datacenter(lp.to);
+    const int bundle_dc = dc_from >= 0 ? dc_from : dc_to;
+    const std::string& other = dc_from >= 0 ? lp.to : lp.from;
     bool found = false;
     for (std::uint32_t l = 0; l < topo.num_links(); ++l) {
       const TopologyLink& link = topo.link(l);
+      if (bundle_dc >= 0) {
+        // The bundle between the named leaf and its datacenter's spines.
+        const TopologyVertex& a = topo.vertex(link.from);
+        const TopologyVertex& b = topo.vertex(link.to);
+        const bool spine_end = (a.kind == VertexKind::Spine && a.datacenter == bundle_dc) ||
+                               (b.kind == VertexKind::Spine && b.datacenter == bundle_dc);
+        if (link.kind != LinkKind::Uplink || !spine_end ||
+            topo.vertex_name(a.kind == VertexKind::Spine ? link.to : link.from) != other) {
+          continue;
+        }
+        found = true;
+        const double lost = (1.0 - lp.capacity_factor) / topo.fabric().spines;
+        if (analytical) {
+          // Once per entry (the analytical model's losses of a bundle add up).
+          if (a.kind != VertexKind::Spine) platform.degrade_analytical_link(l, 1.0 - lost);
+        } else {
+          bundle_losses.push_back(BundleLoss{l, lp.start_s, lp.end_s, lost * link.capacity});
+        }
+        continue;
+      }
       const std::string a = topo.vertex_name(link.from), b = topo.vertex_name(link.to);
       if (!((a == lp.from && b == lp.to) || (a == lp.to && b == lp.from))) continue;
       found = true;
@@ -87,6 +118,30 @@ void apply_link_perturbations(const Scenario& s, Fidelity fidelity, Platform& pl
                                        topo.vertex_name(topo.link(topo.num_links() - 1).from) + "\" or \"" +
                                        topo.vertex_name(topo.link(0).to) + "\", docs/network.md)"}});
     }
+  }
+  // A bundle's capacity at every instant one of its losses starts or ends.
+  std::sort(bundle_losses.begin(), bundle_losses.end(),
+            [](const BundleLoss& x, const BundleLoss& y) { return x.link < y.link; });
+  for (std::size_t i = 0; i < bundle_losses.size();) {
+    std::size_t j = i;
+    while (j < bundle_losses.size() && bundle_losses[j].link == bundle_losses[i].link) ++j;
+    std::vector<double> instants;
+    for (std::size_t k = i; k < j; ++k) {
+      instants.push_back(bundle_losses[k].start_s);
+      if (bundle_losses[k].end_s >= 0) instants.push_back(bundle_losses[k].end_s);
+    }
+    std::sort(instants.begin(), instants.end());
+    instants.erase(std::unique(instants.begin(), instants.end()), instants.end());
+    const std::uint32_t l = bundle_losses[i].link;
+    for (double t : instants) {
+      double cap = topo.link(l).capacity;
+      for (std::size_t k = i; k < j; ++k) {
+        const BundleLoss& b = bundle_losses[k];
+        if (b.start_s <= t && (b.end_s < 0 || t < b.end_s)) cap -= b.lost;
+      }
+      network->set_link_capacity(Time::seconds(t), l, std::max(cap, 0.0));
+    }
+    i = j;
   }
 }
 
@@ -148,8 +203,8 @@ double steady_pipeline_period(const SimulationResult& res) {
 // are images of each other under a permutation of the rails, and no flow of
 // one member shares a link with another member's. That needs no ECMP choice
 // between routes (the hash would send the images to different spines): one
-// spine or none, one datacenter, and on a fat-tree one leaf (its uplinks
-// would carry every rail). No GPU or link is perturbed.
+// spine or none or adaptive routing, one datacenter, and on a fat-tree one
+// leaf (its uplinks would carry every rail). No GPU or link is perturbed.
 bool group_representatives_exact(const Scenario& s) {
   const ClusterSpec& c = s.cluster;
   const ParallelSpec& p = s.parallel;
@@ -163,7 +218,8 @@ bool group_representatives_exact(const Scenario& s) {
   const bool one_leaf = f.nodes_per_leaf >= f.nodes_per_datacenter;
   // Rail-optimised, one leaf per rail: a flow between rails (TP smaller than a node) crosses a spine.
   if (f.kind == FabricKind::FatTree) return one_leaf;
-  return f.spines <= 1 || (one_leaf && p.tp == node.gpus_per_node);
+  // Adaptive routing leaves no choice either: a leaf's up-links are one bundle.
+  return f.spines <= 1 || f.bundled_spines() || (one_leaf && p.tp == node.gpus_per_node);
 }
 
 std::unique_ptr<Workload> workload_of(const Scenario& s) {
@@ -207,7 +263,12 @@ JobRun run_job(const Scenario& s, Fidelity fidelity, MemoryCheck memory) {
   }
   if (fidelity == Fidelity::Flow) {
     // Refused up front rather than dying of bad_alloc midway (docs/performance.md).
-    const double need = static_cast<double>(estimate_run_bytes(plan.setup, true));
+    double need = static_cast<double>(estimate_run_bytes(plan.setup, true));
+    // Under ECMP each queue pair of a connection across spines is a flow: at most k times the flows.
+    const FabricFacts facts = fabric_facts(s.cluster);
+    if (facts.routing == FabricRouting::Ecmp && facts.qps_per_connection > 1) {
+      need += (need - static_cast<double>(estimate_run_bytes(plan.setup, false))) * (facts.qps_per_connection - 1);
+    }
     if (need > kFlowMemoryLimitBytes) {
       rep.feasible = false;
       rep.problems.push_back("flow fidelity would need about " + fmt("%.1f", need / kGiB) +

@@ -236,6 +236,11 @@ ClusterSpec read_cluster_object(const nlohmann::json& v, const std::string& poin
   }
   // The scale-out network (used at flow fidelity; docs/network.md).
   const nlohmann::json* fabric = r.raw("fabric");
+  // Routing by default as NCCL enables it (NCCL_IB_ADAPTIVE_ROUTING: on for
+  // InfiniBand, off for RoCE) and as InfiniBand fabrics run (docs/network.md).
+  bool infiniband = true;
+  for (const auto& g : c.groups) infiniband = infiniband && g.node.nic_link_layer == NicLinkLayer::InfiniBand;
+  c.fabric.routing = infiniband ? FabricRouting::Adaptive : FabricRouting::Ecmp;
   if (fabric != nullptr) {
     ObjectReader fr(*fabric, r.at("fabric"), r.diagnostics());
     if (fr.valid()) {
@@ -245,6 +250,9 @@ ClusterSpec read_cluster_object(const nlohmann::json& v, const std::string& poin
       c.fabric.nodes_per_leaf = static_cast<int>(fr.integer("nodes_per_leaf", 0, 1, 1 << 20));
       c.fabric.spines = static_cast<int>(fr.integer("spines", 0, 1, 1 << 16));
       c.fabric.link_latency = fr.quantity("link_latency", Quantity::Time, c.fabric.link_latency, 0, 1);
+      const std::string routing = fr.choice("routing", to_string(c.fabric.routing), {"ecmp", "adaptive"});
+      c.fabric.routing = routing == "adaptive" ? FabricRouting::Adaptive : FabricRouting::Ecmp;
+      c.fabric.qps_per_connection = static_cast<int>(fr.integer("qps_per_connection", 1, 1, kMaxQpsPerConnection));
     }
     fr.finish();
   }

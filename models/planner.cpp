@@ -395,7 +395,8 @@ class StageProgramBuilder {
         if (cuts) ++segment;
       }
     }
-    std::sort(keys.begin(), keys.end());
+    // Each unit's keys are already in order: merging them sorts them all.
+    std::inplace_merge(keys.begin(), keys.begin() + (middle - first), keys.end());
     std::vector<TaskId> order;
     order.reserve(keys.size());
     for (const auto& key : keys) order.push_back(std::get<2>(key));
@@ -941,15 +942,17 @@ constexpr int kP2p = 100;
 using TransferKinds = std::vector<std::pair<int, std::uint64_t>>;  // ascending, distinct
 using SlotTransfers = std::vector<TransferKinds>;
 SlotTransfers transfers_by_slot(const ProgramTemplate& p) {
-  std::vector<std::tuple<std::uint32_t, int, std::uint64_t>> all;  // (slot, kind, bytes) of every transfer task
+  // A slot carries a handful of distinct transfers, repeated by every layer and
+  // micro-batch: a look through the slot's short list skips the repeats.
+  SlotTransfers out(p.comm_slots.size());
   for (const Task& t : p.tasks) {
     if (t.kind == TaskKind::Compute) continue;
-    all.emplace_back(t.ref, t.kind == TaskKind::Collective ? static_cast<int>(t.collective) : kP2p, t.bytes);
+    const std::pair<int, std::uint64_t> transfer{t.kind == TaskKind::Collective ? static_cast<int>(t.collective) : kP2p,
+                                                 t.bytes};
+    TransferKinds& kinds = out[t.ref];
+    if (std::find(kinds.begin(), kinds.end(), transfer) == kinds.end()) kinds.push_back(transfer);
   }
-  std::sort(all.begin(), all.end());
-  all.erase(std::unique(all.begin(), all.end()), all.end());
-  SlotTransfers out(p.comm_slots.size());
-  for (const auto& [slot, kind, bytes] : all) out[slot].emplace_back(kind, bytes);
+  for (TransferKinds& kinds : out) std::sort(kinds.begin(), kinds.end());
   return out;
 }
 
@@ -961,19 +964,33 @@ struct TimingSignature {
   std::vector<double> seconds;
 };
 
-// `shape`: the members' shape when already known.
-TimingSignature timing_signature(const AnalyticalNetwork& net, const Cluster& cluster, const std::vector<int>& members,
-                                 const TransferKinds& transfers, const CommShape* known_shape = nullptr) {
+// The signature of `size` members of base GPU types `exact` whose shape is `shape`.
+TimingSignature timing_signature_of_shape(const AnalyticalNetwork& net, std::vector<int> exact, const CommShape& shape,
+                                          const TransferKinds& transfers) {
   TimingSignature sig;
-  for (int g : members) sig.exact.push_back(cluster.base_gpu_type(cluster.gpu_type_of(g)));
-  if (members.size() < 2) return sig;
-  const CommShape shape = known_shape != nullptr ? *known_shape : net.shape(members);
+  sig.exact = std::move(exact);
+  if (sig.exact.size() < 2) return sig;
   for (const auto& [kind, bytes] : transfers) {
     const double b = static_cast<double>(bytes);
     sig.seconds.push_back(kind == kP2p ? net.p2p_seconds(shape, b)
                                        : net.collective_seconds(shape, static_cast<CollectiveKind>(kind), b));
   }
   return sig;
+}
+
+std::vector<int> base_types_of(const Cluster& cluster, const std::vector<int>& members) {
+  std::vector<int> types;
+  types.reserve(members.size());
+  for (int g : members) types.push_back(cluster.base_gpu_type(cluster.gpu_type_of(g)));
+  return types;
+}
+
+// `shape`: the members' shape when already known.
+TimingSignature timing_signature(const AnalyticalNetwork& net, const Cluster& cluster, const std::vector<int>& members,
+                                 const TransferKinds& transfers, const CommShape* known_shape = nullptr) {
+  if (members.size() < 2) return TimingSignature{base_types_of(cluster, members), {}};
+  return timing_signature_of_shape(net, base_types_of(cluster, members),
+                                   known_shape != nullptr ? *known_shape : net.shape(members), transfers);
 }
 
 // Equal exact parts, and every time within `tolerance` (relative) of the other's.
@@ -1411,11 +1428,14 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
       case SlotRole::CPRing:
         for (int x = 0; x < par.cp_ring(); ++x) m.push_back(gpu(s, d, c % par.cp_ulysses + x * par.cp_ulysses, t));
         break;
-      case SlotRole::DP:
-        for (int x = 0; x < dp_of(s); ++x) {
+      case SlotRole::DP: {
+        const int n = dp_of(s);
+        m.reserve(static_cast<std::size_t>(n) * cp_of(s));
+        for (int x = 0; x < n; ++x) {
           for (int y = 0; y < cp_of(s); ++y) m.push_back(gpu(s, x, y, t));
         }
         break;
+      }
       case SlotRole::PipelineForward:
       case SlotRole::PipelineBackward:
         if (mpmd) {
@@ -1484,10 +1504,18 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
       const SlotUse& use = slots_of_stage[s][slot];
       TimingSignature timing;
       if (use.role == SlotRole::DP && stage_period > 0) {
-        const std::vector<int> members = members_of(use, s, d, c, t);
         auto [it, fresh] = dp_shapes.try_emplace({s % stage_period, t});
-        if (fresh) it->second = net.shape(members);
-        timing = timing_signature(net, cluster, members, transfers[s][slot], &it->second);
+        if (!fresh && cluster.num_gpu_types() == 1) {
+          // Shape known and one GPU type (a shift period implies it): the
+          // signature needs only the member count, not the 8,192-member list.
+          const std::size_t size = static_cast<std::size_t>(dp_of(s)) * par.cp;
+          timing = timing_signature_of_shape(net, std::vector<int>(size, cluster.base_gpu_type(0)), it->second,
+                                             transfers[s][slot]);
+        } else {
+          const std::vector<int> members = members_of(use, s, d, c, t);
+          if (fresh) it->second = net.shape(members);
+          timing = timing_signature(net, cluster, members, transfers[s][slot], &it->second);
+        }
       } else {
         timing = timing_signature(net, cluster, members_of(use, s, d, c, t), transfers[s][slot]);
       }

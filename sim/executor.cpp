@@ -101,6 +101,11 @@ void Executor::init() {
     if (setup.ranks[r].record) {
       timeline_of_rank_[r] = static_cast<int>(result_.timelines.size());
       result_.timelines.push_back(RankTimeline{static_cast<std::uint32_t>(r), {}});
+      // One interval per task and one per rendezvous wait at most: no regrowth while running.
+      const ProgramTemplate& p = setup.programs[prog];
+      const auto collectives = static_cast<std::size_t>(
+          std::count_if(p.tasks.begin(), p.tasks.end(), [](const Task& t) { return t.kind == TaskKind::Collective; }));
+      result_.timelines.back().intervals.reserve(p.tasks.size() + collectives);
     }
   }
   for (const ProgramTemplate& p : setup.programs) {
@@ -167,6 +172,17 @@ void Executor::init() {
   retiming_ = contention_ || !windowed_ranks_.empty();
   if (contention_) comm_active_.assign(nr, 0);
   if (retiming_) {
+    compute_streams_.resize(np);
+    for (std::size_t p = 0; p < np; ++p) {
+      const ProgramTemplate& prog = setup.programs[p];
+      for (std::uint32_t s = 0; s < prog.streams.size(); ++s) {
+        const auto on_stream = prog.stream(s);
+        if (std::any_of(on_stream.begin(), on_stream.end(),
+                        [&](std::uint32_t t) { return prog.tasks[t].kind == TaskKind::Compute; })) {
+          compute_streams_[p].push_back(static_cast<std::uint8_t>(s));
+        }
+      }
+    }
     run_frac_.assign(streams, 0.0);
     run_since_.assign(streams, Time{});
     run_end_.assign(streams, Time{});
@@ -239,7 +255,7 @@ void Executor::retime_compute(std::uint32_t rank, Time now) {
   const ProgramTemplate& p = *program_of_rank_[rank];
   const bool slow = contention_ && comm_active_[rank] > 0;
   const double factor = window_factor(rank, now);
-  for (std::uint32_t s = 0; s < p.streams.size(); ++s) {
+  for (const std::uint8_t s : compute_streams_[setup_->ranks[rank].program]) {
     const std::size_t si = stream_at(rank, s);
     if (!stream_busy_[si] || (run_slow_[si] == (slow ? 1 : 0) && run_factor_[si] == factor)) continue;
     const Task& t = p.tasks[p.stream(s)[stream_pos_[si]]];

@@ -218,6 +218,7 @@ class Executor {
   std::vector<Time> window_changes_;
   std::size_t next_window_change_ = 0;
   std::vector<double> run_factor_;
+  std::vector<std::vector<std::uint8_t>> compute_streams_;  // per program: the streams that run compute tasks
   std::vector<int> timeline_of_rank_;
   SimulationResult result_;
   EventQueue queue_;

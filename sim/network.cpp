@@ -1,6 +1,7 @@
 #include "sim/network.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -13,6 +14,34 @@
 namespace trainsim {
 
 namespace {
+
+// Pairs of at most `capacity` elements, on the stack up to 16: most shapes are
+// of 2 to 8 members (TP groups, pipeline links) and a plan takes thousands.
+class PairList {
+ public:
+  explicit PairList(std::size_t capacity) {
+    if (capacity > small_.size()) {
+      big_.resize(capacity);
+      data_ = big_.data();
+    }
+  }
+  PairList(const PairList&) = delete;
+  PairList& operator=(const PairList&) = delete;
+  void emplace_back(int a, int b) { data_[size_++] = {a, b}; }
+  std::size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  std::pair<int, int>& operator[](std::size_t i) { return data_[i]; }
+  std::pair<int, int>& front() { return data_[0]; }
+  std::pair<int, int>& back() { return data_[size_ - 1]; }
+  std::pair<int, int>* begin() { return data_; }
+  std::pair<int, int>* end() { return data_ + size_; }
+
+ private:
+  std::array<std::pair<int, int>, 16> small_;
+  std::vector<std::pair<int, int>> big_;
+  std::pair<int, int>* data_ = small_.data();
+  std::size_t size_ = 0;
+};
 
 std::string gbps_text(double bytes_per_s) {
   char buf[64];
@@ -62,15 +91,13 @@ std::vector<std::string> analytical_limitations(const Cluster& cluster) {
 AnalyticalNetwork::AnalyticalNetwork(const Cluster& cluster, const std::vector<CalibrationProfile>& profiles)
     : cluster_(&cluster), profiles_(&profiles), fabric_(fabric_facts(cluster.spec())) {
   gpus_in_datacenter_.assign(fabric_.datacenters, 0);
-  rail_of_gpu_.assign(cluster.num_gpus(), -1);
+  first_gpu_of_node_.resize(cluster.num_nodes());
   // A node's GPUs have consecutive ids (Cluster): node by node, GPU l of its node.
   for (int node = 0, g = 0; node < cluster.num_nodes(); ++node) {
     const NodeSpec& ns = cluster.node_spec(node);
     gpus_in_datacenter_[std::min(fabric_.datacenters - 1, fabric_.datacenter_of(node))] += ns.gpus_per_node;
-    for (int local = 0; local < ns.gpus_per_node; ++local, ++g) {
-      // GPU l uses NIC l * nics / gpus_per_node, as in the cluster graph.
-      if (ns.nic_count > 0) rail_of_gpu_[g] = local * ns.nic_count / std::max(1, ns.gpus_per_node);
-    }
+    first_gpu_of_node_[node] = g;
+    g += ns.gpus_per_node;
   }
   if (fabric_.spines > 0) {
     // uplink_capacity() of every leaf in one pass over the nodes (the same sums
@@ -103,6 +130,13 @@ AnalyticalNetwork::AnalyticalNetwork(const Cluster& cluster, const std::vector<C
     }
     for (double u : leaf_uplink_) uniform_uplinks_ = uniform_uplinks_ && u == leaf_uplink_.front();
   }
+}
+
+int AnalyticalNetwork::rail_of(int gpu) const {
+  const int node = cluster_->node_of(gpu);
+  const NodeSpec& ns = cluster_->node_spec(node);
+  if (ns.nic_count <= 0) return -1;
+  return (gpu - first_gpu_of_node_[node]) * ns.nic_count / std::max(1, ns.gpus_per_node);
 }
 
 int AnalyticalNetwork::shift_period() const {
@@ -138,7 +172,7 @@ void AnalyticalNetwork::degrade_link(const TopologyVertex& a, const TopologyVert
     case LinkKind::Access:
       // Every GPU of the node that sends through this NIC.
       for (int g = 0; g < cluster_->num_gpus(); ++g) {
-        if (cluster_->node_of(g) == nic.node && rail_of_gpu_[g] == nic.index) lower(nic_factor_, gpus, g);
+        if (cluster_->node_of(g) == nic.node && rail_of(g) == nic.index) lower(nic_factor_, gpus, g);
       }
       break;
     case LinkKind::Uplink:
@@ -173,11 +207,9 @@ CommShape AnalyticalNetwork::shape(const std::vector<int>& members) const {
   double net_eff = kNone;
   // Per member, sorted and counted after the loop (flat arrays rather than
   // maps and sets: a shape is taken for every communicator of a plan).
-  std::vector<std::pair<int, int>> dc_domain;  // (datacenter, scale-up domain)
-  std::vector<std::pair<int, int>> dc_leaf;    // (datacenter, leaf group of the member's node)
-  std::vector<std::pair<int, int>> bare_rail;  // (node without scale-up links, rail of the member)
-  dc_domain.reserve(members.size());
-  dc_leaf.reserve(members.size());
+  PairList dc_domain(members.size());  // (datacenter, scale-up domain)
+  PairList dc_leaf(members.size());    // (datacenter, leaf group of the member's node)
+  PairList bare_rail(members.size());  // (node without scale-up links, rail of the member)
   for (int gpu : members) {
     const int node = cluster_->node_of(gpu);
     const NodeSpec& ns = cluster_->node_spec(node);
@@ -188,7 +220,7 @@ CommShape AnalyticalNetwork::shape(const std::vector<int>& members) const {
     const int domain = has_scaleup(ns) ? node : cluster_->num_nodes() + gpu;
     dc_domain.emplace_back(dc, domain);
     dc_leaf.emplace_back(dc, fabric_.leaf_group_of(node));
-    const int rail = rail_of_gpu_[gpu];
+    const int rail = rail_of(gpu);
     if (!has_scaleup(ns) && ns.gpus_per_node > 1) bare_rail.emplace_back(node, rail);
     const double scaleup_link =
         scaleup_factor_.empty() ? ns.scaleup_bandwidth : ns.scaleup_bandwidth * scaleup_factor_[gpu];
@@ -228,7 +260,7 @@ CommShape AnalyticalNetwork::shape(const std::vector<int>& members) const {
   }
   // Members per domain (a domain lies in one datacenter), members and domains per datacenter.
   std::sort(dc_domain.begin(), dc_domain.end());
-  std::vector<std::pair<int, int>> per_dc;  // (datacenter, members), datacenters ascending
+  PairList per_dc(members.size());  // (datacenter, members), datacenters ascending
   int domains = 0;
   for (std::size_t i = 0; i < dc_domain.size();) {
     std::size_t j = i;
@@ -330,8 +362,8 @@ double AnalyticalNetwork::all_to_all_v_seconds(const CommShape& s, const std::ve
     domain[i] = su ? node : cluster_->num_nodes() + members[i];
     dc[i] = std::min(fabric_.datacenters - 1, fabric_.datacenter_of(node));
     port[i] = static_cast<int>(i);
-    if (pxn && su && rail_of_gpu_[members[i]] >= 0) {
-      port[i] = -1 - (domain[i] * std::max(1, ns.nic_count) + rail_of_gpu_[members[i]]);  // negative: a NIC port
+    if (pxn && su && rail_of(members[i]) >= 0) {
+      port[i] = -1 - (domain[i] * std::max(1, ns.nic_count) + rail_of(members[i]));  // negative: a NIC port
       sharing[i] = static_cast<double>(ns.gpus_per_node) / std::max(1, ns.nic_count);
     }
   }
@@ -347,7 +379,7 @@ double AnalyticalNetwork::all_to_all_v_seconds(const CommShape& s, const std::ve
       } else if (port[i] < 0 && port[j] < 0) {
         // Out through the NIC of j's rail in i's domain, in through j's.
         const int out = -1 - (domain[i] * std::max(1, cluster_->node_spec(cluster_->node_of(members[i])).nic_count) +
-                              rail_of_gpu_[members[j]]);
+                              rail_of(members[j]));
         nic[out].first += b / sharing[j];
         nic[port[j]].second += b / sharing[j];
       } else {

@@ -65,7 +65,10 @@ class AnalyticalNetwork {
   const std::vector<CalibrationProfile>* profiles_;
   FabricFacts fabric_;
   std::vector<int> gpus_in_datacenter_;
-  std::vector<int> rail_of_gpu_;  // NIC index of each GPU in its node, -1 without NICs
+  // NIC index of `gpu` in its node (GPU l uses NIC l * nics / gpus_per_node,
+  // as in the cluster graph), -1 without NICs: computed, not a per-GPU table.
+  int rail_of(int gpu) const;
+  std::vector<int> first_gpu_of_node_;
   // uplink_capacity() of every leaf, computed once: [(datacenter * leaf_groups_ + group) * leaf_rails_ + rail],
   // rail 0 on a fat-tree. Empty without spines.
   std::vector<double> leaf_uplink_;

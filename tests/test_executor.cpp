@@ -1,5 +1,7 @@
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <random>
 #include <string>
 
 #include "sim/executor.hpp"
@@ -135,4 +137,64 @@ TEST_CASE("a wrong hand-made schedule is reported as a deadlock naming ranks and
   CHECK(all.find("stage 1") != std::string::npos);
   CHECK(all.find("recv activations") != std::string::npos);
   CHECK(all.find("forward") != std::string::npos);
+}
+
+namespace {
+// The breakdown as a full sort of all edges computes it: the reference for the
+// run-merging one in sim/metrics.cpp.
+TimeBreakdown breakdown_by_full_sort(const std::vector<Interval>& intervals, Time end) {
+  std::vector<std::pair<Time, int>> edges;  // (time, +-(category + 1))
+  for (const Interval& iv : intervals) {
+    edges.emplace_back(iv.start, iv.category + 1);
+    edges.emplace_back(iv.end, -(iv.category + 1));
+  }
+  std::stable_sort(edges.begin(), edges.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::array<int, kWaitCategory + 1> active{};
+  TimeBreakdown out;
+  Time prev;
+  auto attribute = [&](Time from, Time to) {
+    if (to <= from) return;
+    const double dt = (to - from).to_seconds();
+    if (active[kComputeCategory] > 0) return void(out.compute_s += dt);
+    for (std::size_t c = 0; c < kNumCommClasses; ++c) {
+      if (active[1 + c] > 0) return void(out.exposed_comm_s[c] += dt);
+    }
+    (active[kWaitCategory] > 0 ? out.idle_s : out.bubble_s) += dt;
+  };
+  for (const auto& [t, signed_category] : edges) {
+    attribute(prev, std::min(t, end));
+    prev = std::max(prev, std::min(t, end));
+    active[static_cast<std::size_t>(std::abs(signed_category) - 1)] += signed_category > 0 ? 1 : -1;
+  }
+  attribute(prev, end);
+  return out;
+}
+}  // namespace
+
+TEST_CASE("the breakdown equals a full sort's to the bit, in executor order or any other") {
+  std::mt19937_64 rng(19);
+  std::uniform_int_distribution<std::int64_t> gap(0, 50), length(1, 400);
+  std::uniform_int_distribution<int> category(0, kWaitCategory);
+  for (int round = 0; round < 20; ++round) {
+    // Four streams, each running one interval after another (starts in order
+    // per stream), recorded when they end (ends in order), as the executor does.
+    std::vector<Interval> intervals;
+    Time free_at[4];
+    for (int i = 0; i < 400; ++i) {
+      const auto s = static_cast<std::uint8_t>(rng() % 4);
+      const Time start = free_at[s] + Time::ns(gap(rng));
+      free_at[s] = start + Time::ns(length(rng));
+      intervals.push_back(Interval{start, free_at[s], 0, s, static_cast<std::uint8_t>(category(rng))});
+    }
+    std::stable_sort(intervals.begin(), intervals.end(),
+                     [](const Interval& a, const Interval& b) { return a.end < b.end; });
+    const Time end = Time::ns(round % 2 == 0 ? 1000000 : 3000);  // the makespan, or a cut inside the timeline
+    auto same = [](const TimeBreakdown& a, const TimeBreakdown& b) {
+      return a.compute_s == b.compute_s && a.exposed_comm_s == b.exposed_comm_s && a.bubble_s == b.bubble_s &&
+             a.idle_s == b.idle_s;
+    };
+    CHECK(same(breakdown(intervals, end), breakdown_by_full_sort(intervals, end)));
+    std::shuffle(intervals.begin(), intervals.end(), rng);  // runs out of order: sorted before merging
+    CHECK(same(breakdown(intervals, end), breakdown_by_full_sort(intervals, end)));
+  }
 }

@@ -334,12 +334,23 @@ JobRun run_job(const Scenario& s, Fidelity fidelity, MemoryCheck memory) {
   // Communicators spanning GPU vendors (docs/heterogeneous.md): timed at their
   // slowest member's links; a multi-vendor library's staging through host memory is not charged.
   int cross_vendor = 0;
-  for (const Communicator& c : plan.setup.comms) {
-    bool mixed = false;
-    for (int g : c.members)
-      mixed = mixed || cluster.gpu_type(cluster.gpu_type_of(g)).vendor !=
-                           cluster.gpu_type(cluster.gpu_type_of(c.members.front())).vendor;
-    cross_vendor += mixed ? 1 : 0;
+  {
+    // Vendors numbered per GPU type once, so that members compare integers.
+    std::vector<int> vendor_of_type(cluster.num_gpu_types());
+    for (int t = 0; t < cluster.num_gpu_types(); ++t) {
+      vendor_of_type[t] = t;
+      for (int u = 0; u < t && vendor_of_type[t] == t; ++u) {
+        if (cluster.gpu_type(u).vendor == cluster.gpu_type(t).vendor) vendor_of_type[t] = vendor_of_type[u];
+      }
+    }
+    for (const Communicator& c : plan.setup.comms) {
+      if (cluster.num_gpu_types() == 1) break;  // one type, one vendor
+      if (c.members.empty()) continue;
+      const int first = vendor_of_type[cluster.gpu_type_of(c.members.front())];
+      bool mixed = false;
+      for (int g : c.members) mixed = mixed || vendor_of_type[cluster.gpu_type_of(g)] != first;
+      cross_vendor += mixed ? 1 : 0;
+    }
   }
   if (cross_vendor > 0) {
     rep.warnings.push_back(std::to_string(cross_vendor) +

@@ -178,14 +178,14 @@ void check_measured_order(const RunsByConfig& by_config, const std::set<std::str
 
 TEST_CASE("zero bubble validation: the paper's measured order of schedules on every configuration") {
   // 1F1B slowest, ZB-2p fastest everywhere; interleaved 1F1B against ZB-1p
-  // changes sides between configurations in the paper: kept on 1.5B and on
-  // 6.2B at m = 24, 32 (1.5B at m = 32 is a measured tie); predicted ahead on
-  // the 14.6B runs and 6.2B at m = 64, where the paper measures ZB-1p ahead.
+  // changes sides between configurations in the paper: kept on 1.5B, on 6.2B
+  // at m = 24, 32 and on 14.6B at m = 64, 128 (1.5B at m = 32 is a measured
+  // tie); predicted ahead on 14.6B at m = 48 (0.3%, measured 4.5% behind) and
+  // 6.2B at m = 64 (0.5%, measured 0.2% behind).
   const RunsByConfig runs = runs_by_config("validation-schedules");
   CHECK(runs.size() == 9);
   check_measured_order(runs,
-                       {"zb_iclr_14.6B_p16_m128 interleaved-1f1b zb-1p", "zb_iclr_14.6B_p16_m48 interleaved-1f1b zb-1p",
-                        "zb_iclr_14.6B_p16_m64 interleaved-1f1b zb-1p", "zb_iclr_6.2B_p8_m64 interleaved-1f1b zb-1p"});
+                       {"zb_iclr_14.6B_p16_m48 interleaved-1f1b zb-1p", "zb_iclr_6.2B_p8_m64 interleaved-1f1b zb-1p"});
 }
 
 TEST_CASE("zero bubble validation: blocking interleaved transfers do not explain the interleaved/ZB-1p order") {
@@ -209,12 +209,17 @@ TEST_CASE("zero bubble validation: blocking interleaved transfers do not explain
 }
 
 TEST_CASE("zb-v validation: the paper's measured order of schedules on every configuration") {
-  // 1F1B slowest, ZB-V ahead of ZB-1p, ZB-1p against ZB-2p* as measured; ZB-V
-  // against ZB-2p* as measured on 14.6B, but not on 6.2B (ZB-2p* measured ahead).
+  // 1F1B slowest everywhere and ZB-2p* ahead of ZB-V on 6.2B, as measured. The
+  // hop between nodes (docs/schedules.md) costs ZB-V most, four crossings per
+  // micro-batch each way against two: on 14.6B (three nodes) ZB-V is predicted
+  // behind ZB-2p* at every m and behind ZB-1p at m = 192, and on 6.2B at m = 128
+  // behind ZB-1p, where the paper measures it 0.6-4% ahead; ZB-1p against ZB-2p*
+  // at m = 192 (measured 2% apart) comes out the other way too.
   const RunsByConfig runs = runs_by_config("validation-zbv");
   CHECK(runs.size() == 6);
-  check_measured_order(runs, {"zbv_arxiv_6.2B_p16_m128 zb-2p zb-v", "zbv_arxiv_6.2B_p16_m48 zb-2p zb-v",
-                              "zbv_arxiv_6.2B_p16_m64 zb-2p zb-v"});
+  check_measured_order(runs, {"zbv_arxiv_14.6B_p24_m192 zb-1p zb-2p", "zbv_arxiv_14.6B_p24_m192 zb-1p zb-v",
+                              "zbv_arxiv_14.6B_p24_m192 zb-2p zb-v", "zbv_arxiv_14.6B_p24_m72 zb-2p zb-v",
+                              "zbv_arxiv_14.6B_p24_m96 zb-2p zb-v", "zbv_arxiv_6.2B_p16_m128 zb-1p zb-v"});
 }
 
 TEST_CASE("post-validation: overlapping iterations hide ZB-2p's fill ramp, not 1F1B's") {
@@ -232,7 +237,7 @@ TEST_CASE("post-validation: overlapping iterations hide ZB-2p's fill ramp, not 1
   CHECK(zb_sync.single_iteration_s == 0);
   CHECK(zb_pv.single_iteration_s == doctest::Approx(zb_sync.iteration_time_s));
   // At most the ramp of 7 stage forwards and messages of about 16 ms (9% of the
-  // iteration); the rank with the longest span keeps part of it (4.6% hidden).
+  // iteration); the rank with the longest span keeps part of it (4.2% hidden).
   CHECK(zb_pv.iteration_time_s < 0.97 * zb_sync.iteration_time_s);
   CHECK(zb_pv.iteration_time_s > 0.91 * zb_sync.iteration_time_s);
   const JobReport one_sync = run("1f1b", "all-reduce");

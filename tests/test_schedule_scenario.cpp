@@ -201,7 +201,8 @@ TEST_CASE("zero bubble validation: blocking interleaved transfers do not explain
     return simulate(load_scenario_file((dir / (config + "_" + schedule + ".json")).string(), sets, testing::catalog()))
         .iteration_time_s;
   };
-  for (const char* config : {"zb_iclr_14.6B_p16_m48", "zb_iclr_6.2B_p8_m64"}) {
+  for (const char* config :
+       {"zb_iclr_14.6B_p16_m48", "zb_iclr_14.6B_p16_m64", "zb_iclr_14.6B_p16_m128", "zb_iclr_6.2B_p8_m64"}) {
     CAPTURE(config);
     CHECK(predicted(config, "interleaved-1f1b", true) > predicted(config, "zb-1p", false));
   }

@@ -99,6 +99,10 @@ struct CalibrationProfile {
   // send/recv kernel runs beside them (NCCL's CTAs occupy SMs): (SMs - channels) / SMs.
   // Optional; 1 = no contention.
   ValueEntry compute_share_during_comm{1.0, {}};
+  // The same while only send/recv between nodes run: NCCL drives a network peer with
+  // NCCL_NCHANNELS_PER_NET_PEER channels, fewer than a collective's. Optional; without
+  // it, compute_share_during_comm.
+  ValueEntry compute_share_during_net_p2p{1.0, {}};
   ValueEntry memory_reserved;  // bytes of HBM not available to tensors (CUDA context, NCCL, workspaces)
   LinkCalibration scaleup;
   LinkCalibration network;

@@ -1011,7 +1011,11 @@ void append(TimingSignature& to, const TimingSignature& from) {
 // Per-pass times of one pipeline stage for the Zero Bubble scheduler: the
 // compute steps of the model's transformer layers on the cost model (the GPU
 // of the first rank), averaged over the pp stages (recomputation counts in
-// B), and one activation message on the analytical network.
+// B), and one activation message on the analytical network, averaged over the
+// pp - 1 stage boundaries as the Zero Bubble runtime measures T_comm (its
+// bootstrap_and_profile_p2p_communication times messages along the whole
+// pipeline and divides by the hops, so a slower hop between nodes counts
+// once in pp - 1).
 PassTimes stage_pass_times(const TransformerSpec& model, const ParallelSpec& par, const TrainingSpec& train,
                            const ModelSteps& steps, const Platform& platform, const Placement& placement) {
   const int first = placement.gpu(RankCoord{0, 0, 0, 0, 0});
@@ -1031,12 +1035,15 @@ PassTimes stage_pass_times(const TransformerSpec& model, const ParallelSpec& par
     t.backward_weight += seconds(ls.backward, Pass::BackwardWeight) / par.pp;
   }
   if (par.pp > 1) {
-    const int next = placement.gpu(RankCoord{0, 0, 0, 0, 1});
     const AnalyticalNetwork& net = platform.analytical_network();
     const double tokens = static_cast<double>(par.micro_batch) * train.seq_len / par.cp;
     const bool split = par.pp_scatter_gather || (par.sequence_parallel && par.tp > 1);
-    t.transfer = net.p2p_seconds(net.shape({first, next}),
-                                 tokens * model.hidden * activation_element_bytes(train) / (split ? par.tp : 1));
+    const double bytes = tokens * model.hidden * activation_element_bytes(train) / (split ? par.tp : 1);
+    double hops = 0;
+    for (int s = 0; s + 1 < par.pp; ++s)
+      hops += net.p2p_seconds(
+          net.shape({placement.gpu(RankCoord{0, 0, 0, 0, s}), placement.gpu(RankCoord{0, 0, 0, 0, s + 1})}), bytes);
+    t.transfer = hops / (par.pp - 1);
   }
   return t;
 }

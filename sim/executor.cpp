@@ -149,8 +149,9 @@ void Executor::init() {
         static_cast<std::uint32_t>(rp.program * static_cast<std::size_t>(cluster.num_gpu_types()) + type);
   }
   for (int t = 0; t < cluster.num_gpu_types(); ++t) {
-    const double share = costs_->profile(t).compute_share_during_comm.value;
-    contention_ |= share > 0 && share < 1.0;
+    const CalibrationProfile& prof = costs_->profile(t);
+    for (double share : {prof.compute_share_during_comm.value, prof.compute_share_during_net_p2p.value})
+      contention_ |= share > 0 && share < 1.0;
   }
   windows_of_type_.resize(static_cast<std::size_t>(cluster.num_gpu_types()));
   for (int t = 0; t < cluster.num_gpu_types(); ++t) {
@@ -170,7 +171,16 @@ void Executor::init() {
     if (!windows_of_type_[type].empty()) windowed_ranks_.push_back(static_cast<std::uint32_t>(r));
   }
   retiming_ = contention_ || !windowed_ranks_.empty();
-  if (contention_) comm_active_.assign(nr, 0);
+  if (contention_) {
+    comm_active_.assign(nr, 0);
+    net_p2p_active_.assign(nr, 0);
+    comm_spans_nodes_.resize(setup.comms.size());
+    for (std::size_t c = 0; c < setup.comms.size(); ++c) {
+      const auto& members = setup.comms[c].members;
+      comm_spans_nodes_[c] = std::any_of(members.begin(), members.end(),
+                                         [&](int g) { return cluster.node_of(g) != cluster.node_of(members.front()); });
+    }
+  }
   if (retiming_) {
     compute_streams_.resize(np);
     for (std::size_t p = 0; p < np; ++p) {
@@ -196,20 +206,35 @@ void Executor::init() {
   network_->bind(setup.comms);
 }
 
-Time Executor::op_duration(std::uint32_t rank, std::uint32_t op, bool contended) {
+Time Executor::op_duration(std::uint32_t rank, std::uint32_t op, std::uint8_t contention) {
   auto& cache = op_cost_cache_[op_costs_of_rank_[rank]];
   if (cache.empty()) {
     const RankProgram& rp = setup_->ranks[rank];
     const int type = rp.gpu_type >= 0 ? rp.gpu_type : cluster_->gpu_type_of(rp.gpu);
     const ProgramTemplate& p = setup_->programs[rp.program];
-    const double share = costs_->profile(type).compute_share_during_comm.value;
-    cache.reserve(2 * p.ops.size());
+    const CalibrationProfile& prof = costs_->profile(type);
+    cache.reserve(kContentionLevels * p.ops.size());
     for (const ComputeOp& o : p.ops) {
       cache.push_back(costs_->duration(o, type));
-      cache.push_back(costs_->duration(o, type, share));
+      cache.push_back(costs_->duration(o, type, prof.compute_share_during_net_p2p.value));
+      cache.push_back(costs_->duration(o, type, prof.compute_share_during_comm.value));
     }
   }
-  return cache[2 * static_cast<std::size_t>(op) + (contended ? 1 : 0)];
+  return cache[kContentionLevels * static_cast<std::size_t>(op) + contention];
+}
+
+// What the rank's running transfers leave to its kernels: kCommContention while a
+// collective or a send/recv inside a node runs, else kNetP2pContention while a
+// send/recv between nodes runs (NCCL drives a network peer with few channels), else none.
+std::uint8_t Executor::contention(std::uint32_t rank) const {
+  if (!contention_) return kNoContention;
+  if (comm_active_[rank] > 0) return kCommContention;
+  return net_p2p_active_[rank] > 0 ? kNetP2pContention : kNoContention;
+}
+
+// A send or recv on a communicator whose members are on different nodes.
+bool Executor::net_p2p(std::uint32_t rank, const Task& t) const {
+  return t.kind != TaskKind::Collective && comm_spans_nodes_[slots_[slot_at(rank, t.ref)].comm];
 }
 
 // The product of the rank's GPU's slowdown windows in force at `now`.
@@ -226,48 +251,54 @@ double Executor::window_factor(std::uint32_t rank, Time now) const {
 
 void Executor::start_compute(std::uint32_t rank, std::uint32_t task, std::uint32_t op, Time now) {
   if (!retiming_) {
-    queue_.push(now + op_duration(rank, op, false), rank, task);
+    queue_.push(now + op_duration(rank, op, kNoContention), rank, task);
     return;
   }
   const std::size_t si = stream_at(rank, program_of_rank_[rank]->tasks[task].stream);
-  const bool slow = contention_ && comm_active_[rank] > 0;
+  const std::uint8_t slow = contention(rank);
   const double factor = window_factor(rank, now);
   run_frac_[si] = 0;
   run_since_[si] = now;
-  run_slow_[si] = slow ? 1 : 0;
+  run_slow_[si] = slow;
   run_factor_[si] = factor;
   const Time d = op_duration(rank, op, slow);
   run_end_[si] = now + (factor == 1.0 ? d : Time::ns(std::llround(static_cast<double>(d.count_ns()) * factor)));
   queue_.push(run_end_[si], rank, task);
 }
 
-void Executor::comm_started(std::uint32_t rank, Time now) {
-  if (contention_ && comm_active_[rank]++ == 0) retime_compute(rank, now);
+void Executor::comm_started(std::uint32_t rank, const Task& t, Time now) {
+  if (!contention_) return;
+  const std::uint8_t before = contention(rank);
+  ++(net_p2p(rank, t) ? net_p2p_active_ : comm_active_)[rank];
+  if (contention(rank) != before) retime_compute(rank, now);
 }
 
-void Executor::comm_finished(std::uint32_t rank, Time now) {
-  if (contention_ && --comm_active_[rank] == 0) retime_compute(rank, now);
+void Executor::comm_finished(std::uint32_t rank, const Task& t, Time now) {
+  if (!contention_) return;
+  const std::uint8_t before = contention(rank);
+  --(net_p2p(rank, t) ? net_p2p_active_ : comm_active_)[rank];
+  if (contention(rank) != before) retime_compute(rank, now);
 }
 
 // The rank's compute rate changed at `now`: book the progress made at the old
 // rate and move each running kernel's completion to where the new rate puts it.
 void Executor::retime_compute(std::uint32_t rank, Time now) {
   const ProgramTemplate& p = *program_of_rank_[rank];
-  const bool slow = contention_ && comm_active_[rank] > 0;
+  const std::uint8_t slow = contention(rank);
   const double factor = window_factor(rank, now);
   for (const std::uint8_t s : compute_streams_[setup_->ranks[rank].program]) {
     const std::size_t si = stream_at(rank, s);
-    if (!stream_busy_[si] || (run_slow_[si] == (slow ? 1 : 0) && run_factor_[si] == factor)) continue;
+    if (!stream_busy_[si] || (run_slow_[si] == slow && run_factor_[si] == factor)) continue;
     const Task& t = p.tasks[p.stream(s)[stream_pos_[si]]];
     if (t.kind != TaskKind::Compute) continue;
-    double old_d = static_cast<double>(op_duration(rank, t.ref, run_slow_[si] != 0).count_ns());
+    double old_d = static_cast<double>(op_duration(rank, t.ref, run_slow_[si]).count_ns());
     double new_d = static_cast<double>(op_duration(rank, t.ref, slow).count_ns());
     if (run_factor_[si] != 1.0) old_d *= run_factor_[si];
     if (factor != 1.0) new_d *= factor;
     if (old_d > 0)
       run_frac_[si] = std::min(1.0, run_frac_[si] + static_cast<double>((now - run_since_[si]).count_ns()) / old_d);
     run_since_[si] = now;
-    run_slow_[si] = slow ? 1 : 0;
+    run_slow_[si] = slow;
     run_factor_[si] = factor;
     const Time end = now + Time::ns(static_cast<std::int64_t>(std::llround((1.0 - run_frac_[si]) * new_d)));
     if (end != run_end_[si]) {
@@ -327,7 +358,7 @@ void Executor::start_transfer(const TransferRequest& request, std::span<const Wa
   for (const Waiter& w : waiters) {
     const Task& wt = program_of_rank_[w.rank]->tasks[w.task];
     stream_start_[stream_at(w.rank, wt.stream)] = now;
-    comm_started(w.rank, now);
+    comm_started(w.rank, wt, now);
   }
   if (end != Time::max()) {
     // Known at once (analytical): the waiters' completions go straight to the queue.
@@ -464,7 +495,7 @@ void Executor::complete(std::uint32_t rank, std::uint32_t task, Time now) {
                                     : static_cast<std::uint8_t>(1 + static_cast<int>(t.comm_class));
   record(rank, task, stream_start_[si], now, category);
   stream_busy_[si] = 0;
-  if (t.kind != TaskKind::Compute) comm_finished(rank, now);
+  if (t.kind != TaskKind::Compute) comm_finished(rank, t, now);
   ++stream_pos_[si];
   if (++done_count_[rank] == p.tasks.size()) result_.finish[rank] = now;
   for (std::uint32_t s : p.succs_of(task)) {

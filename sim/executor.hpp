@@ -154,10 +154,15 @@ class Executor {
   bool same_transfer(const Waiter& a, const Waiter& b, std::uint32_t comm);
   void init();
   std::uint32_t new_in_flight();
-  Time op_duration(std::uint32_t rank, std::uint32_t op, bool contended);
+  // Contention levels of a rank's kernels (op_cost_cache_'s order).
+  static constexpr std::uint8_t kNoContention = 0, kNetP2pContention = 1, kCommContention = 2;
+  static constexpr std::size_t kContentionLevels = 3;
+  Time op_duration(std::uint32_t rank, std::uint32_t op, std::uint8_t contention);
+  std::uint8_t contention(std::uint32_t rank) const;
+  bool net_p2p(std::uint32_t rank, const Task& t) const;
   void start_compute(std::uint32_t rank, std::uint32_t task, std::uint32_t op, Time now);
-  void comm_started(std::uint32_t rank, Time now);
-  void comm_finished(std::uint32_t rank, Time now);
+  void comm_started(std::uint32_t rank, const Task& t, Time now);
+  void comm_finished(std::uint32_t rank, const Task& t, Time now);
   void retime_compute(std::uint32_t rank, Time now);
   double window_factor(std::uint32_t rank, Time now) const;
   bool stale(const Event& e) const;
@@ -194,13 +199,16 @@ class Executor {
   std::vector<const ProgramTemplate*> program_of_rank_;
   std::vector<std::uint32_t> done_count_;
   std::vector<CommState> comms_;
-  std::vector<std::vector<Time>> op_cost_cache_;  // [program * types + type][2 * op + contended]
+  std::vector<std::vector<Time>> op_cost_cache_;  // [program * types + type][3 * op + contention level]
   std::vector<std::uint32_t> op_costs_of_rank_;   // index into op_cost_cache_ of each rank
-  // Compute/communication contention: transfers running per rank, and per stream
+  // Compute/communication contention: transfers running per rank (collectives and
+  // send/recv inside a node; send/recv between nodes), whether each communicator
+  // spans nodes, and per stream
   // the running compute kernel's progress (fraction done at `run_since_`), rate and
   // the one valid completion time (earlier events for it are stale).
   bool contention_ = false;
-  std::vector<std::uint32_t> comm_active_;
+  std::vector<std::uint32_t> comm_active_, net_p2p_active_;
+  std::vector<std::uint8_t> comm_spans_nodes_;
   std::vector<double> run_frac_;
   std::vector<Time> run_since_, run_end_;
   std::vector<std::uint8_t> run_slow_;

@@ -109,6 +109,56 @@ TEST_CASE("compute beside a running collective is slowed by the profile's comput
   }
 }
 
+TEST_CASE("compute beside a send/recv between nodes runs at the profile's network p2p share") {
+  // Rank 0 runs a 10 ms GEMM while it sends 0.4 GB to rank 1: inside a node
+  // (100 GB/s, 4 ms) the kernel runs at compute_share_during_comm while the
+  // transfer runs; between nodes (10 GB/s, 40 ms: the whole GEMM) at
+  // compute_share_during_net_p2p, NCCL's few channels for a network peer.
+  struct Case {
+    int nodes;             // 1: both GPUs in one node, 2: one GPU per node
+    double net_p2p_share;  // compute_share_during_net_p2p (compute_share_during_comm is 0.5)
+    double gemm_end;       // expected GEMM completion, seconds (0: slowed, not exact)
+  };
+  for (const Case c : {Case{2, 0.8, 0.0125}, Case{2, 0.5, 0.020}, Case{2, 1.0, 0.010}, Case{1, 1.0, 0.0}}) {
+    CAPTURE(c.nodes);
+    CAPTURE(c.net_p2p_share);
+    const Cluster cluster{toy_cluster(c.nodes, 2 / c.nodes)};
+    std::vector<CalibrationProfile> profiles{ideal_profile_sharing(0.5)};
+    profiles[0].compute_share_during_net_p2p.value = c.net_p2p_share;
+    const ComputeCostModel costs{cluster, profiles};
+    AnalyticalNetwork net{cluster, profiles};
+    SimulationSetup setup;
+    setup.comms.push_back(Communicator{"link 0<->1", {0, 1}, 2});
+    for (int rank = 0; rank < 2; ++rank) {
+      ProgramBuilder b(rank == 0 ? "sender" : "receiver");
+      const auto main = b.add_stream("compute");
+      const auto io = b.add_stream("p2p");
+      const auto slot = b.add_comm_slot("peer");
+      if (rank == 0) {
+        b.compute(main, b.add_op(gemm(1e12)), b.add_label("work"), 0, {});
+        b.send(io, slot, CommClass::PP, 400000000, b.add_label("send"), 0, {});
+      } else {
+        b.recv(io, slot, CommClass::PP, 400000000, b.add_label("recv"), 0, {});
+      }
+      setup.programs.push_back(std::move(b).finish());
+      setup.ranks.push_back(RankProgram{rank == 0 ? "r0" : "r1", static_cast<std::uint32_t>(rank), rank, {0}, true});
+    }
+    Executor ex(setup, cluster, costs, net);
+    const SimulationResult r = ex.run();
+    REQUIRE(r.completed);
+    double work_end = 0;
+    for (const Interval& iv : r.timelines[0].intervals) {
+      if (iv.stream == 0) work_end = iv.end.to_seconds();
+    }
+    if (c.gemm_end > 0) {
+      CHECK(work_end == doctest::Approx(c.gemm_end));
+    } else {
+      CHECK(work_end > 0.0115);  // about 4 ms at half speed inside the node
+      CHECK(work_end < 0.0125);
+    }
+  }
+}
+
 TEST_CASE("a wrong hand-made schedule is reported as a deadlock naming ranks and tasks") {
   Fixture f;
   SimulationSetup setup;

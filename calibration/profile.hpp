@@ -99,6 +99,10 @@ struct CalibrationProfile {
   // send/recv kernel runs beside them (NCCL's CTAs occupy SMs): (SMs - channels) / SMs.
   // Optional; 1 = no contention.
   ValueEntry compute_share_during_comm{1.0, {}};
+  // Throughput of an FP8 GEMM run with the split (periodically promoted) accumulator,
+  // as FP8 training runs its backward GEMMs, relative to the `gemm.fp8` curve measured
+  // with cuBLASLt's fast accumulation. Optional; 1 = no difference (no such mode).
+  ValueEntry fp8_split_accumulator_speed{1.0, {}};
   ValueEntry memory_reserved;  // bytes of HBM not available to tensors (CUDA context, NCCL, workspaces)
   LinkCalibration scaleup;
   LinkCalibration network;

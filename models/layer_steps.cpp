@@ -57,7 +57,16 @@ class StepList {
     const double in_elem = dtype == Dtype::FP8 ? 1.0 : act_bytes_;
     op.bytes = ((m * k + k * n) * in_elem + m * n * act_bytes_) * count;  // output in the activation precision
     const double flops = model_flops >= 0 ? model_flops : op.flops;
-    const bool wgrad = name.size() > 6 && name.compare(name.size() - 6, 6, ".wgrad") == 0;
+    auto ends_with = [&name](const char* suffix) {
+      const std::string s(suffix);
+      return name.size() > s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
+    };
+    const bool wgrad = ends_with(".wgrad");
+    // FP8 training runs its backward GEMMs with the split accumulator (partial sums
+    // promoted to FP32), its forward GEMMs with cuBLASLt's fast accumulation:
+    // Transformer Engine's _2X_ACC_FPROP = False, _2X_ACC_DGRAD = _2X_ACC_WGRAD = True,
+    // torchao's Float8LinearConfig likewise (docs/frameworks.md, "FP8 recipes").
+    op.split_accumulator = dtype == Dtype::FP8 && (wgrad || ends_with(".dgrad"));
     if (dtype == Dtype::FP8 && !wgrad) {
       // Transformer Engine quantises the 16-bit input (activation, or output gradient
       // for dgrad) to FP8 with the copy the weight-gradient GEMM reads, as the recipe

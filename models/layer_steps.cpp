@@ -392,6 +392,11 @@ void attention_core_forward(StepList& L, const Dims& D, AttentionKind kind, std:
   }
   if (D.dropout) L.memory("attn.dropout", scores * (e + e + 1));
   L.gemm("attn.av", D.attn_dtype, D.s_local, D.d, D.s_full, {}, heads);
+  // The batched AV product leaves the context head-major ([b * heads, s, d]); the
+  // projection reads it token-major, so the framework copies it (Megatron-LM's
+  // CoreAttention: `context_layer.permute(2, 0, 1, 3).contiguous()`; Hugging Face's
+  // eager attention: `attn_output.transpose(1, 2).contiguous()`): read + write.
+  L.memory("attn.context.copy", D.tokens * D.a_t * D.d_out * (e + e));
 }
 
 // Attention core backward (flash: one fused kernel; unfused: the four GEMMs with

@@ -491,6 +491,13 @@ TEST_CASE("FP32 and TF32 training: 4-byte activations, Megatron's unfused softma
   CHECK(op_of(ds16, "loss.xent.bwd").bytes == doctest::Approx(14.0 * logits));
   CHECK(op_of(tf32, "loss.xent").bytes == doctest::Approx(12.0 * logits));  // fused default
   CHECK(op_of(tf32, "attn.dropout").bytes == doctest::Approx(9.0 * scores));
+  // Unfused attention copies its head-major context into token-major order for the
+  // projection (Megatron's permute(2, 0, 1, 3).contiguous()): read + write per element of
+  // the rank's [tokens, hidden / tp] output; a fused kernel writes token-major itself.
+  const double context = 2.0 * 2048 * 2048 / 2;
+  CHECK(op_of(bf16, "attn.context.copy").bytes == doctest::Approx(4.0 * context));
+  CHECK(op_of(tf32, "attn.context.copy").bytes == doctest::Approx(8.0 * context));
+  CHECK(tasks_ending(stage_program(text, {"training.attention=\"flash\""}), "attn.context.copy").empty());
   // GEMMs run in TF32 on 4-byte activations; the TP all-reduce carries 4-byte activations.
   CHECK(op_of(tf32, "mlp.up").dtype == Dtype::TF32);
   auto comm_bytes = [](const ProgramTemplate& p, const std::string& name) {

@@ -103,6 +103,10 @@ struct CalibrationProfile {
   // NCCL_NCHANNELS_PER_NET_PEER channels, fewer than a collective's. Optional; without
   // it, compute_share_during_comm.
   ValueEntry compute_share_during_net_p2p{1.0, {}};
+  // Throughput of an FP8 GEMM run with the split (periodically promoted) accumulator,
+  // as FP8 training runs its backward GEMMs, relative to the `gemm.fp8` curve measured
+  // with cuBLASLt's fast accumulation. Optional; 1 = no difference (no such mode).
+  ValueEntry fp8_split_accumulator_speed{1.0, {}};
   ValueEntry memory_reserved;  // bytes of HBM not available to tensors (CUDA context, NCCL, workspaces)
   LinkCalibration scaleup;
   LinkCalibration network;

@@ -139,6 +139,8 @@ CalibrationProfile read_profile(ObjectReader& r) {
   if (r.raw("compute_share_during_comm") == nullptr) p.compute_share_during_comm = ValueEntry{1.0, {}};  // none
   p.compute_share_during_net_p2p = read_value(r, "compute_share_during_net_p2p", std::nullopt, 0.05, 1, false);
   if (r.raw("compute_share_during_net_p2p") == nullptr) p.compute_share_during_net_p2p = p.compute_share_during_comm;
+  p.fp8_split_accumulator_speed = read_value(r, "fp8_split_accumulator_speed", std::nullopt, 0.05, 1, false);
+  if (r.raw("fp8_split_accumulator_speed") == nullptr) p.fp8_split_accumulator_speed = ValueEntry{1.0, {}};  // none
   p.memory_reserved = read_value(r, "memory_reserved", Quantity::Bytes, 0, 1e12, true);
   p.scaleup = read_link(r, "scaleup");
   p.network = read_link(r, "network");
@@ -269,6 +271,8 @@ nlohmann::ordered_json profile_to_json(const CalibrationProfile& p) {
     j["compute_share_during_comm"] = value_to_json(p.compute_share_during_comm, std::nullopt);
   if (present(p.compute_share_during_net_p2p) && p.compute_share_during_net_p2p != p.compute_share_during_comm)
     j["compute_share_during_net_p2p"] = value_to_json(p.compute_share_during_net_p2p, std::nullopt);
+  if (present(p.fp8_split_accumulator_speed))
+    j["fp8_split_accumulator_speed"] = value_to_json(p.fp8_split_accumulator_speed, std::nullopt);
   j["memory_reserved"] = value_to_json(p.memory_reserved, Quantity::Bytes);
   j["scaleup"] = link_to_json(p.scaleup);
   j["network"] = link_to_json(p.network);

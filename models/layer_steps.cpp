@@ -59,7 +59,16 @@ class StepList {
     const double in_elem = dtype == Dtype::FP8 ? 1.0 : act_bytes_;
     op.bytes = ((m * k + k * n) * in_elem + m * n * act_bytes_) * count;  // output in the activation precision
     const double flops = model_flops >= 0 ? model_flops : op.flops;
-    const bool wgrad = name.size() > 6 && name.compare(name.size() - 6, 6, ".wgrad") == 0;
+    auto ends_with = [&name](const char* suffix) {
+      const std::string s(suffix);
+      return name.size() > s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
+    };
+    const bool wgrad = ends_with(".wgrad");
+    // FP8 training runs its backward GEMMs with the split accumulator (partial sums
+    // promoted to FP32), its forward GEMMs with cuBLASLt's fast accumulation:
+    // Transformer Engine's _2X_ACC_FPROP = False, _2X_ACC_DGRAD = _2X_ACC_WGRAD = True,
+    // torchao's Float8LinearConfig likewise (docs/frameworks.md, "FP8 recipes").
+    op.split_accumulator = dtype == Dtype::FP8 && (wgrad || ends_with(".dgrad"));
     if (dtype == Dtype::FP8 && !wgrad) {
       // Transformer Engine quantises the 16-bit input (activation, or output gradient
       // for dgrad) to FP8 with the copy the weight-gradient GEMM reads, as the recipe
@@ -465,6 +474,11 @@ void attention_core_forward(StepList& L, const Dims& D, AttentionKind kind, std:
   }
   if (D.dropout) L.memory("attn.dropout", scores * (e + e + 1));
   L.gemm("attn.av", D.attn_dtype, D.s_local, D.d, D.s_full, {}, heads);
+  // The batched AV product leaves the context head-major ([b * heads, s, d]); the
+  // projection reads it token-major, so the framework copies it (Megatron-LM's
+  // CoreAttention: `context_layer.permute(2, 0, 1, 3).contiguous()`; Hugging Face's
+  // eager attention: `attn_output.transpose(1, 2).contiguous()`): read + write.
+  L.memory("attn.context.copy", D.tokens * D.a_t * D.d_out * (e + e));
 }
 
 // Attention core backward (flash: one fused kernel; unfused: the four GEMMs with

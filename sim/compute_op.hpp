@@ -39,6 +39,9 @@ struct ComputeOp {
   // host issue, and each kernel node costs the graph's per-kernel figure instead of
   // the profile's launch_overhead (docs/frameworks.md, "CUDA graphs").
   bool graph_captured = false;
+  // An FP8 GEMM with the split accumulator (cuBLASLt FAST_ACCUM off): FP8 training runs
+  // its backward GEMMs so; the profile's fp8_split_accumulator_speed prices it.
+  bool split_accumulator = false;
 };
 
 }  // namespace trainsim

@@ -28,7 +28,8 @@ double ComputeCostModel::seconds(const ComputeOp& op, int gpu_type, double compu
       const auto d = static_cast<std::size_t>(op.dtype);
       const double eff_size = p.gemm[d].curve.at(op.flops / std::max(op.kernels, 1));
       const double min_dim = static_cast<double>(std::min({op.m, op.n, op.k}));
-      const double eff = eff_size * p.gemm_min_dim.curve.at(min_dim);
+      const double split = op.split_accumulator ? p.fp8_split_accumulator_speed.value : 1.0;
+      const double eff = eff_size * p.gemm_min_dim.curve.at(min_dim) * split;
       compute_time = op.flops / (gpu.peak(op.dtype) * eff);
       break;
     }

@@ -491,6 +491,13 @@ TEST_CASE("FP32 and TF32 training: 4-byte activations, Megatron's unfused softma
   CHECK(op_of(ds16, "loss.xent.bwd").bytes == doctest::Approx(14.0 * logits));
   CHECK(op_of(tf32, "loss.xent").bytes == doctest::Approx(12.0 * logits));  // fused default
   CHECK(op_of(tf32, "attn.dropout").bytes == doctest::Approx(9.0 * scores));
+  // Unfused attention copies its head-major context into token-major order for the
+  // projection (Megatron's permute(2, 0, 1, 3).contiguous()): read + write per element of
+  // the rank's [tokens, hidden / tp] output; a fused kernel writes token-major itself.
+  const double context = 2.0 * 2048 * 2048 / 2;
+  CHECK(op_of(bf16, "attn.context.copy").bytes == doctest::Approx(4.0 * context));
+  CHECK(op_of(tf32, "attn.context.copy").bytes == doctest::Approx(8.0 * context));
+  CHECK(tasks_ending(stage_program(text, {"training.attention=\"flash\""}), "attn.context.copy").empty());
   // GEMMs run in TF32 on 4-byte activations; the TP all-reduce carries 4-byte activations.
   CHECK(op_of(tf32, "mlp.up").dtype == Dtype::TF32);
   auto comm_bytes = [](const ProgramTemplate& p, const std::string& name) {
@@ -746,7 +753,8 @@ TEST_CASE("Muon: Newton-Schulz GEMMs per weight matrix, momentum-only state, Ada
 
 TEST_CASE("FP8 recipes and the NeMo 24.07 runs: the quantisation is a few percent of the step, whatever the recipe") {
   // docs/validation.md: NeMo 24.07 trains with delayed scaling; even current scaling's
-  // extra amax pass would add under 5% to GPT3-5B on 64 H100, far from its -20% error.
+  // extra amax pass would add under 5% to GPT3-5B on 64 H100, far from its -20% error
+  // before the split accumulator of the backward GEMMs (next test case).
   const std::string file =
       std::string(TRAINSIM_SOURCE_DIR) + "/scenarios/validation/nemo2407_h100_fp8_GPT3-5B_64gpu.json";
   const Scenario delayed = load_scenario_file(file, {}, catalog());
@@ -770,6 +778,42 @@ TEST_CASE("FP8 recipes and the NeMo 24.07 runs: the quantisation is a few percen
   }
   CHECK(casts / all > 0.03);
   CHECK(casts / all < 0.08);
+}
+
+TEST_CASE("FP8 backward GEMMs run with the split accumulator, forward GEMMs with fast accumulation") {
+  // Transformer Engine's _2X_ACC_DGRAD / _2X_ACC_WGRAD: the dgrad and wgrad GEMMs of an FP8
+  // run cost 1 / fp8_split_accumulator_speed of the fast-accumulation curve (docs/frameworks.md).
+  const std::string file =
+      std::string(TRAINSIM_SOURCE_DIR) + "/scenarios/validation/nemo2407_h100_fp8_GPT3-5B_64gpu.json";
+  const Scenario s = load_scenario_file(file, {}, catalog());
+  const Cluster cluster(s.cluster);
+  const ComputeCostModel costs(cluster, s.profiles);
+  const double speed = s.profiles.at(0).fp8_split_accumulator_speed.value;
+  CHECK(speed == doctest::Approx(0.87));
+  const TrainingPlan plan = plan_training(s.model, s.parallel, s.training, cluster, PlanOptions{});
+  const ProgramTemplate& prog = plan.setup.programs.at(0);
+  auto op_named = [&prog](const std::string& name) {
+    for (const ComputeOp& op : prog.ops)
+      if (op.name == name) return op;
+    FAIL("no op " << name);
+    return ComputeOp{};
+  };
+  // The three GEMMs of the MLP up-projection do the same FLOPs (8192 x 16384 x 4096).
+  const ComputeOp fwd = op_named("mlp.up"), dgrad = op_named("mlp.up.dgrad"), wgrad = op_named("mlp.up.wgrad");
+  CHECK_FALSE(fwd.split_accumulator);
+  CHECK(dgrad.split_accumulator);
+  CHECK(wgrad.split_accumulator);
+  REQUIRE(dgrad.flops == fwd.flops);
+  const double launch = s.profiles.at(0).launch_overhead.value;
+  const double t_fwd = costs.seconds(fwd, 0) - launch;
+  CHECK(costs.seconds(dgrad, 0) - launch == doctest::Approx(t_fwd / speed));
+  CHECK(costs.seconds(wgrad, 0) - launch == doctest::Approx(t_fwd / speed));
+  // The LM head stays in BF16: no split accumulator there.
+  CHECK_FALSE(op_named("head.dgrad").split_accumulator);
+  // The same scenario in BF16 has no split-accumulator GEMM at all.
+  const Scenario bf16 = load_scenario_file(file, {"training.precision=bf16"}, catalog());
+  const TrainingPlan plan16 = plan_training(bf16.model, bf16.parallel, bf16.training, cluster, PlanOptions{});
+  for (const ComputeOp& op : plan16.setup.programs.at(0).ops) CHECK_FALSE(op.split_accumulator);
 }
 
 TEST_CASE("activation offload: offloaded layers leave GPU memory, their copies overlap compute over the host link") {

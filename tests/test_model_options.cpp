@@ -472,12 +472,13 @@ TEST_CASE("FP32 and TF32 training: 4-byte activations, Megatron's unfused softma
   CHECK(op_of(bf16, "attn.softmax").bytes == doctest::Approx(4.0 * scores));
   CHECK(op_of(bf16, "attn.softmax").kernels == 1);
   // FP32 scores: masked_fill_ and softmax, each reading and writing 4 B per score;
-  // backward: softmax (12 B) and masked_fill_'s gradient through autograd's
+  // backward: softmax (12 B), the filled view's AsStridedBackward0 (zero-fill and
+  // copy: 2 kernels, 12 B) and masked_fill_'s gradient through autograd's
   // CopySlices (the fill is in place on a view): 4 kernels of 8 B.
   CHECK(op_of(tf32, "attn.softmax").bytes == doctest::Approx(16.0 * scores));
   CHECK(op_of(tf32, "attn.softmax").kernels == 2);
-  CHECK(op_of(tf32, "attn.softmax.bwd").bytes == doctest::Approx(44.0 * scores));
-  CHECK(op_of(tf32, "attn.softmax.bwd").kernels == 5);
+  CHECK(op_of(tf32, "attn.softmax.bwd").bytes == doctest::Approx(56.0 * scores));
+  CHECK(op_of(tf32, "attn.softmax.bwd").kernels == 7);
   // Megatron-DeepSpeed's unfused vocab-parallel cross-entropy: 32 B per fp32 logit
   // in 5 kernels (backward 8 B); 16-bit logits add the cast to fp32 and back.
   const double logits = 2.0 * 2048 * (50304 / 2);

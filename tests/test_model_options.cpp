@@ -453,6 +453,31 @@ TEST_CASE("host dispatch in a plan: tiny kernels are host-bound, a large step is
   CHECK(simulate(te).iteration_time_s == simulate(def).iteration_time_s);
 }
 
+TEST_CASE("mlp relu: one activation kernel each way, the same steps as gelu; a bad kind names its pointer") {
+  const std::string text = R"({
+    "model": {"name": "relu-test", "layers": 2, "hidden": 1024, "heads": 16, "ffn_hidden": 4096, "vocab": 50304},
+    "cluster": {"node": "dgx-a100", "nodes": 1},
+    "parallel": {"tp": 2, "dp": 4, "micro_batch": 2, "global_batch": 64},
+    "training": {"seq_len": 2048}
+  })";
+  const ProgramTemplate gelu = stage_program(text, {"model.mlp=\"gelu\""});
+  const ProgramTemplate relu = stage_program(text, {"model.mlp=\"relu\""});
+  REQUIRE(relu.ops.size() == gelu.ops.size());
+  for (std::size_t i = 0; i < relu.ops.size(); ++i) {
+    CHECK(relu.ops[i].bytes == gelu.ops[i].bytes);
+    CHECK(relu.ops[i].kernels == gelu.ops[i].kernels);
+    CHECK(relu.ops[i].flops == gelu.ops[i].flops);
+  }
+  CHECK(tasks_ending(relu, "mlp.act").size() == tasks_ending(gelu, "mlp.act").size());
+  std::string error;
+  try {
+    stage_program(text, {"model.mlp=\"silu\""});
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  CHECK(error.find("/model/mlp") != std::string::npos);
+}
+
 TEST_CASE("FP32 and TF32 training: 4-byte activations, Megatron's unfused softmax falls back to torch ops") {
   const std::string text = R"({
     "model": {"name": "fp32-test", "layers": 4, "hidden": 2048, "heads": 16, "ffn_hidden": 8192, "vocab": 50304},

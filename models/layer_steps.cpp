@@ -506,12 +506,16 @@ void attention_core_backward(StepList& L, const Dims& A, AttentionKind kind, std
   } else {
     // torch softmax backward (read output and gradient, write), then the
     // gradient of masked_fill_. Megatron's mask function fills in place a view
-    // of the score GEMM's output (`matmul_result.view(...)`), so autograd runs
-    // it through CopySlices (PyTorch torch/csrc/autograd/functions/tensor.cpp,
-    // CopySlices::apply_impl): copy the gradient into a fresh base-shaped
-    // buffer, clone the view's slice, masked_fill out of place, copy the result
-    // back: 4 kernels, each reading and writing every score.
-    L.memory("attn.softmax.bwd", scores * (3 * e + 4 * (e + e)), {}, 5);
+    // of the score GEMM's output (`matmul_result.view(...)`) and the softmax
+    // reads that view, so autograd regenerates the view's grad_fn as
+    // AsStridedBackward0 (torch/csrc/autograd/variable.cpp: a `.view()` of a
+    // dense tensor records no view function) and runs the fill's gradient through
+    // CopySlices (torch/csrc/autograd/functions/tensor.cpp). as_strided_backward
+    // (torch/csrc/autograd/FunctionsManual.cpp) zero-fills a base-sized buffer
+    // and copies the gradient into it: 2 kernels, 12 B per score. CopySlices
+    // copies that into a fresh base-shaped buffer, clones the view's slice, runs
+    // masked_fill out of place and copies the result back: 4 kernels of 8 B.
+    L.memory("attn.softmax.bwd", scores * (3 * e + 3 * e + 4 * (e + e)), {}, 7);
   }
   L.gemm("attn.qk.dgrad", A.attn_dtype, A.s_local, A.d, A.s_full, {}, heads);
   L.gemm("attn.qk.wgrad", A.attn_dtype, A.s_full, A.d, A.s_local, {}, heads);

@@ -12,7 +12,9 @@
 
 namespace trainsim {
 
-enum class MlpKind : std::uint8_t { Gelu, SwiGlu };
+// GeLU and ReLU MLPs run one elementwise activation kernel each way with the
+// same bytes (read the input, write the output); SwiGLU has a gated up-projection.
+enum class MlpKind : std::uint8_t { Gelu, SwiGlu, Relu };
 
 // Kinds of transformer layer. A model has one kind per layer; every layer kind
 // brings its own steps (models/layer_steps.hpp), parameters and activation

@@ -453,6 +453,31 @@ TEST_CASE("host dispatch in a plan: tiny kernels are host-bound, a large step is
   CHECK(simulate(te).iteration_time_s == simulate(def).iteration_time_s);
 }
 
+TEST_CASE("mlp relu: one activation kernel each way, the same steps as gelu; a bad kind names its pointer") {
+  const std::string text = R"({
+    "model": {"name": "relu-test", "layers": 2, "hidden": 1024, "heads": 16, "ffn_hidden": 4096, "vocab": 50304},
+    "cluster": {"node": "dgx-a100", "nodes": 1},
+    "parallel": {"tp": 2, "dp": 4, "micro_batch": 2, "global_batch": 64},
+    "training": {"seq_len": 2048}
+  })";
+  const ProgramTemplate gelu = stage_program(text, {"model.mlp=\"gelu\""});
+  const ProgramTemplate relu = stage_program(text, {"model.mlp=\"relu\""});
+  REQUIRE(relu.ops.size() == gelu.ops.size());
+  for (std::size_t i = 0; i < relu.ops.size(); ++i) {
+    CHECK(relu.ops[i].bytes == gelu.ops[i].bytes);
+    CHECK(relu.ops[i].kernels == gelu.ops[i].kernels);
+    CHECK(relu.ops[i].flops == gelu.ops[i].flops);
+  }
+  CHECK(tasks_ending(relu, "mlp.act").size() == tasks_ending(gelu, "mlp.act").size());
+  std::string error;
+  try {
+    stage_program(text, {"model.mlp=\"silu\""});
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  CHECK(error.find("/model/mlp") != std::string::npos);
+}
+
 TEST_CASE("FP32 and TF32 training: 4-byte activations, Megatron's unfused softmax falls back to torch ops") {
   const std::string text = R"({
     "model": {"name": "fp32-test", "layers": 4, "hidden": 2048, "heads": 16, "ffn_hidden": 8192, "vocab": 50304},
@@ -472,12 +497,13 @@ TEST_CASE("FP32 and TF32 training: 4-byte activations, Megatron's unfused softma
   CHECK(op_of(bf16, "attn.softmax").bytes == doctest::Approx(4.0 * scores));
   CHECK(op_of(bf16, "attn.softmax").kernels == 1);
   // FP32 scores: masked_fill_ and softmax, each reading and writing 4 B per score;
-  // backward: softmax (12 B) and masked_fill_'s gradient through autograd's
+  // backward: softmax (12 B), the filled view's AsStridedBackward0 (zero-fill and
+  // copy: 2 kernels, 12 B) and masked_fill_'s gradient through autograd's
   // CopySlices (the fill is in place on a view): 4 kernels of 8 B.
   CHECK(op_of(tf32, "attn.softmax").bytes == doctest::Approx(16.0 * scores));
   CHECK(op_of(tf32, "attn.softmax").kernels == 2);
-  CHECK(op_of(tf32, "attn.softmax.bwd").bytes == doctest::Approx(44.0 * scores));
-  CHECK(op_of(tf32, "attn.softmax.bwd").kernels == 5);
+  CHECK(op_of(tf32, "attn.softmax.bwd").bytes == doctest::Approx(56.0 * scores));
+  CHECK(op_of(tf32, "attn.softmax.bwd").kernels == 7);
   // Megatron-DeepSpeed's unfused vocab-parallel cross-entropy: 32 B per fp32 logit
   // in 5 kernels (backward 8 B); 16-bit logits add the cast to fp32 and back.
   const double logits = 2.0 * 2048 * (50304 / 2);

@@ -43,9 +43,12 @@ TransformerSpec read_model(ObjectReader& r, const TransformerSpec* base) {
   if (m.kv_heads == 0) m.kv_heads = m.heads;
   m.ffn_hidden = static_cast<int>(r.integer("ffn_hidden", m.ffn_hidden, 1, 1 << 22, req));
   m.vocab = static_cast<int>(r.integer("vocab", m.vocab, 1, 1 << 24, req));
-  m.mlp = r.choice("mlp", m.mlp == MlpKind::SwiGlu ? "swiglu" : "gelu", {"gelu", "swiglu"}) == "swiglu"
-              ? MlpKind::SwiGlu
-              : MlpKind::Gelu;
+  const std::string mlp = r.choice("mlp",
+                                   m.mlp == MlpKind::SwiGlu ? "swiglu"
+                                   : m.mlp == MlpKind::Relu ? "relu"
+                                                            : "gelu",
+                                   {"gelu", "relu", "swiglu"});
+  m.mlp = mlp == "swiglu" ? MlpKind::SwiGlu : mlp == "relu" ? MlpKind::Relu : MlpKind::Gelu;
   m.rmsnorm = r.choice("norm", m.rmsnorm ? "rmsnorm" : "layernorm", {"layernorm", "rmsnorm"}) == "rmsnorm";
   const std::string position = r.choice("position",
                                         m.rope    ? "rope"

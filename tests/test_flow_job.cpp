@@ -84,7 +84,9 @@ TEST_CASE("scenario reader: fabric routing defaults from the NICs' link layer; b
       {R"({"node": {"preset": "dgx-h100", "nics": {"link_layer": "omnipath"}}, "nodes": 2})",
        "/cluster/node/nics/link_layer"},
   };
-  for (const auto& [cluster, pointer] : bad) {
+  for (const auto& entry : bad) {
+    const std::string& cluster = entry.first;  // named, not a structured binding: CAPTURE's lambda captures it
+    const std::string& pointer = entry.second;
     CAPTURE(cluster);
     try {
       small_scenario(cluster, 8, 2, 1);

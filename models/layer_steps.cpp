@@ -885,7 +885,10 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
   const double kv_bytes = A.b * D.kv_seq * 2 * A.g_t * A.d * D.act_bytes;  // K and V gathered over the ring
   // Ulysses all-to-alls of one rank (arXiv:2309.14509): its sequence
   // shard of Q, K and V (all heads of its TP rank) before attention, of the output after.
-  double qkv_bytes = D.tokens * (D.a_t + 2 * D.g_t) * D.d * D.act_bytes;
+  // K and V heads fewer than the Ulysses degree are replicated so that every member
+  // receives one (attention_view): each is sent to every member that needs it.
+  const double kv_sent = D.ulysses > 1 ? std::max(D.g_t, static_cast<double>(D.ulysses)) : D.g_t;
+  double qkv_bytes = D.tokens * (D.a_t + 2 * kv_sent) * D.d * D.act_bytes;
   double out_bytes = D.tokens * D.a_t * D.d_out * D.act_bytes;
   // Uneven shares: all-to-all-v with the per-pair bytes of the shares.
   UlyssesMatrices um;

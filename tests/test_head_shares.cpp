@@ -127,6 +127,24 @@ TEST_CASE("uneven head shares on an H100 + A100 Ulysses group: auto beats even, 
   }
 }
 
+TEST_CASE("even Ulysses replicating KV heads sends each replica: the plain all-to-all equals explicit even shares") {
+  // TP 8: 4 query heads and 1 KV head per TP rank over Ulysses 2, so the KV head is
+  // replicated and each member receives it: 4 + 2 x 2 heads of 128 per token, 16384
+  // tokens per CP rank, 2-byte activations.
+  const std::vector<std::string> tp8 = {"parallel.tp=8", "parallel.dp=1"};
+  Scenario s = load(tp8);
+  ParallelSpec one = s.parallel;
+  one.cp_rank = 0;
+  const LayerSteps& L = build_model_steps(s.model, one, s.training).of(LayerKind::Dense);
+  CHECK(step_named(L.forward, "cp.a2a.qkv").bytes == doctest::Approx(16384.0 * (4 + 2 * 2) * 128 * 2));
+  for (const Fidelity f : {Fidelity::Analytical, Fidelity::Flow}) {
+    CAPTURE(to_string(f));
+    std::vector<std::string> even = tp8;
+    even.push_back("parallel.head_shares=[2, 2]");
+    CHECK(run(even, f).iteration_time_s == doctest::Approx(run(tp8, f).iteration_time_s).epsilon(1e-9));
+  }
+}
+
 TEST_CASE("bad head shares are input errors at their JSON pointer") {
   auto errors = [](const std::vector<std::string>& sets) { return testing::errors_of(kMixedUlysses, sets); };
   CHECK(errors({"parallel.head_shares=[5, 3]"}).empty());

@@ -135,8 +135,9 @@ TEST_CASE("even Ulysses replicating KV heads sends each replica: the plain all-t
   Scenario s = load(tp8);
   ParallelSpec one = s.parallel;
   one.cp_rank = 0;
-  const LayerSteps& L = build_model_steps(s.model, one, s.training).of(LayerKind::Dense);
-  CHECK(step_named(L.forward, "cp.a2a.qkv").bytes == doctest::Approx(16384.0 * (4 + 2 * 2) * 128 * 2));
+  const ModelSteps steps = build_model_steps(s.model, one, s.training);
+  CHECK(step_named(steps.of(LayerKind::Dense).forward, "cp.a2a.qkv").bytes ==
+        doctest::Approx(16384.0 * (4 + 2 * 2) * 128 * 2));
   for (const Fidelity f : {Fidelity::Analytical, Fidelity::Flow}) {
     CAPTURE(to_string(f));
     std::vector<std::string> even = tp8;

@@ -37,6 +37,21 @@ Scenario load(const char* text, const std::vector<std::string>& sets = {}) {
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
+// The (sender, receiver) GPU pairs of a two-stage job's pipeline links: activations
+// stage 0 -> 1 (not the gradient links) and gradients stage 1 -> 0, as sender -> receiver.
+struct LinkPairs {
+  std::set<std::pair<int, int>> forward, backward;
+};
+LinkPairs pipeline_link_pairs(const JobRun& run) {
+  LinkPairs out;
+  for (const Communicator& c : run.plan.setup.comms) {
+    if (contains(c.name, "pipeline link stage 0->1") && !contains(c.name, "(gradients)"))
+      out.forward.insert({c.members.at(0), c.members.at(1)});
+    if (contains(c.name, "pipeline link stage 1->0")) out.backward.insert({c.members.at(1), c.members.at(0)});
+  }
+  return out;
+}
+
 }  // namespace
 
 TEST_CASE("32 A100 + 32 H100: both fidelities agree and the A100 stage sets the pace") {
@@ -128,19 +143,15 @@ TEST_CASE("stages of different DP and micro-batch: each replica sends its sample
   const JobRun run = run_job(s);
   // The pairs: H100 rank (replica d, TP t) = GPU 4d + t; A100 rank (replica e, TP u) = GPU 8 + 2e + u;
   // replica d's samples go to replicas 2d and 2d + 1, TP rank t's piece to TP rank t / 2.
-  std::set<std::pair<int, int>> expected, forward, backward;
+  std::set<std::pair<int, int>> expected;
   for (int d = 0; d < 2; ++d) {
     for (int t = 0; t < 4; ++t) {
       for (int e = 2 * d; e < 2 * d + 2; ++e) expected.insert({4 * d + t, 8 + 2 * e + t / 2});
     }
   }
-  for (const Communicator& c : run.plan.setup.comms) {
-    if (contains(c.name, "pipeline link stage 0->1 (gradients)")) continue;
-    if (contains(c.name, "pipeline link stage 0->1")) forward.insert({c.members.at(0), c.members.at(1)});
-    if (contains(c.name, "pipeline link stage 1->0")) backward.insert({c.members.at(1), c.members.at(0)});
-  }
-  CHECK(forward == expected);
-  CHECK(backward == expected);
+  const LinkPairs links = pipeline_link_pairs(run);
+  CHECK(links.forward == expected);
+  CHECK(links.backward == expected);
   // Every rank exchanges the samples of each of the 4 pipeline steps, 4 pieces a step each way.
   for (int program = 0; program < 2; ++program) {
     int sends = 0, recvs = 0;
@@ -225,7 +236,7 @@ TEST_CASE("stages of different CP: each CP rank sends its tokens to the CP ranks
   const JobRun run = run_job(s);
   // H100 rank (CP c, TP t) = GPU 2c + t; A100 rank (CP e, TP u) = GPU 8 + 4e + u: CP
   // rank c's tokens go to CP rank c / 2, TP rank t's piece to TP ranks 2t and 2t + 1.
-  std::set<std::pair<int, int>> expected, forward, backward;
+  std::set<std::pair<int, int>> expected;
   for (int c = 0; c < 4; ++c) {
     for (int t = 0; t < 2; ++t) {
       for (int u = 2 * t; u < 2 * t + 2; ++u) expected.insert({2 * c + t, 8 + 4 * (c / 2) + u});
@@ -233,17 +244,15 @@ TEST_CASE("stages of different CP: each CP rank sends its tokens to the CP ranks
   }
   int cp4 = 0, cp2 = 0, dp4 = 0, dp2 = 0;
   for (const Communicator& c : run.plan.setup.comms) {
-    if (contains(c.name, "pipeline link stage 0->1") && !contains(c.name, "(gradients)"))
-      forward.insert({c.members.at(0), c.members.at(1)});
-    if (contains(c.name, "pipeline link stage 1->0")) backward.insert({c.members.at(1), c.members.at(0)});
     cp4 += contains(c.name, "cp group [stage 0]") && c.members.size() == 4 ? 1 : 0;
     cp2 += contains(c.name, "cp group [stage 1]") && c.members.size() == 2 ? 1 : 0;
     // Each stage reduces its gradients over its own dp x cp ranks.
     dp4 += contains(c.name, "dp group [stage 0]") && c.members.size() == 4 ? 1 : 0;
     dp2 += contains(c.name, "dp group [stage 1]") && c.members.size() == 2 ? 1 : 0;
   }
-  CHECK(forward == expected);
-  CHECK(backward == expected);
+  const LinkPairs links = pipeline_link_pairs(run);
+  CHECK(links.forward == expected);
+  CHECK(links.backward == expected);
   CHECK(cp4 == 2);  // one per H100 TP rank
   CHECK(cp2 == 4);  // one per A100 TP rank
   CHECK(dp4 == 2);

@@ -1419,9 +1419,9 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
     const int peer_t = other >= mine ? t * (other / mine) + use.peer % tp_fan : t / (mine / other);
     return std::array<int, 3>{peer_d, peer_c, peer_t};
   };
-  // Members of a slot's communicator for the rank at (s, d, c, t).
-  auto members_of = [&](const SlotUse& use, int s, int d, int c, int t) {
-    std::vector<int> m;
+  // Members of a slot's communicator for the rank at (s, d, c, t), into `m`.
+  auto members_into = [&](const SlotUse& use, int s, int d, int c, int t, std::vector<int>& m) {
+    m.clear();
     switch (use.role) {
       case SlotRole::TP:
         for (int x = 0; x < tp_of(s); ++x) m.push_back(gpu(s, d, c, x));
@@ -1467,6 +1467,10 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
         break;
       }
     }
+  };
+  auto members_of = [&](const SlotUse& use, int s, int d, int c, int t) {
+    std::vector<int> m;
+    members_into(use, s, d, c, t, m);
     return m;
   };
 
@@ -1529,6 +1533,16 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
       timing.exact.push_back(static_cast<int>(use.role));
       return timing;
     };
+    // A signature reads the members' shape, GPU types and the slot's transfers:
+    // with one GPU type and shapes that read members' nodes only, members on
+    // the same nodes have the same signature (AnalyticalNetwork::shape_reads_nodes_only).
+    const bool nodes_only = net.shape_reads_nodes_only() && cluster.num_gpu_types() == 1;
+    // The nodes of the members of the slot's communicator at (s, d, c, t), in member order.
+    auto nodes_into = [&](int s, std::size_t slot, int d, int c, int t, std::vector<int>& nodes) {
+      members_into(slots_of_stage[s][slot], s, d, c, t, nodes);
+      for (int& g : nodes) g = cluster.node_of(g);
+    };
+    std::vector<int> first_nodes, other_nodes;
     bool dp_uniform = true;
     std::vector<char> uniform(par.dp, 1);
     // Replicas whose signature is computed: beyond the period each equals that
@@ -1571,12 +1585,22 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
           TimingSignature first;
           for (int c = 0; c < nc; ++c) {
             for (int t = 0; t < nt; ++t) {
-              TimingSignature g = sig(s, k, d, c, t);
               if (c == 0 && t == 0) {
-                first = g;
-              } else {
-                uniform[d] = uniform[d] && same_timing(g, first, tol);
+                first = sig(s, k, d, c, t);
+                if (nodes_only) nodes_into(s, k, d, c, t, first_nodes);
+                append(rs, first);
+                continue;
               }
+              if (nodes_only) {
+                // Another rail on the same nodes (a pipeline link's TP ranks): the first signature again.
+                nodes_into(s, k, d, c, t, other_nodes);
+                if (other_nodes == first_nodes) {
+                  append(rs, first);
+                  continue;
+                }
+              }
+              const TimingSignature g = sig(s, k, d, c, t);
+              uniform[d] = uniform[d] && same_timing(g, first, tol);
               append(rs, g);
             }
           }

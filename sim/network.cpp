@@ -153,6 +153,12 @@ int AnalyticalNetwork::shift_period() const {
   return cluster_->node_spec(0).gpus_per_node * fabric_.nodes_per_leaf;
 }
 
+bool AnalyticalNetwork::shape_reads_nodes_only() const {
+  // Without scale-up links a GPU is its own domain and its rail decides whether
+  // two GPUs of a node meet under one leaf (bare_rail in shape()).
+  return shift_period() > 0 && has_scaleup(cluster_->node_spec(0));
+}
+
 void AnalyticalNetwork::degrade_link(const TopologyVertex& a, const TopologyVertex& b, LinkKind kind, double factor) {
   auto lower = [factor](std::vector<double>& v, std::size_t size, std::size_t i) {
     if (v.empty()) v.assign(size, 1.0);

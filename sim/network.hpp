@@ -52,6 +52,11 @@ class AnalyticalNetwork {
   // shift is known (several node kinds, GPU types or datacenters, leaves with
   // different uplinks, degraded links). Lets a caller time one of many shifted groups.
   int shift_period() const;
+  // Whether shape() reads of a member its node only, not which GPU of the node
+  // it is: under shift_period()'s conditions with scale-up links in the nodes,
+  // a member's rail reaches the shape only through its leaf's uplinks (all
+  // equal). Members on the same nodes, in order, then have the same shape.
+  bool shape_reads_nodes_only() const;
   // analytical_limitations(cluster).
   std::vector<std::string> warnings() const { return analytical_limitations(*cluster_); }
   // A link of the cluster graph (both directions) at `factor` of its capacity

@@ -126,6 +126,45 @@ TEST_CASE("scale-up kind none: the GPUs of a node talk through their NICs") {
   CHECK(net.p2p_seconds(net.shape({0, 1}), 1e9) == doctest::Approx(0.1));
 }
 
+TEST_CASE("with scale-up links in one node kind, members on the same nodes have one shape whatever their rails") {
+  const std::vector<CalibrationProfile> profiles{ideal_profile(2e-6, 5e-6)};
+  auto same = [](const CommShape& x, const CommShape& y) {
+    return x.size == y.size && x.nodes == y.nodes && x.max_per_node == y.max_per_node &&
+           x.uniform_per_node == y.uniform_per_node && x.scaleup_bw == y.scaleup_bw && x.nvls_bw == y.nvls_bw &&
+           x.network_bw == y.network_bw && x.scaleup_latency == y.scaleup_latency &&
+           x.network_latency == y.network_latency && x.base_latency == y.base_latency &&
+           x.scaleup_link_bw == y.scaleup_link_bw && x.datacenters == y.datacenters && x.per_dc_size == y.per_dc_size &&
+           x.per_dc_nodes == y.per_dc_nodes && x.wan_bw == y.wan_bw && x.wan_latency == y.wan_latency;
+  };
+  for (const FabricKind kind : {FabricKind::FatTree, FabricKind::RailOptimized}) {
+    ClusterSpec spec = toy_cluster(8, 8);
+    spec.fabric.kind = kind;
+    spec.fabric.link_latency = 1e-6;
+    spec.fabric.nodes_per_leaf = 2;
+    spec.fabric.spines = 2;
+    spec.fabric.oversubscription = 4;
+    const Cluster cluster(spec);
+    const AnalyticalNetwork net(cluster, profiles);
+    REQUIRE(net.shape_reads_nodes_only());
+    // A pipeline link's pairs (node 0 to node 2, another leaf) on every rail,
+    // half-node groups, and a group over three nodes with its GPUs moved to other rails.
+    for (int rail = 1; rail < 8; ++rail) CHECK(same(net.shape({rail, 16 + rail}), net.shape({0, 16})));
+    CHECK(same(net.shape({4, 5, 6, 7}), net.shape({0, 1, 2, 3})));
+    CHECK(same(net.shape({7, 15, 23, 22}), net.shape({0, 9, 17, 18})));
+    // Another node pattern (both under one leaf) is another shape.
+    CHECK_FALSE(same(net.shape({0, 8}), net.shape({0, 16})));
+  }
+  // Without scale-up links each GPU is its own domain and its rail decides which leaf it meets the others under.
+  ClusterSpec bare = toy_cluster(8, 8);
+  bare.groups[0].node.scaleup = ScaleupKind::None;
+  const Cluster bare_cluster(bare);
+  CHECK_FALSE(AnalyticalNetwork(bare_cluster, profiles).shape_reads_nodes_only());
+  ClusterSpec slowed = toy_cluster(8, 8);
+  slowed.slowdowns.push_back(GpuSlowdown{3, 2.0, {}});
+  const Cluster slowed_cluster(slowed);
+  CHECK_FALSE(AnalyticalNetwork(slowed_cluster, profiles).shape_reads_nodes_only());  // two GPU types
+}
+
 TEST_CASE("across datacenters: inside each first, then the WAN at its per-GPU share, then inside again") {
   // 2 datacenters x 2 nodes x 2 GPUs; 12.5 GB/s of WAN shared by the 4 GPUs of
   // a datacenter: 3.125 GB/s each; WAN latency 10 ms, fabric links 1 us.

@@ -130,6 +130,7 @@ class StageProgramBuilder {
         par.dp_bucket_bytes > 0 ? par.dp_bucket_bytes / train.grad_reduce_bytes : default_bucket_elements(dp_group_);
     bucket_bytes_ = bucket_elems * train.grad_reduce_bytes;
     const std::size_t m = static_cast<std::size_t>(sched_.microbatches);
+    megatron_interleaved_p2p_ = par.pp_overlap && par.schedule == ScheduleKind::Interleaved1F1B;
     fwd_out_.assign(m * V_, kNone);
     bwd_out_.assign(m * V_, kNone);
   }
@@ -419,12 +420,16 @@ class StageProgramBuilder {
     }
     return entry;
   }
-  // Receives on every message of the link from `from` (one without per-stage layouts).
-  void post_recvs(SlotRole role, int from, const char* what, int mb, std::vector<TaskId>& entry) {
+  // Receives on every message of the link from `from` (one without per-stage layouts),
+  // posted once `posted_after` has run (kNone: ahead, at the start).
+  void post_recvs(SlotRole role, int from, const char* what, int mb, std::vector<TaskId>& entry,
+                  TaskId posted_after = kNone) {
     const LinkShape shape = link_shape(from, stage_);
     for (int j = 0; j < shape.recvs; ++j) {
       const PipelineLink link = pipeline_link(role, from, stage_, j);
-      entry.push_back(b_.recv(link.stream, link.slot, CommClass::PP, shape.bytes, label(what), mb, {}));
+      const TaskId d[] = {posted_after};
+      const std::span<const TaskId> deps(d, posted_after == kNone ? 0 : 1);
+      entry.push_back(b_.recv(link.stream, link.slot, CommClass::PP, shape.bytes, label(what), mb, deps));
     }
   }
   void post_sends(SlotRole role, int to, const char* what, int mb, TaskId after) {
@@ -434,7 +439,26 @@ class StageProgramBuilder {
       const TaskId d[] = {after};
       const TaskId t = b_.send(link.stream, link.slot, CommClass::PP, shape.bytes, label(what), mb, d);
       if (!par_.pp_overlap) blocking_sends_.push_back(t);
+      if (megatron_interleaved_p2p_) (role == SlotRole::PipelineForward ? fwd_sends_ : bwd_sends_).push_back(t);
     }
+  }
+  // Megatron-LM's interleaved 1F1B with overlap_p2p_comm
+  // (forward_backward_pipelining_with_interleaving in megatron/core/pipeline_parallel/schedules.py)
+  // posts the receive of a unit's input with the send of the rank's previous unit of
+  // the same direction, right after that unit (so the receive starts when it ends),
+  // and waits on both requests, its send included, before the next unit of that
+  // direction: a send holds the sender's next forward (backward) until the receiver
+  // has posted the matching receive. The first backward's receive goes with the
+  // last warm-up forward (all forwards when m = pp, the schedule's all-warm-up case).
+  TaskId megatron_recv_posted_after(bool forward) const {
+    if (forward) return fwd_end_[0];
+    if (bwd_end_ != kNone) return bwd_end_;
+    return sched_.microbatches == par_.pp ? fwd_end_[0] : fwd_end_[1];
+  }
+  void megatron_wait_previous_sends(bool forward, std::vector<TaskId>& entry) {
+    std::vector<TaskId>& sends = forward ? fwd_sends_ : bwd_sends_;
+    entry.insert(entry.end(), sends.begin(), sends.end());
+    sends.clear();
   }
   LinkShape link_shape(int from, int to) const {
     if (links_ == nullptr) return LinkShape{1, 1, activation_message_bytes()};
@@ -446,12 +470,17 @@ class StageProgramBuilder {
   void forward_unit(const ScheduleUnit& u, bool first_of_chunk) {
     const int v = vstage_[u.chunk];
     std::vector<TaskId> entry = unit_entry();
+    TaskId recv_after = kNone;
+    if (megatron_interleaved_p2p_) {
+      megatron_wait_previous_sends(true, entry);
+      recv_after = megatron_recv_posted_after(true);
+    }
     if (sched_.prev_chunk(v) >= 0) {
       const int from = sched_.chunk_stage[sched_.prev_chunk(v)];
       if (from == stage_) {
         entry.push_back(fwd_out_[unit_key(u.microbatch, sched_.prev_chunk(v))]);
       } else {
-        post_recvs(SlotRole::PipelineForward, from, "F recv activations", u.microbatch, entry);
+        post_recvs(SlotRole::PipelineForward, from, "F recv activations", u.microbatch, entry, recv_after);
       }
     }
     TaskId last = kNone;
@@ -492,6 +521,8 @@ class StageProgramBuilder {
       last = emit(cur_->head_forward, "F ", u.microbatch, dedupe(deps), false);
     }
     if (last == kNone && !entry.empty()) last = entry.back();
+    fwd_end_[1] = fwd_end_[0];
+    fwd_end_[0] = last;
     if (!head_of(v)) {
       const int to = sched_.chunk_stage[sched_.next_chunk(v)];
       if (to == stage_) {
@@ -513,12 +544,17 @@ class StageProgramBuilder {
       saved->assign(static_cast<std::size_t>(layers_[u.chunk]) + 1, {});  // layers, then the head
     }
     std::vector<TaskId> entry = unit_entry();
+    TaskId recv_after = kNone;
+    if (megatron_interleaved_p2p_) {
+      megatron_wait_previous_sends(false, entry);
+      recv_after = megatron_recv_posted_after(false);
+    }
     if (!head_of(v)) {
       const int from = sched_.chunk_stage[sched_.next_chunk(v)];
       if (from == stage_) {
         entry.push_back(bwd_out_[unit_key(u.microbatch, sched_.next_chunk(v))]);
       } else {
-        post_recvs(SlotRole::PipelineBackward, from, "B recv gradients", u.microbatch, entry);
+        post_recvs(SlotRole::PipelineBackward, from, "B recv gradients", u.microbatch, entry, recv_after);
       }
     }
     TaskId last = kNone;
@@ -567,6 +603,7 @@ class StageProgramBuilder {
     if (last == kNone && !entry.empty()) last = entry.back();  // a chunk without layers passes its input on
     if (whole) last = finish_weight_gradients(v, last, u.microbatch, reduce_grads, "B ");
     last_compute_ = last;
+    bwd_end_ = last;
     if (sched_.prev_chunk(v) >= 0) {
       const int to = sched_.chunk_stage[sched_.prev_chunk(v)];
       if (to == stage_) {
@@ -896,6 +933,13 @@ class StageProgramBuilder {
   bool prefetch_params_ = false;
   TaskId last_compute_ = kNone;
   std::vector<TaskId> blocking_sends_;  // sends the next unit waits for (no p2p overlap)
+  // Megatron-LM's interleaved schedule with overlapped send/recv (megatron_interleaved_p2p):
+  // the last tasks of the rank's last two forward units and of its last backward unit,
+  // and the sends of its last forward and last backward unit.
+  bool megatron_interleaved_p2p_ = false;
+  TaskId fwd_end_[2] = {kNone, kNone};
+  TaskId bwd_end_ = kNone;
+  std::vector<TaskId> fwd_sends_, bwd_sends_;
   // Activation offload: the copy of (micro-batch, chunk, layer)'s activations to the host.
   std::map<std::tuple<int, int, int>, TaskId> offloaded_;
   std::uint32_t offload_op_ = 0, reload_op_ = 0;

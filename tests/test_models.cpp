@@ -1,4 +1,5 @@
 #include <doctest/doctest.h>
+#include <array>
 
 #include "model_fixtures.hpp"
 #include "models/layer_steps.hpp"
@@ -164,6 +165,74 @@ TEST_CASE("blocking pipeline transfers cost time but never deadlock") {
     const double whole = run(false, false);
     CHECK(blocking > overlapped);
     CHECK(whole > blocking);  // every TP rank sends the whole activation: tp times the bytes
+  }
+}
+
+TEST_CASE(
+    "Megatron-LM's overlapped interleaved transfers: a receive goes out with the previous send of its direction") {
+  // forward_backward_pipelining_with_interleaving with overlap_p2p_comm posts the
+  // receive of the next forward's input with the send of this forward's output,
+  // right after this forward, and waits on both before the next forward (likewise
+  // for backwards). Other schedules, and blocking transfers, post receives ahead.
+  const TransformerSpec m = fixture_model("gpt3-1.3b");
+  const Cluster cluster(toy_cluster(1, 4));
+  ParallelSpec par;
+  par.pp = 4;
+  par.global_batch = 8;
+  TrainingSpec train;
+  auto program_of_stage_1 = [&](ScheduleKind k, int vpp, bool overlap) {
+    par.schedule = k;
+    par.vpp = vpp;
+    par.pp_overlap = overlap;
+    PlanOptions all;
+    all.representatives = false;
+    const TrainingPlan p = plan_training(m, par, train, cluster, all);
+    return p.setup.programs[p.setup.ranks[1].program];
+  };
+  // Receives posted after a task, and sends some compute task waits for.
+  auto counts = [](const ProgramTemplate& p) {
+    int posted_after = 0, matched = 0, waited_sends = 0, recvs = 0;
+    std::vector<std::uint32_t> sends;
+    for (std::uint32_t t = 0; t < p.tasks.size(); ++t) {
+      if (p.tasks[t].kind == TaskKind::Send) {
+        sends.push_back(t);
+        for (std::uint32_t s : p.succs_of(t)) {
+          if (p.tasks[s].kind == TaskKind::Compute) {
+            ++waited_sends;
+            break;
+          }
+        }
+      }
+      if (p.tasks[t].kind != TaskKind::Recv) continue;
+      ++recvs;
+      const auto deps = p.deps_of(t);
+      if (deps.empty()) continue;
+      ++posted_after;
+      REQUIRE(deps.size() == 1);
+      CHECK(p.tasks[deps[0]].kind == TaskKind::Compute);
+      const bool forward = p.labels[p.tasks[t].label].front() == 'F';
+      // With a send of the same direction that leaves after the same task (the rank's previous unit).
+      for (std::uint32_t s : sends) {
+        const auto sd = p.deps_of(s);
+        if (p.labels[p.tasks[s].label].front() == (forward ? 'F' : 'B') && sd.size() == 1 && sd[0] == deps[0]) {
+          ++matched;
+          break;
+        }
+      }
+    }
+    return std::array<int, 4>{recvs, posted_after, matched, waited_sends};
+  };
+  const auto megatron = counts(program_of_stage_1(ScheduleKind::Interleaved1F1B, 2, true));
+  // 16 forward and 16 backward receives; the first forward's is posted ahead, and the
+  // first backward's goes with the last warm-up forward's send.
+  CHECK(megatron[0] == 32);
+  CHECK(megatron[1] == 31);
+  CHECK(megatron[2] == 30);
+  CHECK(megatron[3] == 30);  // each send but the last of its direction holds the next unit
+  for (const auto& other : {counts(program_of_stage_1(ScheduleKind::OneFOneB, 1, true)),
+                            counts(program_of_stage_1(ScheduleKind::Interleaved1F1B, 2, false))}) {
+    CHECK(other[0] > 0);
+    CHECK(other[1] == 0);
   }
 }
 

@@ -179,17 +179,16 @@ void check_measured_order(const RunsByConfig& by_config, const std::set<std::str
 
 TEST_CASE("zero bubble validation: the paper's measured order of schedules on every configuration") {
   // 1F1B slowest, ZB-2p fastest everywhere; interleaved 1F1B against ZB-1p
-  // changes sides between configurations in the paper: kept on 1.5B and on
-  // 6.2B at m = 24, 32 (1.5B at m = 32 is a measured tie); predicted ahead on
-  // 6.2B at m = 64 (0.5%, measured 0.2% behind) and on 14.6B at every m
-  // (0.0-1.7%, measured 4.6-6.0% behind): with the few SMs NCCL gives a send/recv
-  // between nodes, interleaving's five crossings per micro-batch overlap compute
-  // almost for free (docs/schedules.md).
+  // changes sides between configurations in the paper: kept on 1.5B at m = 24
+  // (m = 32 is a measured tie), on 6.2B at m = 24, 32 and on 14.6B, where
+  // Megatron-LM's interleaved warm-up and cool-down wait for each send to reach
+  // the next rank across the slow link between the nodes (docs/schedules.md).
+  // Two pairs come out the other way, interleaved predicted 0.1% (1.5B, m = 64)
+  // and 1.5% (6.2B, m = 64) ahead of ZB-1p, measured 2.2% and 0.2% behind.
   const RunsByConfig runs = runs_by_config("validation-schedules");
   CHECK(runs.size() == 9);
   check_measured_order(runs,
-                       {"zb_iclr_14.6B_p16_m128 interleaved-1f1b zb-1p", "zb_iclr_14.6B_p16_m48 interleaved-1f1b zb-1p",
-                        "zb_iclr_14.6B_p16_m64 interleaved-1f1b zb-1p", "zb_iclr_6.2B_p8_m64 interleaved-1f1b zb-1p"});
+                       {"zb_iclr_1.5B_p8_m64 interleaved-1f1b zb-1p", "zb_iclr_6.2B_p8_m64 interleaved-1f1b zb-1p"});
 }
 
 TEST_CASE("zero bubble validation: blocking interleaved transfers do not explain the interleaved/ZB-1p order") {

@@ -44,10 +44,22 @@ double default_bucket_elements(int dp_group) { return std::max(40e6, 1e6 * dp_gr
 // data-parallel groups of MoE layers (models/moe.hpp). CPUlysses, CPRing: the
 // two sub-groups of a CP group under hybrid context parallelism (cp_ulysses
 // consecutive CP ranks, and the ranks at the same place of each such block).
-enum class SlotRole : std::uint8_t { TP, CP, DP, PipelineForward, PipelineBackward, EP, ETP, EDP, CPUlysses, CPRing };
+enum class SlotRole : std::uint8_t {
+  TP,
+  CP,
+  DP,
+  PipelineForward,
+  PipelineBackward,
+  EP,
+  ETP,
+  EDP,
+  CPUlysses,
+  CPRing,
+  TiedEmbedding
+};
 struct SlotUse {
   SlotRole role = SlotRole::TP;
-  int from = -1, to = -1;  // pipeline: sending and receiving stage (one of them is this stage)
+  int from = -1, to = -1;  // pipeline: sending and receiving stage (one of them is this stage); tied: first, last
   int peer = 0;            // per-stage layouts: which of the rank's messages on this link (DP and TP resharding)
 };
 
@@ -62,7 +74,7 @@ struct LinkShape {
 using LinkShapes = std::map<std::pair<int, int>, LinkShape>;
 
 struct Streams {
-  std::uint8_t compute, tp, cp, dp, send_next, send_prev, recv_prev, recv_next, ep, offload, reload;
+  std::uint8_t compute, tp, cp, dp, send_next, send_prev, recv_prev, recv_next, ep, offload, reload, tied;
 };
 
 // Which parts of a layer's backward a unit emits: all (B and W in issue order),
@@ -193,6 +205,17 @@ class StageProgramBuilder {
   void set_stage_layouts(const LinkShapes* links, int model_first_stage) {
     links_ = links;
     model_first_v_ = model_first_stage;
+  }
+
+  // Tied embeddings over pipeline stages (docs/frameworks.md, "Tied embeddings"):
+  // the stages holding the embedding and the LM head all-reduce the shared
+  // weight's gradient; nothing when one rank holds both.
+  void set_tied_embedding_stages(int first, int last) {
+    if (first == last || (stage_ != first && stage_ != last) || train_.tied_grad_sync == TiedGradSync::None) return;
+    tied_sync_ = true;
+    tied_embedding_rank_ = stage_ == first;
+    s_.tied = b_.add_stream("pp.tied");
+    slot_tied_ = add_slot("pp.tied", SlotUse{SlotRole::TiedEmbedding, first, last});
   }
 
   // Distributed optimizer with overlap: the parameter all-gather of the
@@ -672,6 +695,7 @@ class StageProgramBuilder {
 
   // The LM head's (and multi-token prediction modules') weight gradients are done at `last`.
   void head_grads_done(TaskId last, int mb) {
+    tied_ready_ = last;
     if (edp_group_ > 1) expert_bucket_elems_ += cur_->head_expert_grad_elements;
     add_grads(cur_->head_grad_elements, last, mb);
   }
@@ -828,14 +852,34 @@ class StageProgramBuilder {
     }
   }
 
+  // The all-reduce of the tied embedding's gradient between the first and last
+  // stage (set_tied_embedding_stages), in the gradient-reduction dtype.
+  TaskId emit_tied_grad_sync(std::vector<TaskId> deps) {
+    const double elements = static_cast<double>(model_.vocab) * model_.hidden / par_.tp;
+    return b_.collective(s_.tied, slot_tied_, CollectiveKind::AllReduce, CommClass::PP,
+                         task_bytes(elements * train_.grad_reduce_bytes), label("pp.ar.tied_grads"), -1, dedupe(deps));
+  }
+
   void finish_iteration() {
     const int mb = sched_.microbatches - 1;
+    TaskId tied = kNone;
+    if (tied_sync_ && train_.tied_grad_sync == TiedGradSync::BeforeDp) tied = emit_tied_grad_sync({last_compute_});
     if (!par_.dp_overlap) {
+      const std::vector<TaskId> after{tied != kNone ? tied : last_compute_};
       for (std::size_t i = 0; i < pending_buckets_.size(); ++i)
-        emit_grad_reduce(pending_buckets_[i], pending_expert_buckets_[i], {last_compute_}, mb);
+        emit_grad_reduce(pending_buckets_[i], pending_expert_buckets_[i], after, mb);
     }
     std::vector<TaskId> deps = dp_tasks_;
     deps.push_back(last_compute_);
+    if (tied_sync_ && train_.tied_grad_sync == TiedGradSync::AfterDp) tied = emit_tied_grad_sync(deps);
+    if (tied_sync_ && train_.tied_grad_sync == TiedGradSync::Overlapped) {
+      // The Zero Bubble runtime (WeightGradStore.clear) issues it after the rank's
+      // last backward-input unit (the embedding's gradient is made there) and, on
+      // the last stage, after the output layer's remaining weight gradients.
+      const TaskId ready = tied_embedding_rank_ ? bwd_end_ : tied_ready_;
+      tied = emit_tied_grad_sync({ready != kNone ? ready : last_compute_});
+    }
+    if (tied != kNone) deps.push_back(tied);
     const double shard = (par_.zero >= 1 ? dp_group_ : 1);
     const double params = local_params() / shard + local_expert_params() / (par_.zero >= 1 ? edp_group_ : 1);
     // Optimizer: gradient-norm pass (fp32 grads), then the update's passes over the
@@ -910,6 +954,12 @@ class StageProgramBuilder {
   std::vector<SlotUse> slots_;
   std::uint32_t slot_tp_ = 0, slot_cp_ = 0, slot_dp_ = 0, slot_ep_ = 0, slot_etp_ = 0, slot_edp_ = 0;
   std::uint32_t slot_cp_ulysses_ = 0, slot_cp_ring_ = 0;
+  // Tied embeddings (set_tied_embedding_stages): this rank all-reduces the
+  // shared weight's gradient (this rank holds the embedding, else the LM head);
+  // the task that ends the head's weight gradients.
+  bool tied_sync_ = false, tied_embedding_rank_ = false;
+  std::uint32_t slot_tied_ = 0;
+  TaskId tied_ready_ = kNone;
   std::map<std::tuple<int, int, int, int>, PipelineLink> pipeline_slots_;
   const LinkShapes* links_ = nullptr;  // per-stage layouts only
   int model_first_v_ = 0;              // the virtual stage that runs the embedding
@@ -1399,6 +1449,15 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
   // Programs: count k's stage s is program k * pp + s (one count without uneven
   // shares); with uneven CP shares, CP rank c's is (k * cp + c) * pp + s.
   std::vector<std::vector<SlotUse>> slots_of_program;
+  // Tied embeddings: the ranks of the embedding's chunk and of the (first) LM head's.
+  // Per-stage layouts (sub-models, stages of different TP) are not paired: docs/frameworks.md.
+  int tied_first = 0, tied_last = 0;
+  if (!sched.chunk_stage.empty()) {
+    tied_first = sched.chunk_stage.front();
+    int head = 0;
+    while (sched.next_chunk(head) >= 0) ++head;
+    tied_last = sched.chunk_stage[static_cast<std::size_t>(head)];
+  }
   for (int kc = 0; kc < num_counts * ncp; ++kc) {
     const int k = kc / ncp, c = kc % ncp;
     for (int s = 0; s < par.pp; ++s) {
@@ -1416,6 +1475,7 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
                                             : steps,
                                   count_sched[k], s);
       if (mpmd) builder.set_stage_layouts(&links, stage_specs[s].first_stage);
+      if (!mpmd && model.tied_embeddings) builder.set_tied_embedding_stages(tied_first, tied_last);
       builder.set_matrix_base(matrix_base[s]);
       if (!seq_steps.empty()) builder.set_sequence_chunks(&seq_steps);
       builder.plan_param_prefetch();
@@ -1487,6 +1547,9 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
         }
         break;
       }
+      case SlotRole::TiedEmbedding:
+        m = {gpu(use.from, d, c, t), gpu(use.to, d, c, t)};
+        break;
       case SlotRole::PipelineForward:
       case SlotRole::PipelineBackward:
         if (mpmd) {
@@ -1704,6 +1767,10 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
                 break;
               case SlotRole::EDP:
                 role = "edp", name = "expert dp group " + where;
+                break;
+              case SlotRole::TiedEmbedding:
+                role = "pp.tied";
+                name = "tied embedding group stages " + std::to_string(use.from) + "," + std::to_string(use.to);
                 break;
             }
             rp.comm_of_slot.push_back(registry.get(role, members_of(use, s, d, c, t), name));

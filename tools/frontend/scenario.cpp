@@ -575,6 +575,12 @@ TrainingSpec read_training(ObjectReader& top, const TransformerSpec& model) {
   t.grad_reduce_bytes = r.choice("grad_reduce", "fp32", {"fp32", "bf16", "fp16"}) == "fp32" ? 4 : 2;
   t.dropout = r.boolean("dropout", true);
   t.post_validation = r.choice("optimizer_sync", "all-reduce", {"all-reduce", "post-validation"}) == "post-validation";
+  const std::string tied = r.choice("tied_grad_sync", t.framework == Framework::DeepSpeed ? "before-dp" : "after-dp",
+                                    {"after-dp", "before-dp", "overlapped", "none"});
+  t.tied_grad_sync = tied == "before-dp"    ? TiedGradSync::BeforeDp
+                     : tied == "overlapped" ? TiedGradSync::Overlapped
+                     : tied == "none"       ? TiedGradSync::None
+                                            : TiedGradSync::AfterDp;
   if (r.has("fp8_recipe") && t.precision != Dtype::FP8) {
     r.error("fp8_recipe", "an FP8 scaling recipe needs \"precision\": \"fp8\" (found \"" + prec + "\")");
   }

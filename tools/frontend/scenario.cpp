@@ -859,6 +859,12 @@ Scenario load_scenario_text(const std::string& text, const std::string& file, co
                          " tokens is beyond the model's maximum context of " + std::to_string(s.model.max_seq_len) +
                          " (max_seq_len); the simulation assumes the model was extended to it");
   }
+  if (s.model.tied_embeddings && s.parallel.pp > 1 && !s.parallel.stages.empty() &&
+      s.training.tied_grad_sync != TiedGradSync::None) {
+    s.warnings.push_back(file +
+                         ": /parallel/stages: the all-reduce of the tied embedding's gradient between the first and "
+                         "last stage is not modelled with per-stage layouts (docs/frameworks.md)");
+  }
   default_attention_of_framework(top, s);
   top.finish();
   if (diags.ok()) check_consistency(s, diags);

@@ -44,10 +44,22 @@ double default_bucket_elements(int dp_group) { return std::max(40e6, 1e6 * dp_gr
 // data-parallel groups of MoE layers (models/moe.hpp). CPUlysses, CPRing: the
 // two sub-groups of a CP group under hybrid context parallelism (cp_ulysses
 // consecutive CP ranks, and the ranks at the same place of each such block).
-enum class SlotRole : std::uint8_t { TP, CP, DP, PipelineForward, PipelineBackward, EP, ETP, EDP, CPUlysses, CPRing };
+enum class SlotRole : std::uint8_t {
+  TP,
+  CP,
+  DP,
+  PipelineForward,
+  PipelineBackward,
+  EP,
+  ETP,
+  EDP,
+  CPUlysses,
+  CPRing,
+  TiedEmbedding
+};
 struct SlotUse {
   SlotRole role = SlotRole::TP;
-  int from = -1, to = -1;  // pipeline: sending and receiving stage (one of them is this stage)
+  int from = -1, to = -1;  // pipeline: sending and receiving stage (one of them is this stage); tied: first, last
   int peer = 0;            // per-stage layouts: which of the rank's messages on this link (DP and TP resharding)
 };
 
@@ -62,7 +74,7 @@ struct LinkShape {
 using LinkShapes = std::map<std::pair<int, int>, LinkShape>;
 
 struct Streams {
-  std::uint8_t compute, tp, cp, dp, send_next, send_prev, recv_prev, recv_next, ep, offload, reload;
+  std::uint8_t compute, tp, cp, dp, send_next, send_prev, recv_prev, recv_next, ep, offload, reload, tied;
 };
 
 // Which parts of a layer's backward a unit emits: all (B and W in issue order),
@@ -130,6 +142,7 @@ class StageProgramBuilder {
         par.dp_bucket_bytes > 0 ? par.dp_bucket_bytes / train.grad_reduce_bytes : default_bucket_elements(dp_group_);
     bucket_bytes_ = bucket_elems * train.grad_reduce_bytes;
     const std::size_t m = static_cast<std::size_t>(sched_.microbatches);
+    megatron_interleaved_p2p_ = par.pp_overlap && par.schedule == ScheduleKind::Interleaved1F1B;
     fwd_out_.assign(m * V_, kNone);
     bwd_out_.assign(m * V_, kNone);
   }
@@ -192,6 +205,17 @@ class StageProgramBuilder {
   void set_stage_layouts(const LinkShapes* links, int model_first_stage) {
     links_ = links;
     model_first_v_ = model_first_stage;
+  }
+
+  // Tied embeddings over pipeline stages (docs/frameworks.md, "Tied embeddings"):
+  // the stages holding the embedding and the LM head all-reduce the shared
+  // weight's gradient; nothing when one rank holds both.
+  void set_tied_embedding_stages(int first, int last) {
+    if (first == last || (stage_ != first && stage_ != last) || train_.tied_grad_sync == TiedGradSync::None) return;
+    tied_sync_ = true;
+    tied_embedding_rank_ = stage_ == first;
+    s_.tied = b_.add_stream("pp.tied");
+    slot_tied_ = add_slot("pp.tied", SlotUse{SlotRole::TiedEmbedding, first, last});
   }
 
   // Distributed optimizer with overlap: the parameter all-gather of the
@@ -419,12 +443,16 @@ class StageProgramBuilder {
     }
     return entry;
   }
-  // Receives on every message of the link from `from` (one without per-stage layouts).
-  void post_recvs(SlotRole role, int from, const char* what, int mb, std::vector<TaskId>& entry) {
+  // Receives on every message of the link from `from` (one without per-stage layouts),
+  // posted once `posted_after` has run (kNone: ahead, at the start).
+  void post_recvs(SlotRole role, int from, const char* what, int mb, std::vector<TaskId>& entry,
+                  TaskId posted_after = kNone) {
     const LinkShape shape = link_shape(from, stage_);
     for (int j = 0; j < shape.recvs; ++j) {
       const PipelineLink link = pipeline_link(role, from, stage_, j);
-      entry.push_back(b_.recv(link.stream, link.slot, CommClass::PP, shape.bytes, label(what), mb, {}));
+      const TaskId d[] = {posted_after};
+      const std::span<const TaskId> deps(d, posted_after == kNone ? 0 : 1);
+      entry.push_back(b_.recv(link.stream, link.slot, CommClass::PP, shape.bytes, label(what), mb, deps));
     }
   }
   void post_sends(SlotRole role, int to, const char* what, int mb, TaskId after) {
@@ -434,7 +462,26 @@ class StageProgramBuilder {
       const TaskId d[] = {after};
       const TaskId t = b_.send(link.stream, link.slot, CommClass::PP, shape.bytes, label(what), mb, d);
       if (!par_.pp_overlap) blocking_sends_.push_back(t);
+      if (megatron_interleaved_p2p_) (role == SlotRole::PipelineForward ? fwd_sends_ : bwd_sends_).push_back(t);
     }
+  }
+  // Megatron-LM's interleaved 1F1B with overlap_p2p_comm
+  // (forward_backward_pipelining_with_interleaving in megatron/core/pipeline_parallel/schedules.py)
+  // posts the receive of a unit's input with the send of the rank's previous unit of
+  // the same direction, right after that unit (so the receive starts when it ends),
+  // and waits on both requests, its send included, before the next unit of that
+  // direction: a send holds the sender's next forward (backward) until the receiver
+  // has posted the matching receive. The first backward's receive goes with the
+  // last warm-up forward (all forwards when m = pp, the schedule's all-warm-up case).
+  TaskId megatron_recv_posted_after(bool forward) const {
+    if (forward) return fwd_end_[0];
+    if (bwd_end_ != kNone) return bwd_end_;
+    return sched_.microbatches == par_.pp ? fwd_end_[0] : fwd_end_[1];
+  }
+  void megatron_wait_previous_sends(bool forward, std::vector<TaskId>& entry) {
+    std::vector<TaskId>& sends = forward ? fwd_sends_ : bwd_sends_;
+    entry.insert(entry.end(), sends.begin(), sends.end());
+    sends.clear();
   }
   LinkShape link_shape(int from, int to) const {
     if (links_ == nullptr) return LinkShape{1, 1, activation_message_bytes()};
@@ -446,12 +493,17 @@ class StageProgramBuilder {
   void forward_unit(const ScheduleUnit& u, bool first_of_chunk) {
     const int v = vstage_[u.chunk];
     std::vector<TaskId> entry = unit_entry();
+    TaskId recv_after = kNone;
+    if (megatron_interleaved_p2p_) {
+      megatron_wait_previous_sends(true, entry);
+      recv_after = megatron_recv_posted_after(true);
+    }
     if (sched_.prev_chunk(v) >= 0) {
       const int from = sched_.chunk_stage[sched_.prev_chunk(v)];
       if (from == stage_) {
         entry.push_back(fwd_out_[unit_key(u.microbatch, sched_.prev_chunk(v))]);
       } else {
-        post_recvs(SlotRole::PipelineForward, from, "F recv activations", u.microbatch, entry);
+        post_recvs(SlotRole::PipelineForward, from, "F recv activations", u.microbatch, entry, recv_after);
       }
     }
     TaskId last = kNone;
@@ -492,6 +544,8 @@ class StageProgramBuilder {
       last = emit(cur_->head_forward, "F ", u.microbatch, dedupe(deps), false);
     }
     if (last == kNone && !entry.empty()) last = entry.back();
+    fwd_end_[1] = fwd_end_[0];
+    fwd_end_[0] = last;
     if (!head_of(v)) {
       const int to = sched_.chunk_stage[sched_.next_chunk(v)];
       if (to == stage_) {
@@ -513,12 +567,17 @@ class StageProgramBuilder {
       saved->assign(static_cast<std::size_t>(layers_[u.chunk]) + 1, {});  // layers, then the head
     }
     std::vector<TaskId> entry = unit_entry();
+    TaskId recv_after = kNone;
+    if (megatron_interleaved_p2p_) {
+      megatron_wait_previous_sends(false, entry);
+      recv_after = megatron_recv_posted_after(false);
+    }
     if (!head_of(v)) {
       const int from = sched_.chunk_stage[sched_.next_chunk(v)];
       if (from == stage_) {
         entry.push_back(bwd_out_[unit_key(u.microbatch, sched_.next_chunk(v))]);
       } else {
-        post_recvs(SlotRole::PipelineBackward, from, "B recv gradients", u.microbatch, entry);
+        post_recvs(SlotRole::PipelineBackward, from, "B recv gradients", u.microbatch, entry, recv_after);
       }
     }
     TaskId last = kNone;
@@ -567,6 +626,7 @@ class StageProgramBuilder {
     if (last == kNone && !entry.empty()) last = entry.back();  // a chunk without layers passes its input on
     if (whole) last = finish_weight_gradients(v, last, u.microbatch, reduce_grads, "B ");
     last_compute_ = last;
+    bwd_end_ = last;
     if (sched_.prev_chunk(v) >= 0) {
       const int to = sched_.chunk_stage[sched_.prev_chunk(v)];
       if (to == stage_) {
@@ -635,6 +695,7 @@ class StageProgramBuilder {
 
   // The LM head's (and multi-token prediction modules') weight gradients are done at `last`.
   void head_grads_done(TaskId last, int mb) {
+    tied_ready_ = last;
     if (edp_group_ > 1) expert_bucket_elems_ += cur_->head_expert_grad_elements;
     add_grads(cur_->head_grad_elements, last, mb);
   }
@@ -791,14 +852,34 @@ class StageProgramBuilder {
     }
   }
 
+  // The all-reduce of the tied embedding's gradient between the first and last
+  // stage (set_tied_embedding_stages), in the gradient-reduction dtype.
+  TaskId emit_tied_grad_sync(std::vector<TaskId> deps) {
+    const double elements = static_cast<double>(model_.vocab) * model_.hidden / par_.tp;
+    return b_.collective(s_.tied, slot_tied_, CollectiveKind::AllReduce, CommClass::PP,
+                         task_bytes(elements * train_.grad_reduce_bytes), label("pp.ar.tied_grads"), -1, dedupe(deps));
+  }
+
   void finish_iteration() {
     const int mb = sched_.microbatches - 1;
+    TaskId tied = kNone;
+    if (tied_sync_ && train_.tied_grad_sync == TiedGradSync::BeforeDp) tied = emit_tied_grad_sync({last_compute_});
     if (!par_.dp_overlap) {
+      const std::vector<TaskId> after{tied != kNone ? tied : last_compute_};
       for (std::size_t i = 0; i < pending_buckets_.size(); ++i)
-        emit_grad_reduce(pending_buckets_[i], pending_expert_buckets_[i], {last_compute_}, mb);
+        emit_grad_reduce(pending_buckets_[i], pending_expert_buckets_[i], after, mb);
     }
     std::vector<TaskId> deps = dp_tasks_;
     deps.push_back(last_compute_);
+    if (tied_sync_ && train_.tied_grad_sync == TiedGradSync::AfterDp) tied = emit_tied_grad_sync(deps);
+    if (tied_sync_ && train_.tied_grad_sync == TiedGradSync::Overlapped) {
+      // The Zero Bubble runtime (WeightGradStore.clear) issues it after the rank's
+      // last backward-input unit (the embedding's gradient is made there) and, on
+      // the last stage, after the output layer's remaining weight gradients.
+      const TaskId ready = tied_embedding_rank_ ? bwd_end_ : tied_ready_;
+      tied = emit_tied_grad_sync({ready != kNone ? ready : last_compute_});
+    }
+    if (tied != kNone) deps.push_back(tied);
     const double shard = (par_.zero >= 1 ? dp_group_ : 1);
     const double params = local_params() / shard + local_expert_params() / (par_.zero >= 1 ? edp_group_ : 1);
     // Optimizer: gradient-norm pass (fp32 grads), then the update's passes over the
@@ -873,6 +954,12 @@ class StageProgramBuilder {
   std::vector<SlotUse> slots_;
   std::uint32_t slot_tp_ = 0, slot_cp_ = 0, slot_dp_ = 0, slot_ep_ = 0, slot_etp_ = 0, slot_edp_ = 0;
   std::uint32_t slot_cp_ulysses_ = 0, slot_cp_ring_ = 0;
+  // Tied embeddings (set_tied_embedding_stages): this rank all-reduces the
+  // shared weight's gradient (this rank holds the embedding, else the LM head);
+  // the task that ends the head's weight gradients.
+  bool tied_sync_ = false, tied_embedding_rank_ = false;
+  std::uint32_t slot_tied_ = 0;
+  TaskId tied_ready_ = kNone;
   std::map<std::tuple<int, int, int, int>, PipelineLink> pipeline_slots_;
   const LinkShapes* links_ = nullptr;  // per-stage layouts only
   int model_first_v_ = 0;              // the virtual stage that runs the embedding
@@ -896,6 +983,13 @@ class StageProgramBuilder {
   bool prefetch_params_ = false;
   TaskId last_compute_ = kNone;
   std::vector<TaskId> blocking_sends_;  // sends the next unit waits for (no p2p overlap)
+  // Megatron-LM's interleaved schedule with overlapped send/recv (megatron_interleaved_p2p):
+  // the last tasks of the rank's last two forward units and of its last backward unit,
+  // and the sends of its last forward and last backward unit.
+  bool megatron_interleaved_p2p_ = false;
+  TaskId fwd_end_[2] = {kNone, kNone};
+  TaskId bwd_end_ = kNone;
+  std::vector<TaskId> fwd_sends_, bwd_sends_;
   // Activation offload: the copy of (micro-batch, chunk, layer)'s activations to the host.
   std::map<std::tuple<int, int, int>, TaskId> offloaded_;
   std::uint32_t offload_op_ = 0, reload_op_ = 0;
@@ -1355,6 +1449,15 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
   // Programs: count k's stage s is program k * pp + s (one count without uneven
   // shares); with uneven CP shares, CP rank c's is (k * cp + c) * pp + s.
   std::vector<std::vector<SlotUse>> slots_of_program;
+  // Tied embeddings: the ranks of the embedding's chunk and of the (first) LM head's.
+  // Per-stage layouts (sub-models, stages of different TP) are not paired: docs/frameworks.md.
+  int tied_first = 0, tied_last = 0;
+  if (!sched.chunk_stage.empty()) {
+    tied_first = sched.chunk_stage.front();
+    int head = 0;
+    while (sched.next_chunk(head) >= 0) ++head;
+    tied_last = sched.chunk_stage[static_cast<std::size_t>(head)];
+  }
   for (int kc = 0; kc < num_counts * ncp; ++kc) {
     const int k = kc / ncp, c = kc % ncp;
     for (int s = 0; s < par.pp; ++s) {
@@ -1372,6 +1475,7 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
                                             : steps,
                                   count_sched[k], s);
       if (mpmd) builder.set_stage_layouts(&links, stage_specs[s].first_stage);
+      if (!mpmd && model.tied_embeddings) builder.set_tied_embedding_stages(tied_first, tied_last);
       builder.set_matrix_base(matrix_base[s]);
       if (!seq_steps.empty()) builder.set_sequence_chunks(&seq_steps);
       builder.plan_param_prefetch();
@@ -1443,6 +1547,9 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
         }
         break;
       }
+      case SlotRole::TiedEmbedding:
+        m = {gpu(use.from, d, c, t), gpu(use.to, d, c, t)};
+        break;
       case SlotRole::PipelineForward:
       case SlotRole::PipelineBackward:
         if (mpmd) {
@@ -1684,6 +1791,10 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
                 break;
               case SlotRole::EDP:
                 role = "edp", name = "expert dp group " + where;
+                break;
+              case SlotRole::TiedEmbedding:
+                role = "pp.tied";
+                name = "tied embedding group stages " + std::to_string(use.from) + "," + std::to_string(use.to);
                 break;
             }
             rp.comm_of_slot.push_back(registry.get(role, members_of(use, s, d, c, t), name));

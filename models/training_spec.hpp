@@ -288,6 +288,16 @@ const char* to_string(Fp8Recipe r);
 // and LM head included.
 enum class CudaGraphScope : std::uint8_t { None, Layers, Full };
 
+// With pipeline parallelism and tied input/output embeddings, when the first
+// and last stage all-reduce the shared weight's gradient (docs/frameworks.md,
+// "Tied embeddings"). AfterDp: after the DP gradient sync, before the optimizer
+// (Megatron-LM's finalize_model_grads); BeforeDp: after the last backward,
+// before the DP reduction (DeepSpeed's ReduceTiedGrads); Overlapped: issued once
+// the rank's share is final, waited for before the step (the Zero Bubble
+// runtime's ZB schedules); None: not run (the Zero Bubble fork's 1F1B and
+// interleaved schedules as the paper ran them).
+enum class TiedGradSync : std::uint8_t { AfterDp, BeforeDp, Overlapped, None };
+
 struct TrainingSpec {
   int seq_len = 2048;
   Dtype precision = Dtype::BF16;   // GEMM dtype (fp8: GEMMs in FP8, the rest in BF16)
@@ -301,6 +311,7 @@ struct TrainingSpec {
   // runtime's post-validation (true): each rank steps at once and its next
   // iteration overlaps the others' tail (docs/schedules.md).
   bool post_validation = false;
+  TiedGradSync tied_grad_sync = TiedGradSync::AfterDp;
   Framework framework = Framework::Default;
   // Host time per kernel before its launch when the scenario measures it for its
   // own host (training.host_dispatch_us); absent: the framework's figure above.

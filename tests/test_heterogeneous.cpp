@@ -88,6 +88,17 @@ TEST_CASE("parallel.stages with the plain layout gives the plain plan's time; mo
   CHECK(uneven.per_stage[0].layers == 20);
 }
 
+TEST_CASE("parallel.stages with tied embeddings: the stages' tied-gradient all-reduce is a warning, not silent") {
+  // Per-stage layouts do not pair the embedding's and the LM head's ranks (docs/frameworks.md).
+  const std::string stages = R"(parallel.stages=[{"tp": 4, "layers": 16}, {"tp": 4, "layers": 16}])";
+  const std::string tied = R"(model={"preset": "llama3-8b", "tied_embeddings": true})";
+  bool warned = false;
+  for (const std::string& w : load(kMixed, {tied, stages}).warnings) warned = warned || contains(w, "tied embedding");
+  CHECK(warned);
+  CHECK(load(kMixed, {stages}).warnings.empty());
+  CHECK(load(kMixed, {tied}).warnings.empty());
+}
+
 TEST_CASE("stages of different TP reshard activations, and run at both fidelities") {
   // H100 stage TP 8 x DP 4, A100 stage TP 2 x DP 4 on 8 A100s, 16 A100 idle -> use a smaller cluster.
   const char* text = R"({

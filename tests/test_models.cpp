@@ -1,4 +1,7 @@
 #include <doctest/doctest.h>
+#include <algorithm>
+#include <array>
+#include <map>
 
 #include "model_fixtures.hpp"
 #include "models/layer_steps.hpp"
@@ -165,6 +168,161 @@ TEST_CASE("blocking pipeline transfers cost time but never deadlock") {
     CHECK(blocking > overlapped);
     CHECK(whole > blocking);  // every TP rank sends the whole activation: tp times the bytes
   }
+}
+
+TEST_CASE(
+    "Megatron-LM's overlapped interleaved transfers: a receive goes out with the previous send of its direction") {
+  // forward_backward_pipelining_with_interleaving with overlap_p2p_comm posts the
+  // receive of the next forward's input with the send of this forward's output,
+  // right after this forward, and waits on both before the next forward (likewise
+  // for backwards). Other schedules, and blocking transfers, post receives ahead.
+  const TransformerSpec m = fixture_model("gpt3-1.3b");
+  const Cluster cluster(toy_cluster(1, 4));
+  ParallelSpec par;
+  par.pp = 4;
+  par.global_batch = 8;
+  TrainingSpec train;
+  auto program_of_stage_1 = [&](ScheduleKind k, int vpp, bool overlap) {
+    par.schedule = k;
+    par.vpp = vpp;
+    par.pp_overlap = overlap;
+    PlanOptions all;
+    all.representatives = false;
+    const TrainingPlan p = plan_training(m, par, train, cluster, all);
+    return p.setup.programs[p.setup.ranks[1].program];
+  };
+  // Receives posted after a task, and sends some compute task waits for.
+  auto counts = [](const ProgramTemplate& p) {
+    int posted_after = 0, matched = 0, waited_sends = 0, recvs = 0;
+    std::vector<std::uint32_t> sends;
+    for (std::uint32_t t = 0; t < p.tasks.size(); ++t) {
+      if (p.tasks[t].kind == TaskKind::Send) {
+        sends.push_back(t);
+        for (std::uint32_t s : p.succs_of(t)) {
+          if (p.tasks[s].kind == TaskKind::Compute) {
+            ++waited_sends;
+            break;
+          }
+        }
+      }
+      if (p.tasks[t].kind != TaskKind::Recv) continue;
+      ++recvs;
+      const auto deps = p.deps_of(t);
+      if (deps.empty()) continue;
+      ++posted_after;
+      REQUIRE(deps.size() == 1);
+      CHECK(p.tasks[deps[0]].kind == TaskKind::Compute);
+      const bool forward = p.labels[p.tasks[t].label].front() == 'F';
+      // With a send of the same direction that leaves after the same task (the rank's previous unit).
+      for (std::uint32_t s : sends) {
+        const auto sd = p.deps_of(s);
+        if (p.labels[p.tasks[s].label].front() == (forward ? 'F' : 'B') && sd.size() == 1 && sd[0] == deps[0]) {
+          ++matched;
+          break;
+        }
+      }
+    }
+    return std::array<int, 4>{recvs, posted_after, matched, waited_sends};
+  };
+  const auto megatron = counts(program_of_stage_1(ScheduleKind::Interleaved1F1B, 2, true));
+  // 16 forward and 16 backward receives; the first forward's is posted ahead, and the
+  // first backward's goes with the last warm-up forward's send.
+  CHECK(megatron[0] == 32);
+  CHECK(megatron[1] == 31);
+  CHECK(megatron[2] == 30);
+  CHECK(megatron[3] == 30);  // each send but the last of its direction holds the next unit
+  for (const auto& other : {counts(program_of_stage_1(ScheduleKind::OneFOneB, 1, true)),
+                            counts(program_of_stage_1(ScheduleKind::Interleaved1F1B, 2, false))}) {
+    CHECK(other[0] > 0);
+    CHECK(other[1] == 0);
+  }
+}
+
+TEST_CASE("tied embeddings: the first and last stage all-reduce the shared weight's gradient") {
+  // Megatron-LM's finalize_model_grads (_allreduce_word_embedding_grads) after the
+  // DP gradient sync, DeepSpeed's ReduceTiedGrads before its DP all-reduce: one
+  // all-reduce of vocab/tp x hidden gradient elements between each rank of the
+  // first stage and its peer (same DP, CP, TP index) on the last stage.
+  TransformerSpec m = fixture_model("gpt3-1.3b");
+  const Cluster cluster(toy_cluster(2, 8));
+  ParallelSpec par;
+  par.tp = 2;
+  par.pp = 4;
+  par.dp = 2;
+  par.global_batch = 16;
+  par.dp_overlap = false;
+  TrainingSpec train;
+  struct TiedTask {
+    int stage;
+    std::uint64_t bytes;
+    std::vector<int> members;
+    bool before_step = false, before_dp = false, after_dp = false;
+  };
+  auto tied_tasks = [&]() {
+    PlanOptions all;
+    all.representatives = false;
+    const TrainingPlan p = plan_training(m, par, train, cluster, all);
+    std::vector<TiedTask> out;
+    for (std::size_t r = 0; r < p.setup.ranks.size(); ++r) {
+      const RankProgram& rank = p.setup.ranks[r];
+      const ProgramTemplate& prog = p.setup.programs[rank.program];
+      for (std::uint32_t t = 0; t < prog.tasks.size(); ++t) {
+        if (prog.labels[prog.tasks[t].label] != "pp.ar.tied_grads") continue;
+        TiedTask tt{p.stage_of_rank[r], prog.tasks[t].bytes,
+                    p.setup.comms[rank.comm_of_slot[prog.tasks[t].ref]].members};
+        CHECK(prog.tasks[t].collective == CollectiveKind::AllReduce);
+        for (std::uint32_t s : prog.succs_of(t)) {
+          tt.before_step = tt.before_step || prog.labels[prog.tasks[s].label] == "optimizer.grad_norm";
+          tt.before_dp = tt.before_dp || prog.labels[prog.tasks[s].label] == "dp.ar.grads";
+        }
+        for (std::uint32_t d : prog.deps_of(t))
+          tt.after_dp = tt.after_dp || prog.labels[prog.tasks[d].label] == "dp.ar.grads";
+        CHECK(std::find(tt.members.begin(), tt.members.end(), rank.gpu) != tt.members.end());
+        out.push_back(tt);
+      }
+    }
+    return out;
+  };
+  // Megatron-LM: every rank of stages 0 and 3 (2 TP x 2 DP each), after its DP sync, before the step.
+  std::vector<TiedTask> tied = tied_tasks();
+  REQUIRE(tied.size() == 8);
+  std::map<std::vector<int>, int> groups;
+  for (const TiedTask& t : tied) {
+    CHECK((t.stage == 0 || t.stage == 3));
+    CHECK(t.bytes == task_bytes(51200.0 * 2048 / 2 * 4));  // fp32 gradients of a 1/tp vocabulary shard
+    CHECK(t.members.size() == 2);
+    CHECK(t.before_step);
+    CHECK(t.after_dp);
+    CHECK_FALSE(t.before_dp);
+    ++groups[t.members];
+  }
+  CHECK(groups.size() == 4);  // one group per (dp, tp) pair, each a first- and a last-stage rank
+  for (const auto& [members, n] : groups) CHECK(n == 2);
+  // DeepSpeed: before the DP all-reduce.
+  train.tied_grad_sync = TiedGradSync::BeforeDp;
+  tied = tied_tasks();
+  REQUIRE(tied.size() == 8);
+  for (const TiedTask& t : tied) {
+    CHECK(t.before_dp);
+    CHECK_FALSE(t.after_dp);
+  }
+  // Nothing to reduce: not run (the Zero Bubble fork's 1F1B), untied weights, one
+  // stage, or both ends on one rank (ZB-V's V placement).
+  train.tied_grad_sync = TiedGradSync::None;
+  CHECK(tied_tasks().empty());
+  train.tied_grad_sync = TiedGradSync::AfterDp;
+  m.tied_embeddings = false;
+  CHECK(tied_tasks().empty());
+  m.tied_embeddings = true;
+  par.pp = 1;
+  par.dp = 8;
+  par.global_batch = 64;
+  CHECK(tied_tasks().empty());
+  par.pp = 4;
+  par.dp = 2;
+  par.global_batch = 16;
+  par.schedule = ScheduleKind::ZeroBubbleV;
+  CHECK(tied_tasks().empty());
 }
 
 TEST_CASE("interleaving shrinks the pipeline bubble") {

@@ -575,6 +575,12 @@ TrainingSpec read_training(ObjectReader& top, const TransformerSpec& model) {
   t.grad_reduce_bytes = r.choice("grad_reduce", "fp32", {"fp32", "bf16", "fp16"}) == "fp32" ? 4 : 2;
   t.dropout = r.boolean("dropout", true);
   t.post_validation = r.choice("optimizer_sync", "all-reduce", {"all-reduce", "post-validation"}) == "post-validation";
+  const std::string tied = r.choice("tied_grad_sync", t.framework == Framework::DeepSpeed ? "before-dp" : "after-dp",
+                                    {"after-dp", "before-dp", "overlapped", "none"});
+  t.tied_grad_sync = tied == "before-dp"    ? TiedGradSync::BeforeDp
+                     : tied == "overlapped" ? TiedGradSync::Overlapped
+                     : tied == "none"       ? TiedGradSync::None
+                                            : TiedGradSync::AfterDp;
   if (r.has("fp8_recipe") && t.precision != Dtype::FP8) {
     r.error("fp8_recipe", "an FP8 scaling recipe needs \"precision\": \"fp8\" (found \"" + prec + "\")");
   }
@@ -852,6 +858,12 @@ Scenario load_scenario_text(const std::string& text, const std::string& file, co
     s.warnings.push_back(file + ": /training/seq_len: " + std::to_string(s.training.seq_len) +
                          " tokens is beyond the model's maximum context of " + std::to_string(s.model.max_seq_len) +
                          " (max_seq_len); the simulation assumes the model was extended to it");
+  }
+  if (s.model.tied_embeddings && s.parallel.pp > 1 && !s.parallel.stages.empty() &&
+      s.training.tied_grad_sync != TiedGradSync::None) {
+    s.warnings.push_back(file +
+                         ": /parallel/stages: the all-reduce of the tied embedding's gradient between the first and "
+                         "last stage is not modelled with per-stage layouts (docs/frameworks.md)");
   }
   default_attention_of_framework(top, s);
   top.finish();

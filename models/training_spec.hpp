@@ -288,6 +288,15 @@ const char* to_string(Fp8Recipe r);
 // and LM head included.
 enum class CudaGraphScope : std::uint8_t { None, Layers, Full };
 
+// Where the weight gradients of a step's micro-batches are summed. Fused: inside the
+// weight-gradient GEMM (Megatron-LM's gradient accumulation fusion since February
+// 2022, Transformer Engine's fuse_wgrad_accumulation), or not at all per micro-batch
+// (FSDP, DeepSpeed's own pass). Autograd: every micro-batch after the first adds its
+// 16-bit gradient to the parameter's .grad in a kernel of its own (PyTorch
+// AccumulateGrad, `variable_grad += new_grad`), as Megatron-LM's local DDP without
+// contiguous buffers did before the fusion (docs/frameworks.md).
+enum class GradAccumulation : std::uint8_t { Fused, Autograd };
+
 struct TrainingSpec {
   int seq_len = 2048;
   Dtype precision = Dtype::BF16;   // GEMM dtype (fp8: GEMMs in FP8, the rest in BF16)
@@ -307,6 +316,7 @@ struct TrainingSpec {
   std::optional<double> host_seconds_per_kernel;
   Fp8Recipe fp8_recipe = Fp8Recipe::Delayed;  // precision fp8 only
   CudaGraphScope cuda_graphs = CudaGraphScope::None;
+  GradAccumulation grad_accumulation = GradAccumulation::Fused;
 };
 
 // Bytes of one activation element: FP32 training (`fp32`, and `tf32`, whose

@@ -276,6 +276,35 @@ TEST_CASE("framework deepspeed: fp32 gradient accumulation after every micro-bat
             .empty());
 }
 
+TEST_CASE("grad_accumulation autograd: an add of 3 x 2 B per parameter after every micro-batch but the first") {
+  const std::string text = R"({
+    "model": "gpt3-1.3b",
+    "cluster": {"node": "dgx-a100", "nodes": 1},
+    "parallel": {"tp": 2, "pp": 2, "dp": 2, "micro_batch": 2, "global_batch": 16, "dp_overlap": false},
+    "training": {"seq_len": 2048, "precision": "fp16", "grad_reduce": "fp16"}
+  })";
+  CHECK(tasks_ending(stage_program(text, {}), "grad.accumulate").empty());  // fused: inside the wgrad GEMM
+  const ProgramTemplate autograd = stage_program(text, {"training.grad_accumulation=autograd"});
+  const auto acc = tasks_ending(autograd, "grad.accumulate");
+  REQUIRE(acc.size() == 3);  // 16 / (2 x 2) micro-batches; the first one's gradient becomes .grad as it is
+  for (const std::uint32_t t : acc) CHECK(autograd.tasks[t].microbatch > 0);
+  // Read both 16-bit gradients, write one, per parameter of the stage (12 layers and the embedding, tp 2).
+  const Scenario s = load_scenario_text(text, "options.json", "", {}, catalog());
+  const double params = (12 * s.model.params_per_layer() + s.model.embedding_params()) / 2;
+  CHECK(autograd.ops[autograd.tasks[acc[0]].ref].bytes == doctest::Approx(6 * params).epsilon(1e-3));
+  CHECK(run({}, text).iteration_time_s < run({"training.grad_accumulation=autograd"}, text).iteration_time_s);
+  // FSDP and DeepSpeed accumulate otherwise: the combination is an input error naming the key.
+  for (const char* other : {"parallel.zero=3", "training.framework=deepspeed"}) {
+    std::string error;
+    try {
+      load_scenario_text(text, "options.json", "", {"training.grad_accumulation=autograd", other}, catalog());
+    } catch (const InputError& e) {
+      error = e.what();
+    }
+    CHECK(error.find("options.json: /training/grad_accumulation:") != std::string::npos);
+  }
+}
+
 TEST_CASE("position alibi: no RoPE kernels; unfused attention reads the broadcast bias, fused kernels add it free") {
   const std::string text = R"({
     "model": {"name": "alibi-test", "layers": 4, "hidden": 2048, "heads": 16, "ffn_hidden": 8192, "vocab": 50304,

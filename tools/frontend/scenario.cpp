@@ -587,6 +587,9 @@ TrainingSpec read_training(ObjectReader& top, const TransformerSpec& model) {
   t.cuda_graphs = graphs == "layers" ? CudaGraphScope::Layers
                   : graphs == "full" ? CudaGraphScope::Full
                                      : CudaGraphScope::None;
+  t.grad_accumulation = r.choice("grad_accumulation", "fused", {"fused", "autograd"}) == "autograd"
+                            ? GradAccumulation::Autograd
+                            : GradAccumulation::Fused;
   t.routing = read_routing(r);
   r.finish();
   return t;
@@ -729,6 +732,14 @@ void check_consistency(Scenario& s, Diagnostics& d) {
     }
   }
   if (s.workload.kind != WorkloadKind::Transformer) return;  // its layout: read_workload
+  // Autograd's accumulation runs on the whole .grad of each parameter; FSDP reduce-
+  // scatters every micro-batch's gradient and DeepSpeed accumulates in its own pass.
+  if (s.training.grad_accumulation == GradAccumulation::Autograd &&
+      (s.parallel.zero == 3 || s.training.framework == Framework::DeepSpeed)) {
+    d.error("/training/grad_accumulation",
+            "\"autograd\" accumulation is modelled for data parallelism with whole gradients per rank (zero 0-2, "
+            "not the deepspeed framework, which accumulates in its own pass)");
+  }
   // Block-scaled recipes need the tensor cores Transformer Engine's support matrix
   // names (nvidia.github.io/TransformerEngine/support_matrix.html): MXFP8 data-centre
   // Blackwell (compute capability 10.x), Float8BlockScaling Hopper or Blackwell.

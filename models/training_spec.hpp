@@ -314,6 +314,9 @@ struct TrainingSpec {
   // Host time per kernel before its launch when the scenario measures it for its
   // own host (training.host_dispatch_us); absent: the framework's figure above.
   std::optional<double> host_seconds_per_kernel;
+  // CUDA_LAUNCH_BLOCKING=1: every launch returns when its kernel has finished, so
+  // the host's issue time adds to the GPU time instead of hiding behind it.
+  bool launch_blocking = false;
   Fp8Recipe fp8_recipe = Fp8Recipe::Delayed;  // precision fp8 only
   CudaGraphScope cuda_graphs = CudaGraphScope::None;
   GradAccumulation grad_accumulation = GradAccumulation::Fused;

@@ -663,6 +663,52 @@ TEST_CASE("training.host_dispatch_us: the scenario's host time per kernel replac
         std::string::npos);
 }
 
+TEST_CASE("training.launch_blocking: each kernel's host dispatch adds to its GPU time; no overlap is allowed") {
+  const Scenario s = load_scenario_text(kBase, "options.json", "", {}, catalog());
+  const Cluster cluster(s.cluster);
+  const ComputeCostModel costs(cluster, s.profiles);
+  const double host = host_dispatch_seconds(Framework::DeepSpeed);
+  // A 4096^3 GEMM hides its host issue behind the GPU when launches are asynchronous...
+  ComputeOp gemm;
+  gemm.kind = OpKind::Gemm;
+  gemm.m = gemm.n = gemm.k = 4096;
+  gemm.flops = 2.0 * 4096 * 4096 * 4096;
+  gemm.bytes = 3.0 * 4096 * 4096 * 2;
+  gemm.kernels = 2;
+  gemm.host_dispatch_seconds = host;
+  const double async = costs.seconds(gemm, 0);
+  // ...and pays it in full when each launch waits for its kernel: 2 x 3.34 us more.
+  gemm.launch_blocking = true;
+  CHECK(costs.seconds(gemm, 0) == doctest::Approx(async + 2 * 3.34e-6).epsilon(1e-12));
+  // Without host dispatch (the default lists) blocking changes nothing.
+  gemm.host_dispatch_seconds = 0;
+  CHECK(costs.seconds(gemm, 0) == doctest::Approx(async).epsilon(1e-12));
+
+  // In a plan: every issued kernel carries the flag, and the iteration grows.
+  const std::vector<std::string> serial = {"training.framework=deepspeed", "parallel.dp_overlap=false",
+                                           "parallel.tp_grad_overlap=false", "parallel.pp_overlap=false"};
+  std::vector<std::string> blocking = serial;
+  blocking.push_back("training.launch_blocking=true");
+  const Scenario b = load_scenario_text(kBase, "options.json", "", blocking, catalog());
+  const TrainingPlan plan = plan_training(b.model, b.parallel, b.training, Cluster(b.cluster), PlanOptions{});
+  int flagged = 0;
+  for (const ComputeOp& op : plan.setup.programs.at(0).ops) {
+    CHECK(op.launch_blocking == (op.host_dispatch_seconds > 0));
+    flagged += op.launch_blocking ? 1 : 0;
+  }
+  CHECK(flagged > 20);
+  CHECK(run(blocking).iteration_time_s > run(serial).iteration_time_s);
+
+  // Overlapped communication cannot run beside a blocking launch: an input error naming the key.
+  std::string e = load_error(kBase, {"training.launch_blocking=true"});
+  CHECK(e.find("options.json: /training/launch_blocking:") != std::string::npos);
+  CHECK(e.find("parallel.dp_overlap") != std::string::npos);
+  CHECK(e.find("parallel.pp_overlap") != std::string::npos);
+  blocking.push_back("training.cuda_graphs=\"layers\"");
+  CHECK(load_error(kBase, blocking).find("not CUDA graphs") != std::string::npos);
+  CHECK(load_error(kBase, {"training.launch_blocking=1"}).find("/training/launch_blocking:") != std::string::npos);
+}
+
 TEST_CASE("FP8 recipes: MXFP8 needs Blackwell, block scaling Hopper or Blackwell, any recipe FP8 precision") {
   std::string e = load_error(kH100Fp8, {"training.fp8_recipe=mxfp8"});
   CHECK(e.find("options.json: /training/fp8_recipe:") != std::string::npos);

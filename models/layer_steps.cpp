@@ -1092,10 +1092,12 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
   // Every kernel of these steps is issued by the framework's host code (docs/frameworks.md,
   // "Host dispatch"), or replayed from a captured CUDA graph ("CUDA graphs").
   const double host = issue_host_seconds(tr);
-  auto issue = [host](std::vector<Step>& steps, bool captured) {
+  const bool blocking = tr.launch_blocking;
+  auto issue = [host, blocking](std::vector<Step>& steps, bool captured) {
     for (Step& s : steps) {
       if (s.is_comm) continue;
       s.op.host_dispatch_seconds = host;
+      s.op.launch_blocking = blocking;
       s.op.graph_captured = captured;
     }
   };

@@ -674,12 +674,13 @@ class StageProgramBuilder {
     if (deepspeed_bf16_optimizer()) {
       // update_hp_grads: hp.add_(lp.grad.to(fp32)) per parameter: the cast reads
       // 2 B and writes 4 B, the add reads 4 + 4 B and writes 4 B.
-      const int chunk = chunk_of_vstage(v);
-      ComputeOp acc{
-          "grad.accumulate.fp32", OpKind::MemoryBound, Dtype::FP32, 0, chunk_params(chunk) * 18.0, 0, 0, 0, 1};
-      std::vector<TaskId> deps;
-      if (last != kNone) deps.push_back(last);
-      last = b_.compute(s_.compute, b_.add_op(acc), label(std::string(prefix) + "grad.accumulate.fp32"), mb, deps);
+      last = accumulate_grads(v, "grad.accumulate.fp32", Dtype::FP32, 18.0, last, mb, prefix);
+    } else if (train_.grad_accumulation == GradAccumulation::Autograd && mb > 0) {
+      // AccumulateGrad's in-place add on every micro-batch after the first (the
+      // first one's gradient becomes .grad as it is): reads both 16-bit gradients,
+      // writes one (16-bit in mixed precision, fp32 in FP32 training).
+      const double b = activation_element_bytes(train_);
+      last = accumulate_grads(v, "grad.accumulate", b == 4 ? Dtype::FP32 : Dtype::BF16, 3 * b, last, mb, prefix);
     }
     if (zero3() && outer_elements(v) > 0) {
       // The root unit's gradients (embedding, LM head) are reduce-scattered
@@ -691,6 +692,15 @@ class StageProgramBuilder {
     }
     if (reduce_grads && !zero3()) flush_bucket(last, mb);
     return last;
+  }
+
+  // One memory-bound pass over the gradients of chunk v's parameters after `last`.
+  TaskId accumulate_grads(int v, const char* name, Dtype dtype, double bytes_per_param, TaskId last, int mb,
+                          const char* prefix) {
+    ComputeOp acc{name, OpKind::MemoryBound, dtype, 0, chunk_params(chunk_of_vstage(v)) * bytes_per_param, 0, 0, 0, 1};
+    std::vector<TaskId> deps;
+    if (last != kNone) deps.push_back(last);
+    return b_.compute(s_.compute, b_.add_op(acc), label(std::string(prefix) + name), mb, deps);
   }
 
   // The LM head's (and multi-token prediction modules') weight gradients are done at `last`.

@@ -297,6 +297,14 @@ enum class CudaGraphScope : std::uint8_t { None, Layers, Full };
 // runtime's ZB schedules); None: not run (the Zero Bubble fork's 1F1B and
 // interleaved schedules as the paper ran them).
 enum class TiedGradSync : std::uint8_t { AfterDp, BeforeDp, Overlapped, None };
+// Where the weight gradients of a step's micro-batches are summed. Fused: inside the
+// weight-gradient GEMM (Megatron-LM's gradient accumulation fusion since February
+// 2022, Transformer Engine's fuse_wgrad_accumulation), or not at all per micro-batch
+// (FSDP, DeepSpeed's own pass). Autograd: every micro-batch after the first adds its
+// 16-bit gradient to the parameter's .grad in a kernel of its own (PyTorch
+// AccumulateGrad, `variable_grad += new_grad`), as Megatron-LM's local DDP without
+// contiguous buffers did before the fusion (docs/frameworks.md).
+enum class GradAccumulation : std::uint8_t { Fused, Autograd };
 
 struct TrainingSpec {
   int seq_len = 2048;
@@ -316,8 +324,12 @@ struct TrainingSpec {
   // Host time per kernel before its launch when the scenario measures it for its
   // own host (training.host_dispatch_us); absent: the framework's figure above.
   std::optional<double> host_seconds_per_kernel;
+  // CUDA_LAUNCH_BLOCKING=1: every launch returns when its kernel has finished, so
+  // the host's issue time adds to the GPU time instead of hiding behind it.
+  bool launch_blocking = false;
   Fp8Recipe fp8_recipe = Fp8Recipe::Delayed;  // precision fp8 only
   CudaGraphScope cuda_graphs = CudaGraphScope::None;
+  GradAccumulation grad_accumulation = GradAccumulation::Fused;
 };
 
 // Bytes of one activation element: FP32 training (`fp32`, and `tf32`, whose

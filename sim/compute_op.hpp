@@ -35,6 +35,9 @@ struct ComputeOp {
   // models/training_spec.hpp); 0: the host is never the bottleneck (the cost model's
   // result from before the mechanism, bit for bit).
   double host_dispatch_seconds = 0;
+  // Each launch waits for its kernel (CUDA_LAUNCH_BLOCKING=1): the host dispatch is
+  // added to the GPU time rather than overlapped with the previous kernels.
+  bool launch_blocking = false;
   // The kernels run inside a captured CUDA graph (training.cuda_graphs): no per-kernel
   // host issue, and each kernel node costs the graph's per-kernel figure instead of
   // the profile's launch_overhead (docs/frameworks.md, "CUDA graphs").

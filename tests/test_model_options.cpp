@@ -276,6 +276,35 @@ TEST_CASE("framework deepspeed: fp32 gradient accumulation after every micro-bat
             .empty());
 }
 
+TEST_CASE("grad_accumulation autograd: an add of 3 x 2 B per parameter after every micro-batch but the first") {
+  const std::string text = R"({
+    "model": "gpt3-1.3b",
+    "cluster": {"node": "dgx-a100", "nodes": 1},
+    "parallel": {"tp": 2, "pp": 2, "dp": 2, "micro_batch": 2, "global_batch": 16, "dp_overlap": false},
+    "training": {"seq_len": 2048, "precision": "fp16", "grad_reduce": "fp16"}
+  })";
+  CHECK(tasks_ending(stage_program(text, {}), "grad.accumulate").empty());  // fused: inside the wgrad GEMM
+  const ProgramTemplate autograd = stage_program(text, {"training.grad_accumulation=autograd"});
+  const auto acc = tasks_ending(autograd, "grad.accumulate");
+  REQUIRE(acc.size() == 3);  // 16 / (2 x 2) micro-batches; the first one's gradient becomes .grad as it is
+  for (const std::uint32_t t : acc) CHECK(autograd.tasks[t].microbatch > 0);
+  // Read both 16-bit gradients, write one, per parameter of the stage (12 layers and the embedding, tp 2).
+  const Scenario s = load_scenario_text(text, "options.json", "", {}, catalog());
+  const double params = (12 * s.model.params_per_layer() + s.model.embedding_params()) / 2;
+  CHECK(autograd.ops[autograd.tasks[acc[0]].ref].bytes == doctest::Approx(6 * params).epsilon(1e-3));
+  CHECK(run({}, text).iteration_time_s < run({"training.grad_accumulation=autograd"}, text).iteration_time_s);
+  // FSDP and DeepSpeed accumulate otherwise: the combination is an input error naming the key.
+  for (const char* other : {"parallel.zero=3", "training.framework=deepspeed"}) {
+    std::string error;
+    try {
+      load_scenario_text(text, "options.json", "", {"training.grad_accumulation=autograd", other}, catalog());
+    } catch (const InputError& e) {
+      error = e.what();
+    }
+    CHECK(error.find("options.json: /training/grad_accumulation:") != std::string::npos);
+  }
+}
+
 TEST_CASE("position alibi: no RoPE kernels; unfused attention reads the broadcast bias, fused kernels add it free") {
   const std::string text = R"({
     "model": {"name": "alibi-test", "layers": 4, "hidden": 2048, "heads": 16, "ffn_hidden": 8192, "vocab": 50304,
@@ -632,6 +661,52 @@ TEST_CASE("training.host_dispatch_us: the scenario's host time per kernel replac
         std::string::npos);
   CHECK(load_error(kBase, {"training.host_dispatch_us=\"fast\""}).find("/training/host_dispatch_us:") !=
         std::string::npos);
+}
+
+TEST_CASE("training.launch_blocking: each kernel's host dispatch adds to its GPU time; no overlap is allowed") {
+  const Scenario s = load_scenario_text(kBase, "options.json", "", {}, catalog());
+  const Cluster cluster(s.cluster);
+  const ComputeCostModel costs(cluster, s.profiles);
+  const double host = host_dispatch_seconds(Framework::DeepSpeed);
+  // A 4096^3 GEMM hides its host issue behind the GPU when launches are asynchronous...
+  ComputeOp gemm;
+  gemm.kind = OpKind::Gemm;
+  gemm.m = gemm.n = gemm.k = 4096;
+  gemm.flops = 2.0 * 4096 * 4096 * 4096;
+  gemm.bytes = 3.0 * 4096 * 4096 * 2;
+  gemm.kernels = 2;
+  gemm.host_dispatch_seconds = host;
+  const double async = costs.seconds(gemm, 0);
+  // ...and pays it in full when each launch waits for its kernel: 2 x 3.34 us more.
+  gemm.launch_blocking = true;
+  CHECK(costs.seconds(gemm, 0) == doctest::Approx(async + 2 * 3.34e-6).epsilon(1e-12));
+  // Without host dispatch (the default lists) blocking changes nothing.
+  gemm.host_dispatch_seconds = 0;
+  CHECK(costs.seconds(gemm, 0) == doctest::Approx(async).epsilon(1e-12));
+
+  // In a plan: every issued kernel carries the flag, and the iteration grows.
+  const std::vector<std::string> serial = {"training.framework=deepspeed", "parallel.dp_overlap=false",
+                                           "parallel.tp_grad_overlap=false", "parallel.pp_overlap=false"};
+  std::vector<std::string> blocking = serial;
+  blocking.push_back("training.launch_blocking=true");
+  const Scenario b = load_scenario_text(kBase, "options.json", "", blocking, catalog());
+  const TrainingPlan plan = plan_training(b.model, b.parallel, b.training, Cluster(b.cluster), PlanOptions{});
+  int flagged = 0;
+  for (const ComputeOp& op : plan.setup.programs.at(0).ops) {
+    CHECK(op.launch_blocking == (op.host_dispatch_seconds > 0));
+    flagged += op.launch_blocking ? 1 : 0;
+  }
+  CHECK(flagged > 20);
+  CHECK(run(blocking).iteration_time_s > run(serial).iteration_time_s);
+
+  // Overlapped communication cannot run beside a blocking launch: an input error naming the key.
+  std::string e = load_error(kBase, {"training.launch_blocking=true"});
+  CHECK(e.find("options.json: /training/launch_blocking:") != std::string::npos);
+  CHECK(e.find("parallel.dp_overlap") != std::string::npos);
+  CHECK(e.find("parallel.pp_overlap") != std::string::npos);
+  blocking.push_back("training.cuda_graphs=\"layers\"");
+  CHECK(load_error(kBase, blocking).find("not CUDA graphs") != std::string::npos);
+  CHECK(load_error(kBase, {"training.launch_blocking=1"}).find("/training/launch_blocking:") != std::string::npos);
 }
 
 TEST_CASE("FP8 recipes: MXFP8 needs Blackwell, block scaling Hopper or Blackwell, any recipe FP8 precision") {

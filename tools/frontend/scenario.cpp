@@ -572,6 +572,7 @@ TrainingSpec read_training(ObjectReader& top, const TransformerSpec& model) {
   if (r.has("host_dispatch_us")) {
     t.host_seconds_per_kernel = r.number("host_dispatch_us", 0, 0, 100000) * 1e-6;
   }
+  t.launch_blocking = r.boolean("launch_blocking", false);
   t.grad_reduce_bytes = r.choice("grad_reduce", "fp32", {"fp32", "bf16", "fp16"}) == "fp32" ? 4 : 2;
   t.dropout = r.boolean("dropout", true);
   t.post_validation = r.choice("optimizer_sync", "all-reduce", {"all-reduce", "post-validation"}) == "post-validation";
@@ -593,6 +594,9 @@ TrainingSpec read_training(ObjectReader& top, const TransformerSpec& model) {
   t.cuda_graphs = graphs == "layers" ? CudaGraphScope::Layers
                   : graphs == "full" ? CudaGraphScope::Full
                                      : CudaGraphScope::None;
+  t.grad_accumulation = r.choice("grad_accumulation", "fused", {"fused", "autograd"}) == "autograd"
+                            ? GradAccumulation::Autograd
+                            : GradAccumulation::Fused;
   t.routing = read_routing(r);
   r.finish();
   return t;
@@ -734,7 +738,41 @@ void check_consistency(Scenario& s, Diagnostics& d) {
       }
     }
   }
+  // Blocking launches (CUDA_LAUNCH_BLOCKING=1) return only when the kernel, NCCL's
+  // included, has finished: no collective or transfer can run beside computation.
+  if (s.training.launch_blocking && s.workload.kind != WorkloadKind::Transformer) {
+    d.error("/training/launch_blocking", "blocking launches are modelled for transformer workloads only");
+  } else if (s.training.launch_blocking) {
+    const ParallelSpec& p = s.parallel;
+    const std::pair<bool, const char*> overlaps[] = {
+        {p.dp_overlap, "dp_overlap"},           {p.tp_grad_overlap, "tp_grad_overlap"},
+        {p.tp_comm_overlap, "tp_comm_overlap"}, {p.pp_overlap, "pp_overlap"},
+        {p.moe_a2a_overlap, "moe_a2a_overlap"}, {p.sequence_parallel, "sequence_parallel"}};
+    for (const auto& [on, key] : overlaps) {
+      if (on) {
+        d.error("/training/launch_blocking", std::string("blocking launches run no communication beside "
+                                                         "computation; set parallel.") +
+                                                 key + " to false");
+      }
+    }
+    if (p.cp > 1 || p.zero == 3 || p.offload_layers > 0) {
+      d.error("/training/launch_blocking",
+              "blocking launches are modelled without context parallelism, ZeRO-3 "
+              "and activation offload, whose transfers run beside computation");
+    }
+    if (s.training.cuda_graphs != CudaGraphScope::None) {
+      d.error("/training/launch_blocking", "blocking launches are modelled for eager kernels, not CUDA graphs");
+    }
+  }
   if (s.workload.kind != WorkloadKind::Transformer) return;  // its layout: read_workload
+  // Autograd's accumulation runs on the whole .grad of each parameter; FSDP reduce-
+  // scatters every micro-batch's gradient and DeepSpeed accumulates in its own pass.
+  if (s.training.grad_accumulation == GradAccumulation::Autograd &&
+      (s.parallel.zero == 3 || s.training.framework == Framework::DeepSpeed)) {
+    d.error("/training/grad_accumulation",
+            "\"autograd\" accumulation is modelled for data parallelism with whole gradients per rank (zero 0-2, "
+            "not the deepspeed framework, which accumulates in its own pass)");
+  }
   // Block-scaled recipes need the tensor cores Transformer Engine's support matrix
   // names (nvidia.github.io/TransformerEngine/support_matrix.html): MXFP8 data-centre
   // Blackwell (compute capability 10.x), Float8BlockScaling Hopper or Blackwell.

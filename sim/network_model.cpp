@@ -105,12 +105,12 @@ void keep_simulated_flows(CollectivePlan& plan, const std::vector<char>& simulat
   plan.flows = std::move(kept);
   plan.phase_end = std::move(ends);
 }
-// Replica images (sim/node_images.hpp): keep per phase the flows that leave
-// a representative node, each on the images of its links. False where the
-// plan is not symmetric under the node permutations (a double binary tree of
-// a communicator spanning the classes has a root) or a route would cross one
-// link's image twice.
-bool keep_image_flows(CollectivePlan& plan, bool spans_classes, const NodeImages& images, Topology& topology) {
+// Rank images (sim/link_images.hpp): keep per phase the flows of the
+// representative GPUs (leaving one, or reaching one from a switch), each on
+// the images of its links. False where the plan is not symmetric under the
+// GPU permutations (a double binary tree of a communicator spanning the
+// classes has a root) or a route would cross one link's image twice.
+bool keep_image_flows(CollectivePlan& plan, bool spans_classes, const LinkImages& images, Topology& topology) {
   if (spans_classes && plan.algorithm == FlowAlgorithm::Tree) return false;
   std::vector<PlannedFlow> kept;
   std::vector<std::uint32_t> ends;
@@ -121,8 +121,9 @@ bool keep_image_flows(CollectivePlan& plan, bool spans_classes, const NodeImages
     const std::size_t before = kept.size();
     for (std::size_t f = first; f < end; ++f) {
       PlannedFlow flow = plan.flows[f];
-      const int node = topology.vertex(flow.src).node;
-      if (node < 0 || images.node_rep[static_cast<std::size_t>(node)] != node) continue;
+      const std::uint32_t gpu = topology.vertex(flow.src).kind == VertexKind::Gpu ? flow.src : flow.dst;
+      if (topology.vertex(gpu).kind != VertexKind::Gpu) return false;
+      if (images.gpu_rep[gpu] != static_cast<int>(gpu)) continue;
       links.clear();
       bool moved = false;
       for (std::uint32_t l : topology.links_of(flow.route)) {
@@ -144,7 +145,7 @@ bool keep_image_flows(CollectivePlan& plan, bool spans_classes, const NodeImages
 }
 }  // namespace
 
-void FlowNetworkModel::set_node_images(NodeImages images) {
+void FlowNetworkModel::set_link_images(LinkImages images) {
   FlowNetwork& net = flows_->network();
   for (std::uint32_t l = 0; l < images.capacity.size(); ++l) {
     if (images.capacity[l] != net.link_capacity(l)) net.set_initial_capacity(l, images.capacity[l]);

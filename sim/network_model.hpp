@@ -15,8 +15,8 @@
 
 #include "sim/flow_collectives.hpp"
 #include "sim/flow_network.hpp"
+#include "sim/link_images.hpp"
 #include "sim/network.hpp"
-#include "sim/node_images.hpp"
 #include "sim/program.hpp"
 #include "sim/time.hpp"
 
@@ -52,11 +52,11 @@ class NetworkModel {
   // (flow) keeps, for a communicator with unsimulated members (group
   // representatives), only the flows that reach a simulated GPU.
   virtual void set_simulated_gpus(std::span<const int> gpus) { (void)gpus; }
-  // Replica images (sim/node_images.hpp): only the ranks of representative
-  // nodes are simulated, and a model that plans every member's flows (flow)
-  // keeps those leaving a representative node, on the images of their links.
+  // Rank images (sim/link_images.hpp): only the representative GPUs' ranks
+  // are simulated, and a model that plans every member's flows (flow) keeps
+  // theirs, on the images of their links, with the quotient's capacities.
   // Before the first transfer. A model without links (analytical) ignores it.
-  virtual void set_node_images(NodeImages images) { (void)images; }
+  virtual void set_link_images(LinkImages images) { (void)images; }
   // True once a transfer broke the symmetry the images rely on (a double
   // binary tree across the classes' nodes): the run is not exact then.
   virtual bool images_failed() const { return false; }
@@ -134,7 +134,7 @@ class FlowNetworkModel final : public NetworkModel {
   FlowNetworkModel(const Cluster& cluster, Topology& topology, const std::vector<CalibrationProfile>& profiles);
   void bind(const std::vector<Communicator>& comms) override;
   void set_simulated_gpus(std::span<const int> gpus) override;
-  void set_node_images(NodeImages images) override;
+  void set_link_images(LinkImages images) override;
   bool images_failed() const override { return images_failed_; }
   Time start(Time now, const TransferRequest& transfer, std::uint64_t cookie) override;
   Time next_event() const override { return flows_->next_event(); }
@@ -151,7 +151,7 @@ class FlowNetworkModel final : public NetworkModel {
   FlowCollectives* flows_;
   const std::vector<Communicator>* comms_ = nullptr;
   std::vector<char> simulated_gpu_;  // by GPU id; empty: every GPU
-  std::optional<NodeImages> images_;
+  std::optional<LinkImages> images_;
   bool images_failed_ = false;
   // Plans made so far per communicator, by (what, bytes); what = collective kind, or 8 + sender for p2p.
   std::vector<std::vector<std::pair<std::pair<std::uint32_t, std::uint64_t>, PlanId>>> plans_;

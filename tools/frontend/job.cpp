@@ -324,7 +324,17 @@ JobReport simulate(const Scenario& s, Fidelity fidelity, MemoryCheck memory) {
   return run_job(s, fidelity, memory).report;
 }
 
+namespace {
+JobRun run_job_with(const Scenario& s, Fidelity fidelity, MemoryCheck memory, bool allow_images);
+}  // namespace
+
 JobRun run_job(const Scenario& s, Fidelity fidelity, MemoryCheck memory) {
+  return run_job_with(s, fidelity, memory, true);
+}
+
+namespace {
+// `allow_images`: off for the repeat of a run whose transfers broke the rank images' symmetry.
+JobRun run_job_with(const Scenario& s, Fidelity fidelity, MemoryCheck memory, bool allow_images) {
   if (const std::unique_ptr<OuterLoop> outer = outer_loop_of(s)) return outer->run(s, fidelity);
   const auto t0 = std::chrono::steady_clock::now();
   JobRun run;
@@ -340,7 +350,7 @@ JobRun run_job(const Scenario& s, Fidelity fidelity, MemoryCheck memory) {
   // Where both are exact, whichever simulates fewer ranks: one per TP group or
   // the rank images.
   std::optional<RankImages> images;
-  if (fidelity == Fidelity::Flow && s.flow_ranks == FlowRanks::Auto) images = rank_images(s, platform);
+  if (fidelity == Fidelity::Flow && s.flow_ranks == FlowRanks::Auto && allow_images) images = rank_images(s, platform);
   if (images && groups_exact && images->links.images <= s.parallel.tp) images.reset();
   opts.group_representatives = fidelity == Fidelity::Flow && !images &&
                                (s.flow_ranks == FlowRanks::Groups || (s.flow_ranks == FlowRanks::Auto && groups_exact));
@@ -391,10 +401,9 @@ JobRun run_job(const Scenario& s, Fidelity fidelity, MemoryCheck memory) {
     rep.warnings = network->warnings();
   }
   if (network->images_failed()) {
-    // A transfer was not symmetric under the rank images: not exact, so every rank.
-    Scenario every = s;
-    every.flow_ranks = FlowRanks::All;
-    return run_job(every, fidelity, memory);
+    // A transfer was not symmetric under the rank images: not exact, so again
+    // without them (one rank per TP group where that is exact, else every rank).
+    return run_job_with(s, fidelity, memory, false);
   }
   if (s.parallel.schedule == ScheduleKind::DualPipe) {
     rep.warnings.push_back(
@@ -603,6 +612,7 @@ JobRun run_job(const Scenario& s, Fidelity fidelity, MemoryCheck memory) {
   rep.wall_time_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return run;
 }
+}  // namespace
 
 StageKernels stage_kernels(const Scenario& s, int stage) {
   const Platform platform(s.cluster, s.profiles);

@@ -1752,9 +1752,9 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
   for (int s = 0; s < par.pp; ++s) {
     const std::string where = "[stage " + std::to_string(s) + "]";
     for (int d = 0; d < dp_of(s); ++d) {
-      if (!replica_simulated[d]) continue;
+      if (!replica_simulated[d] || (options.simulated_replicas > 0 && d >= options.simulated_replicas)) continue;
       const int cps = replica_compact[d] ? 1 : cp_of(s);
-      const int tps = replica_compact[d] ? 1 : tp_of(s);
+      const int tps = replica_compact[d] || options.first_tp_rank_only ? 1 : tp_of(s);
       for (int c = 0; c < cps; ++c) {
         for (int t = 0; t < tps; ++t) {
           RankProgram rp;

@@ -25,6 +25,14 @@ struct PlanOptions {
   // approximation at flow fidelity (the group's other members' flows are left
   // out, docs/network.md "Group representatives"), opt-in by the scenario.
   bool group_representatives = false;
+  // With `representatives` off: simulate only the data-parallel replicas
+  // [0, simulated_replicas), every rank of them (0: every replica). Exact at
+  // flow fidelity where the other ranks' traffic is the image of theirs
+  // (rank images, sim/link_images.hpp; the front end decides).
+  int simulated_replicas = 0;
+  // With `simulated_replicas`: only TP index 0 of each of their TP groups
+  // (rank images that also rotate the TP index inside a node).
+  bool first_tp_rank_only = false;
   // Two ranks fall in one class when each transfer on their communicators takes
   // the same time within this relative step (1% by default: a leaf or spine hop
   // more on a multi-megabyte pipeline message does not split a class; the

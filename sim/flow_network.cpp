@@ -15,6 +15,12 @@ FlowNetwork::FlowNetwork(std::vector<double> link_capacity) {
   for (std::size_t l = 0; l < links_.size(); ++l) links_[l].capacity = link_capacity[l];
 }
 
+void FlowNetwork::set_initial_capacity(std::uint32_t link, double capacity) {
+  TRAINSIM_CHECK(active_flows_ == 0 && active_transfers_ == 0 && capacity > 0,
+                 "set_initial_capacity needs an idle network and a positive capacity");
+  links_[link].capacity = capacity;
+}
+
 void FlowNetwork::push(std::vector<HeapEntry>& heap, HeapEntry e) {
   heap.push_back(e);
   std::push_heap(heap.begin(), heap.end(), later);

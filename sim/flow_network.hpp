@@ -60,6 +60,9 @@ class FlowNetwork {
   // flows sharing a component with the link are recomputed then.
   void schedule_capacity(Time at, std::uint32_t link, double capacity);
   double link_capacity(std::uint32_t link) const { return links_[link].capacity; }
+  // Sets a link's capacity (> 0) before any transfer has started (a quotient
+  // of the cluster by a symmetry, sim/link_images.hpp).
+  void set_initial_capacity(std::uint32_t link, double capacity);
   // Earliest time at which a flow drains, a transfer completes or a link
   // changes capacity; Time::max() when idle.
   Time next_event() const;

@@ -105,7 +105,53 @@ void keep_simulated_flows(CollectivePlan& plan, const std::vector<char>& simulat
   plan.flows = std::move(kept);
   plan.phase_end = std::move(ends);
 }
+// Rank images (sim/link_images.hpp): keep per phase the flows of the
+// representative GPUs (leaving one, or reaching one from a switch), each on
+// the images of its links. False where the plan is not symmetric under the
+// GPU permutations (a double binary tree of a communicator spanning the
+// classes has a root) or a route would cross one link's image twice.
+bool keep_image_flows(CollectivePlan& plan, bool spans_classes, const LinkImages& images, Topology& topology) {
+  if (spans_classes && plan.algorithm == FlowAlgorithm::Tree) return false;
+  std::vector<PlannedFlow> kept;
+  std::vector<std::uint32_t> ends;
+  std::vector<std::uint32_t> links;
+  std::size_t first = 0;
+  for (std::size_t ph = 0; ph < plan.phases(); ++ph) {
+    const std::size_t end = plan.phase_end[ph];
+    const std::size_t before = kept.size();
+    for (std::size_t f = first; f < end; ++f) {
+      PlannedFlow flow = plan.flows[f];
+      const std::uint32_t gpu = topology.vertex(flow.src).kind == VertexKind::Gpu ? flow.src : flow.dst;
+      if (topology.vertex(gpu).kind != VertexKind::Gpu) return false;
+      if (images.gpu_rep[gpu] != static_cast<int>(gpu)) continue;
+      links.clear();
+      bool moved = false;
+      for (std::uint32_t l : topology.links_of(flow.route)) {
+        const std::uint32_t image = images.link_rep[l];
+        if (std::find(links.begin(), links.end(), image) != links.end()) return false;
+        moved = moved || image != l;
+        links.push_back(image);
+      }
+      if (moved) flow.route = topology.add_route(links, flow.route.latency);
+      kept.push_back(flow);
+    }
+    if (kept.size() == before && end > first) return false;
+    ends.push_back(static_cast<std::uint32_t>(kept.size()));
+    first = end;
+  }
+  plan.flows = std::move(kept);
+  plan.phase_end = std::move(ends);
+  return true;
+}
 }  // namespace
+
+void FlowNetworkModel::set_link_images(LinkImages images) {
+  FlowNetwork& net = flows_->network();
+  for (std::uint32_t l = 0; l < images.capacity.size(); ++l) {
+    if (images.capacity[l] != net.link_capacity(l)) net.set_initial_capacity(l, images.capacity[l]);
+  }
+  images_ = std::move(images);
+}
 
 Time FlowNetworkModel::start(Time now, const TransferRequest& t, std::uint64_t cookie) {
   const auto key = std::make_pair(t.what(), t.bytes);
@@ -125,7 +171,10 @@ Time FlowNetworkModel::start(Time now, const TransferRequest& t, std::uint64_t c
     CollectivePlan plan = t.p2p ? flows_->plan_p2p(cm.members[t.sender], cm.members[1 - t.sender], bytes, t.comm)
                           : t.matrix != kNoMatrix ? flows_->plan_all_to_all_v(cm.members, t.pairs, t.comm)
                                                   : flows_->plan_collective(cm.members, t.kind, bytes, t.comm);
-    if (!simulated_gpu_.empty() && static_cast<std::size_t>(cm.simulated_members) < cm.members.size()) {
+    const bool partial = static_cast<std::size_t>(cm.simulated_members) < cm.members.size();
+    if (images_) {
+      if (!keep_image_flows(plan, partial, *images_, flows_->topology())) images_failed_ = true;
+    } else if (!simulated_gpu_.empty() && partial) {
       keep_simulated_flows(plan, simulated_gpu_);
     }
     id = flows_->add_plan(std::move(plan));

@@ -8,12 +8,14 @@
 // cluster and calibration facts.
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "sim/flow_collectives.hpp"
 #include "sim/flow_network.hpp"
+#include "sim/link_images.hpp"
 #include "sim/network.hpp"
 #include "sim/program.hpp"
 #include "sim/time.hpp"
@@ -50,6 +52,14 @@ class NetworkModel {
   // (flow) keeps, for a communicator with unsimulated members (group
   // representatives), only the flows that reach a simulated GPU.
   virtual void set_simulated_gpus(std::span<const int> gpus) { (void)gpus; }
+  // Rank images (sim/link_images.hpp): only the representative GPUs' ranks
+  // are simulated, and a model that plans every member's flows (flow) keeps
+  // theirs, on the images of their links, with the quotient's capacities.
+  // Before the first transfer. A model without links (analytical) ignores it.
+  virtual void set_link_images(LinkImages images) { (void)images; }
+  // True once a transfer broke the symmetry the images rely on (a double
+  // binary tree across the classes' nodes): the run is not exact then.
+  virtual bool images_failed() const { return false; }
   // Starts a transfer at `now` (never earlier than the last advance). A model
   // that knows the completion time at once, and never moves it (analytical),
   // returns it and reports nothing later; otherwise it returns Time::max() and
@@ -124,6 +134,8 @@ class FlowNetworkModel final : public NetworkModel {
   FlowNetworkModel(const Cluster& cluster, Topology& topology, const std::vector<CalibrationProfile>& profiles);
   void bind(const std::vector<Communicator>& comms) override;
   void set_simulated_gpus(std::span<const int> gpus) override;
+  void set_link_images(LinkImages images) override;
+  bool images_failed() const override { return images_failed_; }
   Time start(Time now, const TransferRequest& transfer, std::uint64_t cookie) override;
   Time next_event() const override { return flows_->next_event(); }
   void advance(Time now, std::vector<TransferDone>& done) override { flows_->advance(now, done); }
@@ -139,6 +151,8 @@ class FlowNetworkModel final : public NetworkModel {
   FlowCollectives* flows_;
   const std::vector<Communicator>* comms_ = nullptr;
   std::vector<char> simulated_gpu_;  // by GPU id; empty: every GPU
+  std::optional<LinkImages> images_;
+  bool images_failed_ = false;
   // Plans made so far per communicator, by (what, bytes); what = collective kind, or 8 + sender for p2p.
   std::vector<std::vector<std::pair<std::pair<std::uint32_t, std::uint64_t>, PlanId>>> plans_;
 };

@@ -80,7 +80,7 @@ TEST_CASE("the same scenario twice gives identical results") {
   CHECK(strip(a.out) != strip(c.out));  // and a change of input changes the result
 }
 
-TEST_CASE("--fidelity flow agrees with analytical where nothing contends; one rank per TP group where exact") {
+TEST_CASE("--fidelity flow agrees with analytical where nothing contends; rank images where exact") {
   const CliResult a = cli({"run", "--json"});
   const CliResult f = cli({"run", "--json", "--fidelity", "flow"});
   const CliResult every = cli({"run", "--json", "--fidelity", "flow", "--set", "flow.ranks=all"});
@@ -91,9 +91,10 @@ TEST_CASE("--fidelity flow agrees with analytical where nothing contends; one ra
   const auto jf = nlohmann::json::parse(f.out);
   const auto je = nlohmann::json::parse(every.out);
   // The default cluster (8 DGX H100 under one leaf per rail) is symmetric: the
-  // automatic choice runs one rank per TP group and predicts what every rank does.
-  CHECK(jf["simulated_ranks"] == 8);
-  CHECK(jf["flow_ranks"] == "groups (exact)");
+  // automatic choice runs the rank images (fewer than one rank per TP group)
+  // and predicts what every rank does.
+  CHECK(jf["simulated_ranks"] == 4);
+  CHECK(jf["flow_ranks"] == "images (exact)");
   CHECK(je["simulated_ranks"] == 64);
   CHECK(je["flow_ranks"] == "all");
   CHECK(jf["iteration_time_s"] == je["iteration_time_s"]);

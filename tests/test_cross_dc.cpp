@@ -195,8 +195,8 @@ TEST_CASE("DiLoCo: the outer step at both fidelities, and what the section chang
   REQUIRE(an.diloco.has_value());
   REQUIRE(fl.diloco.has_value());
   CHECK(an.gpus == 32);
-  CHECK(fl.simulated_ranks == 2);  // one site's ranks, one per TP group (a site is symmetric)
-  CHECK(fl.flow_ranks == "groups (exact)");
+  CHECK(fl.simulated_ranks == 1);  // one site's ranks, their images folded (a site is symmetric)
+  CHECK(fl.flow_ranks == "images (exact)");
   // The outer all-reduce: a ring over two sites sends 2(n-1)/n = 1 buffer, so each
   // site sends its whole fp32 model over the 12.5 GB/s link its 16 GPUs share.
   const double params = 8.03e9;

@@ -11,6 +11,7 @@
 #include "sim/executor.hpp"
 #include "sim/flow_collectives.hpp"
 #include "sim/flow_network.hpp"
+#include "sim/link_images.hpp"
 #include "sim/metrics.hpp"
 #include "sim_fixtures.hpp"
 #include "topologies/graph.hpp"
@@ -552,4 +553,38 @@ TEST_CASE("a measured send/recv curve times a p2p inside a node at both fideliti
   const AnalyticalNetwork net_plain(cluster, without);
   CHECK(net.p2p_seconds(net.shape({0, 4}), 1e9) ==
         doctest::Approx(net_plain.p2p_seconds(net_plain.shape({0, 4}), 1e9)));
+}
+
+TEST_CASE("link images: a node swap under one leaf maps links to the representatives' and shares the up-links") {
+  // 4 nodes of 2 GPUs under one leaf per rail, adaptive routing over 2
+  // spines; the group swaps nodes 0 <-> 1 and 2 <-> 3 (representatives 0, 2).
+  ClusterSpec spec = toy_cluster(4, 2);
+  spec.fabric.nodes_per_leaf = 4;
+  spec.fabric.spines = 2;
+  spec.fabric.routing = FabricRouting::Adaptive;
+  const Cluster cluster(spec);
+  const Topology topo(cluster);
+  const std::vector<int> rep{0, 1, 0, 1, 4, 5, 4, 5};
+  const std::optional<LinkImages> im = link_images(topo, rep, 2);
+  REQUIRE(im.has_value());
+  int uplinks = 0;
+  for (std::uint32_t l = 0; l < topo.num_links(); ++l) {
+    const TopologyLink& link = topo.link(l);
+    const TopologyLink& image = topo.link(im->link_rep[l]);
+    CHECK(image.capacity == link.capacity);
+    CHECK(image.kind == link.kind);
+    const VertexKind from = topo.vertex(link.from).kind;
+    if (from == VertexKind::Gpu) CHECK(image.from == static_cast<std::uint32_t>(rep[link.from]));
+    if (link.kind == LinkKind::Uplink) {
+      // Fixed by the swap (one leaf per rail): both images of a flow cross it.
+      ++uplinks;
+      CHECK(im->link_rep[l] == l);
+      CHECK(im->capacity[l] == link.capacity / 2);
+    } else if (im->link_rep[l] == l) {
+      CHECK(im->capacity[l] == link.capacity);  // a representative GPU's or NIC's link
+    }
+  }
+  CHECK(uplinks == 4);  // a leaf per rail, up and down to the one vertex of the bundled spines
+  // A map that splits a node over two nodes is no symmetry.
+  CHECK_FALSE(link_images(topo, {0, 1, 2, 1, 4, 5, 4, 5}, 2).has_value());
 }

@@ -17,8 +17,10 @@ const Catalog& catalog() {
   return c;
 }
 
-// A small GPT on DGX H100 nodes; `cluster` is the scenario's cluster object.
-Scenario small_scenario(const std::string& cluster, int tp, int dp, int pp, bool dp_overlap = true) {
+// A small GPT on DGX H100 nodes; `cluster` is the scenario's cluster object;
+// `extra`: more keys of "parallel" (e.g. context parallelism).
+Scenario small_scenario(const std::string& cluster, int tp, int dp, int pp, bool dp_overlap = true,
+                        const std::string& extra = "") {
   const std::string text = R"({
     "name": "flow-test",
     "model": {"name": "gpt-small", "layers": 8, "hidden": 2048, "heads": 16, "ffn_hidden": 8192, "vocab": 32000},
@@ -27,7 +29,7 @@ Scenario small_scenario(const std::string& cluster, int tp, int dp, int pp, bool
     "parallel": {"tp": )" + std::to_string(tp) +
                            R"(, "dp": )" + std::to_string(dp) + R"(, "pp": )" + std::to_string(pp) +
                            R"(, "micro_batch": 1, "global_batch": )" + std::to_string(4 * dp * pp) +
-                           R"(, "dp_overlap": )" + (dp_overlap ? "true" : "false") + R"(},
+                           R"(, "dp_overlap": )" + (dp_overlap ? "true" : "false") + extra + R"(},
     "training": {"seq_len": 2048}
   })";
   return load_scenario_text(text, "flow-test.json", "", {}, catalog());
@@ -106,7 +108,7 @@ TEST_CASE("run_job: flow and analytical fidelity agree within 5% without content
   const JobReport fl = run_job(s, Fidelity::Flow).report;
   REQUIRE(an.feasible);
   REQUIRE(fl.feasible);
-  CHECK(fl.simulated_ranks == 2);  // one per TP group: the cluster is symmetric (flow.ranks auto)
+  CHECK(fl.simulated_ranks == 1);  // the images of the node swap and the TP rotation (flow.ranks auto)
   CHECK(fl.iteration_time_s == doctest::Approx(an.iteration_time_s).epsilon(0.05));
   // Pipeline parallel across nodes too (point-to-point on one rail each).
   const Scenario p = small_scenario(R"({"node": "dgx-h100", "nodes": 4})", 8, 2, 2);
@@ -263,23 +265,22 @@ TEST_CASE("flow.ranks auto: one rank per TP group where the cluster is symmetric
     REQUIRE(all.feasible);
     REQUIRE(one.feasible);
     CHECK(all.flow_ranks == "all");
-    CHECK(one.flow_ranks == "groups (exact)");
-    CHECK(one.simulated_ranks * c.tp == all.simulated_ranks);
+    // One rank per TP group, or fewer where the rank images leave fewer (next test case).
+    CHECK((one.flow_ranks == "groups (exact)" || one.flow_ranks == "images (exact)"));
+    CHECK(one.simulated_ranks * c.tp <= all.simulated_ranks);
     CHECK(Time::seconds(one.iteration_time_s).count_ns() == Time::seconds(all.iteration_time_s).count_ns());
     CHECK(one.breakdown.exposed_comm_s == all.breakdown.exposed_comm_s);
     for (const std::string& w : one.warnings) CHECK(w.find("flow.ranks") == std::string::npos);  // exact: no warning
   }
   // Not provably exact, so every rank: ECMP over several spines (the images of
   // a flow hash to different spines), also with several queue pairs per
-  // connection, a fat-tree of several leaves (the rails share its uplinks,
-  // adaptive routing or not), a straggler.
+  // connection, a straggler. (A fat-tree of several leaves, whose up-links
+  // every rail shares, runs the rank images of the next test case.)
   const std::string asymmetric[] = {
       R"({"node": "dgx-h100", "nodes": 8})",
       R"({"node": "dgx-h100", "nodes": 8, "fabric": {"nodes_per_leaf": 2, "spines": 3, "routing": "ecmp"}})",
       R"({"node": "dgx-h100", "nodes": 8, "fabric": {"nodes_per_leaf": 2, "spines": 3, "routing": "ecmp",
           "qps_per_connection": 4}})",
-      R"({"node": "dgx-h100", "nodes": 8, "fabric": {"kind": "fat-tree", "nodes_per_leaf": 2, "spines": 1}})",
-      R"({"node": "dgx-h100", "nodes": 8, "fabric": {"kind": "fat-tree", "nodes_per_leaf": 2, "spines": 4}})",
   };
   for (const std::string& cluster : asymmetric) {
     CAPTURE(cluster);
@@ -291,4 +292,82 @@ TEST_CASE("flow.ranks auto: one rank per TP group where the cluster is symmetric
   }
   // Analytical fidelity says nothing about flow ranks.
   CHECK(run_job(small_scenario(cases[0].cluster, 8, 4, 2), Fidelity::Analytical).report.flow_ranks.empty());
+}
+
+TEST_CASE("flow.ranks auto: rank images with context parallelism, to the nanosecond") {
+  // Context parallelism inside a node (TP 2 x CP 2, TP 1 x CP 4, ring and
+  // Ulysses) and across nodes (TP 8 x CP 2), data-parallel replicas whose
+  // traffic is the image of the first ones' under a shift of whole nodes:
+  // inside one leaf (the leaf's up-links shared by the images) and over two
+  // leaves (the leaves swapped), and with TP > 1 the rotation of the TP index
+  // inside each node too; adaptive routing over 3 spines, and fat-trees of two
+  // leaves (TP 8, no CP). ZeRO-1 (reduce-scatter and all-gather over
+  // the data-parallel rings); ZeRO-0's all-reduce below.
+  struct Case {
+    std::string cluster;
+    int tp, dp, pp;
+    std::string cp;
+    int simulated;  // ranks the images leave
+  };
+  const std::string two_leaves = R"({"node": "dgx-h100", "nodes": 8, "fabric": {"nodes_per_leaf": 2, "spines": 3}})";
+  const std::string one_leaf = R"({"node": "dgx-h100", "nodes": 8, "fabric": {"nodes_per_leaf": 4, "spines": 3}})";
+  const Case cases[] = {
+      {two_leaves, 2, 8, 2, R"(, "cp": 2)", 16},
+      {one_leaf, 2, 8, 2, R"(, "cp": 2)", 8},
+      {one_leaf, 2, 4, 2, R"(, "cp": 4)", 8},
+      {one_leaf, 1, 4, 4, R"(, "cp": 4)", 32},
+      {one_leaf, 2, 8, 2, R"(, "cp": 2, "cp_kind": "ulysses")", 8},
+      {one_leaf, 8, 2, 2, R"(, "cp": 2)", 4},
+      // Leaves of 3 nodes cut the stages of 4 unevenly: the TP rotation alone.
+      {R"({"node": "dgx-h100", "nodes": 8, "fabric": {"nodes_per_leaf": 3, "spines": 3}})", 2, 8, 2, R"(, "cp": 2)",
+       32},
+      {R"({"node": "dgx-h100", "nodes": 8, "fabric": {"kind": "fat-tree", "nodes_per_leaf": 2, "spines": 1}})", 8, 4, 2,
+       "", 4},
+      {R"({"node": "dgx-h100", "nodes": 8, "fabric": {"kind": "fat-tree", "nodes_per_leaf": 2, "spines": 4}})", 8, 4, 2,
+       "", 4},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.cluster);
+    CAPTURE(c.tp);
+    CAPTURE(c.cp);
+    Scenario every = small_scenario(c.cluster, c.tp, c.dp, c.pp, true, c.cp + R"(, "zero": 1)");
+    every.flow_ranks = FlowRanks::All;
+    Scenario automatic = every;
+    automatic.flow_ranks = FlowRanks::Auto;
+    const JobReport all = run_job(every, Fidelity::Flow).report;
+    const JobReport some = run_job(automatic, Fidelity::Flow).report;
+    REQUIRE(all.feasible);
+    REQUIRE(some.feasible);
+    CHECK(all.simulated_ranks == 64);
+    CHECK(some.flow_ranks == "images (exact)");
+    CHECK(some.simulated_ranks == c.simulated);
+    CHECK(Time::seconds(some.iteration_time_s).count_ns() == Time::seconds(all.iteration_time_s).count_ns());
+    CHECK(some.breakdown.compute_s == all.breakdown.compute_s);
+    CHECK(some.breakdown.exposed_comm_s == all.breakdown.exposed_comm_s);
+    CHECK(some.breakdown.bubble_s == all.breakdown.bubble_s);
+    CHECK(some.breakdown.idle_s == all.breakdown.idle_s);
+    for (const std::string& w : some.warnings) CHECK(w.find("flow.ranks") == std::string::npos);
+  }
+  // Not symmetric, so every rank: ECMP over several spines, a straggler; and
+  // ZeRO-0, whose small all-reduces take NCCL's double binary tree over
+  // the nodes (rooted, so not symmetric): the run finds it and runs every rank.
+  struct Asymmetric {
+    std::string cluster, parallel;
+    bool straggler;
+  };
+  const Asymmetric asymmetric[] = {
+      {R"({"node": "dgx-h100", "nodes": 8, "fabric": {"nodes_per_leaf": 2, "spines": 3, "routing": "ecmp"}})",
+       R"(, "cp": 2, "zero": 1)", false},
+      {one_leaf, R"(, "cp": 2, "zero": 1)", true},
+      {one_leaf, R"(, "cp": 2, "zero": 0)", false},
+  };
+  for (const Asymmetric& a : asymmetric) {
+    CAPTURE(a.cluster);
+    CAPTURE(a.parallel);
+    Scenario s = small_scenario(a.cluster, 2, 8, 2, true, a.parallel);
+    if (a.straggler) s.cluster.slowdowns.push_back(GpuSlowdown{3, 1.2, {}});
+    const JobReport r = run_job(s, Fidelity::Flow).report;
+    CHECK(r.flow_ranks == "all");
+    CHECK(r.simulated_ranks == 64);
+  }
 }

@@ -583,6 +583,15 @@ std::uint32_t Topology::hops(std::uint32_t v, std::uint32_t t) {
   return best;
 }
 
+Route Topology::add_route(std::span<const std::uint32_t> links, double latency) {
+  Route r;
+  r.offset = static_cast<std::uint32_t>(route_pool_.size());
+  r.length = static_cast<std::uint32_t>(links.size());
+  r.latency = latency;
+  route_pool_.insert(route_pool_.end(), links.begin(), links.end());
+  return r;
+}
+
 Route Topology::route(std::uint32_t src, std::uint32_t dst, std::uint64_t tag) {
   const Cache::Key key{src, dst, tag, kNoVertex};
   if (auto it = cache_->routes.find(key); it != cache_->routes.end()) return it->second;

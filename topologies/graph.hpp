@@ -155,6 +155,9 @@ class Topology {
   // The first GPU of `node` whose NIC is on `rail`; -1 if none.
   int gpu_on_rail(int node, int rail) const;
   std::span<const std::uint32_t> links_of(const Route& r) const { return {route_pool_.data() + r.offset, r.length}; }
+  // A route over the given links (not computed here: e.g. the images of a
+  // route's links under a symmetry of the cluster), kept in the route pool.
+  Route add_route(std::span<const std::uint32_t> links, double latency);
   // Links on a shortest path from v to t that transits no other GPU (the
   // length of route(v, t, ...)); kNoRoute when there is none.
   static constexpr std::uint32_t kNoRoute = 1u << 30;

@@ -4,12 +4,14 @@
 #include <chrono>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "models/pipedream.hpp"
 #include "models/planner.hpp"
 #include "sim/check.hpp"
 #include "sim/executor.hpp"
+#include "sim/link_images.hpp"
 #include "sim/platform.hpp"
 #include "tools/frontend/outer_loop.hpp"
 
@@ -222,6 +224,97 @@ bool group_representatives_exact(const Scenario& s) {
   return f.spines <= 1 || f.bundled_spines() || (one_leaf && p.tp == node.gpus_per_node);
 }
 
+namespace {
+struct RankImages {
+  int replicas = 0;                 // replicas simulated: [0, replicas)
+  bool first_tp_rank_only = false;  // and of each of their TP groups only TP index 0
+  LinkImages links;
+};
+
+// Rank images (docs/network.md, "Group representatives"): the smallest step
+// of the data-parallel index that moves every rank's GPU by a permutation of
+// whole nodes which keeps each GPU's index in its node and the nodes of a
+// leaf under one leaf, and, on nodes whose GPUs each have their own NIC
+// behind an NVSwitch, the rotation of the TP index inside every node; with
+// the images of the links. nullopt where they leave every rank or the cluster
+// or the job is not symmetric under them (node types, stragglers, degraded
+// links, ECMP choices between spines, several datacenters, experts, per-stage
+// layouts, uneven replicas, other workloads).
+std::optional<RankImages> rank_images(const Scenario& s, Platform& platform) {
+  const ClusterSpec& c = s.cluster;
+  const ParallelSpec& p = s.parallel;
+  if (s.workload.kind != WorkloadKind::Transformer || s.model.moe.enabled() || c.groups.size() != 1 ||
+      !c.slowdowns.empty() || !s.link_perturbations.empty()) {
+    return std::nullopt;
+  }
+  if (p.ep != 1 || !p.stages.empty() || !p.placement_gpus.empty() || p.uneven_shares()) return std::nullopt;
+  const FabricFacts f = fabric_facts(c);
+  if (f.datacenters != 1 || (f.spines > 1 && !f.bundled_spines())) return std::nullopt;
+  const Cluster& cluster = platform.cluster();
+  const NodeSpec& node = c.groups[0].node;
+  const int per_node = node.gpus_per_node;
+  const int nodes = cluster.num_nodes();
+  if (static_cast<long>(p.tp) * p.cp * p.dp * p.pp != cluster.num_gpus()) return std::nullopt;
+  const Placement placement = Placement::of(p);
+  auto gpu = [&](int stage, int d, int cp, int tp) { return placement.gpu(RankCoord{tp, cp, 0, d, stage}); };
+  auto for_each_rank = [&](auto&& visit) {
+    bool ok = true;
+    for (int st = 0; st < p.pp && ok; ++st) {
+      for (int d = 0; d < p.dp && ok; ++d) {
+        for (int cp = 0; cp < p.cp && ok; ++cp) {
+          for (int tp = 0; tp < p.tp && ok; ++tp) ok = visit(st, d, cp, tp);
+        }
+      }
+    }
+    return ok;
+  };
+  // The TP rotation: inside a node, one permutation of places for every node.
+  std::vector<int> place_image(per_node, -1);
+  const bool rotate_tp = p.tp > 1 && node.scaleup == ScaleupKind::NVSwitch && node.nic_count == per_node &&
+                         for_each_rank([&](int st, int d, int cp, int tp) {
+                           const int g = gpu(st, d, cp, tp), h = gpu(st, d, cp, (tp + 1) % p.tp);
+                           const bool same =
+                               g / per_node == h / per_node &&
+                               (place_image[g % per_node] < 0 || place_image[g % per_node] == h % per_node);
+                           place_image[g % per_node] = h % per_node;
+                           return same;
+                         });
+  for (int step = 1; step <= p.dp; ++step) {
+    const int images = p.dp / step * (rotate_tp ? p.tp : 1);
+    if (p.dp % step != 0 || images == 1) continue;
+    // The node map of one step, and of leaf groups under it.
+    std::vector<int> next(nodes, -1), next_leaf(nodes, -1);
+    bool symmetric = for_each_rank([&](int st, int d, int cp, int tp) {
+      const int g = gpu(st, d, cp, tp), h = gpu(st, (d + step) % p.dp, cp, tp);
+      const int n = g / per_node, m = h / per_node;
+      const int lg = f.leaf_group_of(n), lm = f.leaf_group_of(m);
+      const bool same =
+          g % per_node == h % per_node && (next[n] < 0 || next[n] == m) && (next_leaf[lg] < 0 || next_leaf[lg] == lm);
+      next[n] = m;
+      next_leaf[lg] = lm;
+      return same;
+    });
+    // Leaf groups map one to one.
+    std::vector<char> hit(nodes, 0);
+    for (int lg = 0; lg < nodes && symmetric; ++lg) {
+      if (next_leaf[lg] < 0) continue;
+      symmetric = hit[next_leaf[lg]] == 0;
+      hit[next_leaf[lg]] = 1;
+    }
+    if (!symmetric) continue;
+    std::vector<int> gpu_rep(cluster.num_gpus(), -1);
+    for_each_rank([&](int st, int d, int cp, int tp) {
+      gpu_rep[gpu(st, d, cp, tp)] = gpu(st, d % step, cp, rotate_tp ? 0 : tp);
+      return true;
+    });
+    if (std::optional<LinkImages> links = link_images(platform.topology(), std::move(gpu_rep), images)) {
+      return RankImages{step, rotate_tp, std::move(*links)};
+    }
+  }
+  return std::nullopt;
+}
+}  // namespace
+
 std::unique_ptr<Workload> workload_of(const Scenario& s) {
   if (std::unique_ptr<Workload> w = make_workload(s.workload)) return w;
   return std::make_unique<TransformerWorkload>(s.model, s.parallel, s.training);
@@ -231,7 +324,17 @@ JobReport simulate(const Scenario& s, Fidelity fidelity, MemoryCheck memory) {
   return run_job(s, fidelity, memory).report;
 }
 
+namespace {
+JobRun run_job_with(const Scenario& s, Fidelity fidelity, MemoryCheck memory, bool allow_images);
+}  // namespace
+
 JobRun run_job(const Scenario& s, Fidelity fidelity, MemoryCheck memory) {
+  return run_job_with(s, fidelity, memory, true);
+}
+
+namespace {
+// `allow_images`: off for the repeat of a run whose transfers broke the rank images' symmetry.
+JobRun run_job_with(const Scenario& s, Fidelity fidelity, MemoryCheck memory, bool allow_images) {
   if (const std::unique_ptr<OuterLoop> outer = outer_loop_of(s)) return outer->run(s, fidelity);
   const auto t0 = std::chrono::steady_clock::now();
   JobRun run;
@@ -244,8 +347,17 @@ JobRun run_job(const Scenario& s, Fidelity fidelity, MemoryCheck memory) {
   PlanOptions opts;
   opts.representatives = fidelity != Fidelity::Flow;  // the flow model needs every member
   const bool groups_exact = group_representatives_exact(s);
-  opts.group_representatives = fidelity == Fidelity::Flow &&
+  // Where both are exact, whichever simulates fewer ranks: one per TP group or
+  // the rank images.
+  std::optional<RankImages> images;
+  if (fidelity == Fidelity::Flow && s.flow_ranks == FlowRanks::Auto && allow_images) images = rank_images(s, platform);
+  if (images && groups_exact && images->links.images <= s.parallel.tp) images.reset();
+  opts.group_representatives = fidelity == Fidelity::Flow && !images &&
                                (s.flow_ranks == FlowRanks::Groups || (s.flow_ranks == FlowRanks::Auto && groups_exact));
+  if (images) {
+    opts.simulated_replicas = images->replicas;
+    opts.first_tp_rank_only = images->first_tp_rank_only;
+  }
   apply_link_perturbations(s, fidelity, platform, nullptr);  // analytical: before planning reads the network
   run.plan = workload_of(s)->plan(platform, Placement::of(s.parallel), opts);
   const WorkloadPlan& plan = run.plan;
@@ -282,10 +394,16 @@ JobRun run_job(const Scenario& s, Fidelity fidelity, MemoryCheck memory) {
   TRAINSIM_CHECK(network->needs_every_member() == !opts.representatives, "plan and network model disagree on members");
   apply_link_perturbations(s, fidelity, platform, network.get());
   track_wan_links(platform, *network, fidelity == Fidelity::Flow);
+  if (images) network->set_link_images(std::move(images->links));
   {
     Executor exec(plan.setup, cluster, platform.costs(), *network);
     run.result = exec.run();
     rep.warnings = network->warnings();
+  }
+  if (network->images_failed()) {
+    // A transfer was not symmetric under the rank images: not exact, so again
+    // without them (one rank per TP group where that is exact, else every rank).
+    return run_job_with(s, fidelity, memory, false);
   }
   if (s.parallel.schedule == ScheduleKind::DualPipe) {
     rep.warnings.push_back(
@@ -293,7 +411,8 @@ JobRun run_job(const Scenario& s, Fidelity fidelity, MemoryCheck memory) {
         "after the backward (github.com/deepseek-ai/DualPipe); that exchange is not charged (docs/schedules.md)");
   }
   if (fidelity == Fidelity::Flow) {
-    rep.flow_ranks = opts.group_representatives && plan.setup.ranks.size() < static_cast<std::size_t>(rep.gpus)
+    rep.flow_ranks = opts.simulated_replicas > 0 ? "images (exact)"
+                     : opts.group_representatives && plan.setup.ranks.size() < static_cast<std::size_t>(rep.gpus)
                          ? (groups_exact ? "groups (exact)" : "groups")
                          : "all";
   }
@@ -493,6 +612,7 @@ JobRun run_job(const Scenario& s, Fidelity fidelity, MemoryCheck memory) {
   rep.wall_time_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return run;
 }
+}  // namespace
 
 StageKernels stage_kernels(const Scenario& s, int stage) {
   const Platform platform(s.cluster, s.profiles);

@@ -48,8 +48,9 @@ struct Scenario {
   std::optional<DilocoSpec> diloco;                      // low-communication training across datacenters
   // "flow": {"ranks": ...}: at flow fidelity every rank ("all"), one rank per
   // TP/CP group whose members time alike ("groups", an approximation unless
-  // the cluster is symmetric), or groups only where that is exact ("auto",
-  // the default; docs/network.md "Group representatives").
+  // the cluster is symmetric), or, where exact, groups or the rank images of
+  // the cluster's symmetries, whichever runs fewer ranks ("auto", the
+  // default; docs/network.md "Group representatives").
   FlowRanks flow_ranks = FlowRanks::Auto;
   // Valid but suspicious (a seq_len beyond the model's context, a profile for a
   // GPU the cluster lacks): "file: /pointer: message", printed by the CLI.

@@ -35,6 +35,22 @@ Scenario small_scenario(const std::string& cluster, int tp, int dp, int pp, bool
   return load_scenario_text(text, "flow-test.json", "", {}, catalog());
 }
 
+// The same scenario at flow fidelity with every rank and with `mode`: both must be
+// feasible (a test compares what the representatives give with every rank's run).
+struct FlowRankRuns {
+  JobReport all;
+  JobReport some;
+};
+FlowRankRuns run_every_rank_and(Scenario s, FlowRanks mode) {
+  s.flow_ranks = FlowRanks::All;
+  FlowRankRuns r{run_job(s, Fidelity::Flow).report, {}};
+  s.flow_ranks = mode;
+  r.some = run_job(s, Fidelity::Flow).report;
+  REQUIRE(r.all.feasible);
+  REQUIRE(r.some.feasible);
+  return r;
+}
+
 }  // namespace
 
 TEST_CASE("scenario reader: inconsistent cluster descriptions are errors naming the JSON pointer") {
@@ -202,14 +218,10 @@ TEST_CASE("flow.ranks groups: one rank per TP group at flow fidelity, close to e
   // per rail with 3 spines, so data-parallel rings collide on ECMP-hashed uplinks.
   const std::string cluster =
       R"({"node": "dgx-h100", "nodes": 8, "fabric": {"nodes_per_leaf": 2, "spines": 3, "routing": "ecmp"}})";
-  Scenario every = small_scenario(cluster, 8, 4, 2);
-  every.flow_ranks = FlowRanks::All;
-  Scenario groups = every;
-  groups.flow_ranks = FlowRanks::Groups;
-  const JobReport all = run_job(every, Fidelity::Flow).report;
-  const JobReport one = run_job(groups, Fidelity::Flow).report;
-  REQUIRE(all.feasible);
-  REQUIRE(one.feasible);
+  const Scenario every = small_scenario(cluster, 8, 4, 2);
+  const FlowRankRuns runs = run_every_rank_and(every, FlowRanks::Groups);
+  const JobReport& all = runs.all;
+  const JobReport& one = runs.some;
   CHECK(all.simulated_ranks == 64);
   CHECK(one.simulated_ranks == 8);
   CHECK(one.events * 8 == all.events);
@@ -220,6 +232,8 @@ TEST_CASE("flow.ranks groups: one rank per TP group at flow fidelity, close to e
   bool said = false;
   for (const std::string& w : one.warnings) said = said || w.find("flow.ranks \"groups\": 8 of 64 ranks") == 0;
   CHECK(said);
+  Scenario groups = every;
+  groups.flow_ranks = FlowRanks::Groups;
   CHECK(run_job(groups, Fidelity::Analytical).report.iteration_time_s ==
         run_job(every, Fidelity::Analytical).report.iteration_time_s);
   // A bad value is an input error at its pointer.
@@ -256,14 +270,9 @@ TEST_CASE("flow.ranks auto: one rank per TP group where the cluster is symmetric
   for (const Case& c : cases) {
     CAPTURE(c.cluster);
     CAPTURE(c.tp);
-    Scenario every = small_scenario(c.cluster, c.tp, c.dp, c.pp);
-    every.flow_ranks = FlowRanks::All;
-    Scenario automatic = every;
-    automatic.flow_ranks = FlowRanks::Auto;
-    const JobReport all = run_job(every, Fidelity::Flow).report;
-    const JobReport one = run_job(automatic, Fidelity::Flow).report;
-    REQUIRE(all.feasible);
-    REQUIRE(one.feasible);
+    const FlowRankRuns runs = run_every_rank_and(small_scenario(c.cluster, c.tp, c.dp, c.pp), FlowRanks::Auto);
+    const JobReport& all = runs.all;
+    const JobReport& one = runs.some;
     CHECK(all.flow_ranks == "all");
     // One rank per TP group, or fewer where the rank images leave fewer (next test case).
     CHECK((one.flow_ranks == "groups (exact)" || one.flow_ranks == "images (exact)"));
@@ -330,14 +339,10 @@ TEST_CASE("flow.ranks auto: rank images with context parallelism, to the nanosec
     CAPTURE(c.cluster);
     CAPTURE(c.tp);
     CAPTURE(c.cp);
-    Scenario every = small_scenario(c.cluster, c.tp, c.dp, c.pp, true, c.cp + R"(, "zero": 1)");
-    every.flow_ranks = FlowRanks::All;
-    Scenario automatic = every;
-    automatic.flow_ranks = FlowRanks::Auto;
-    const JobReport all = run_job(every, Fidelity::Flow).report;
-    const JobReport some = run_job(automatic, Fidelity::Flow).report;
-    REQUIRE(all.feasible);
-    REQUIRE(some.feasible);
+    const FlowRankRuns runs =
+        run_every_rank_and(small_scenario(c.cluster, c.tp, c.dp, c.pp, true, c.cp + R"(, "zero": 1)"), FlowRanks::Auto);
+    const JobReport& all = runs.all;
+    const JobReport& some = runs.some;
     CHECK(all.simulated_ranks == 64);
     CHECK(some.flow_ranks == "images (exact)");
     CHECK(some.simulated_ranks == c.simulated);

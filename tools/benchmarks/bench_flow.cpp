@@ -119,7 +119,7 @@ void run_flow_job(benchmark::State& state, const Scenario& s) {
   state.counters["peak_rss_GiB"] = peak_rss_gib();
 }
 
-// Llama-3 70B on 64 H100 (TP8 PP4 DP2), every rank at flow fidelity.
+// Llama-3 70B on 64 H100 (TP8 PP4 DP2) at flow fidelity (exact representatives).
 void BM_FlowDefaultScenario(benchmark::State& state) {
   const EmbeddedFile& f = default_scenario_file();
   run_flow_job(state, load_scenario_text(std::string(f.text), std::string(f.path), "", {}, catalog()));
@@ -127,14 +127,14 @@ void BM_FlowDefaultScenario(benchmark::State& state) {
 BENCHMARK(BM_FlowDefaultScenario)->Unit(benchmark::kMillisecond)->Iterations(1);
 
 // GPT-3 175B-class (145.6B) on 1536 A100 (TP8 PP8 DP24, interleaved), one
-// iteration at flow fidelity with every one of the 1536 ranks simulated.
+// iteration at flow fidelity (one rank per TP group of the 1536, exact).
 void BM_FlowMegatron145B_1536Gpu(benchmark::State& state) {
   run_flow_job(state, validation_scenario("megatron2021_t1_145.6B"));
 }
 BENCHMARK(BM_FlowMegatron145B_1536Gpu)->Unit(benchmark::kMillisecond)->Iterations(1);
 
 // 1T parameters on 3072 A100 (TP8 PP64 DP6, 512 micro-batches per pipeline):
-// the largest validation run, every rank at flow fidelity.
+// the largest validation run at flow fidelity (one rank per TP group, exact).
 void BM_FlowMegatron1T_3072Gpu(benchmark::State& state) {
   run_flow_job(state, validation_scenario("megatron2021_t1_1008.0B"));
 }
@@ -151,9 +151,10 @@ Scenario llama405b_on(int gpus) {
                             catalog());
 }
 
-// One flow-fidelity iteration, every rank simulated. Peak RSS is the
-// process's: run one size per process (--benchmark_filter) for its figure.
-// 65,536 and 131,072 GPUs take minutes; they run only when asked for.
+// One flow-fidelity iteration with the scenario's `flow.ranks` ("auto": the
+// exact representatives, docs/network.md). Peak RSS is the process's: run one
+// size per process (--benchmark_filter) for its figure. 65,536 and 131,072 GPUs
+// run only when asked for.
 void BM_FlowLlama405B(benchmark::State& state) {
   const Scenario s = llama405b_on(static_cast<int>(state.range(0)));
   std::uint64_t events = 0;

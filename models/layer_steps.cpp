@@ -199,8 +199,16 @@ struct KernelRecipe {
   // after the GEMM, and every bias gradient as a column sum of its output gradient.
   bool bias_add = false, bias_grad = false;
   bool weight_casts = false;   // fp32 master weights cast to 16 bits once per forward (AMP / FSDP2)
-  bool casts_sharded = false;  // FSDP2: the cast runs on the 1/dp shard, before the all-gather, in both passes
+  bool casts_sharded = false;  // FSDP: the cast runs on the 1/dp shard, before the all-gather, in both passes
+  bool casts_flat = false;     // FSDP1: one cast of the block's flat parameter instead of one per weight
 };
+
+// Launches of one layer's weight casts: one per weight matrix (QKV, projection, MLP up
+// (gate and up), down), or one for FSDP1's flat parameter.
+int weight_cast_kernels(const KernelRecipe& R, bool swiglu) {
+  if (R.casts_flat) return 1;
+  return swiglu ? 5 : 4;
+}
 
 KernelRecipe recipe_of(Framework f, double act_bytes, bool rmsnorm) {
   KernelRecipe r;
@@ -560,6 +568,14 @@ std::vector<Step> full_recompute_of(const std::vector<Step>& forward, const Para
   return out;
 }
 
+// `steps` less its first step where that is called `name` (nothing waits on it).
+std::vector<Step> without_first(const std::vector<Step>& steps, const std::string& name) {
+  if (steps.empty() || steps.front().name != name) return steps;
+  std::vector<Step> out;
+  append_slice(steps, 1, steps.size(), &out);
+  return out;
+}
+
 std::size_t index_of(const std::vector<Step>& steps, const std::string& name) {
   for (std::size_t j = 0; j < steps.size(); ++j) {
     if (steps[j].name == name) return j;
@@ -812,7 +828,7 @@ void parallel_block_layer(const TransformerSpec& m, const ParallelSpec& p, const
   const double residual = act_norm * (D.dropout ? 3.5 * R.residual_dropout : 3) + act_norm;
   const int residual_kernels = D.dropout ? R.residual_dropout_kernels : 1;
   const double cast_bytes = m.params_per_layer() / p.tp * (4 + D.act_bytes) * (R.casts_sharded ? 1.0 / p.dp : 1.0);
-  const int cast_kernels = D.swiglu ? 5 : 4;
+  const int cast_kernels = weight_cast_kernels(R, D.swiglu);
   {
     StepList L(&out->forward, Pass::Forward, D.act_bytes, tr.fp8_recipe);
     if (R.weight_casts) L.memory("amp.weight.cast", cast_bytes, {}, cast_kernels);
@@ -911,16 +927,22 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
   auto after = [&](int c) { return ov ? maybe(c) : std::vector<int>{}; };
   KernelRecipe R = recipe_of(tr.framework, D.act_bytes, m.rmsnorm);
   if (D.act_bytes >= 4) R.weight_casts = false;  // FP32 training: no 16-bit weight copies to cast
+  // ZeRO-3 gathers 16-bit parameters (the planner's all-gathers), which under PyTorch FSDP is
+  // MixedPrecision(param_dtype=16-bit): each unshard casts the rank's fp32 shard first
+  // (FlatParamHandle.pre_unshard -> _use_low_precision_shard, torch/distributed/fsdp/
+  // flat_param.py), in the forward and again for the backward's re-gather, and autocast then
+  // finds 16-bit weights and casts none. FSDP1 (eager, torch.compile) casts the wrapped
+  // block's flat parameter in one copy_.
+  if (R.weight_casts && !R.casts_sharded && p.zero >= 3 && p.dp > 1) R.casts_sharded = R.casts_flat = true;
   const double residual = act_norm * (D.dropout ? 3.5 * R.residual_dropout : 3);
   const int residual_kernels = D.dropout ? R.residual_dropout_kernels : 1;
   // Linear-layer biases (the reader allows them on the standard dense block only).
   const bool bias = m.bias && !m.parallel_block && !m.mla.enabled();
   const double qkv_out = D.tokens * (D.a_t + 2 * D.g_t) * D.d * D.act_bytes;  // one QKV output, this rank
-  // fp32 -> 16-bit weight casts: read 4 + write 2 bytes per weight of this rank; one
-  // launch per weight matrix (QKV, projection, MLP up (gate and up), down).
+  // fp32 -> 16-bit weight casts: read 4 + write 2 bytes per weight of this rank.
   const double cast_share = R.casts_sharded ? 1.0 / p.dp : 1.0;
   const double cast_bytes = m.params_per_layer() / p.tp * (4 + 2) * cast_share;
-  const int cast_kernels = D.swiglu ? 5 : 4;
+  const int cast_kernels = weight_cast_kernels(R, D.swiglu);
   const double head_cast_bytes = static_cast<double>(m.vocab) * m.hidden / p.tp * (4 + 2) * cast_share;
 
   if (m.parallel_block) parallel_block_layer(m, p, tr, D, R, &dense);
@@ -1032,7 +1054,9 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
 
   // ---------------- recomputation before backward ----------------
   if (p.recompute == Recompute::Full) {
-    dense.recompute = full_recompute_of(dense.forward, p, D);
+    // Sharded casts: the recomputed forward runs on the weights gathered (and cast) for backward.
+    dense.recompute =
+        full_recompute_of(R.casts_sharded ? without_first(dense.forward, "amp.weight.cast") : dense.forward, p, D);
   } else if (p.recompute == Recompute::Selective && tr.attention == AttentionKind::Unfused) {
     StepList L(&dense.recompute, Pass::Forward, D.act_bytes, tr.fp8_recipe);
     attention_core_forward(L, A, tr.attention, {});

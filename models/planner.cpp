@@ -334,12 +334,10 @@ class StageProgramBuilder {
     if (fresh) it->second = label(std::string(text));
     return it->second;
   }
-  std::uint32_t label(const std::string& text) {
-    auto it = labels_.find(text);
-    if (it != labels_.end()) return it->second;
-    const std::uint32_t id = b_.add_label(text);
-    labels_.emplace(text, id);
-    return id;
+  std::uint32_t label(std::string text) {
+    auto [it, fresh] = labels_.try_emplace(text, 0);  // one hash; the text copied once into the map
+    if (fresh) it->second = b_.add_label(std::move(text));
+    return it->second;
   }
   std::uint32_t op_id(const Step& s) {
     auto it = ops_.find(&s);

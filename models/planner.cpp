@@ -86,6 +86,18 @@ bool emitted(const Step& s, PassFilter f) {
   return (s.pass == Pass::BackwardWeight) == (f == PassFilter::WeightOnly);
 }
 
+// The label prefix of a step list's tasks: its pass letter, and the layer for a
+// layer's steps ("F L3 "; "F " without a layer). Kept as two fields so that the
+// planner looks label ids up without formatting the text per unit.
+struct StepPrefix {
+  char pass = 'F';
+  int layer = -1;
+  bool operator==(const StepPrefix&) const = default;
+  std::string text() const {
+    return layer < 0 ? std::string{pass, ' '} : std::string(1, pass) + " L" + std::to_string(layer) + " ";
+  }
+};
+
 // Builds the program of one pipeline rank from its schedule units.
 class StageProgramBuilder {
  public:
@@ -315,12 +327,17 @@ class StageProgramBuilder {
     return link;
   }
 
-  std::uint32_t label(const std::string& text) {
-    auto it = labels_.find(text);
-    if (it != labels_.end()) return it->second;
-    const std::uint32_t id = b_.add_label(text);
-    labels_.emplace(text, id);
-    return id;
+  // A label given as a string literal: looked up by its address first (the
+  // same literal recurs once per unit), by its text the first time.
+  std::uint32_t label(const char* text) {
+    auto [it, fresh] = literal_labels_.try_emplace(text, 0);
+    if (fresh) it->second = label(std::string(text));
+    return it->second;
+  }
+  std::uint32_t label(std::string text) {
+    auto [it, fresh] = labels_.try_emplace(text, 0);  // one hash; the text copied once into the map
+    if (fresh) it->second = b_.add_label(std::move(text));
+    return it->second;
   }
   std::uint32_t op_id(const Step& s) {
     auto it = ops_.find(&s);
@@ -344,18 +361,21 @@ class StageProgramBuilder {
   // first emitted step. `ids` holds the task of each step (kNone if not
   // emitted); a W pass starts from the ids its B pass left. Returns the last
   // compute task.
-  TaskId emit(const std::vector<Step>& steps, const std::string& prefix, int mb, std::span<const TaskId> entry,
-              bool recomputed, TaskId* first_compute = nullptr, PassFilter filter = PassFilter::All,
+  TaskId emit(const std::vector<Step>& steps, StepPrefix prefix, int mb, std::span<const TaskId> entry, bool recomputed,
+              TaskId* first_compute = nullptr, PassFilter filter = PassFilter::All,
               std::vector<TaskId>* ids_io = nullptr) {
     std::vector<TaskId>& ids = ids_io != nullptr ? *ids_io : emit_ids_;
     if (filter != PassFilter::WeightOnly) ids.assign(steps.size(), kNone);
     TRAINSIM_CHECK(ids.size() == steps.size(), "a W pass needs the task ids of its B pass");
-    // Label ids of this step list under this prefix, looked up once per list.
-    auto [cached, fresh] = step_labels_.try_emplace(StepListKey{prefix, &steps});
+    // Label and op ids of this step list under this prefix, looked up once per list.
+    auto [cached, fresh] = step_ids_.try_emplace(StepListKey{prefix, &steps});
+    StepListIds& list_ids = cached->second;
     if (fresh) {
-      for (const Step& st : steps) cached->second.push_back(label(prefix + st.name));
+      const std::string text = prefix.text();
+      for (const Step& st : steps) list_ids.labels.push_back(label(text + st.name));
+      list_ids.ops.assign(steps.size(), kNone);
     }
-    const std::vector<std::uint32_t>& step_label = cached->second;
+    const std::vector<std::uint32_t>& step_label = list_ids.labels;
     TaskId last_compute = entry.empty() ? kNone : entry.back();
     TaskId before_last = last_compute;
     bool first = true;
@@ -376,7 +396,9 @@ class StageProgramBuilder {
                                lbl, mb, deps, matrix);
       } else {
         dedupe_in_place(deps);
-        ids[j] = b_.compute(s_.compute, op_id(s), lbl, mb, deps);
+        std::uint32_t& op = list_ids.ops[j];
+        if (op == kNone) op = op_id(s);  // in first-use order, as without the cache
+        ids[j] = b_.compute(s_.compute, op, lbl, mb, deps);
         before_last = last_compute;
         last_compute = ids[j];
         hw_flops_ += s.model_flops;
@@ -427,9 +449,7 @@ class StageProgramBuilder {
     b_.reorder(first, order);
   }
 
-  std::string layer_prefix(char pass, int layer) const {
-    return std::string(1, pass) + " L" + std::to_string(layer) + " ";
-  }
+  static StepPrefix layer_prefix(char pass, int layer) { return StepPrefix{pass, layer}; }
 
   // Without p2p overlap (Megatron-LM 2021, DeepSpeed pipelines) a rank waits for
   // its sends to finish before computing on, so every transfer sits on the
@@ -518,18 +538,20 @@ class StageProgramBuilder {
     if (embedding_of(v)) {
       std::vector<TaskId> deps = entry;
       if (outer != kNone) deps.push_back(outer);
-      last = emit(cur_->embedding_forward, "F ", u.microbatch, deps, false);
+      last = emit(cur_->embedding_forward, StepPrefix{'F'}, u.microbatch, deps, false);
     }
     if (last != kNone) entry = {last};
     TaskId prev_layer_first = kNone;
+    std::vector<TaskId> deps;  // a layer's entry, reused layer to layer
     for (int l = 0; l < layers_[u.chunk]; ++l) {
       const int layer = first_layer_[u.chunk] + l;
-      std::vector<TaskId> deps = entry;
+      deps.assign(entry.begin(), entry.end());
       if (zero3()) deps.push_back(param_gather(layer, prev_layer_first, u.microbatch));
       if (prefetch_params_ && first_of_chunk) deps.push_back(param_bucket_of_layer_[layer]);
       TaskId first = kNone;
-      last = emit(layer_steps(layer, u.microbatch).forward, layer_prefix('F', layer), u.microbatch, dedupe(deps), false,
-                  &first);
+      dedupe_in_place(deps);
+      last =
+          emit(layer_steps(layer, u.microbatch).forward, layer_prefix('F', layer), u.microbatch, deps, false, &first);
       prev_layer_first = first;
       entry = {last};
       if (l < par_.offload_layers) {
@@ -539,9 +561,9 @@ class StageProgramBuilder {
       }
     }
     if (head_of(v)) {
-      std::vector<TaskId> deps = entry;
+      deps.assign(entry.begin(), entry.end());
       if (outer != kNone) deps.push_back(outer);
-      last = emit(cur_->head_forward, "F ", u.microbatch, dedupe(deps), false);
+      last = emit(cur_->head_forward, StepPrefix{'F'}, u.microbatch, dedupe(deps), false);
     }
     if (last == kNone && !entry.empty()) last = entry.back();
     fwd_end_[1] = fwd_end_[0];
@@ -582,7 +604,7 @@ class StageProgramBuilder {
     }
     TaskId last = kNone;
     if (head_of(v)) {
-      last = emit(cur_->head_backward, "B ", u.microbatch, entry, false, nullptr, filter,
+      last = emit(cur_->head_backward, StepPrefix{'B'}, u.microbatch, entry, false, nullptr, filter,
                   whole ? nullptr : &saved->back());
       entry = {last};
       if (reduce_grads && !zero3()) head_grads_done(last, u.microbatch);
@@ -598,9 +620,10 @@ class StageProgramBuilder {
       gathered = param_gather(first_layer_[u.chunk] + layers_[u.chunk] - 1, kNone, u.microbatch);
     }
     TaskId next_first = kNone;  // the first task of the layer after this one (its backward ran first)
+    std::vector<TaskId> deps;   // a layer's entry, reused layer to layer
     for (int l = layers_[u.chunk] - 1; l >= 0; --l) {
       const int layer = first_layer_[u.chunk] + l;
-      std::vector<TaskId> deps = entry;
+      deps.assign(entry.begin(), entry.end());
       if (zero3()) deps.push_back(gathered);
       if (l < par_.offload_layers && (whole || filter == PassFilter::InputOnly)) {
         // Reloaded one layer ahead: issued when the next layer's backward starts.
@@ -613,10 +636,12 @@ class StageProgramBuilder {
       TaskId first = kNone;
       const LayerSteps& ls = layer_steps(layer, u.microbatch);
       if (!ls.recompute.empty()) {
-        last = emit(ls.recompute, layer_prefix('R', layer), u.microbatch, dedupe(deps), true, &first);
+        dedupe_in_place(deps);
+        last = emit(ls.recompute, layer_prefix('R', layer), u.microbatch, deps, true, &first);
         deps = {last};
       }
-      last = emit(ls.backward, layer_prefix('B', layer), u.microbatch, dedupe(deps), false, &first, filter,
+      dedupe_in_place(deps);
+      last = emit(ls.backward, layer_prefix('B', layer), u.microbatch, deps, false, &first, filter,
                   whole ? nullptr : &(*saved)[l]);
       if (zero3() && l > 0) gathered = param_gather(layer - 1, par_.backward_prefetch_pre ? first : last, u.microbatch);
       next_first = first;
@@ -647,7 +672,8 @@ class StageProgramBuilder {
     std::vector<TaskId> entry = unit_entry();
     TaskId last = kNone;
     if (head_of(v)) {
-      last = emit(cur_->head_backward, "W ", u.microbatch, entry, false, nullptr, PassFilter::WeightOnly, &ids.back());
+      last = emit(cur_->head_backward, StepPrefix{'W'}, u.microbatch, entry, false, nullptr, PassFilter::WeightOnly,
+                  &ids.back());
       if (last != kNone) entry = {last};
       if (reduce_grads && !zero3()) head_grads_done(last, u.microbatch);
     }
@@ -668,7 +694,7 @@ class StageProgramBuilder {
     if (embedding_of(v)) {
       std::vector<TaskId> entry;
       if (last != kNone) entry.push_back(last);
-      last = emit(cur_->embedding_backward, prefix, mb, entry, false);
+      last = emit(cur_->embedding_backward, StepPrefix{prefix[0]}, mb, entry, false);
       if (reduce_grads && !zero3()) add_grads(cur_->embedding_grad_elements, last, mb);
     }
     if (deepspeed_bf16_optimizer()) {
@@ -1004,19 +1030,25 @@ class StageProgramBuilder {
   std::map<std::tuple<int, int, int>, TaskId> offloaded_;
   std::uint32_t offload_op_ = 0, reload_op_ = 0;
   std::unordered_map<std::string, std::uint32_t> labels_;
+  std::unordered_map<const char*, std::uint32_t> literal_labels_;
   std::unordered_map<const Step*, std::uint32_t> ops_;
-  // Label ids of a step list under a prefix (emit).
+  // Label and op ids of a step list under a prefix (emit), keyed without building the prefix's text.
   struct StepListKey {
-    std::string prefix;
+    StepPrefix prefix;
     const std::vector<Step>* steps = nullptr;
     bool operator==(const StepListKey&) const = default;
   };
   struct StepListKeyHash {
     std::size_t operator()(const StepListKey& k) const {
-      return std::hash<std::string>()(k.prefix) ^ (std::hash<const void*>()(k.steps) * 31);
+      const auto layer = static_cast<std::size_t>(static_cast<std::uint32_t>(k.prefix.layer));
+      return std::hash<const void*>()(k.steps) * 31 ^ (layer << 8 | static_cast<unsigned char>(k.prefix.pass));
     }
   };
-  std::unordered_map<StepListKey, std::vector<std::uint32_t>, StepListKeyHash> step_labels_;
+  // Per step: its label id, and its op id once first emitted (kNone before).
+  struct StepListIds {
+    std::vector<std::uint32_t> labels, ops;
+  };
+  std::unordered_map<StepListKey, StepListIds, StepListKeyHash> step_ids_;
   std::vector<TaskId> emit_deps_, emit_ids_;  // emit's scratch
   double hw_flops_ = 0, model_flops_ = 0;
 };

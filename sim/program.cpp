@@ -71,8 +71,8 @@ std::uint32_t ProgramBuilder::add_op(ComputeOp op) {
   return static_cast<std::uint32_t>(program_.ops.size() - 1);
 }
 
-std::uint32_t ProgramBuilder::add_label(const std::string& label) {
-  program_.labels.push_back(label);
+std::uint32_t ProgramBuilder::add_label(std::string label) {
+  program_.labels.push_back(std::move(label));
   return static_cast<std::uint32_t>(program_.labels.size() - 1);
 }
 

@@ -82,7 +82,7 @@ class ProgramBuilder {
   std::size_t num_streams() const { return program_.streams.size(); }
   std::uint32_t add_comm_slot(const std::string& name);
   std::uint32_t add_op(ComputeOp op);
-  std::uint32_t add_label(const std::string& label);
+  std::uint32_t add_label(std::string label);
 
   TaskId compute(std::uint8_t stream, std::uint32_t op, std::uint32_t label, int microbatch,
                  std::span<const TaskId> deps);

@@ -13,6 +13,7 @@
 #include <tuple>
 #include <unordered_map>
 
+#include "models/deepspeed_schedule.hpp"
 #include "models/dp_shares.hpp"
 #include "models/layer_steps.hpp"
 #include "models/layout_rules.hpp"
@@ -155,6 +156,9 @@ class StageProgramBuilder {
     bucket_bytes_ = bucket_elems * train.grad_reduce_bytes;
     const std::size_t m = static_cast<std::size_t>(sched_.microbatches);
     megatron_interleaved_p2p_ = par.pp_overlap && par.schedule == ScheduleKind::Interleaved1F1B;
+    if (is_deepspeed_schedule(par.schedule)) {
+      ds_steps_ = deepspeed_train_steps(par.schedule, sched_.stages, stage, sched_.microbatches);
+    }
     fwd_out_.assign(m * V_, kNone);
     bwd_out_.assign(m * V_, kNone);
   }
@@ -194,12 +198,19 @@ class StageProgramBuilder {
     };
     for (int i = 0; i < static_cast<int>(order.size()); ++i) {
       const auto first = static_cast<TaskId>(b_.size());
+      if (deepspeed()) deepspeed_commands_until(&order[i]);
       emit_unit(i);
       if (i + 1 < static_cast<int>(order.size()) && order[i + 1].overlapped) {
         const auto middle = static_cast<TaskId>(b_.size());
         emit_unit(++i);
         interleave(first, middle, static_cast<TaskId>(b_.size()));
       }
+    }
+    if (deepspeed()) {
+      // The sends of the idle steps after the rank's last pass come before
+      // the step's ReduceTiedGrads, ReduceGrads and OptimizerStep.
+      deepspeed_commands_until(nullptr);
+      if (ds_chain_ != kNone) last_compute_ = ds_chain_;
     }
     finish_iteration();
     *hardware_flops = hw_flops_;
@@ -457,6 +468,10 @@ class StageProgramBuilder {
   // pairs each blocking send with the next receive, which never deadlocks).
   std::vector<TaskId> unit_entry() {
     std::vector<TaskId> entry;
+    if (deepspeed()) {
+      if (ds_chain_ != kNone) entry.push_back(ds_chain_);
+      return entry;
+    }
     if (!par_.pp_overlap) {
       entry = std::move(blocking_sends_);
       blocking_sends_.clear();
@@ -503,6 +518,55 @@ class StageProgramBuilder {
     entry.insert(entry.end(), sends.begin(), sends.end());
     sends.clear();
   }
+  // DeepSpeed's engine (models/deepspeed_schedule.hpp) runs the rank's commands
+  // one after the other, each send and receive blocking: emits the transfers of
+  // the rank's steps up to the pass of `unit` (all the remaining ones when
+  // null), each message waiting for the command before it. The passes then
+  // wait for the last of them (unit_entry) and send nothing themselves.
+  bool deepspeed() const { return !ds_steps_.empty(); }
+  void deepspeed_commands_until(const ScheduleUnit* unit) {
+    for (; ds_step_ < ds_steps_.size(); ++ds_step_, ds_cmd_ = 0) {
+      const std::vector<DeepSpeedCommand>& step = ds_steps_[ds_step_];
+      while (ds_cmd_ < step.size()) {
+        const DeepSpeedCommand& c = step[ds_cmd_++];
+        switch (c.op) {
+          case DeepSpeedOp::ForwardPass:
+          case DeepSpeedOp::BackwardPass: {
+            const UnitKind kind = c.op == DeepSpeedOp::ForwardPass ? UnitKind::Forward : UnitKind::Backward;
+            TRAINSIM_CHECK(unit != nullptr && unit->kind == kind && unit->microbatch == c.microbatch,
+                           "stage " + std::to_string(stage_) + ": the units differ from DeepSpeed's TrainSchedule");
+            return;
+          }
+          case DeepSpeedOp::SendActivation:
+            deepspeed_transfer(SlotRole::PipelineForward, stage_, stage_ + 1, "F send activations", c.microbatch);
+            break;
+          case DeepSpeedOp::RecvActivation:
+            deepspeed_transfer(SlotRole::PipelineForward, stage_ - 1, stage_, "F recv activations", c.microbatch);
+            break;
+          case DeepSpeedOp::SendGrad:
+            deepspeed_transfer(SlotRole::PipelineBackward, stage_, stage_ - 1, "B send gradients", c.microbatch);
+            break;
+          case DeepSpeedOp::RecvGrad:
+            deepspeed_transfer(SlotRole::PipelineBackward, stage_ + 1, stage_, "B recv gradients", c.microbatch);
+            break;
+          default:  // LoadMicroBatch (a host copy, not charged) and the step's end (finish_iteration)
+            break;
+        }
+      }
+    }
+    TRAINSIM_CHECK(unit == nullptr, "stage " + std::to_string(stage_) + ": a unit after DeepSpeed's TrainSchedule");
+  }
+  void deepspeed_transfer(SlotRole role, int from, int to, const char* what, int mb) {
+    const bool sending = from == stage_;
+    const LinkShape shape = link_shape(from, to);
+    for (int j = 0; j < (sending ? shape.sends : shape.recvs); ++j) {
+      const PipelineLink link = pipeline_link(role, from, to, j);
+      const TaskId d[] = {ds_chain_};
+      const std::span<const TaskId> deps(d, ds_chain_ == kNone ? 0 : 1);
+      ds_chain_ = sending ? b_.send(link.stream, link.slot, CommClass::PP, shape.bytes, label(what), mb, deps)
+                          : b_.recv(link.stream, link.slot, CommClass::PP, shape.bytes, label(what), mb, deps);
+    }
+  }
   LinkShape link_shape(int from, int to) const {
     if (links_ == nullptr) return LinkShape{1, 1, activation_message_bytes()};
     const auto it = links_->find({from, to});
@@ -522,7 +586,7 @@ class StageProgramBuilder {
       const int from = sched_.chunk_stage[sched_.prev_chunk(v)];
       if (from == stage_) {
         entry.push_back(fwd_out_[unit_key(u.microbatch, sched_.prev_chunk(v))]);
-      } else {
+      } else if (!deepspeed()) {
         post_recvs(SlotRole::PipelineForward, from, "F recv activations", u.microbatch, entry, recv_after);
       }
     }
@@ -568,11 +632,12 @@ class StageProgramBuilder {
     if (last == kNone && !entry.empty()) last = entry.back();
     fwd_end_[1] = fwd_end_[0];
     fwd_end_[0] = last;
+    if (deepspeed()) ds_chain_ = last;
     if (!head_of(v)) {
       const int to = sched_.chunk_stage[sched_.next_chunk(v)];
       if (to == stage_) {
         fwd_out_[unit_key(u.microbatch, v)] = last;
-      } else {
+      } else if (!deepspeed()) {
         post_sends(SlotRole::PipelineForward, to, "F send activations", u.microbatch, last);
       }
     }
@@ -598,7 +663,7 @@ class StageProgramBuilder {
       const int from = sched_.chunk_stage[sched_.next_chunk(v)];
       if (from == stage_) {
         entry.push_back(bwd_out_[unit_key(u.microbatch, sched_.next_chunk(v))]);
-      } else {
+      } else if (!deepspeed()) {
         post_recvs(SlotRole::PipelineBackward, from, "B recv gradients", u.microbatch, entry, recv_after);
       }
     }
@@ -652,11 +717,12 @@ class StageProgramBuilder {
     if (whole) last = finish_weight_gradients(v, last, u.microbatch, reduce_grads, "B ");
     last_compute_ = last;
     bwd_end_ = last;
+    if (deepspeed()) ds_chain_ = last;
     if (sched_.prev_chunk(v) >= 0) {
       const int to = sched_.chunk_stage[sched_.prev_chunk(v)];
       if (to == stage_) {
         bwd_out_[unit_key(u.microbatch, v)] = last;
-      } else {
+      } else if (!deepspeed()) {
         post_sends(SlotRole::PipelineBackward, to, "B send gradients", u.microbatch, last);
       }
     }
@@ -1019,6 +1085,11 @@ class StageProgramBuilder {
   bool prefetch_params_ = false;
   TaskId last_compute_ = kNone;
   std::vector<TaskId> blocking_sends_;  // sends the next unit waits for (no p2p overlap)
+  // DeepSpeed's TrainSchedule: the rank's steps, the next command to run, and
+  // the last command emitted (every command waits for the one before).
+  std::vector<std::vector<DeepSpeedCommand>> ds_steps_;
+  std::size_t ds_step_ = 0, ds_cmd_ = 0;
+  TaskId ds_chain_ = kNone;
   // Megatron-LM's interleaved schedule with overlapped send/recv (megatron_interleaved_p2p):
   // the last tasks of the rank's last two forward units and of its last backward unit,
   // and the sends of its last forward and last backward unit.

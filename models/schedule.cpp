@@ -1,6 +1,7 @@
 #include "models/schedule.hpp"
 
 #include "models/breadth_first.hpp"
+#include "models/deepspeed_schedule.hpp"
 #include "models/v_schedules.hpp"
 #include "models/zero_bubble.hpp"
 
@@ -38,6 +39,8 @@ int warmup_units(ScheduleKind kind, int stage, int pp, int m, int vpp) {
     case ScheduleKind::BreadthFirst:
       return m;
     case ScheduleKind::OneFOneB:
+    case ScheduleKind::DeepSpeed1F1B:  // the same units (models/deepspeed_schedule.hpp)
+    case ScheduleKind::DeepSpeed1F1BLegacy:
     case ScheduleKind::PipeDream:  // PipeDream's steady state is 1F1B's, never flushed
     case ScheduleKind::PipeDream2BW:
       return std::min(pp - stage - 1, m);
@@ -164,6 +167,7 @@ PipelineSchedule builtin_schedule(ScheduleKind kind, int pp, int m, int vpp) {
     return s;
   }
   if (kind == ScheduleKind::BreadthFirst) return breadth_first_schedule(pp, m, vpp);
+  if (is_deepspeed_schedule(kind)) return deepspeed_schedule(kind, pp, m);
   if (kind == ScheduleKind::DualPipe) return dualpipe_schedule(pp, m);
   if (kind == ScheduleKind::ZeroBubbleV || kind == ScheduleKind::DualPipeV) {
     // Without the cost model's pass times: equal times, W inputs counted as

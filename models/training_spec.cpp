@@ -123,6 +123,10 @@ const char* to_string(ScheduleKind s) {
       return "pipedream-2bw";
     case ScheduleKind::DualPipe:
       return "dualpipe";
+    case ScheduleKind::DeepSpeed1F1B:
+      return "deepspeed-1f1b";
+    case ScheduleKind::DeepSpeed1F1BLegacy:
+      return "deepspeed-1f1b-legacy";
   }
   return "?";
 }

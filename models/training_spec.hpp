@@ -95,10 +95,12 @@ enum class ScheduleKind : std::uint8_t {
   ZeroBubbleV,
   DualPipeV,
   Seq1F1B,
-  BreadthFirst,  // looped chunks, every micro-batch through a chunk before the next (models/breadth_first.hpp)
-  PipeDream,     // asynchronous 1F1B with weight stashing, no flush (models/pipedream.hpp)
-  PipeDream2BW,  // asynchronous 1F1B with double-buffered weights, no flush (models/pipedream.hpp)
-  DualPipe       // two copies of the model fed from both ends (models/v_schedules.hpp)
+  BreadthFirst,        // looped chunks, every micro-batch through a chunk before the next (models/breadth_first.hpp)
+  PipeDream,           // asynchronous 1F1B with weight stashing, no flush (models/pipedream.hpp)
+  PipeDream2BW,        // asynchronous 1F1B with double-buffered weights, no flush (models/pipedream.hpp)
+  DualPipe,            // two copies of the model fed from both ends (models/v_schedules.hpp)
+  DeepSpeed1F1B,       // DeepSpeed's TrainSchedule, v0.8.3 on (models/deepspeed_schedule.hpp)
+  DeepSpeed1F1BLegacy  // DeepSpeed's TrainSchedule before v0.8.3 (receive and send swapped)
 };
 
 // One unit of pipeline work on a rank: the forward, the whole backward (B and W

@@ -6,6 +6,7 @@
 #include <numeric>
 #include <sstream>
 
+#include "models/deepspeed_schedule.hpp"
 #include "models/layout_rules.hpp"
 #include "tools/frontend/diloco_input.hpp"
 #include "tools/frontend/fault_input.hpp"
@@ -413,8 +414,18 @@ void read_share_key(ObjectReader& r, const ShareKey& k, std::vector<int>* shares
   }
 }
 
+// Whether the scenario names DeepSpeed's engine (training.framework, read and
+// checked with the training section): its pipeline schedule is the default.
+bool names_deepspeed(ObjectReader& top) {
+  const nlohmann::json* t = top.raw("training");
+  if (t == nullptr || !t->is_object()) return false;
+  const auto it = t->find("framework");
+  return it != t->end() && it->is_string() && it->get<std::string>() == "deepspeed";
+}
+
 ParallelSpec read_parallel(ObjectReader& top, bool batch_required) {
   ParallelSpec p;
+  const bool deepspeed = names_deepspeed(top);
   const nlohmann::json* v = top.raw("parallel");
   if (v == nullptr) {
     top.error("parallel", "required parallel settings are missing");
@@ -452,24 +463,27 @@ ParallelSpec read_parallel(ObjectReader& top, bool batch_required) {
     p.schedule = ScheduleKind::Custom;
     p.custom_schedule = read_custom_schedule(*sched_json, r.at("schedule"), r.diagnostics());
   } else {
-    const std::string sched =
-        r.choice("schedule", p.vpp > 1 ? "interleaved-1f1b" : "1f1b",
-                 {"gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-h2", "zb-1p", "zb-2p", "zb-v", "dualpipe-v",
-                  "breadth-first", "seq1f1b", "pipedream", "pipedream-2bw", "dualpipe"});
-    p.schedule = sched == "gpipe"           ? ScheduleKind::GPipe
-                 : sched == "seq1f1b"       ? ScheduleKind::Seq1F1B
-                 : sched == "zb-v"          ? ScheduleKind::ZeroBubbleV
-                 : sched == "dualpipe-v"    ? ScheduleKind::DualPipeV
-                 : sched == "dualpipe"      ? ScheduleKind::DualPipe
-                 : sched == "breadth-first" ? ScheduleKind::BreadthFirst
-                 : sched == "1f1b"          ? ScheduleKind::OneFOneB
-                 : sched == "zb-h1"         ? ScheduleKind::ZeroBubbleH1
-                 : sched == "zb-h2"         ? ScheduleKind::ZeroBubbleH2
-                 : sched == "zb-1p"         ? ScheduleKind::ZeroBubble1p
-                 : sched == "zb-2p"         ? ScheduleKind::ZeroBubble2p
-                 : sched == "pipedream"     ? ScheduleKind::PipeDream
-                 : sched == "pipedream-2bw" ? ScheduleKind::PipeDream2BW
-                                            : ScheduleKind::Interleaved1F1B;
+    const char* fallback = p.vpp > 1 ? "interleaved-1f1b" : deepspeed && p.pp > 1 ? "deepspeed-1f1b" : "1f1b";
+    const std::string sched = r.choice(
+        "schedule", fallback,
+        {"gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-h2", "zb-1p", "zb-2p", "zb-v", "dualpipe-v", "breadth-first",
+         "seq1f1b", "pipedream", "pipedream-2bw", "dualpipe", "deepspeed-1f1b", "deepspeed-1f1b-legacy"});
+    p.schedule = sched == "gpipe"                   ? ScheduleKind::GPipe
+                 : sched == "deepspeed-1f1b"        ? ScheduleKind::DeepSpeed1F1B
+                 : sched == "deepspeed-1f1b-legacy" ? ScheduleKind::DeepSpeed1F1BLegacy
+                 : sched == "seq1f1b"               ? ScheduleKind::Seq1F1B
+                 : sched == "zb-v"                  ? ScheduleKind::ZeroBubbleV
+                 : sched == "dualpipe-v"            ? ScheduleKind::DualPipeV
+                 : sched == "dualpipe"              ? ScheduleKind::DualPipe
+                 : sched == "breadth-first"         ? ScheduleKind::BreadthFirst
+                 : sched == "1f1b"                  ? ScheduleKind::OneFOneB
+                 : sched == "zb-h1"                 ? ScheduleKind::ZeroBubbleH1
+                 : sched == "zb-h2"                 ? ScheduleKind::ZeroBubbleH2
+                 : sched == "zb-1p"                 ? ScheduleKind::ZeroBubble1p
+                 : sched == "zb-2p"                 ? ScheduleKind::ZeroBubble2p
+                 : sched == "pipedream"             ? ScheduleKind::PipeDream
+                 : sched == "pipedream-2bw"         ? ScheduleKind::PipeDream2BW
+                                                    : ScheduleKind::Interleaved1F1B;
   }
   p.seq_chunks = static_cast<int>(r.integer("seq_chunks", 1, 1, 1 << 10));
   p.micro_batch = static_cast<int>(r.integer("micro_batch", 1, 1, kMaxInt));
@@ -489,7 +503,13 @@ ParallelSpec read_parallel(ObjectReader& top, bool batch_required) {
   p.tp_comm_overlap = r.boolean("tp_comm_overlap", false);
   p.tp_grad_overlap = r.boolean("tp_grad_overlap", true);
   p.backward_prefetch_pre = r.choice("backward_prefetch", "pre", {"pre", "post"}) == "pre";
-  p.pp_overlap = r.boolean("pp_overlap", true);
+  // DeepSpeed's engine sends and receives blocking (deepspeed/runtime/pipe/p2p.py).
+  const bool ds_schedule = is_deepspeed_schedule(p.schedule);
+  p.pp_overlap = r.boolean("pp_overlap", !ds_schedule);
+  if (ds_schedule && p.pp_overlap) {
+    r.error("pp_overlap", "expected false with the schedule \"" + std::string(to_string(p.schedule)) +
+                              "\": DeepSpeed's pipeline engine sends and receives blocking (p2p.py)");
+  }
   p.pp_scatter_gather = r.boolean("pp_scatter_gather", true);
   p.moe_a2a_overlap = r.boolean("moe_a2a_overlap", false);
   p.dp_bucket_bytes = r.quantity("dp_bucket", Quantity::Bytes, 0, 1e3, 1e13);

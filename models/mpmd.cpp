@@ -124,7 +124,8 @@ std::vector<LayoutProblem> check_stage_layouts(const TransformerSpec& m, const P
   if (p.vpp > 1 || p.schedule == ScheduleKind::Interleaved1F1B || p.schedule == ScheduleKind::ZeroBubble1p ||
       p.schedule == ScheduleKind::ZeroBubble2p)
     problem("/parallel/schedule",
-            "per-stage layouts run one model chunk per stage with a fixed schedule: use gpipe, 1f1b, zb-h1, zb-h2 or "
+            "per-stage layouts run one model chunk per stage with a fixed schedule: use gpipe, 1f1b, zb-h1, zb-h2, "
+            "deepspeed-1f1b(-legacy) or "
             "a custom schedule with one chunk per stage");
   // A custom schedule gives each stage its own order of units (the per-stage
   // program of JaxPP and HAP); its chunks must be the stages' layer blocks, in order.

@@ -16,6 +16,7 @@
 #include <sstream>
 #include <thread>
 
+#include "models/deepspeed_schedule.hpp"
 #include "models/layout_search.hpp"
 #include "models/mixed_fleet_search.hpp"
 #include "tools/frontend/scenario.hpp"
@@ -596,16 +597,18 @@ void expand_auto(const SweepSpec& spec, const nlohmann::json& base, const Catalo
   // The parts of the base's parallel section the search keeps.
   Diagnostics d(spec.base_file);
   int global_batch = 1;
-  std::string schedule = "1f1b";
+  // DeepSpeed's engine runs its own TrainSchedule (docs/schedules.md).
+  const bool deepspeed = s.training.framework == Framework::DeepSpeed;
+  std::string schedule = deepspeed ? "deepspeed-1f1b" : "1f1b";
   if (!base.contains("parallel")) {
     d.error(ptr + "/parallel", "the auto-search needs parallel.global_batch in the base scenario");
   } else {
     ObjectReader r(base["parallel"], ptr + "/parallel", d);
     global_batch = static_cast<int>(r.integer("global_batch", 1, 1, 1 << 30, true));
     if (r.has("stage_layers")) r.error("stage_layers", "the auto-search splits layers evenly; remove stage_layers");
-    schedule = r.choice("schedule", "1f1b",
+    schedule = r.choice("schedule", schedule,
                         {"gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-h2", "zb-1p", "zb-2p", "zb-v", "dualpipe-v",
-                         "breadth-first", "pipedream", "pipedream-2bw"});
+                         "breadth-first", "pipedream", "pipedream-2bw", "deepspeed-1f1b", "deepspeed-1f1b-legacy"});
   }
   d.throw_if_errors();
 
@@ -617,11 +620,13 @@ void expand_auto(const SweepSpec& spec, const nlohmann::json& base, const Catalo
   ParallelSpec base_parallel;
   base_parallel.global_batch = global_batch;
   base_parallel.schedule = ScheduleKind::OneFOneB;
-  for (ScheduleKind k : {ScheduleKind::GPipe, ScheduleKind::ZeroBubbleH1, ScheduleKind::ZeroBubbleH2,
-                         ScheduleKind::ZeroBubble1p, ScheduleKind::ZeroBubble2p, ScheduleKind::ZeroBubbleV,
-                         ScheduleKind::DualPipeV, ScheduleKind::PipeDream, ScheduleKind::PipeDream2BW}) {
+  for (ScheduleKind k :
+       {ScheduleKind::GPipe, ScheduleKind::ZeroBubbleH1, ScheduleKind::ZeroBubbleH2, ScheduleKind::ZeroBubble1p,
+        ScheduleKind::ZeroBubble2p, ScheduleKind::ZeroBubbleV, ScheduleKind::DualPipeV, ScheduleKind::PipeDream,
+        ScheduleKind::PipeDream2BW, ScheduleKind::DeepSpeed1F1B, ScheduleKind::DeepSpeed1F1BLegacy}) {
     if (schedule == to_string(k)) base_parallel.schedule = k;
   }
+  if (is_deepspeed_schedule(base_parallel.schedule)) base_parallel.pp_overlap = false;  // blocking send/recv
   // Enumeration and pruning live with the layout rules (models/layout_search.hpp).
   const LayoutSearchResult found = search_layouts(s.model, s.training, s.cluster, base_parallel,
                                                   node.gpu.memory_bytes - reserved, spec.search_space);

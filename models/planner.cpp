@@ -178,8 +178,10 @@ class StageProgramBuilder {
       if (u.kind == UnitKind::Forward && first_forward[u.chunk] < 0) first_forward[u.chunk] = i;
     }
     if (zero_sharded_optimizer() && par_.dp_overlap && !deepspeed_bf16_optimizer()) prefetch_params_ = true;
+    unit_end_.assign(order.size(), kNone);
     auto emit_unit = [&](int i) {
       const ScheduleUnit& u = order[i];
+      cur_unit_ = i;
       if (seq_steps_ != nullptr) cur_ = &(*seq_steps_)[u.microbatch % seq_steps_->size()];
       switch (u.kind) {
         case UnitKind::Forward:
@@ -199,12 +201,14 @@ class StageProgramBuilder {
     for (int i = 0; i < static_cast<int>(order.size()); ++i) {
       const auto first = static_cast<TaskId>(b_.size());
       if (deepspeed()) deepspeed_commands_until(&order[i]);
+      const int first_unit = i;
       emit_unit(i);
       if (i + 1 < static_cast<int>(order.size()) && order[i + 1].overlapped) {
         const auto middle = static_cast<TaskId>(b_.size());
         emit_unit(++i);
         interleave(first, middle, static_cast<TaskId>(b_.size()));
       }
+      for (int k = first_unit; k <= i; ++k) unit_end_[k] = last_compute_since(first);
     }
     if (deepspeed()) {
       // The sends of the idle steps after the rank's last pass come before
@@ -219,6 +223,9 @@ class StageProgramBuilder {
   }
 
   const std::vector<SlotUse>& slots() const { return slots_; }
+  // The Zero Bubble runtime's receive placement (receive_posts): per unit of
+  // this rank, the unit after which its input receive is posted.
+  void set_receive_posts(const std::vector<int>* posts) { receive_posts_ = posts; }
   // Where this stage's traffic matrices (ModelSteps::traffic) start in the run's table.
   void set_matrix_base(std::uint32_t base) { matrix_base_ = base; }
 
@@ -513,6 +520,21 @@ class StageProgramBuilder {
     if (bwd_end_ != kNone) return bwd_end_;
     return sched_.microbatches == par_.pp ? fwd_end_[0] : fwd_end_[1];
   }
+  // The current unit's receive under the Zero Bubble runtime's placement: after
+  // the unit receive_posts names (kNone: ahead, or no placement given).
+  TaskId runtime_recv_posted_after() const {
+    if (receive_posts_ == nullptr) return kNone;
+    const int after = (*receive_posts_)[static_cast<std::size_t>(cur_unit_)];
+    return after < 0 ? kNone : unit_end_[static_cast<std::size_t>(after)];
+  }
+  // The last computation on the compute stream among the tasks from `first` on.
+  TaskId last_compute_since(TaskId first) const {
+    for (auto t = static_cast<TaskId>(b_.size()); t > first; --t) {
+      const Task& task = b_.task(t - 1);
+      if (task.kind == TaskKind::Compute && task.stream == s_.compute) return t - 1;
+    }
+    return kNone;
+  }
   void megatron_wait_previous_sends(bool forward, std::vector<TaskId>& entry) {
     std::vector<TaskId>& sends = forward ? fwd_sends_ : bwd_sends_;
     entry.insert(entry.end(), sends.begin(), sends.end());
@@ -577,7 +599,7 @@ class StageProgramBuilder {
   void forward_unit(const ScheduleUnit& u, bool first_of_chunk) {
     const int v = vstage_[u.chunk];
     std::vector<TaskId> entry = unit_entry();
-    TaskId recv_after = kNone;
+    TaskId recv_after = runtime_recv_posted_after();
     if (megatron_interleaved_p2p_) {
       megatron_wait_previous_sends(true, entry);
       recv_after = megatron_recv_posted_after(true);
@@ -654,7 +676,7 @@ class StageProgramBuilder {
       saved->assign(static_cast<std::size_t>(layers_[u.chunk]) + 1, {});  // layers, then the head
     }
     std::vector<TaskId> entry = unit_entry();
-    TaskId recv_after = kNone;
+    TaskId recv_after = runtime_recv_posted_after();
     if (megatron_interleaved_p2p_) {
       megatron_wait_previous_sends(false, entry);
       recv_after = megatron_recv_posted_after(false);
@@ -1096,6 +1118,11 @@ class StageProgramBuilder {
   bool megatron_interleaved_p2p_ = false;
   TaskId fwd_end_[2] = {kNone, kNone};
   TaskId bwd_end_ = kNone;
+  // Zero Bubble runtime receive placement: per unit the unit its receive follows,
+  // the unit being emitted, and the last computation of each emitted unit.
+  const std::vector<int>* receive_posts_ = nullptr;
+  int cur_unit_ = 0;
+  std::vector<TaskId> unit_end_;
   std::vector<TaskId> fwd_sends_, bwd_sends_;
   // Activation offload: the copy of (micro-batch, chunk, layer)'s activations to the host.
   std::map<std::tuple<int, int, int>, TaskId> offloaded_;
@@ -1277,6 +1304,27 @@ PipelineSchedule planned_schedule(const TransformerSpec& model, const ParallelSp
       par.pp, par.micro_batches(), stage_pass_times(model, par, train, steps, platform, placement), limit, fraction);
   s.name = to_string(par.schedule);
   return s;
+}
+
+// Where the Zero Bubble runtime posts the receives of the schedules it runs
+// (ZB-H1, ZB-H2, ZB-1p, ZB-2p, ZB-V): receive_posts from the pass times the
+// automatic ones are searched with (a V chunk: half a stage). Empty for every other schedule,
+// whose receives the planner posts ahead or where their framework posts them.
+std::vector<std::vector<int>> runtime_receive_posts(const TransformerSpec& model, const ParallelSpec& par,
+                                                    const TrainingSpec& train, const ModelSteps& steps,
+                                                    const Platform& platform, const Placement& placement,
+                                                    const PipelineSchedule& sched) {
+  const bool zb = par.schedule == ScheduleKind::ZeroBubbleH1 || par.schedule == ScheduleKind::ZeroBubbleH2 ||
+                  par.schedule == ScheduleKind::ZeroBubble1p || par.schedule == ScheduleKind::ZeroBubble2p ||
+                  par.schedule == ScheduleKind::ZeroBubbleV;
+  if (!zb || par.pp < 2) return {};
+  PassTimes t = stage_pass_times(model, par, train, steps, platform, placement);
+  if (par.schedule == ScheduleKind::ZeroBubbleV) {
+    t.forward /= 2;
+    t.backward_input /= 2;
+    t.backward_weight /= 2;
+  }
+  return receive_posts(sched, t);
 }
 
 // Compute seconds of one micro-batch through the whole model (every layer's
@@ -1514,11 +1562,15 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
   if (par.uneven_shares()) plan.dp_shares = share;
   std::vector<ParallelSpec> count_par;
   std::vector<PipelineSchedule> count_sched;
+  std::vector<std::vector<std::vector<int>>> count_receive_posts;
   for (int k : counts) {
     count_par.push_back(par.uneven_shares() ? replica_layout(par, k) : par);
     if (par.uneven_cp()) count_par.back() = cp_par[largest_cp];
     count_sched.push_back(planned_schedule(model, count_par.back(), train_, steps, platform, placement));
     const PipelineSchedule& sched = count_sched.back();
+    count_receive_posts.push_back(
+        mpmd || ncp > 1 ? std::vector<std::vector<int>>{}
+                        : runtime_receive_posts(model, count_par.back(), train_, steps, platform, placement, sched));
     const std::vector<std::string> problems = check_schedule(sched);
     TRAINSIM_CHECK(problems.empty(), "invalid pipeline schedule: " + (problems.empty() ? "" : problems.front()));
     TRAINSIM_CHECK(sched.stages == par.pp,
@@ -1591,6 +1643,7 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
       if (!mpmd && model.tied_embeddings) builder.set_tied_embedding_stages(tied_first, tied_last);
       builder.set_matrix_base(matrix_base[s]);
       if (!seq_steps.empty()) builder.set_sequence_chunks(&seq_steps);
+      if (!count_receive_posts[k].empty()) builder.set_receive_posts(&count_receive_posts[k][s]);
       builder.plan_param_prefetch();
       double hw = 0, mf = 0;
       plan.setup.programs.push_back(builder.build(&hw, &mf));

@@ -31,6 +31,7 @@ ScheduleTiming time_schedule(const PipelineSchedule& s, const PassTimes& t) {
   out.busy.assign(s.stages, 0);
   out.first_start.assign(s.stages, -1);
   out.last_end.assign(s.stages, 0);
+  out.unit_end.resize(s.stages);
   std::vector<std::size_t> pos(s.stages, 0);
   // When unit u on rank st may start (kNotYet: its input does not exist yet), and how long it runs.
   auto ready_of = [&](int st, const ScheduleUnit& u) {
@@ -86,6 +87,7 @@ ScheduleTiming time_schedule(const PipelineSchedule& s, const PassTimes& t) {
         out.busy[st] += length;
         for (std::size_t k = 0; k < n; ++k) {
           const ScheduleUnit& u = units[pos[st] + k];
+          out.unit_end[st].push_back(end);
           const int v = s.virtual_stage(st, u.chunk);
           if (u.kind == UnitKind::Forward) at(fend, v, u.microbatch) = end;
           // A whole backward sends its input gradient when it ends (as 1F1B is counted in the paper).
@@ -97,7 +99,38 @@ ScheduleTiming time_schedule(const PipelineSchedule& s, const PassTimes& t) {
     }
   }
   for (int st = 0; st < s.stages; ++st) out.makespan = std::max(out.makespan, out.last_end[st]);
+  out.forward_end = std::move(fend);
+  out.input_grad_end = std::move(bend);
   return out;
+}
+
+std::vector<std::vector<int>> receive_posts(const PipelineSchedule& s, const PassTimes& t) {
+  const ScheduleTiming timing = time_schedule(s, t);
+  const auto m = static_cast<std::size_t>(s.microbatches);
+  std::vector<std::vector<int>> posts(s.stages);
+  for (int st = 0; st < s.stages; ++st) {
+    const auto& units = s.units[st];
+    const auto& ends = timing.unit_end[st];
+    posts[st].assign(units.size(), -1);
+    for (std::size_t i = 0; i < units.size(); ++i) {
+      const ScheduleUnit& u = units[i];
+      const int v = s.virtual_stage(st, u.chunk);
+      // The chunk the input comes from and when its sender completes.
+      int from = -1;
+      double sent = 0;
+      if (u.kind == UnitKind::Forward) {
+        from = s.prev_chunk(v);
+        if (from >= 0) sent = timing.forward_end[static_cast<std::size_t>(from) * m + u.microbatch];
+      } else if (u.kind == UnitKind::Backward || u.kind == UnitKind::BackwardInput) {
+        from = s.next_chunk(v);
+        if (from >= 0) sent = timing.input_grad_end[static_cast<std::size_t>(from) * m + u.microbatch];
+      }
+      if (from < 0 || s.chunk_stage[from] == st) continue;
+      const auto first_ending = std::lower_bound(ends.begin(), ends.begin() + static_cast<std::ptrdiff_t>(i), sent);
+      posts[st][i] = static_cast<int>(first_ending - ends.begin()) - 1;
+    }
+  }
+  return posts;
 }
 
 }  // namespace trainsim

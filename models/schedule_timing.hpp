@@ -22,6 +22,11 @@ struct PassTimes {
 struct ScheduleTiming {
   double makespan = 0;
   std::vector<double> busy, first_start, last_end;
+  // Per rank, the end of each of its units (in its order; an overlapped pair's
+  // two units end together); per chunk v and micro-batch mb (v * m + mb), the
+  // end of its forward and of its input gradient.
+  std::vector<std::vector<double>> unit_end;
+  std::vector<double> forward_end, input_grad_end;
   // The paper's bubble rate: (makespan - busy) / makespan of the busiest rank.
   double bubble_rate() const;
   // The largest idle share of one rank's own span (first start to last end):
@@ -34,5 +39,14 @@ struct ScheduleTiming {
 // Runs the schedule's units in order on each rank, each as soon as its input
 // exists (a whole backward takes B + W). The schedule must pass check_schedule.
 ScheduleTiming time_schedule(const PipelineSchedule& schedule, const PassTimes& times);
+
+// Where the Zero Bubble runtime posts each receive (`reorder_communication` in
+// megatron/core/pipeline_parallel/auto_schedule.py, github.com/sail-sg/
+// zero-bubble-pipeline-parallelism): a receive is timed at its sender's
+// predicted completion and goes before the first unit of the receiver that
+// ends at or after it. Per rank and unit: the index of the unit after which the
+// unit's input receive is posted, -1 before the rank's first unit or when the
+// input comes from the rank itself.
+std::vector<std::vector<int>> receive_posts(const PipelineSchedule& schedule, const PassTimes& times);
 
 }  // namespace trainsim

@@ -237,6 +237,19 @@ bool Executor::net_p2p(std::uint32_t rank, const Task& t) const {
   return t.kind != TaskKind::Collective && comm_spans_nodes_[slots_[slot_at(rank, t.ref)].comm];
 }
 
+// NCCL launches a send/recv kernel when the program posts it; the kernel holds
+// its channels' SMs, spinning while the peer has not posted, until the transfer
+// ends. A send, and a receive posted after a task of its rank (Megatron-LM's
+// overlapped interleaved exchange), hold them from the post. A receive without
+// dependencies is the planner's stand-in for one posted ahead by a runtime that
+// posts it when its sender is about done (the Zero Bubble runtime) or that blocks
+// on it (1F1B without overlap): its SMs count from the transfer's start.
+bool Executor::holds_sms_from_post(std::uint32_t rank, std::uint32_t task) const {
+  const ProgramTemplate& p = *program_of_rank_[rank];
+  const Task& t = p.tasks[task];
+  return t.kind == TaskKind::Send || (t.kind == TaskKind::Recv && !p.deps_of(task).empty());
+}
+
 // The product of the rank's GPU's slowdown windows in force at `now`.
 double Executor::window_factor(std::uint32_t rank, Time now) const {
   if (windowed_ranks_.empty()) return 1.0;
@@ -358,7 +371,7 @@ void Executor::start_transfer(const TransferRequest& request, std::span<const Wa
   for (const Waiter& w : waiters) {
     const Task& wt = program_of_rank_[w.rank]->tasks[w.task];
     stream_start_[stream_at(w.rank, wt.stream)] = now;
-    comm_started(w.rank, wt, now);
+    if (!holds_sms_from_post(w.rank, w.task)) comm_started(w.rank, wt, now);
   }
   if (end != Time::max()) {
     // Known at once (analytical): the waiters' completions go straight to the queue.
@@ -473,6 +486,7 @@ void Executor::post_p2p(std::uint32_t rank, std::uint32_t task, Time now) {
   const int me = static_cast<int>(slot.member);
   const int sender = t.kind == TaskKind::Send ? me : 1 - me;
   (t.kind == TaskKind::Send ? c.sends : c.recvs)[sender].push(Waiter{rank, task, now});
+  if (holds_sms_from_post(rank, task)) comm_started(rank, t, now);
   auto& sends = c.sends[sender];
   auto& recvs = c.recvs[sender];
   if (sends.empty() || recvs.empty()) return;

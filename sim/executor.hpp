@@ -160,6 +160,7 @@ class Executor {
   Time op_duration(std::uint32_t rank, std::uint32_t op, std::uint8_t contention);
   std::uint8_t contention(std::uint32_t rank) const;
   bool net_p2p(std::uint32_t rank, const Task& t) const;
+  bool holds_sms_from_post(std::uint32_t rank, std::uint32_t task) const;
   void start_compute(std::uint32_t rank, std::uint32_t task, std::uint32_t op, Time now);
   void comm_started(std::uint32_t rank, const Task& t, Time now);
   void comm_finished(std::uint32_t rank, const Task& t, Time now);

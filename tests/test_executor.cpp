@@ -159,6 +159,72 @@ TEST_CASE("compute beside a send/recv between nodes runs at the profile's networ
   }
 }
 
+TEST_CASE("a send/recv holds its SMs from its post; a receive posted ahead from the transfer's start") {
+  // Each rank runs an optional "pre" GEMM, then a 10 ms "work" GEMM, and posts
+  // its send (rank 0) or receive (rank 1) of 0.4 GB either after "pre" or at
+  // once (no dependency). compute_share_during_comm is 0.5: a kernel runs at
+  // half speed while its rank holds SMs for a transfer. NCCL's kernel holds
+  // them from the post, spinning until the peer posts; a receive without a
+  // dependency (the planner's stand-in for one a runtime posts when its sender
+  // is about done) holds them only from the transfer's start.
+  struct Case {
+    const char* what;
+    double pre_ms[2];    // "pre" GEMM of rank 0 (sender) and rank 1 (receiver), ms
+    bool after_pre[2];   // the send / receive waits for "pre"
+    int slowed;          // the rank whose "work" is checked
+    double slowed_from;  // ms: when that rank starts holding SMs (-1: the transfer's start)
+  };
+  const Case cases[] = {
+      {"a send posted before its receive spins beside the sender's work", {0, 5}, {false, true}, 0, 0},
+      {"a receive posted after a task spins beside the receiver's work", {6, 2}, {true, true}, 1, 2},
+      {"a receive posted ahead holds SMs from the transfer's start", {6, 2}, {true, false}, 1, -1},
+  };
+  for (const Case& c : cases) {
+    const std::string what = c.what;
+    CAPTURE(what);
+    Fixture f(0.5);
+    SimulationSetup setup;
+    setup.comms.push_back(Communicator{"link 0<->1", {0, 1}, 2});
+    for (int rank = 0; rank < 2; ++rank) {
+      ProgramBuilder b(rank == 0 ? "sender" : "receiver");
+      const auto main = b.add_stream("compute");
+      const auto io = b.add_stream("p2p");
+      const auto slot = b.add_comm_slot("peer");
+      std::vector<TaskId> deps;
+      if (c.pre_ms[rank] > 0) {
+        const TaskId pre = b.compute(main, b.add_op(gemm(c.pre_ms[rank] * 1e11)), b.add_label("pre"), 0, {});
+        if (c.after_pre[rank]) deps.push_back(pre);
+      }
+      b.compute(main, b.add_op(gemm(1e12)), b.add_label("work"), 0, {});
+      if (rank == 0) {
+        b.send(io, slot, CommClass::PP, 400000000, b.add_label("send"), 0, deps);
+      } else {
+        b.recv(io, slot, CommClass::PP, 400000000, b.add_label("recv"), 0, deps);
+      }
+      setup.programs.push_back(std::move(b).finish());
+      setup.ranks.push_back(RankProgram{rank == 0 ? "r0" : "r1", static_cast<std::uint32_t>(rank), rank, {0}, true});
+    }
+    Executor ex(setup, f.cluster, f.costs, f.net);
+    const SimulationResult r = ex.run();
+    REQUIRE(r.completed);
+    double transfer_start = 0, transfer_end = 0, work_start = 0, work_end = 0;
+    for (const Interval& iv : r.timelines[static_cast<std::size_t>(c.slowed)].intervals) {
+      if (iv.stream == 1) {
+        transfer_start = iv.start.to_seconds() * 1e3;
+        transfer_end = iv.end.to_seconds() * 1e3;
+      } else {
+        work_start = iv.start.to_seconds() * 1e3;  // the last compute interval is "work"
+        work_end = iv.end.to_seconds() * 1e3;
+      }
+    }
+    REQUIRE(transfer_end > transfer_start);
+    const double held_from = c.slowed_from >= 0 ? c.slowed_from : transfer_start;
+    // Full speed from work_start to held_from, half speed to the transfer's end, full speed after.
+    const double done = (held_from - work_start) + 0.5 * (transfer_end - held_from);
+    CHECK(work_end == doctest::Approx(transfer_end + 10.0 - done).epsilon(1e-6));
+  }
+}
+
 TEST_CASE("a wrong hand-made schedule is reported as a deadlock naming ranks and tasks") {
   Fixture f;
   SimulationSetup setup;

@@ -112,11 +112,14 @@ TEST_CASE("zero bubble schedules by name: zb-h1 as the same units written out, f
   const JobReport h1 = simulate(load({"parallel.schedule=zb-h1"}));
   REQUIRE(h1.feasible);
   CHECK(h1.iteration_time_s < one.iteration_time_s);
-  // Rank 0 defers no W, rank 1 one (models/schedule.cpp): the same order written as JSON.
+  // Rank 0 defers no W, rank 1 one (models/schedule.cpp): the same order written
+  // as JSON. zb-h1 posts its receives where the Zero Bubble runtime does
+  // (receive_posts), a custom schedule ahead: the iteration times differ by 0.1%.
   const JobReport custom = simulate(load({R"(parallel.schedule={"units": [
       ["F0", "F1", "B0", "W0", "F2", "B1", "W1", "F3", "B2", "W2", "B3", "W3"],
       ["F0", "B0", "F1", "B1", "W0", "F2", "B2", "W1", "F3", "B3", "W2", "W3"]]})"}));
-  CHECK(custom.iteration_time_s == h1.iteration_time_s);
+  CHECK(custom.iteration_time_s == doctest::Approx(h1.iteration_time_s).epsilon(0.002));
+  CHECK(custom.iteration_time_s != h1.iteration_time_s);
   CHECK(custom.peak_memory_gib == h1.peak_memory_gib);
   CHECK(simulate(load({"parallel.schedule=zb-h2"})).iteration_time_s <= h1.iteration_time_s);
   // The automatic schedules: searched with the cost model's pass times, never slower than ZB-H1.
@@ -178,28 +181,32 @@ void check_measured_order(const RunsByConfig& by_config, const std::set<std::str
 }  // namespace
 
 TEST_CASE("zero bubble validation: the paper's measured order of schedules on every configuration") {
-  // 1F1B slowest, ZB-2p fastest everywhere; interleaved 1F1B against ZB-1p
-  // changes sides between configurations in the paper: kept on 1.5B at m = 24
-  // (m = 32 is a measured tie), on 6.2B at m = 24, 32 and on 14.6B, where
-  // Megatron-LM's interleaved warm-up and cool-down wait for each send to reach
-  // the next rank across the slow link between the nodes (docs/schedules.md).
-  // Four pairs come out the other way, interleaved predicted 0.1% (1.5B, m = 64)
-  // and 1.5% (6.2B, m = 64) ahead of ZB-1p, measured 2.2% and 0.2% behind; and
-  // on 14.6B at m = 48, 64 interleaved predicted 0.9% and 0.5% ahead, measured
-  // 4.6% and 5.0% behind: ZB-1p pays the runtime's all-reduce of the tied
-  // embedding's gradient across the slow link (0.52 GB, about 0.12 s), which
-  // the fork's interleaved schedule skips, and the interleaved runs are
-  // predicted 8-10% fast there.
+  // 1F1B slowest everywhere, ZB-2p ahead of ZB-1p everywhere; interleaved 1F1B
+  // against ZB-1p changes sides between configurations in the paper: kept on
+  // 1.5B at m = 24 (m = 32 is a measured tie) and on 6.2B at m = 24, 32.
+  // Eleven pairs come out the other way, each interleaved 1F1B ahead of a Zero
+  // Bubble schedule measured ahead of it (docs/schedules.md): with the Zero
+  // Bubble runtime's receive placement its runs are predicted within -4.8%..+9.8%,
+  // the interleaved runs 3.9-12.5% fast. Interleaved predicted ahead of ZB-1p
+  // on 1.5B at m = 64 (0.3%, measured 2.2% behind), 6.2B at m = 64 (7.2%,
+  // measured 0.2% behind) and on 14.6B at m = 48, 64, 128 (5.8-6.3%, measured
+  // 4.5-6.0% behind); ahead of ZB-2p on 6.2B at every m (5.6-6.0%, measured
+  // 4.8-7.7% behind) and on 14.6B at every m (1.5-3.8%, measured 11-18% behind).
   const RunsByConfig runs = runs_by_config("validation-schedules");
   CHECK(runs.size() == 9);
-  check_measured_order(
-      runs, {"zb_iclr_1.5B_p8_m64 interleaved-1f1b zb-1p", "zb_iclr_6.2B_p8_m64 interleaved-1f1b zb-1p",
-             "zb_iclr_14.6B_p16_m48 interleaved-1f1b zb-1p", "zb_iclr_14.6B_p16_m64 interleaved-1f1b zb-1p"});
+  check_measured_order(runs,
+                       {"zb_iclr_1.5B_p8_m64 interleaved-1f1b zb-1p", "zb_iclr_6.2B_p8_m64 interleaved-1f1b zb-1p",
+                        "zb_iclr_14.6B_p16_m48 interleaved-1f1b zb-1p", "zb_iclr_14.6B_p16_m64 interleaved-1f1b zb-1p",
+                        "zb_iclr_14.6B_p16_m128 interleaved-1f1b zb-1p", "zb_iclr_6.2B_p8_m24 interleaved-1f1b zb-2p",
+                        "zb_iclr_6.2B_p8_m32 interleaved-1f1b zb-2p", "zb_iclr_6.2B_p8_m64 interleaved-1f1b zb-2p",
+                        "zb_iclr_14.6B_p16_m48 interleaved-1f1b zb-2p", "zb_iclr_14.6B_p16_m64 interleaved-1f1b zb-2p",
+                        "zb_iclr_14.6B_p16_m128 interleaved-1f1b zb-2p"});
 }
 
 TEST_CASE("zero bubble validation: blocking interleaved transfers do not explain the interleaved/ZB-1p order") {
-  // docs/schedules.md: with pp_overlap false the interleaved runs predicted
-  // ahead of ZB-1p fall behind it, as measured, but two measured ahead fall behind too.
+  // docs/schedules.md: with pp_overlap false the 14.6B and 1.5B m = 64
+  // interleaved runs fall behind ZB-1p, as measured, but 1.5B at m = 24,
+  // measured ahead, falls behind too, and 6.2B at m = 64 stays ahead.
   const std::filesystem::path dir = std::filesystem::path(TRAINSIM_SOURCE_DIR) / "scenarios/validation-schedules";
   auto predicted = [&](const std::string& config, const std::string& schedule, bool blocking) {
     const std::vector<std::string> sets{blocking ? "parallel.pp_overlap=false" : "parallel.pp_overlap=true"};
@@ -207,15 +214,13 @@ TEST_CASE("zero bubble validation: blocking interleaved transfers do not explain
         .iteration_time_s;
   };
   for (const char* config :
-       {"zb_iclr_14.6B_p16_m48", "zb_iclr_14.6B_p16_m64", "zb_iclr_14.6B_p16_m128", "zb_iclr_6.2B_p8_m64"}) {
+       {"zb_iclr_14.6B_p16_m48", "zb_iclr_14.6B_p16_m64", "zb_iclr_14.6B_p16_m128", "zb_iclr_1.5B_p8_m64"}) {
     CAPTURE(config);
     CHECK(predicted(config, "interleaved-1f1b", true) > predicted(config, "zb-1p", false));
   }
-  for (const char* config : {"zb_iclr_1.5B_p8_m24", "zb_iclr_6.2B_p8_m32"}) {
-    CAPTURE(config);
-    CHECK(predicted(config, "interleaved-1f1b", false) < predicted(config, "zb-1p", false));
-    CHECK(predicted(config, "interleaved-1f1b", true) > predicted(config, "zb-1p", false));
-  }
+  CHECK(predicted("zb_iclr_1.5B_p8_m24", "interleaved-1f1b", false) < predicted("zb_iclr_1.5B_p8_m24", "zb-1p", false));
+  CHECK(predicted("zb_iclr_1.5B_p8_m24", "interleaved-1f1b", true) > predicted("zb_iclr_1.5B_p8_m24", "zb-1p", false));
+  CHECK(predicted("zb_iclr_6.2B_p8_m64", "interleaved-1f1b", true) < predicted("zb_iclr_6.2B_p8_m64", "zb-1p", false));
 }
 
 TEST_CASE("zero bubble validation: the network between nodes gives the paper's profiled T_comm") {
@@ -244,10 +249,10 @@ TEST_CASE("zb-v validation: the paper's measured order of schedules on every con
   // 1F1B slowest everywhere; ZB-V ahead of ZB-1p everywhere and of ZB-2p* on
   // 14.6B at m = 72, 96, 192, as measured. Four pairs come out the other way (docs/schedules.md): on 14.6B
   // ZB-2p* ahead of ZB-1p at m = 192 (predicted 0.5%, measured 2.2% behind), on
-  // 6.2B ZB-V ahead of ZB-2p* at m = 48, 64, 128 (predicted 1.7%, 2.0%, 2.3%,
+  // 6.2B ZB-V ahead of ZB-2p* at m = 48, 64, 128 (predicted 0.7%, 1.8%, 3.5%,
   // measured 5.1%, 3.8%, 2.3% behind): ZB-2p* pays the runtime's all-reduce of
   // the tied embedding's gradient between its first and last rank, ZB-V adds
-  // both ends on rank 0, and ZB-V is predicted 10-11% fast on 6.2B.
+  // both ends on rank 0, and ZB-V is predicted 3-6% fast on 6.2B.
   const RunsByConfig runs = runs_by_config("validation-zbv");
   CHECK(runs.size() == 6);
   check_measured_order(runs, {"zbv_arxiv_14.6B_p24_m192 zb-1p zb-2p", "zbv_arxiv_6.2B_p16_m128 zb-2p zb-v",

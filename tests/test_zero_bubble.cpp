@@ -235,3 +235,43 @@ TEST_CASE("zero bubble: zb-1p and zb-2p through the planner use the cost model's
   CHECK(p2.second <= 8 * per_microbatch * (1 + 1e-9));
   CHECK(p2.second > p1.second);
 }
+
+TEST_CASE(
+    "zero bubble: the runtime posts a receive before the receiver's first unit ending at its sender's completion") {
+  // 1F1B on 2 ranks, 2 micro-batches, T_F = 1, T_B + T_W = 2, no transfer time:
+  // rank 0 runs F0 0-1, F1 1-2, B0 4-6 (rank 1's B0 ends at 4), B1 7-9 (rank 1's
+  // B1 ends at 7); rank 1 runs F0 1-2, B0 2-4, F1 4-5, B1 5-7.
+  const PipelineSchedule s = builtin_schedule(ScheduleKind::OneFOneB, 2, 2, 1);
+  REQUIRE(to_string(s.units[0][2]) == "BW0");
+  REQUIRE(to_string(s.units[1][2]) == "F1");
+  const PassTimes t{1, 1, 1, 0};
+  const auto posts = receive_posts(s, t);
+  // Rank 0's B0 and B1: no unit before them ends as late as their input's
+  // sender (4, 7), so each is posted right before it, after F1 and after B0.
+  CHECK(posts[0] == std::vector<int>{-1, -1, 1, 2});
+  // Rank 1's F1 waits for rank 0's F1 (ends at 2): F0 ends at 2, so the receive
+  // goes before F0, at the start; F0 and the backwards have no input from another rank.
+  CHECK(posts[1] == std::vector<int>{-1, -1, -1, -1});
+  // On ZB-1p's schedules of 8 ranks: every receive precedes its consumer, the
+  // unit it follows ends before its sender's predicted completion and the next one at or after it.
+  PassTimes zb{1, 1, 0.6, 0.2};
+  const PipelineSchedule p1 = zero_bubble_auto_schedule(8, 24, zb, 8, 1.0);
+  const ScheduleTiming timing = time_schedule(p1, zb);
+  const auto placed = receive_posts(p1, zb);
+  int before_consumer = 0;
+  for (int st = 1; st < p1.stages; ++st) {
+    for (std::size_t i = 0; i < p1.units[st].size(); ++i) {
+      const ScheduleUnit& u = p1.units[st][i];
+      if (u.kind != UnitKind::Forward) continue;
+      const double sent = timing.forward_end[static_cast<std::size_t>(st - 1) * p1.microbatches + u.microbatch];
+      const int k = placed[st][i];
+      CAPTURE(st);
+      CAPTURE(i);
+      CHECK(k < static_cast<int>(i));
+      if (k >= 0) CHECK(timing.unit_end[st][k] < sent);
+      if (k + 1 < static_cast<int>(i)) CHECK(timing.unit_end[st][k + 1] >= sent);
+      before_consumer += k + 1 == static_cast<int>(i) ? 1 : 0;
+    }
+  }
+  CHECK(before_consumer < 7 * 24);  // some are posted more than a unit ahead of their consumer
+}

@@ -195,6 +195,11 @@ struct KernelRecipe {
   int residual_dropout_kernels = 1;
   double xent = 1, xent_bwd = 1;  // cross-entropy over the vocabulary
   int xent_kernels = 1, xent_bwd_kernels = 1;
+  // Autograd's sum of the two gradients where the residual stream forks (the block
+  // input feeds the norm and the residual add), and the residual dropout's backward.
+  bool residual_fork_sum = false;
+  // The backward of torch.split on the fused QKV output: a cat of dQ, dK and dV.
+  bool qkv_split_grad = false;
   // Linear-layer biases (TransformerSpec::bias): the QKV bias added by its own kernel
   // after the GEMM, and every bias gradient as a column sum of its output gradient.
   bool bias_add = false, bias_grad = false;
@@ -234,6 +239,18 @@ KernelRecipe recipe_of(Framework f, double act_bytes, bool rmsnorm) {
     r.xent_kernels = cast ? 6 : 5;
     r.xent_bwd = (8 + (cast ? 4 + act_bytes : 0)) / (4 + act_bytes);
     r.xent_bwd_kernels = cast ? 3 : 2;
+    // Megatron-DeepSpeed's MixedFusedLayerNorm / MixedFusedRMSNorm run apex's
+    // fused_layer_norm_cuda (BLOOM's fork: the same kernels in megatron/fused_kernels/
+    // layer_norm_cuda_kernel.cu); HostLayerNormGradient launches cuComputePartGradGammaBeta
+    // (reads dY and X), cuComputeGradGammaBeta (the partial sums) and cuComputeGradInput
+    // (reads dY and X, writes dX): 5 B per 1-byte element instead of the fused 4.
+    r.norm_bwd = 5.0 / 4, r.norm_bwd_kernels = 3;
+    // ParallelAttention splits the fused QKV output with torch.split
+    // (split_tensor_along_last_dim, megatron/core/tensor_parallel/utils.py), whose
+    // derivative (split_backward, PyTorch tools/autograd/derivatives.yaml) cats the
+    // three gradients into one: read + write of the QKV output.
+    r.qkv_split_grad = true;
+    r.residual_fork_sum = true;
   }
   if (f != Framework::Eager && f != Framework::Fsdp2) return r;
   // Eager PyTorch, op by op (Hugging Face LlamaRMSNorm, rotate_half RoPE, F.silu(gate) * up,
@@ -251,6 +268,7 @@ KernelRecipe recipe_of(Framework f, double act_bytes, bool rmsnorm) {
   r.xent = 18.0 / 10, r.xent_kernels = 3, r.xent_bwd = 22.0 / 6, r.xent_bwd_kernels = 4;
   r.weight_casts = true;
   r.casts_sharded = f == Framework::Fsdp2;
+  r.residual_fork_sum = true;
   return r;
 }
 
@@ -796,6 +814,22 @@ void add_mtp_modules(const TransformerSpec& m, const Dims& D, ModelSteps* out) {
   out->head_expert_grad_elements += m.mtp_depth * block.expert_grad_elements;
 }
 
+// The backward of a block's residual add on `act_norm` bytes of activations: a read +
+// write of the gradient in the fused lists. Where autograd runs the block op by op the
+// add's own backward launches nothing, but the gradient of the tensor that forks into
+// the next norm and the residual is the sum of the two (torch/csrc/autograd/
+// input_buffer.cpp, InputBuffer::add: one add, read 2 + write 1), and residual dropout
+// multiplies the branch's gradient by its mask (read the gradient and the 1-byte mask,
+// write). Two forks per layer, one charged at each residual add's backward.
+void residual_backward(StepList& L, const char* name, const Dims& D, const KernelRecipe& R, double act_norm) {
+  if (!R.residual_fork_sum) {
+    L.memory(name, act_norm * 2);
+    return;
+  }
+  const double dropout = D.dropout ? act_norm * 2 + act_norm / D.act_bytes : 0;
+  L.memory(name, act_norm * 3 + dropout, {}, D.dropout ? 2 : 1);
+}
+
 // The MLP's backward from its output's gradient to its activation's input gradient:
 // the down projection's data and weight gradients, then the activation's backward.
 // `g` is the gradient's all-gather under sequence parallelism (-1 without); with TP
@@ -993,7 +1027,7 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     StepList L(&dense.backward, Pass::BackwardInput, D.act_bytes, tr.fp8_recipe);
     const auto tp_in_kind = D.sp ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce;
     // MLP block, in reverse.
-    L.memory("mlp.residual.bwd", act_norm * 2);
+    residual_backward(L, "mlp.residual.bwd", D, R, act_norm);
     const int g1 = D.sp ? L.comm("tp.ag.mlp.grad", CollectiveKind::AllGather, CommClass::TP, act) : -1;
     mlp_down_backward(L, D, R, g1, ov);
     // MLP bias gradients: the down projection's over the block output's gradient,
@@ -1010,7 +1044,7 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     L.set_pass(Pass::BackwardInput);
     L.memory("norm2.bwd", act_norm * 4 * R.norm_bwd, maybe(rs2), R.norm_bwd_kernels);
     // Attention block, in reverse.
-    L.memory("attn.residual.bwd", act_norm * 2);
+    residual_backward(L, "attn.residual.bwd", D, R, act_norm);
     const int g2 = D.sp ? L.comm("tp.ag.attn.grad", CollectiveKind::AllGather, CommClass::TP, act) : -1;
     L.gemm("attn.proj.dgrad", D.gemm_dtype, D.tokens, D.a_t * D.d_out, D.h, gate(g2));
     L.set_pass(Pass::BackwardWeight);
@@ -1030,14 +1064,19 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     if (m.rope)
       L.memory("attn.rope.bwd", D.tokens * (D.a_t + D.g_t) * D.d * D.act_bytes * 2 * R.rope_bwd, {}, R.rope_kernels);
     const int in1 = D.sp ? L.comm("tp.ag.attn.input", CollectiveKind::AllGather, CommClass::TP, act) : -1;
+    std::vector<int> qkv_waits = maybe(rkv);
+    if (R.qkv_split_grad && !m.mla.enabled()) {
+      L.memory("attn.qkv.split.bwd", qkv_out * 2, qkv_waits);
+      qkv_waits.clear();
+    }
     if (m.mla.enabled()) {
-      mla_projections_dgrad(L, m, D, maybe(rkv));
+      mla_projections_dgrad(L, m, D, qkv_waits);
     } else if (bias && R.bias_grad) {
       // Attention bias gradients: the output projection's, and the QKV bias's over dQ, dK, dV.
-      L.memory("attn.bias.grad", act_norm + qkv_out, maybe(rkv), 2);
+      L.memory("attn.bias.grad", act_norm + qkv_out, qkv_waits, 2);
       L.gemm("attn.qkv.dgrad", D.gemm_dtype, D.tokens, D.h, (D.a_t + 2 * D.g_t) * D.d);
     } else {
-      L.gemm("attn.qkv.dgrad", D.gemm_dtype, D.tokens, D.h, (D.a_t + 2 * D.g_t) * D.d, maybe(rkv));
+      L.gemm("attn.qkv.dgrad", D.gemm_dtype, D.tokens, D.h, (D.a_t + 2 * D.g_t) * D.d, qkv_waits);
     }
     const int rs1 = D.tp_comm ? L.comm("tp.attn.in.grad", tp_in_kind, CommClass::TP, act) : -1;
     const int wg1 = p.tp_grad_overlap || D.sp ? in1 : rs1;

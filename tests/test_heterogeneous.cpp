@@ -549,7 +549,7 @@ TEST_CASE("Sailor GH200 runs: at micro-batch 8 the simulator orders the layouts 
 
 TEST_CASE("Sailor GH200 runs: at micro-batch 1 a host-bound layer takes the profile floor its host figure comes from") {
   // tools/make-hetero-validation-scenarios derives training.host_dispatch_us from Sailor's
-  // per-layer profile: 1.509 ms forward + 1.719 ms backward at TP 4, over the 14 + 24
+  // per-layer profile: 1.509 ms forward + 1.719 ms backward at TP 4, over the 14 + 29
   // kernels the model issues for such a layer. If those kernel lists change, the figure
   // must be derived again; this checks the layer still reproduces the floor.
   const std::string path =

@@ -1040,3 +1040,44 @@ TEST_CASE("eager LayerNorm is PyTorch's native kernel: fused forward, a second k
   // RMSNorm stays the op-by-op list.
   CHECK(first_op(text, {"training.framework=eager", "model.norm=rmsnorm"}, "norm1").kernels == 8);
 }
+
+TEST_CASE("Megatron-DeepSpeed's backward: apex LayerNorm gradient, the QKV split's cat, the residual forks' sums") {
+  // OPT-350M as Sailor's artifact trains it (FP32, unfused attention), TP 2.
+  const std::string text = R"({
+    "model": {"name": "opt-test", "layers": 4, "hidden": 1024, "heads": 16, "ffn_hidden": 4096, "vocab": 50688,
+              "mlp": "relu", "norm": "layernorm", "position": "learned"},
+    "cluster": {"node": "dgx-a100", "nodes": 1},
+    "parallel": {"tp": 2, "dp": 4, "micro_batch": 2, "global_batch": 64},
+    "training": {"seq_len": 2048, "precision": "tf32", "attention": "unfused", "dropout": false}
+  })";
+  const double elements = 2.0 * 2048 * 1024;         // the block's activations: tokens x hidden
+  const double qkv = 2.0 * 2048 * 3 * 1024 / 2 * 4;  // this rank's fp32 QKV output
+  auto has_op = [&](const std::vector<std::string>& sets, const std::string& name) {
+    const Scenario s = load_scenario_text(text, "options.json", "", sets, catalog());
+    const TrainingPlan plan = plan_training(s.model, s.parallel, s.training, Cluster(s.cluster), PlanOptions{});
+    const auto& ops = plan.setup.programs.at(0).ops;
+    return std::any_of(ops.begin(), ops.end(), [&](const ComputeOp& op) { return op.name == name; });
+  };
+  const std::vector<std::string> ds = {"training.framework=deepspeed"};
+  // apex's HostLayerNormGradient: part-gamma/beta (dY, X), their sum, the input gradient
+  // (dY, X -> dX): 5 x 4 B per element in 3 kernels, where the fused lists charge 4 x 4 B.
+  for (const char* norm : {"norm1.bwd", "norm2.bwd", "final.norm.bwd"}) {
+    CHECK(first_op(text, ds, norm).bytes == doctest::Approx(20.0 * elements));
+    CHECK(first_op(text, ds, norm).kernels == 3);
+    CHECK(first_op(text, {}, norm).bytes == doctest::Approx(16.0 * elements));
+  }
+  // torch.split's derivative cats dQ, dK and dV: read + write the QKV output.
+  CHECK(first_op(text, ds, "attn.qkv.split.bwd").bytes == doctest::Approx(2.0 * qkv));
+  CHECK_FALSE(has_op({}, "attn.qkv.split.bwd"));
+  CHECK_FALSE(has_op({"training.framework=eager"}, "attn.qkv.split.bwd"));  // separate q, k, v projections
+  // The fork's two gradients summed by autograd (read 2, write 1) where the fused lists
+  // charge a read + write; with residual dropout its mask multiply (4 + 1 + 4 B) too.
+  for (const char* fw : {"training.framework=deepspeed", "training.framework=eager"}) {
+    CHECK(first_op(text, {fw}, "mlp.residual.bwd").bytes == doctest::Approx(12.0 * elements));
+    CHECK(first_op(text, {fw}, "attn.residual.bwd").bytes == doctest::Approx(12.0 * elements));
+    const ComputeOp dropout = first_op(text, {fw, "training.dropout=true"}, "mlp.residual.bwd");
+    CHECK(dropout.bytes == doctest::Approx(21.0 * elements));
+    CHECK(dropout.kernels == 2);
+  }
+  CHECK(first_op(text, {}, "mlp.residual.bwd").bytes == doctest::Approx(8.0 * elements));
+}

@@ -179,6 +179,7 @@ class StageProgramBuilder {
     }
     if (zero_sharded_optimizer() && par_.dp_overlap && !deepspeed_bf16_optimizer()) prefetch_params_ = true;
     unit_end_.assign(order.size(), kNone);
+    if (megatron_interleaved_p2p_) megatron_receive_posts(order);
     auto emit_unit = [&](int i) {
       const ScheduleUnit& u = order[i];
       cur_unit_ = i;
@@ -209,6 +210,7 @@ class StageProgramBuilder {
         interleave(first, middle, static_cast<TaskId>(b_.size()));
       }
       for (int k = first_unit; k <= i; ++k) unit_end_[k] = last_compute_since(first);
+      for (int k = first_unit; k <= i && megatron_interleaved_p2p_; ++k) megatron_post_receives(order, k);
     }
     if (deepspeed()) {
       // The sends of the idle steps after the rank's last pass come before
@@ -334,15 +336,36 @@ class StageProgramBuilder {
     const int kind = (sending ? 0 : 2) + (forward ? 0 : 1);
     const std::uint8_t named[] = {s_.send_next, s_.send_prev, s_.recv_prev, s_.recv_next};
     std::uint8_t stream = named[kind];
-    if (link_kind_used_[kind]) {
+    if (megatron_interleaved_p2p_) {
+      stream = peer_stream(sending ? to : from, peer, sending);
+    } else if (link_kind_used_[kind]) {
       TRAINSIM_CHECK(b_.num_streams() < 250, "too many pipeline links on stage " + std::to_string(stage_));
       stream = b_.add_stream(std::string(sending ? "pp.send." : "pp.recv.") + (forward == sending ? "next " : "prev ") +
                              std::to_string(sending ? to : from));
     }
-    link_kind_used_[kind] = true;
+    if (!megatron_interleaved_p2p_) link_kind_used_[kind] = true;
     const PipelineLink link{slot, stream};
     pipeline_slots_.emplace(key, link);
     return link;
+  }
+
+  // Megatron-LM's overlapped exchange posts each send and receive on its own
+  // (torch.distributed.isend/irecv, no batch), and PyTorch's ProcessGroupNCCL
+  // runs an unbatched send/recv on the stream of the two-rank communicator of
+  // its pair of ranks (pointToPoint, key getKeySendRecv): a rank's sends to and
+  // receives from one peer, both directions, run in the order posted. With two
+  // stages Megatron-LM's _p2p_ops puts one direction on the world group, whose
+  // communicator has streams of its own: sends and receives queue apart.
+  std::uint8_t peer_stream(int peer_stage, int peer, bool sending) {
+    const auto key = std::make_tuple(peer_stage, peer, par_.pp == 2 && sending);
+    auto it = peer_streams_.find(key);
+    if (it != peer_streams_.end()) return it->second;
+    TRAINSIM_CHECK(b_.num_streams() < 250, "too many pipeline links on stage " + std::to_string(stage_));
+    const std::uint8_t stream =
+        b_.add_stream("pp.p2p " + std::to_string(peer_stage) + (peer > 0 ? " #" + std::to_string(peer) : "") +
+                      (std::get<2>(key) ? " send" : ""));
+    peer_streams_.emplace(key, stream);
+    return stream;
   }
 
   // A label given as a string literal: looked up by its address first (the
@@ -515,10 +538,65 @@ class StageProgramBuilder {
   // direction: a send holds the sender's next forward (backward) until the receiver
   // has posted the matching receive. The first backward's receive goes with the
   // last warm-up forward (all forwards when m = pp, the schedule's all-warm-up case).
-  TaskId megatron_recv_posted_after(bool forward) const {
-    if (forward) return fwd_end_[0];
-    if (bwd_end_ != kNone) return bwd_end_;
-    return sched_.microbatches == par_.pp ? fwd_end_[0] : fwd_end_[1];
+  // The receives are emitted where they are posted, in post order, since a
+  // rank's messages with one peer share a stream (peer_stream): per unit, the
+  // unit after which its receive is posted (-1: ahead, at the start).
+  void megatron_receive_posts(const std::vector<ScheduleUnit>& order) {
+    const int n = static_cast<int>(order.size());
+    megatron_posted_after_.assign(static_cast<std::size_t>(n), -1);
+    megatron_recvs_.assign(static_cast<std::size_t>(n), {});
+    int last_fwd = -1, before_last_fwd = -1, last_bwd = -1;
+    const auto all_forwards_first = [&](int first_bwd) {
+      return std::none_of(order.begin() + first_bwd, order.end(),
+                          [](const ScheduleUnit& u) { return u.kind == UnitKind::Forward; });
+    };
+    for (int i = 0; i < n; ++i) {
+      if (order[i].kind == UnitKind::Forward) {
+        megatron_posted_after_[i] = last_fwd;
+        before_last_fwd = last_fwd;
+        last_fwd = i;
+      } else {
+        // The first backward's receive goes with the last warm-up forward (the last
+        // forward of all when every forward comes first).
+        megatron_posted_after_[i] = last_bwd >= 0 ? last_bwd : all_forwards_first(i) ? last_fwd : before_last_fwd;
+        last_bwd = i;
+      }
+    }
+  }
+  // After unit `done`: the receives posted with its send (a forward's for the
+  // next forward, then a backward's), on the links their units read.
+  void megatron_post_receives(const std::vector<ScheduleUnit>& order, int done) {
+    for (const bool forward : {true, false}) {
+      for (int j = done + 1; j < static_cast<int>(order.size()); ++j) {
+        if (megatron_posted_after_[j] != done || (order[j].kind == UnitKind::Forward) != forward) continue;
+        megatron_recvs_[j] =
+            megatron_unit_receives(order[j], order[done].kind == UnitKind::Forward ? fwd_end_[0] : bwd_end_);
+      }
+    }
+  }
+  // The receives of unit `u`'s input (none when it comes from this rank or it has none).
+  std::vector<TaskId> megatron_unit_receives(const ScheduleUnit& u, TaskId posted_after) {
+    std::vector<TaskId> recvs;
+    const int v = vstage_[u.chunk];
+    if (u.kind == UnitKind::Forward) {
+      if (sched_.prev_chunk(v) < 0) return recvs;
+      const int from = sched_.chunk_stage[sched_.prev_chunk(v)];
+      if (from != stage_)
+        post_recvs(SlotRole::PipelineForward, from, "F recv activations", u.microbatch, recvs, posted_after);
+    } else if (!head_of(v)) {
+      const int from = sched_.chunk_stage[sched_.next_chunk(v)];
+      if (from != stage_)
+        post_recvs(SlotRole::PipelineBackward, from, "B recv gradients", u.microbatch, recvs, posted_after);
+    }
+    return recvs;
+  }
+  // The current unit's receives under the overlapped exchange: those posted
+  // after an earlier unit, else posted now (ahead, for the rank's first unit
+  // of a direction).
+  void megatron_take_receives(const ScheduleUnit& u, std::vector<TaskId>& entry) {
+    const auto i = static_cast<std::size_t>(cur_unit_);
+    if (megatron_posted_after_[i] < 0) megatron_recvs_[i] = megatron_unit_receives(u, kNone);
+    entry.insert(entry.end(), megatron_recvs_[i].begin(), megatron_recvs_[i].end());
   }
   // The current unit's receive under the Zero Bubble runtime's placement: after
   // the unit receive_posts names (kNone: ahead, or no placement given).
@@ -599,16 +677,16 @@ class StageProgramBuilder {
   void forward_unit(const ScheduleUnit& u, bool first_of_chunk) {
     const int v = vstage_[u.chunk];
     std::vector<TaskId> entry = unit_entry();
-    TaskId recv_after = runtime_recv_posted_after();
+    const TaskId recv_after = runtime_recv_posted_after();
     if (megatron_interleaved_p2p_) {
       megatron_wait_previous_sends(true, entry);
-      recv_after = megatron_recv_posted_after(true);
+      megatron_take_receives(u, entry);
     }
     if (sched_.prev_chunk(v) >= 0) {
       const int from = sched_.chunk_stage[sched_.prev_chunk(v)];
       if (from == stage_) {
         entry.push_back(fwd_out_[unit_key(u.microbatch, sched_.prev_chunk(v))]);
-      } else if (!deepspeed()) {
+      } else if (!deepspeed() && !megatron_interleaved_p2p_) {
         post_recvs(SlotRole::PipelineForward, from, "F recv activations", u.microbatch, entry, recv_after);
       }
     }
@@ -676,16 +754,16 @@ class StageProgramBuilder {
       saved->assign(static_cast<std::size_t>(layers_[u.chunk]) + 1, {});  // layers, then the head
     }
     std::vector<TaskId> entry = unit_entry();
-    TaskId recv_after = runtime_recv_posted_after();
+    const TaskId recv_after = runtime_recv_posted_after();
     if (megatron_interleaved_p2p_) {
       megatron_wait_previous_sends(false, entry);
-      recv_after = megatron_recv_posted_after(false);
+      megatron_take_receives(u, entry);
     }
     if (!head_of(v)) {
       const int from = sched_.chunk_stage[sched_.next_chunk(v)];
       if (from == stage_) {
         entry.push_back(bwd_out_[unit_key(u.microbatch, sched_.next_chunk(v))]);
-      } else if (!deepspeed()) {
+      } else if (!deepspeed() && !megatron_interleaved_p2p_) {
         post_recvs(SlotRole::PipelineBackward, from, "B recv gradients", u.microbatch, entry, recv_after);
       }
     }
@@ -1085,8 +1163,9 @@ class StageProgramBuilder {
   std::uint32_t slot_tied_ = 0;
   TaskId tied_ready_ = kNone;
   std::map<std::tuple<int, int, int, int>, PipelineLink> pipeline_slots_;
-  const LinkShapes* links_ = nullptr;  // per-stage layouts only
-  int model_first_v_ = 0;              // the virtual stage that runs the embedding
+  std::map<std::tuple<int, int, bool>, std::uint8_t> peer_streams_;  // megatron_interleaved_p2p_: per peer rank
+  const LinkShapes* links_ = nullptr;                                // per-stage layouts only
+  int model_first_v_ = 0;                                            // the virtual stage that runs the embedding
   bool link_kind_used_[4] = {false, false, false, false};
   int chunks_ = 1, V_ = 1;
   std::vector<int> vstage_, layers_, first_layer_;  // per local chunk
@@ -1116,7 +1195,9 @@ class StageProgramBuilder {
   // the last tasks of the rank's last two forward units and of its last backward unit,
   // and the sends of its last forward and last backward unit.
   bool megatron_interleaved_p2p_ = false;
-  TaskId fwd_end_[2] = {kNone, kNone};
+  TaskId fwd_end_ = kNone;
+  std::vector<int> megatron_posted_after_;
+  std::vector<std::vector<TaskId>> megatron_recvs_;
   TaskId bwd_end_ = kNone;
   // Zero Bubble runtime receive placement: per unit the unit its receive follows,
   // the unit being emitted, and the last computation of each emitted unit.

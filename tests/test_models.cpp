@@ -238,6 +238,51 @@ TEST_CASE(
   }
 }
 
+TEST_CASE("Megatron-LM's overlapped interleaved transfers: one stream per peer, in the order posted") {
+  // With overlap_p2p_comm each send and receive is its own torch.distributed
+  // isend/irecv, which ProcessGroupNCCL runs on the stream of the two ranks'
+  // communicator: a rank's messages with one peer, both directions, queue in
+  // the order the schedule posts them (a receive with the send before it).
+  const TransformerSpec m = fixture_model("gpt3-1.3b");
+  const Cluster cluster(toy_cluster(1, 4));
+  const std::vector<CalibrationProfile> profiles{ideal_profile(1e-6, 5e-6)};
+  const ComputeCostModel costs(cluster, profiles);
+  const AnalyticalNetwork net(cluster, profiles);
+  ParallelSpec par;
+  par.pp = 4;
+  par.vpp = 2;
+  par.schedule = ScheduleKind::Interleaved1F1B;
+  par.global_batch = 8;
+  TrainingSpec train;
+  PlanOptions all;
+  all.representatives = false;
+  const TrainingPlan plan = plan_training(m, par, train, cluster, all);
+  const ProgramTemplate& p = plan.setup.programs[plan.setup.ranks[1].program];
+  // stream -> {sends, receives, forward, backward, post points in queue order}
+  std::map<std::uint32_t, std::array<int, 4>> kinds;
+  std::map<std::uint32_t, std::vector<std::int64_t>> posts;
+  for (std::uint32_t t = 0; t < p.tasks.size(); ++t) {
+    const Task& task = p.tasks[t];
+    if (task.kind != TaskKind::Send && task.kind != TaskKind::Recv) continue;
+    auto& k = kinds[task.stream];
+    ++k[task.kind == TaskKind::Send ? 0 : 1];
+    ++k[p.labels[task.label].front() == 'F' ? 2 : 3];
+    const auto deps = p.deps_of(t);
+    posts[task.stream].push_back(deps.empty() ? -1 : static_cast<std::int64_t>(deps[0]));
+  }
+  REQUIRE(kinds.size() == 2);  // stage 0 and stage 2
+  for (const auto& [stream, k] : kinds) {
+    CAPTURE(p.streams[stream]);
+    CHECK(k[0] == 16);  // the forwards' sends to stage 2, or the backwards' to stage 0
+    CHECK(k[1] == 16);
+    CHECK(k[2] == 16);
+    CHECK(k[3] == 16);
+    CHECK(std::is_sorted(posts[stream].begin(), posts[stream].end()));
+  }
+  Executor e(plan.setup, cluster, costs, net);
+  CHECK(e.run().completed);  // posted out of order, the two ends' queues would deadlock
+}
+
 TEST_CASE("tied embeddings: the first and last stage all-reduce the shared weight's gradient") {
   // Megatron-LM's finalize_model_grads (_allreduce_word_embedding_grads) after the
   // DP gradient sync, DeepSpeed's ReduceTiedGrads before its DP all-reduce: one

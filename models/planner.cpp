@@ -570,7 +570,7 @@ class StageProgramBuilder {
       for (int j = done + 1; j < static_cast<int>(order.size()); ++j) {
         if (megatron_posted_after_[j] != done || (order[j].kind == UnitKind::Forward) != forward) continue;
         megatron_recvs_[j] =
-            megatron_unit_receives(order[j], order[done].kind == UnitKind::Forward ? fwd_end_[0] : bwd_end_);
+            megatron_unit_receives(order[j], order[done].kind == UnitKind::Forward ? fwd_end_ : bwd_end_);
       }
     }
   }
@@ -730,8 +730,7 @@ class StageProgramBuilder {
       last = emit(cur_->head_forward, StepPrefix{'F'}, u.microbatch, dedupe(deps), false);
     }
     if (last == kNone && !entry.empty()) last = entry.back();
-    fwd_end_[1] = fwd_end_[0];
-    fwd_end_[0] = last;
+    fwd_end_ = last;
     if (deepspeed()) ds_chain_ = last;
     if (!head_of(v)) {
       const int to = sched_.chunk_stage[sched_.next_chunk(v)];

@@ -810,6 +810,10 @@ std::string compare_profiles(const CalibrationProfile& a, const CalibrationProfi
     row("  gemm_min_dim @ " + fmt("%g", dim), curve_at(a.gemm_min_dim, dim), curve_at(b.gemm_min_dim, dim),
         kind_of(b.gemm_min_dim));
   }
+  for (const double k : {64.0, 128.0, 256.0, 512.0}) {
+    row("  gemm_small_k @ K " + fmt("%g", k), curve_at(a.gemm_small_k, k), curve_at(b.gemm_small_k, k),
+        kind_of(b.gemm_small_k));
+  }
   out << "Attention efficiency by FLOPs of one kernel\n";
   for (const double gf : {1.0, 100.0, 1000.0}) {
     row("  attention @ " + fmt("%g", gf) + " GFLOP", curve_at(a.attention, gf * 1e9), curve_at(b.attention, gf * 1e9),

@@ -391,6 +391,14 @@ TEST_CASE("a GEMM whose K is its smallest dimension runs slower than one with th
   CHECK(small_k / small_m == doctest::Approx(measured_ratio).epsilon(0.1));
   // From K = 1024 on no factor applies.
   CHECK(costs.seconds(gemm(8192, 8192, 1024), 0) == doctest::Approx(costs.seconds(gemm(1024, 8192, 8192), 0)));
+  // Nor to a cubic GEMM (the size curve was fitted on them); a tie of K with one
+  // other dimension still has the short main loop.
+  std::vector<CalibrationProfile> without = s.profiles;
+  for (CalibrationProfile& p : without) p.gemm_small_k = CurveEntry{};
+  const ComputeCostModel plain(cluster, without);
+  CHECK(costs.seconds(gemm(512, 512, 512), 0) == plain.seconds(gemm(512, 512, 512), 0));
+  CHECK(costs.seconds(gemm(8192, 256, 256), 0) > plain.seconds(gemm(8192, 256, 256), 0));
+  CHECK(costs.seconds(gemm(8192, 8192, 128), 0) > 1.15 * plain.seconds(gemm(8192, 8192, 128), 0));
 }
 
 TEST_CASE("attention sweep: each family's curve gives back the measured TFLOP/s") {

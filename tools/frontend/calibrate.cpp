@@ -504,7 +504,8 @@ nlohmann::ordered_json fit_core(const std::vector<Doc>& docs, const std::string&
     if (it == size0.end()) continue;
     const EfficiencyCurve c = to_curve(it->second);
     for (const GemmSample* g : list) {
-      const bool k_smallest = g->k < g->m && g->k < g->n;
+      // As the cost model applies it: K a smallest dimension, the GEMM not cubic.
+      const bool k_smallest = g->k <= g->m && g->k <= g->n && (g->k < g->m || g->k < g->n);
       if (k_smallest && g->k < kWellShaped && g->flops() >= it->second.front().x)
         k_factors[g->k].push_back(eff(*g) / (c.at(g->flops()) * min_dim_curve.at(g->k)));
     }

@@ -82,6 +82,10 @@ struct CalibrationProfile {
   std::array<CurveEntry, kNumDtypes> gemm;
   // Skinny-GEMM penalty: efficiency factor vs the smallest GEMM dimension.
   CurveEntry gemm_min_dim;
+  // Further factor vs K for a GEMM whose reduction dimension K is its smallest: each
+  // output tile runs only K / k-tile main-loop steps around a fixed prologue and
+  // epilogue. Optional (empty = 1).
+  CurveEntry gemm_small_k;
   // FlashAttention-2 efficiency vs FLOPs of one attention kernel.
   CurveEntry attention;
   // The same for the fused attention backward kernel (optional: else `attention`).

@@ -129,6 +129,7 @@ CalibrationProfile read_profile(ObjectReader& r) {
     r.error("gemm", "required GEMM efficiency curves are missing");
   }
   p.gemm_min_dim = read_curve(r, "gemm_min_dim", true);
+  p.gemm_small_k = read_curve(r, "gemm_small_k", false);
   p.attention = read_curve(r, "attention", true);
   p.attention_backward = read_curve(r, "attention_backward", false);
   p.triton_attention_speed = read_value(r, "triton_attention_speed", std::nullopt, 0.05, 1, false);
@@ -251,6 +252,7 @@ nlohmann::ordered_json profile_to_json(const CalibrationProfile& p) {
     if (present(p.gemm[d])) j["gemm"][to_string(static_cast<Dtype>(d))] = curve_to_json(p.gemm[d]);
   }
   j["gemm_min_dim"] = curve_to_json(p.gemm_min_dim);
+  if (present(p.gemm_small_k)) j["gemm_small_k"] = curve_to_json(p.gemm_small_k);
   j["attention"] = curve_to_json(p.attention);
   if (present(p.attention_backward)) j["attention_backward"] = curve_to_json(p.attention_backward);
   if (present(p.triton_attention_speed))

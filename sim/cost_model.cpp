@@ -29,7 +29,12 @@ double ComputeCostModel::seconds(const ComputeOp& op, int gpu_type, double compu
       const double eff_size = p.gemm[d].curve.at(op.flops / std::max(op.kernels, 1));
       const double min_dim = static_cast<double>(std::min({op.m, op.n, op.k}));
       const double split = op.split_accumulator ? p.fp8_split_accumulator_speed.value : 1.0;
-      const double eff = eff_size * p.gemm_min_dim.curve.at(min_dim) * split;
+      // A GEMM whose K is its smallest dimension pays the profile's small-K factor on top,
+      // unless it is cubic (M = N = K): the size curve was fitted on such GEMMs.
+      const bool k_smallest =
+          op.k <= op.m && op.k <= op.n && (op.k < op.m || op.k < op.n) && !p.gemm_small_k.curve.empty();
+      const double small_k = k_smallest ? p.gemm_small_k.curve.at(static_cast<double>(op.k)) : 1.0;
+      const double eff = eff_size * p.gemm_min_dim.curve.at(min_dim) * small_k * split;
       compute_time = op.flops / (gpu.peak(op.dtype) * eff);
       break;
     }

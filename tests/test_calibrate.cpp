@@ -339,6 +339,7 @@ TEST_CASE("the shipped H200 profile is what calibrate fit gives from the in-repo
   CHECK(shipped->gemm[static_cast<std::size_t>(Dtype::FP8)].provenance.kind == "measured");
   same(fitted.gemm[static_cast<std::size_t>(Dtype::FP8)], shipped->gemm[static_cast<std::size_t>(Dtype::FP8)]);
   same(fitted.gemm_min_dim, shipped->gemm_min_dim);
+  same(fitted.gemm_small_k, shipped->gemm_small_k);
   same(fitted.attention, shipped->attention);
   same(fitted.attention_backward, shipped->attention_backward);
   const auto cudnn = static_cast<std::size_t>(AttentionKernel::Cudnn);
@@ -347,6 +348,57 @@ TEST_CASE("the shipped H200 profile is what calibrate fit gives from the in-repo
   same(fitted.memory_bound, shipped->memory_bound);
   CHECK(fitted.launch_overhead.value == shipped->launch_overhead.value);
   CHECK(shipped->launch_overhead.provenance.kind == "measured");
+}
+
+TEST_CASE("a GEMM whose K is its smallest dimension runs slower than one with that small an M, as measured") {
+  // The H200 measurements hold 8192 x 8192 x K and K x 8192 x 8192 GEMMs of the same
+  // FLOPs; with a small K the tile's short main loop leaves its fixed prologue and
+  // epilogue exposed (calibrate fit: gemm_small_k).
+  const nlohmann::json raw = read_json(kH200Kernels);
+  auto measured = [&](double m, double n, double k) {
+    for (const auto& g : raw["gemm"]) {
+      if (g["dtype"] == "bf16" && g["m"] == m && g["n"] == n && g["k"] == k) return g["tflops"].get<double>();
+    }
+    FAIL("no measured bf16 GEMM " << m << "x" << n << "x" << k);
+    return 0.0;
+  };
+  const double measured_ratio = measured(128, 8192, 8192) / measured(8192, 8192, 128);  // time small K / small M
+  REQUIRE(measured_ratio > 1.2);
+  const CalibrationProfile* h200 = catalog().find_profile_for_gpu("H200-SXM-141GB");
+  REQUIRE(h200 != nullptr);
+  CHECK(h200->gemm_small_k.provenance.kind == "fitted");
+  CHECK(h200->gemm_small_k.curve.at(128) < 0.85);
+  CHECK(h200->gemm_small_k.curve.at(1024) == 1.0);
+  const Scenario s = load_scenario_text(R"({"model": "gpt3-1.3b", "cluster": {"node": "dgx-h200", "nodes": 1},
+    "parallel": {"tp": 1, "dp": 8, "micro_batch": 1, "global_batch": 64}, "training": {"seq_len": 2048}})",
+                                        "h200.json", "", {}, catalog());
+  const Cluster cluster(s.cluster);
+  const ComputeCostModel costs(cluster, s.profiles);
+  auto gemm = [](std::int64_t m, std::int64_t n, std::int64_t k) {
+    ComputeOp op;
+    op.kind = OpKind::Gemm;
+    op.dtype = Dtype::BF16;
+    op.m = m;
+    op.n = n;
+    op.k = k;
+    op.flops = 2.0 * static_cast<double>(m * n * k);
+    op.bytes = 2.0 * static_cast<double>(m * k + k * n + m * n);
+    return op;
+  };
+  const double small_k = costs.seconds(gemm(8192, 8192, 128), 0), small_m = costs.seconds(gemm(128, 8192, 8192), 0);
+  // Without the factor both would take the same time (same FLOPs, same smallest dimension).
+  CHECK(small_k / small_m > 1.15);
+  CHECK(small_k / small_m == doctest::Approx(measured_ratio).epsilon(0.1));
+  // From K = 1024 on no factor applies.
+  CHECK(costs.seconds(gemm(8192, 8192, 1024), 0) == doctest::Approx(costs.seconds(gemm(1024, 8192, 8192), 0)));
+  // Nor to a cubic GEMM (the size curve was fitted on them); a tie of K with one
+  // other dimension still has the short main loop.
+  std::vector<CalibrationProfile> without = s.profiles;
+  for (CalibrationProfile& p : without) p.gemm_small_k = CurveEntry{};
+  const ComputeCostModel plain(cluster, without);
+  CHECK(costs.seconds(gemm(512, 512, 512), 0) == plain.seconds(gemm(512, 512, 512), 0));
+  CHECK(costs.seconds(gemm(8192, 256, 256), 0) > plain.seconds(gemm(8192, 256, 256), 0));
+  CHECK(costs.seconds(gemm(8192, 8192, 128), 0) > 1.15 * plain.seconds(gemm(8192, 8192, 128), 0));
 }
 
 TEST_CASE("attention sweep: each family's curve gives back the measured TFLOP/s") {

@@ -495,6 +495,39 @@ nlohmann::ordered_json fit_core(const std::vector<Doc>& docs, const std::string&
     for (const auto& p : (*base)["gemm_min_dim"]["points"]) v.emplace_back(p[0].get<double>(), p[1].get<double>());
     min_dim_curve = EfficiencyCurve(std::move(v));
   }
+  // Stage 2b: GEMMs whose reduction dimension K is their smallest run slower than the
+  // skinny factor says (few main-loop steps per output tile around a fixed prologue and
+  // epilogue): their measured efficiency over size curve x skinny factor, per K.
+  std::map<double, std::vector<double>> k_factors;
+  for (const auto& [dt, list] : by_dtype) {
+    const auto it = size0.find(dt);
+    if (it == size0.end()) continue;
+    const EfficiencyCurve c = to_curve(it->second);
+    for (const GemmSample* g : list) {
+      // As the cost model applies it: K a smallest dimension, the GEMM not cubic.
+      const bool k_smallest = g->k <= g->m && g->k <= g->n && (g->k < g->m || g->k < g->n);
+      if (k_smallest && g->k < kWellShaped && g->flops() >= it->second.front().x)
+        k_factors[g->k].push_back(eff(*g) / (c.at(g->flops()) * min_dim_curve.at(g->k)));
+    }
+  }
+  if (!k_factors.empty()) {
+    std::vector<FitPoint> pts;
+    std::size_t n = 0;
+    for (const auto& [k, f] : k_factors) {
+      pts.push_back({k, std::min(1.0, median(f)), static_cast<double>(f.size())});
+      n += f.size();
+    }
+    make_non_decreasing(pts);
+    pts.push_back({kWellShaped, 1.0, 1.0});
+    pts = finish_points(pts, true, 1.0);
+    prof["gemm_small_k"] =
+        curve_json(pts, "fitted",
+                   "trainsim calibrate fit: median over " + std::to_string(n) +
+                       " GEMMs whose K is their smallest dimension (K < 1024, all dtypes) of measured efficiency / "
+                       "(the size curve at the same FLOPs x gemm_min_dim at K), per K, made non-decreasing, 1.0 "
+                       "from 1024; " +
+                       kp);
+  }
   // Stage 3: the final size curve per dtype; GEMMs smaller than the well-shaped
   // ones (e.g. 512^3) enter divided by their skinny factor.
   for (const auto& [dt, list] : by_dtype) {
@@ -777,6 +810,10 @@ std::string compare_profiles(const CalibrationProfile& a, const CalibrationProfi
   for (const double dim : {64.0, 128.0, 256.0, 512.0}) {
     row("  gemm_min_dim @ " + fmt("%g", dim), curve_at(a.gemm_min_dim, dim), curve_at(b.gemm_min_dim, dim),
         kind_of(b.gemm_min_dim));
+  }
+  for (const double k : {64.0, 128.0, 256.0, 512.0}) {
+    row("  gemm_small_k @ K " + fmt("%g", k), curve_at(a.gemm_small_k, k), curve_at(b.gemm_small_k, k),
+        kind_of(b.gemm_small_k));
   }
   out << "Attention efficiency by FLOPs of one kernel\n";
   for (const double gf : {1.0, 100.0, 1000.0}) {

@@ -271,7 +271,9 @@ TEST_CASE("Megatron-LM's overlapped interleaved transfers: one stream per peer, 
     posts[task.stream].push_back(deps.empty() ? -1 : static_cast<std::int64_t>(deps[0]));
   }
   REQUIRE(kinds.size() == 2);  // stage 0 and stage 2
-  for (const auto& [stream, k] : kinds) {
+  for (const auto& entry : kinds) {
+    const std::uint32_t stream = entry.first;
+    const std::array<int, 4>& k = entry.second;
     CAPTURE(p.streams[stream]);
     CHECK(k[0] == 16);  // the forwards' sends to stage 2, or the backwards' to stage 0
     CHECK(k[1] == 16);

@@ -264,7 +264,7 @@ double Executor::window_factor(std::uint32_t rank, Time now) const {
 
 void Executor::start_compute(std::uint32_t rank, std::uint32_t task, std::uint32_t op, Time now) {
   if (!retiming_) {
-    queue_.push(now + op_duration(rank, op, kNoContention), rank, task);
+    schedule(rank, task, now + op_duration(rank, op, kNoContention), now);
     return;
   }
   const std::size_t si = stream_at(rank, program_of_rank_[rank]->tasks[task].stream);
@@ -276,7 +276,7 @@ void Executor::start_compute(std::uint32_t rank, std::uint32_t task, std::uint32
   run_factor_[si] = factor;
   const Time d = op_duration(rank, op, slow);
   run_end_[si] = now + (factor == 1.0 ? d : Time::ns(std::llround(static_cast<double>(d.count_ns()) * factor)));
-  queue_.push(run_end_[si], rank, task);
+  schedule(rank, task, run_end_[si], now);
 }
 
 void Executor::comm_started(std::uint32_t rank, const Task& t, Time now) {
@@ -284,6 +284,7 @@ void Executor::comm_started(std::uint32_t rank, const Task& t, Time now) {
   const std::uint8_t before = contention(rank);
   ++(net_p2p(rank, t) ? net_p2p_active_ : comm_active_)[rank];
   if (contention(rank) != before) retime_compute(rank, now);
+  if (chains_ && chain_run_[rank].chain != kNoChain) reproject(rank, now);
 }
 
 void Executor::comm_finished(std::uint32_t rank, const Task& t, Time now) {
@@ -291,6 +292,7 @@ void Executor::comm_finished(std::uint32_t rank, const Task& t, Time now) {
   const std::uint8_t before = contention(rank);
   --(net_p2p(rank, t) ? net_p2p_active_ : comm_active_)[rank];
   if (contention(rank) != before) retime_compute(rank, now);
+  if (chains_ && chain_run_[rank].chain != kNoChain) reproject(rank, now);
 }
 
 // The rank's compute rate changed at `now`: book the progress made at the old
@@ -301,6 +303,9 @@ void Executor::retime_compute(std::uint32_t rank, Time now) {
   const double factor = window_factor(rank, now);
   for (const std::uint8_t s : compute_streams_[setup_->ranks[rank].program]) {
     const std::size_t si = stream_at(rank, s);
+    // A kernel that ended at this instant in another event: in the other order
+    // this change would have re-timed it.
+    if (chains_ && compute_done_at_[si] == now && compute_done_serial_[si] != serial_) order_tie_ = true;
     if (!stream_busy_[si] || (run_slow_[si] == slow && run_factor_[si] == factor)) continue;
     const Task& t = p.tasks[p.stream(s)[stream_pos_[si]]];
     if (t.kind != TaskKind::Compute) continue;
@@ -314,11 +319,14 @@ void Executor::retime_compute(std::uint32_t rank, Time now) {
     run_slow_[si] = slow;
     run_factor_[si] = factor;
     const Time end = now + Time::ns(static_cast<std::int64_t>(std::llround((1.0 - run_frac_[si]) * new_d)));
+    // A kernel due to end at this instant, moved: in the other order it would have ended.
+    if (chains_ && run_end_[si] == now && end != now) order_tie_ = true;
     if (end != run_end_[si]) {
       run_end_[si] = end;
-      queue_.push(end, rank, p.stream(s)[stream_pos_[si]]);
+      schedule(rank, p.stream(s)[stream_pos_[si]], end, now);
     }
   }
+  if (chains_ && chain_run_[rank].chain != kNoChain) reproject(rank, now);
 }
 
 // A compute completion superseded by a later retime.
@@ -366,6 +374,7 @@ void Executor::try_start(std::uint32_t rank, std::uint8_t stream, Time now) {
 // Everyone is here: the transfer starts now on the network; its waiters hold
 // their streams (and the rank's SMs) until the network reports it done.
 void Executor::start_transfer(const TransferRequest& request, std::span<const Waiter> waiters, Time now) {
+  for (const Waiter& w : waiters) sync(w.rank, now);
   const std::uint32_t slot = new_in_flight();
   const Time end = network_->start(now, request, slot);
   for (const Waiter& w : waiters) {
@@ -376,7 +385,7 @@ void Executor::start_transfer(const TransferRequest& request, std::span<const Wa
   if (end != Time::max()) {
     // Known at once (analytical): the waiters' completions go straight to the queue.
     free_in_flight_.push_back(slot);
-    for (const Waiter& w : waiters) queue_.push(end, w.rank, w.task);
+    for (const Waiter& w : waiters) schedule(w.rank, w.task, end, now);
     return;
   }
   in_flight_[slot].assign(waiters.begin(), waiters.end());
@@ -434,6 +443,7 @@ void Executor::post_collective(std::uint32_t rank, std::uint32_t task, Time now)
   const Task& t = p.tasks[task];
   SlotState& slot = slots_[slot_at(rank, t.ref)];
   const std::uint32_t comm = slot.comm;
+  note_post(rank, t.ref, now);
   if (slot.solo) {
     // Nobody else to wait for: the same start as a rendezvous of one.
     const Waiter me{rank, task, now};
@@ -460,6 +470,7 @@ void Executor::post_collective(std::uint32_t rank, std::uint32_t task, Time now)
   if (pc.waiters.empty()) pc.waiters.reserve(static_cast<std::size_t>(setup_->comms[comm].simulated_members));
   pc.waiters.push_back(me);
   if (static_cast<int>(pc.waiters.size()) < setup_->comms[comm].simulated_members) return;
+  for (const Waiter& w : pc.waiters) sync(w.rank, now);
   for (const Waiter& w : pc.waiters) record(w.rank, w.task, w.posted, now, kWaitCategory);
   start_transfer(collective_request(*setup_, t, comm), pc.waiters, now);
   pc.done = true;
@@ -482,6 +493,7 @@ void Executor::post_p2p(std::uint32_t rank, std::uint32_t task, Time now) {
   const Task& t = program_of_rank_[rank]->tasks[task];
   const SlotState& slot = slots_[slot_at(rank, t.ref)];
   const std::uint32_t comm = slot.comm;
+  note_post(rank, t.ref, now);
   CommState& c = comms_[comm];
   const int me = static_cast<int>(slot.member);
   const int sender = t.kind == TaskKind::Send ? me : 1 - me;
@@ -497,17 +509,23 @@ void Executor::post_p2p(std::uint32_t rank, std::uint32_t task, Time now) {
   start_transfer(TransferRequest{comm, true, CollectiveKind::AllReduce, sender, t.bytes, kNoMatrix, {}}, pair, now);
 }
 
+// A task's interval category; a host copy runs on a copy engine, not the SMs:
+// while only it runs, the GPU waits.
+std::uint8_t Executor::category_of(const ProgramTemplate& p, const Task& t) {
+  if (t.kind != TaskKind::Compute) return static_cast<std::uint8_t>(1 + static_cast<int>(t.comm_class));
+  return p.ops[t.ref].kind == OpKind::HostCopy ? kWaitCategory : kComputeCategory;
+}
+
 void Executor::complete(std::uint32_t rank, std::uint32_t task, Time now) {
   const ProgramTemplate& p = *program_of_rank_[rank];
   const Task& t = p.tasks[task];
   const std::size_t si = stream_at(rank, t.stream);
-  // A host copy runs on a copy engine, not the SMs: while only it runs, the GPU waits.
-  const bool host_copy = t.kind == TaskKind::Compute && p.ops[t.ref].kind == OpKind::HostCopy;
-  const std::uint8_t category = host_copy ? kWaitCategory
-                                : t.kind == TaskKind::Compute
-                                    ? kComputeCategory
-                                    : static_cast<std::uint8_t>(1 + static_cast<int>(t.comm_class));
-  record(rank, task, stream_start_[si], now, category);
+  record(rank, task, stream_start_[si], now, category_of(p, t));
+  ++events_;
+  if (chains_ && t.kind == TaskKind::Compute) {
+    compute_done_at_[si] = now;
+    compute_done_serial_[si] = serial_;
+  }
   stream_busy_[si] = 0;
   if (t.kind != TaskKind::Compute) comm_finished(rank, t, now);
   ++stream_pos_[si];
@@ -516,6 +534,191 @@ void Executor::complete(std::uint32_t rank, std::uint32_t task, Time now) {
     if (--remaining_deps_[task_at(rank, s)] == 0) try_start(rank, p.tasks[s].stream, now);
   }
   try_start(rank, t.stream, now);
+}
+
+void Executor::build_chains() {
+  chains_ = false;
+  if (!chains_wanted_ || dynamic_cast<const AnalyticalNetworkModel*>(network_) == nullptr) return;
+  const SimulationSetup& setup = *setup_;
+  const std::size_t np = setup.programs.size();
+  // A collective joins a chain only on a slot where every rank of the program
+  // is its communicator's only simulated member (no rendezvous).
+  std::vector<std::vector<std::uint8_t>> linkable(np);
+  for (std::size_t p = 0; p < np; ++p) linkable[p].assign(setup.programs[p].comm_slots.size(), 1);
+  for (std::uint32_t r = 0; r < setup.ranks.size(); ++r) {
+    auto& l = linkable[setup.ranks[r].program];
+    for (std::uint32_t k = 0; k < l.size(); ++k) l[k] &= slots_[slot_at(r, k)].solo;
+  }
+  chains_of_program_.assign(np, TaskChains{});
+  std::size_t longest = 0;
+  for (std::size_t p = 0; p < np; ++p) {
+    // With contention a chain's collectives would re-time kernels of another compute stream.
+    if (contention_ && compute_streams_[p].size() > 1) continue;
+    chains_of_program_[p] = find_task_chains(setup.programs[p], linkable[p]);
+    for (std::uint32_t c = 0; c < chains_of_program_[p].size(); ++c)
+      longest = std::max<std::size_t>(longest, chains_of_program_[p].chain(c).size());
+  }
+  if (longest == 0) return;
+  chains_ = true;
+  chain_run_.assign(setup.ranks.size(), ChainRun{});
+  for (ChainRun& cr : chain_run_) cr.predicted.resize(longest);
+  compute_done_at_.assign(stream_busy_.size(), Time::max());
+  compute_done_serial_.assign(stream_busy_.size(), 0);
+  posted_at_.assign(slots_.size(), Time::max());
+  posted_serial_.assign(slots_.size(), 0);
+}
+
+// The chain can run from its task at `from` (starting now) without events
+// only if its later tasks wait for no task outside it and each of its streams
+// is free with the chain's next task on it at its head (the running task's
+// stream is the chain's own: its tasks there are followed by the chain's).
+bool Executor::chain_can_start(std::uint32_t rank, std::uint32_t chain, std::uint32_t from) const {
+  const ProgramTemplate& p = *program_of_rank_[rank];
+  const TaskChains& tc = chains_of_program_[setup_->ranks[rank].program];
+  const auto tasks = tc.chain(chain);
+  std::uint64_t seen[4] = {};
+  const std::uint8_t first = p.tasks[tasks[from]].stream;
+  seen[first / 64] |= std::uint64_t{1} << (first % 64);
+  for (std::size_t i = from + 1; i < tasks.size(); ++i) {
+    const std::uint32_t task = tasks[i];
+    std::uint32_t inner = 0;
+    for (const std::uint32_t d : p.deps_of(task)) inner += tc.chain_of[d] == chain && tc.index[d] >= from ? 1 : 0;
+    if (remaining_deps_[task_at(rank, task)] != inner) return false;
+    const std::uint8_t s = p.tasks[task].stream;
+    if (seen[s / 64] >> (s % 64) & 1) continue;
+    seen[s / 64] |= std::uint64_t{1} << (s % 64);
+    const std::size_t si = stream_at(rank, s);
+    const auto on_stream = p.stream(s);
+    if (stream_busy_[si] || stream_pos_[si] >= on_stream.size() || on_stream[stream_pos_[si]] != task) return false;
+  }
+  return true;
+}
+
+// A task of `rank` started at `now` ends at `end`: an event, or for a task of
+// the rank's running chain the chain's expected end.
+void Executor::schedule(std::uint32_t rank, std::uint32_t task, Time end, Time now) {
+  if (chains_) {
+    const TaskChains& tc = chains_of_program_[setup_->ranks[rank].program];
+    const std::uint32_t c = tc.chain_of.empty() ? kNoChain : tc.chain_of[task];
+    if (c != kNoChain) {
+      ChainRun& cr = chain_run_[rank];
+      const std::uint32_t pos = tc.index[task];
+      if (cr.chain == kNoChain && pos + 1 < tc.chain(c).size() && chain_can_start(rank, c, pos)) {
+        cr.chain = c;
+        cr.queued = Time::max();
+        cr.predicted[pos] = Time::max();
+      }
+      if (cr.chain == c) {
+        cr.pos = pos;
+        cr.end = end;
+        if (cr.predicted[pos] != end) reproject(rank, now);
+        return;
+      }
+    }
+  }
+  queue_.push(end, rank, task);
+}
+
+// Where the running chain's tasks end if the rank's contention stays as it is
+// at `now`, each timed as start_compute and start_transfer would time it; a
+// changed end of the last one moves the chain's event.
+void Executor::reproject(std::uint32_t rank, Time now) {
+  ChainRun& cr = chain_run_[rank];
+  const ProgramTemplate& p = *program_of_rank_[rank];
+  const auto tasks = chains_of_program_[setup_->ranks[rank].program].chain(cr.chain);
+  std::uint8_t level = kNoContention;
+  if (contention_) {
+    // The chain's own running collective ends before its next kernel starts.
+    const std::uint32_t own = p.tasks[tasks[cr.pos]].kind == TaskKind::Collective ? 1 : 0;
+    level = comm_active_[rank] > own ? kCommContention : net_p2p_active_[rank] > 0 ? kNetP2pContention : kNoContention;
+  }
+  const double factor = window_factor(rank, now);
+  cr.level = level;
+  cr.factor = factor;
+  Time t = cr.end;
+  cr.predicted[cr.pos] = t;
+  for (std::size_t i = cr.pos + 1; i < tasks.size(); ++i) {
+    const Task& task = p.tasks[tasks[i]];
+    if (task.kind == TaskKind::Compute) {
+      const Time d = op_duration(rank, task.ref, level);
+      t = t + (factor == 1.0 ? d : Time::ns(std::llround(static_cast<double>(d.count_ns()) * factor)));
+    } else {
+      t = network_->start(t, collective_request(*setup_, task, slots_[slot_at(rank, task.ref)].comm), 0);
+    }
+    cr.predicted[i] = t;
+  }
+  if (t != cr.queued) {
+    cr.queued = t;
+    queue_.push(t, rank, tasks.back() | kChainEvent);
+  }
+}
+
+// Something touches `rank` at `now`: its chain's tasks that ended before complete first.
+void Executor::sync(std::uint32_t rank, Time now) {
+  if (chains_ && chain_run_[rank].chain != kNoChain) advance_chain(rank, now, false);
+}
+
+// Completes the running chain's tasks, but its last, that end before `now`
+// (through: at or before), each as an event of its own would: its interval,
+// its stream's next position, the next task started (a kernel at the rate the
+// chain's projection used, a collective holding the rank's SMs). Their
+// dependents are all later tasks of the chain, which the chain starts itself
+// or which wait for its last task.
+void Executor::advance_chain(std::uint32_t rank, Time now, bool through) {
+  ChainRun& cr = chain_run_[rank];
+  const ProgramTemplate& p = *program_of_rank_[rank];
+  const auto tasks = chains_of_program_[setup_->ranks[rank].program].chain(cr.chain);
+  std::uint32_t i = cr.pos;
+  while (i + 1 < tasks.size() && (cr.end < now || (through && cr.end == now))) {
+    const Task& done = p.tasks[tasks[i]];
+    const std::size_t si = stream_at(rank, done.stream);
+    record(rank, tasks[i], stream_start_[si], cr.end, category_of(p, done));
+    ++events_;
+    ++done_count_[rank];
+    stream_busy_[si] = 0;
+    ++stream_pos_[si];
+    // Its dependents are later tasks of the chain, some past its last one.
+    for (const std::uint32_t s : p.succs_of(tasks[i])) --remaining_deps_[task_at(rank, s)];
+    if (done.kind == TaskKind::Compute) {
+      compute_done_at_[si] = cr.end;
+      compute_done_serial_[si] = ++serials_;
+    } else if (contention_) {
+      --comm_active_[rank];
+    }
+    const Time start = cr.end;
+    const std::uint32_t next = tasks[++i];
+    const Task& t = p.tasks[next];
+    const std::size_t sj = stream_at(rank, t.stream);
+    if (p.stream(t.stream)[stream_pos_[sj]] != next) {
+      order_tie_ = true;  // not at its stream's head: never seen, but the full path is exact
+      return;
+    }
+    stream_busy_[sj] = 1;
+    stream_start_[sj] = start;
+    if (t.kind == TaskKind::Compute) {
+      if (retiming_) {
+        run_frac_[sj] = 0;
+        run_since_[sj] = start;
+        run_slow_[sj] = cr.level;
+        run_factor_[sj] = cr.factor;
+        run_end_[sj] = cr.predicted[i];
+      }
+    } else if (contention_) {
+      ++comm_active_[rank];
+    }
+    cr.pos = i;
+    cr.end = cr.predicted[i];
+  }
+}
+
+// Two posts on one slot of a rank at one instant from independent events:
+// their order decides which collective each one is.
+void Executor::note_post(std::uint32_t rank, std::uint32_t slot, Time now) {
+  if (!chains_) return;
+  const std::size_t k = slot_at(rank, slot);
+  if (posted_at_[k] == now && posted_serial_[k] != serial_) order_tie_ = true;
+  posted_at_[k] = now;
+  posted_serial_[k] = serial_;
 }
 
 std::uint32_t Executor::new_in_flight() {
@@ -530,22 +733,26 @@ std::uint32_t Executor::new_in_flight() {
 
 SimulationResult Executor::run() {
   const auto nr = static_cast<std::uint32_t>(setup_->ranks.size());
+  build_chains();
   for (std::uint32_t r = 0; r < nr; ++r) {
     const ProgramTemplate& p = setup_->programs[setup_->ranks[r].program];
     if (p.tasks.empty()) continue;
     for (std::uint32_t s = 0; s < p.streams.size(); ++s) try_start(r, static_cast<std::uint8_t>(s), Time{});
   }
-  std::uint64_t events = 0;
   Time now;
   network_next_ = network_->next_event();
-  while (!stop_) {
+  while (!stop_ && !order_tie_) {
     const Time tq = queue_.empty() ? Time::max() : queue_.top().time;
     // A slowdown window opens or closes: re-time the affected ranks' running
     // kernels before anything else happens at that instant.
     if (next_window_change_ < window_changes_.size() &&
         window_changes_[next_window_change_] <= std::min(tq, network_next_)) {
       const Time tw = window_changes_[next_window_change_++];
-      for (std::uint32_t r : windowed_ranks_) retime_compute(r, tw);
+      serial_ = ++serials_;
+      for (std::uint32_t r : windowed_ranks_) {
+        sync(r, tw);
+        retime_compute(r, tw);
+      }
       continue;
     }
     if (network_next_ <= tq) {
@@ -563,12 +770,36 @@ SimulationResult Executor::run() {
       continue;
     }
     const Event e = queue_.pop();
+    if (e.payload & kChainEvent) {
+      ChainRun& cr = chain_run_[e.rank];
+      const std::uint32_t last = e.payload & ~kChainEvent;
+      const auto& tc = chains_of_program_[setup_->ranks[e.rank].program];
+      if (cr.chain == kNoChain || cr.chain != tc.chain_of[last] || cr.queued != e.time) continue;  // superseded
+      now = e.time;
+      serial_ = ++serials_;
+      advance_chain(e.rank, now, true);
+      if (order_tie_) break;
+      if (tc.index[last] != cr.pos || cr.end != now) {
+        order_tie_ = true;  // not where it was expected: never seen, but the full path is exact
+        break;
+      }
+      cr.chain = kNoChain;
+      cr.queued = Time::max();
+      complete(e.rank, last, now);
+      continue;
+    }
     if (stale(e)) continue;
     now = e.time;
-    ++events;
+    serial_ = ++serials_;
+    sync(e.rank, now);
     complete(e.rank, e.payload, now);
   }
-  result_.events = events;
+  if (order_tie_) {
+    Executor plain(*setup_, *cluster_, *costs_, *network_);
+    plain.collapse_chains(false);
+    return plain.run();
+  }
+  result_.events = events_;
   result_.makespan = now;
   result_.completed = !stop_;
   for (std::uint32_t r = 0; r < nr; ++r) {

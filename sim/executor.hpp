@@ -22,6 +22,7 @@
 #include "sim/network.hpp"
 #include "sim/network_model.hpp"
 #include "sim/program.hpp"
+#include "sim/task_chains.hpp"
 #include "sim/time.hpp"
 
 namespace trainsim {
@@ -106,6 +107,11 @@ class Executor {
   Executor(const SimulationSetup& setup, const Cluster& cluster, const ComputeCostModel& costs,
            const AnalyticalNetwork& network);
   Executor(const SimulationSetup& setup, const Cluster& cluster, const ComputeCostModel& costs, FlowCollectives& flows);
+  // Whether run() walks chains of tasks (sim/task_chains.hpp) without an event
+  // per task where that is exact: transfers timed when they start (analytical
+  // network), collectives of a chain without a rendezvous, and with contention
+  // one compute stream per program. Results are the same either way; on by default.
+  void collapse_chains(bool on) { chains_wanted_ = on; }
   SimulationResult run();
 
  private:
@@ -169,6 +175,44 @@ class Executor {
   bool stale(const Event& e) const;
   void record(std::uint32_t rank, std::uint32_t task, Time start, Time end, std::uint8_t category);
   std::vector<WaitingTask> describe_deadlock(std::size_t* ranks_waiting) const;
+
+  // Chains (docs/performance.md, "Chains of tasks without events"): a rank runs
+  // at most one chain at a time; the queue holds one event for it, at the end
+  // its last task has if the rank's contention stays as it is (payload: that
+  // task | kChainEvent). Its tasks before are completed when something else
+  // touches the rank (sync) and when that event comes, each at its own end, in
+  // the order and with the arithmetic the executor uses task by task. Where two
+  // independent events meet on one rank at one instant, the order of the event
+  // queue could matter and a chain's event has another place in it: the run is
+  // repeated without chains (order_tie_).
+  static constexpr std::uint32_t kChainEvent = std::uint32_t{1} << 31;
+  struct ChainRun {
+    std::uint32_t chain = kNoChain, pos = 0;  // the running chain and its running task
+    Time end;                                 // when that task ends
+    Time queued = Time::max();                // the time of the chain's valid event
+    std::vector<Time> predicted;              // the end of each task of the chain as now expected
+    std::uint8_t level = 0;                   // the contention level and window factor the projection used
+    double factor = 1;
+  };
+  void build_chains();
+  bool chain_can_start(std::uint32_t rank, std::uint32_t chain, std::uint32_t from) const;
+  void schedule(std::uint32_t rank, std::uint32_t task, Time end, Time now);
+  void reproject(std::uint32_t rank, Time now);
+  void sync(std::uint32_t rank, Time now);
+  void advance_chain(std::uint32_t rank, Time now, bool through);
+  void note_post(std::uint32_t rank, std::uint32_t slot, Time now);
+  static std::uint8_t category_of(const ProgramTemplate& p, const Task& t);
+  bool chains_wanted_ = true;
+  bool chains_ = false;
+  bool order_tie_ = false;
+  std::vector<TaskChains> chains_of_program_;
+  std::vector<ChainRun> chain_run_;  // per rank
+  // Which event (serial) did what when: a compute task's completion per stream
+  // and a post per slot, to find two independent events at one instant.
+  std::uint64_t serial_ = 0, serials_ = 0;
+  std::vector<Time> compute_done_at_, posted_at_;
+  std::vector<std::uint64_t> compute_done_serial_, posted_serial_;
+  std::uint64_t events_ = 0;
 
   const SimulationSetup* setup_;
   const Cluster* cluster_;

@@ -314,3 +314,161 @@ TEST_CASE("the breakdown equals a full sort's to the bit, in executor order or a
     CHECK(same(breakdown(intervals, end), breakdown_by_full_sort(intervals, end)));
   }
 }
+
+namespace {
+// Two pipeline stages on GPUs 0 and 1 of one node, each with a tensor-parallel
+// group of which it is the only simulated member (GPUs 2 and 3 stand aside):
+// per micro-batch a forward and a backward of kernels and TP all-reduces
+// (chains), activations sent forward and gradients back with receives posted
+// ahead, so transfers start and end while chains run. FLOPs are drawn from
+// `seed`, multiples of `grain` (a coarse grain makes instants coincide).
+SimulationSetup two_stage_pipeline(std::uint32_t seed, double grain) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> units(1, 40);
+  auto flops = [&]() { return grain * units(rng); };
+  SimulationSetup setup;
+  setup.comms.push_back(Communicator{"tp0", {0, 2}, 1});
+  setup.comms.push_back(Communicator{"tp1", {1, 3}, 1});
+  setup.comms.push_back(Communicator{"pp", {0, 1}, 2});
+  constexpr int kMicrobatches = 4;
+  for (int stage = 0; stage < 2; ++stage) {
+    ProgramBuilder b(stage == 0 ? "first" : "last");
+    const auto compute = b.add_stream("compute");
+    const auto tp = b.add_stream("tp");
+    const auto pp_in = b.add_stream("pp.recv");
+    const auto pp_out = b.add_stream("pp.send");
+    const auto tp_slot = b.add_comm_slot("tp");
+    const auto pp_slot = b.add_comm_slot("pp");
+    const auto label = b.add_label("x");
+    auto pass = [&](std::vector<TaskId> deps, int mb) {
+      TaskId last = 0;
+      for (int layer = 0; layer < 3; ++layer) {
+        last = b.compute(compute, b.add_op(gemm(flops())), label, mb, deps);
+        b.compute(compute, b.add_op(gemm(flops())), label, mb, {});  // after it by stream order only
+        const TaskId k = b.compute(compute, b.add_op(gemm(flops())), label, mb, {});
+        const TaskId kd[] = {k};
+        last = b.collective(tp, tp_slot, CollectiveKind::AllReduce, CommClass::TP,
+                            static_cast<std::uint64_t>(flops() / 1e3), label, mb, kd);
+        deps.assign(1, last);
+      }
+      return last;
+    };
+    for (int mb = 0; mb < kMicrobatches; ++mb) {
+      std::vector<TaskId> deps;
+      if (stage == 1) deps.push_back(b.recv(pp_in, pp_slot, CommClass::PP, 300000000, label, mb, {}));
+      const TaskId fwd = pass(deps, mb);
+      const TaskId fd[] = {fwd};
+      if (stage == 0) b.send(pp_out, pp_slot, CommClass::PP, 300000000, label, mb, fd);
+      deps.assign(1, fwd);
+      if (stage == 0) deps.push_back(b.recv(pp_in, pp_slot, CommClass::PP, 200000000, label, mb, {}));
+      const TaskId bwd = pass(deps, mb);
+      const TaskId bd[] = {bwd};
+      if (stage == 1) b.send(pp_out, pp_slot, CommClass::PP, 200000000, label, mb, bd);
+    }
+    setup.programs.push_back(std::move(b).finish());
+    setup.ranks.push_back(RankProgram{stage == 0 ? "stage 0" : "stage 1",
+                                      static_cast<std::uint32_t>(stage),
+                                      stage,
+                                      {static_cast<std::uint32_t>(stage), 2},
+                                      true});
+  }
+  return setup;
+}
+}  // namespace
+
+TEST_CASE("chains of tasks walked without events give every result of the task-by-task run") {
+  // Contention (compute shares below 1) re-times kernels of a chain when a
+  // pipeline transfer starts or ends in its middle; a coarse grain makes
+  // events of both ranks coincide, where the executor repeats the run
+  // without chains. Every figure and interval must be the same to the nanosecond.
+  // With a share of 0.5 and whole milliseconds (1e11 FLOPs at 100 TFLOP/s,
+  // 1e8 bytes at 100 GB/s) every duration is whole milliseconds.
+  struct Case {
+    double share, grain;
+  };
+  for (const Case c : {Case{0.7, 1.37e10}, Case{0.7, 1e11}, Case{0.5, 1e11}}) {
+    const Cluster cluster{toy_cluster(1, 4)};
+    const std::vector<CalibrationProfile> profiles{ideal_profile_sharing(c.share)};
+    const ComputeCostModel costs{cluster, profiles};
+    const AnalyticalNetwork net{cluster, profiles};
+    const double grain = c.grain;
+    for (std::uint32_t seed = 1; seed <= 20; ++seed) {
+      CAPTURE(c.share);
+      CAPTURE(grain);
+      CAPTURE(seed);
+      const SimulationSetup setup = two_stage_pipeline(seed, grain);
+      Executor with(setup, cluster, costs, net);
+      Executor without(setup, cluster, costs, net);
+      without.collapse_chains(false);
+      const SimulationResult a = with.run();
+      const SimulationResult b = without.run();
+      REQUIRE(a.completed);
+      REQUIRE(b.completed);
+      CHECK(a.makespan == b.makespan);
+      CHECK(a.events == b.events);
+      CHECK(a.finish == b.finish);
+      REQUIRE(a.timelines.size() == b.timelines.size());
+      for (std::size_t r = 0; r < a.timelines.size(); ++r) {
+        const auto& x = a.timelines[r].intervals;
+        const auto& y = b.timelines[r].intervals;
+        REQUIRE(x.size() == y.size());
+        for (std::size_t i = 0; i < x.size(); ++i) {
+          CAPTURE(i);
+          CHECK((x[i].start == y[i].start && x[i].end == y[i].end && x[i].task == y[i].task &&
+                 x[i].stream == y[i].stream && x[i].category == y[i].category));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("a transfer that starts on a rank at the instant its chain ends gives the task-by-task result") {
+  // Stage 0 runs two 5 ms kernels (a chain) with a receive posted, then a
+  // kernel on the received data; stage 1 sends when its 10 ms kernel ends, at
+  // the instant stage 0's chain ends: two independent events at one instant on
+  // stage 0, where the order of the event queue decides whether the transfer
+  // re-times the chain's last kernel (the executor repeats the run without chains).
+  const Cluster cluster{toy_cluster(1, 2)};
+  const std::vector<CalibrationProfile> profiles{ideal_profile_sharing(0.5)};
+  const ComputeCostModel costs{cluster, profiles};
+  const AnalyticalNetwork net{cluster, profiles};
+  SimulationSetup setup;
+  setup.comms.push_back(Communicator{"pp", {0, 1}, 2});
+  for (int stage = 0; stage < 2; ++stage) {
+    ProgramBuilder b(stage == 0 ? "first" : "last");
+    const auto compute = b.add_stream("compute");
+    const auto pp = b.add_stream("pp");
+    const auto slot = b.add_comm_slot("pp");
+    const auto label = b.add_label("x");
+    if (stage == 0) {
+      b.compute(compute, b.add_op(gemm(5e11)), label, 0, {});
+      b.compute(compute, b.add_op(gemm(5e11)), label, 0, {});
+      const TaskId r = b.recv(pp, slot, CommClass::PP, 100000000, label, 0, {});
+      const TaskId deps[] = {r};
+      b.compute(compute, b.add_op(gemm(5e11)), label, 0, deps);
+    } else {
+      const TaskId k = b.compute(compute, b.add_op(gemm(1e12)), label, 0, {});
+      const TaskId deps[] = {k};
+      b.send(pp, slot, CommClass::PP, 100000000, label, 0, deps);
+    }
+    setup.programs.push_back(std::move(b).finish());
+    setup.ranks.push_back(
+        RankProgram{stage == 0 ? "stage 0" : "stage 1", static_cast<std::uint32_t>(stage), stage, {0}, true});
+  }
+  Executor with(setup, cluster, costs, net);
+  Executor without(setup, cluster, costs, net);
+  without.collapse_chains(false);
+  const SimulationResult a = with.run();
+  const SimulationResult b = without.run();
+  REQUIRE(a.completed);
+  REQUIRE(b.completed);
+  CHECK(a.makespan == b.makespan);
+  CHECK(a.finish == b.finish);
+  CHECK(a.events == b.events);
+  REQUIRE(a.timelines[0].intervals.size() == b.timelines[0].intervals.size());
+  for (std::size_t i = 0; i < a.timelines[0].intervals.size(); ++i) {
+    CHECK(a.timelines[0].intervals[i].end == b.timelines[0].intervals[i].end);
+  }
+  // Stage 0's last kernel waits for the 1 ms transfer: from 11 ms to 16 ms.
+  CHECK(a.finish[0] == Time::ns(16000000));
+}

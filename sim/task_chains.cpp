@@ -1,0 +1,90 @@
+#include "sim/task_chains.hpp"
+
+namespace trainsim {
+
+TaskChains find_task_chains(const ProgramTemplate& p, std::span<const std::uint8_t> linkable_slot) {
+  const auto n = static_cast<std::uint32_t>(p.tasks.size());
+  TaskChains out;
+  out.chain_of.assign(n, kNoChain);
+  out.index.assign(n, 0);
+  out.offsets.push_back(0);
+  // The tasks before and after each one on its stream (kNoChain at the ends).
+  std::vector<std::uint32_t> next_on_stream(n, kNoChain), prev_on_stream(n, kNoChain);
+  for (std::uint32_t s = 0; s < p.streams.size(); ++s) {
+    const auto on_stream = p.stream(s);
+    for (std::size_t i = 1; i < on_stream.size(); ++i) {
+      next_on_stream[on_stream[i - 1]] = on_stream[i];
+      prev_on_stream[on_stream[i]] = on_stream[i - 1];
+    }
+  }
+  auto chainable = [&](std::uint32_t t) {
+    const Task& task = p.tasks[t];
+    return task.kind == TaskKind::Compute || (task.kind == TaskKind::Collective && linkable_slot[task.ref]);
+  };
+  std::vector<std::uint32_t> position(n, kNoChain);  // in the run being built
+  std::vector<std::uint32_t> run;
+  for (std::uint32_t first = 0; first < n; ++first) {
+    if (out.chain_of[first] != kNoChain || !chainable(first)) continue;
+    run.assign(1, first);
+    position[first] = 0;
+    // Grow the run while exactly one task becomes ready when its last task
+    // ends: a dependent of it or the next task on its stream, whose
+    // dependencies and stream predecessor are done. Tasks from before the run
+    // (created earlier or in an earlier chain) count as done: the executor
+    // checks that they are when the run starts.
+    auto done = [&](std::uint32_t d) {
+      return d == kNoChain || position[d] != kNoChain || d < first || out.chain_of[d] != kNoChain;
+    };
+    auto ready = [&](std::uint32_t u) {
+      if (position[u] != kNoChain || !done(prev_on_stream[u])) return false;
+      for (const std::uint32_t d : p.deps_of(u))
+        if (!done(d)) return false;
+      return true;
+    };
+    for (;;) {
+      const std::uint32_t t = run.back();
+      std::uint32_t next = kNoChain, count = 0;
+      for (const std::uint32_t u : p.succs_of(t)) {
+        if (ready(u)) {
+          next = u;
+          ++count;
+        }
+      }
+      const std::uint32_t after = next_on_stream[t];
+      if (after != kNoChain && after != next && ready(after)) {
+        next = after;
+        ++count;
+      }
+      if (count != 1 || !chainable(next) || out.chain_of[next] != kNoChain) break;
+      position[next] = static_cast<std::uint32_t>(run.size());
+      run.push_back(next);
+    }
+    // Every task but the last must lead only to later tasks of the run, by its
+    // dependents and on its stream: cut the run after the first that does not.
+    // (Those it leads to past the cut wait for the cut's last task, directly
+    // or on their stream: they cannot start before the chain ends.)
+    std::size_t length = run.size();
+    for (std::size_t i = 0; i + 1 < run.size(); ++i) {
+      bool inside = true;
+      for (const std::uint32_t s : p.succs_of(run[i])) inside &= position[s] != kNoChain;
+      const std::uint32_t after = next_on_stream[run[i]];
+      inside &= after == kNoChain || position[after] != kNoChain;
+      if (!inside) {
+        length = i + 1;
+        break;
+      }
+    }
+    for (const std::uint32_t t : run) position[t] = kNoChain;
+    if (length < 2) continue;
+    const auto c = static_cast<std::uint32_t>(out.size());
+    for (std::size_t i = 0; i < length; ++i) {
+      out.chain_of[run[i]] = c;
+      out.index[run[i]] = static_cast<std::uint32_t>(i);
+      out.tasks.push_back(run[i]);
+    }
+    out.offsets.push_back(static_cast<std::uint32_t>(out.tasks.size()));
+  }
+  return out;
+}
+
+}  // namespace trainsim

@@ -1,0 +1,36 @@
+#pragma once
+// Runs of tasks of one program that execute strictly one after another: when
+// one ends, exactly one dependent becomes ready, the next (dependencies from
+// before the run assumed done; the executor checks that they are), and every
+// task but the last leads, by its dependents and on its stream, only to later
+// tasks of the run (some past its last task, when it had to be cut: they wait
+// for that last task). The
+// executor walks such a run without an event per task (sim/executor.cpp), so
+// one analytical configuration costs fewer heap operations (docs/performance.md).
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "sim/program.hpp"
+
+namespace trainsim {
+
+inline constexpr std::uint32_t kNoChain = ~std::uint32_t{0};
+
+struct TaskChains {
+  std::vector<std::uint32_t> chain_of;  // per task: its chain, kNoChain when in none
+  std::vector<std::uint32_t> index;     // per task in a chain: its position there
+  std::vector<std::uint32_t> offsets;   // CSR: tasks of each chain in execution order
+  std::vector<std::uint32_t> tasks;
+  std::size_t size() const { return offsets.empty() ? 0 : offsets.size() - 1; }
+  std::span<const std::uint32_t> chain(std::uint32_t c) const {
+    return {tasks.data() + offsets[c], offsets[c + 1] - offsets[c]};
+  }
+};
+
+// Chains of at least two tasks made of compute tasks and of collectives on the
+// slots marked in `linkable_slot` (those the caller can time without a
+// rendezvous or a network event).
+TaskChains find_task_chains(const ProgramTemplate& program, std::span<const std::uint8_t> linkable_slot);
+
+}  // namespace trainsim

@@ -610,6 +610,8 @@ std::size_t index_of(const std::vector<Step>& steps, const std::string& name) {
 // token dispatcher; shared experts after the routed ones, its default without
 // shared-expert overlap). Backward mirrors it. The dispatch and combine
 // matrices are appended to `traffic`.
+void residual_backward(StepList& L, const char* name, const Dims& D, const KernelRecipe& R, double act_norm);
+
 void build_moe_layer(const TransformerSpec& m, const ParallelSpec& p, const TrainingSpec& tr, const Dims& D,
                      const LayerSteps& dense, const RoutingDraw& draw, const std::vector<int>& ep_node,
                      std::vector<std::vector<double>>* traffic, LayerSteps* moe) {
@@ -700,7 +702,8 @@ void build_moe_layer(const TransformerSpec& m, const ParallelSpec& p, const Trai
   {
     StepList L(&moe->backward, Pass::BackwardInput, D.act_bytes, tr.fp8_recipe);
     const auto tp_in_kind = D.sp ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce;
-    L.memory("mlp.residual.bwd", act_norm * 2);
+    // The same fork as the dense MLP's: the framework's kernels, not the fused lists'.
+    residual_backward(L, "mlp.residual.bwd", D, recipe_of(tr.framework, D.act_bytes, m.rmsnorm), act_norm);
     L.memory("moe.unpermute.bwd", permute_bytes);
     // The gradient of a reduce-scatter is an all-gather and vice versa.
     const int cb =

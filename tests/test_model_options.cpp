@@ -1080,4 +1080,11 @@ TEST_CASE("Megatron-DeepSpeed's backward: apex LayerNorm gradient, the QKV split
     CHECK(dropout.kernels == 2);
   }
   CHECK(first_op(text, {}, "mlp.residual.bwd").bytes == doctest::Approx(8.0 * elements));
+  // A mixture-of-experts layer's residual stream forks as the dense layer's does
+  // (without TP: Megatron-Core's MoE with TP needs sequence parallelism).
+  const std::string moe = R"(model.moe={"experts": 4, "top_k": 2, "expert_ffn": 1024})";
+  CHECK(first_op(text, {moe, "parallel.tp=1", "parallel.dp=8", "training.framework=eager"}, "mlp.residual.bwd").bytes ==
+        doctest::Approx(12.0 * elements));
+  CHECK(first_op(text, {moe, "parallel.tp=1", "parallel.dp=8"}, "mlp.residual.bwd").bytes ==
+        doctest::Approx(8.0 * elements));
 }

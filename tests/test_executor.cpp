@@ -374,6 +374,34 @@ SimulationSetup two_stage_pipeline(std::uint32_t seed, double grain) {
   }
   return setup;
 }
+
+// Runs `setup` with chains and task by task; every figure and interval must agree
+// to the nanosecond. Returns the run with chains.
+SimulationResult run_with_and_without_chains(const SimulationSetup& setup, const Cluster& cluster,
+                                             const ComputeCostModel& costs, const AnalyticalNetwork& net) {
+  Executor with(setup, cluster, costs, net);
+  Executor without(setup, cluster, costs, net);
+  without.collapse_chains(false);
+  const SimulationResult a = with.run();
+  const SimulationResult b = without.run();
+  REQUIRE(a.completed);
+  REQUIRE(b.completed);
+  CHECK(a.makespan == b.makespan);
+  CHECK(a.events == b.events);
+  CHECK(a.finish == b.finish);
+  REQUIRE(a.timelines.size() == b.timelines.size());
+  for (std::size_t r = 0; r < a.timelines.size(); ++r) {
+    const auto& x = a.timelines[r].intervals;
+    const auto& y = b.timelines[r].intervals;
+    REQUIRE(x.size() == y.size());
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      CAPTURE(i);
+      CHECK((x[i].start == y[i].start && x[i].end == y[i].end && x[i].task == y[i].task && x[i].stream == y[i].stream &&
+             x[i].category == y[i].category));
+    }
+  }
+  return a;
+}
 }  // namespace
 
 TEST_CASE("chains of tasks walked without events give every result of the task-by-task run") {
@@ -396,28 +424,7 @@ TEST_CASE("chains of tasks walked without events give every result of the task-b
       CAPTURE(c.share);
       CAPTURE(grain);
       CAPTURE(seed);
-      const SimulationSetup setup = two_stage_pipeline(seed, grain);
-      Executor with(setup, cluster, costs, net);
-      Executor without(setup, cluster, costs, net);
-      without.collapse_chains(false);
-      const SimulationResult a = with.run();
-      const SimulationResult b = without.run();
-      REQUIRE(a.completed);
-      REQUIRE(b.completed);
-      CHECK(a.makespan == b.makespan);
-      CHECK(a.events == b.events);
-      CHECK(a.finish == b.finish);
-      REQUIRE(a.timelines.size() == b.timelines.size());
-      for (std::size_t r = 0; r < a.timelines.size(); ++r) {
-        const auto& x = a.timelines[r].intervals;
-        const auto& y = b.timelines[r].intervals;
-        REQUIRE(x.size() == y.size());
-        for (std::size_t i = 0; i < x.size(); ++i) {
-          CAPTURE(i);
-          CHECK((x[i].start == y[i].start && x[i].end == y[i].end && x[i].task == y[i].task &&
-                 x[i].stream == y[i].stream && x[i].category == y[i].category));
-        }
-      }
+      run_with_and_without_chains(two_stage_pipeline(seed, grain), cluster, costs, net);
     }
   }
 }
@@ -455,20 +462,7 @@ TEST_CASE("a transfer that starts on a rank at the instant its chain ends gives 
     setup.ranks.push_back(
         RankProgram{stage == 0 ? "stage 0" : "stage 1", static_cast<std::uint32_t>(stage), stage, {0}, true});
   }
-  Executor with(setup, cluster, costs, net);
-  Executor without(setup, cluster, costs, net);
-  without.collapse_chains(false);
-  const SimulationResult a = with.run();
-  const SimulationResult b = without.run();
-  REQUIRE(a.completed);
-  REQUIRE(b.completed);
-  CHECK(a.makespan == b.makespan);
-  CHECK(a.finish == b.finish);
-  CHECK(a.events == b.events);
-  REQUIRE(a.timelines[0].intervals.size() == b.timelines[0].intervals.size());
-  for (std::size_t i = 0; i < a.timelines[0].intervals.size(); ++i) {
-    CHECK(a.timelines[0].intervals[i].end == b.timelines[0].intervals[i].end);
-  }
+  const SimulationResult a = run_with_and_without_chains(setup, cluster, costs, net);
   // Stage 0's last kernel waits for the 1 ms transfer: from 11 ms to 16 ms.
   CHECK(a.finish[0] == Time::ns(16000000));
 }

@@ -117,6 +117,11 @@ struct CalibrationProfile {
   bool operator==(const CalibrationProfile&) const = default;  // exact, provenance included
 };
 
+// Whether `gemm_small_k` applies to an M x N x K GEMM: K is a smallest dimension and
+// the GEMM is not cubic (the size curve was fitted on cubic GEMMs). The cost model and
+// `trainsim calibrate fit` both ask this.
+inline bool small_k_applies(double m, double n, double k) { return k <= m && k <= n && (k < m || k < n); }
+
 // Profiles compiled into the binary (calibration/profiles/*.json).
 std::span<const EmbeddedFile> calibration_profile_files();
 

@@ -32,7 +32,8 @@ double ComputeCostModel::seconds(const ComputeOp& op, int gpu_type, double compu
       // A GEMM whose K is its smallest dimension pays the profile's small-K factor on top,
       // unless it is cubic (M = N = K): the size curve was fitted on such GEMMs.
       const bool k_smallest =
-          op.k <= op.m && op.k <= op.n && (op.k < op.m || op.k < op.n) && !p.gemm_small_k.curve.empty();
+          !p.gemm_small_k.curve.empty() &&
+          small_k_applies(static_cast<double>(op.m), static_cast<double>(op.n), static_cast<double>(op.k));
       const double small_k = k_smallest ? p.gemm_small_k.curve.at(static_cast<double>(op.k)) : 1.0;
       const double eff = eff_size * p.gemm_min_dim.curve.at(min_dim) * small_k * split;
       compute_time = op.flops / (gpu.peak(op.dtype) * eff);

@@ -473,16 +473,21 @@ nlohmann::ordered_json fit_core(const std::vector<Doc>& docs, const std::string&
     }
   }
   EfficiencyCurve min_dim_curve;
-  if (!factors.empty()) {
+  // A factor curve from per-dimension samples: their medians (at most 1), made
+  // non-decreasing, 1.0 from kWellShaped on; `n` counts the samples.
+  auto factor_curve = [&](const std::map<double, std::vector<double>>& samples, std::size_t* n) {
     std::vector<FitPoint> pts;
-    std::size_t n = 0;
-    for (const auto& [dim, f] : factors) {
+    for (const auto& [dim, f] : samples) {
       pts.push_back({dim, std::min(1.0, median(f)), static_cast<double>(f.size())});
-      n += f.size();
+      *n += f.size();
     }
     make_non_decreasing(pts);
     pts.push_back({kWellShaped, 1.0, 1.0});
-    pts = finish_points(pts, true, 1.0);
+    return finish_points(pts, true, 1.0);
+  };
+  if (!factors.empty()) {
+    std::size_t n = 0;
+    const std::vector<FitPoint> pts = factor_curve(factors, &n);
     min_dim_curve = to_curve(pts);
     prof["gemm_min_dim"] =
         curve_json(pts, "fitted",
@@ -504,22 +509,13 @@ nlohmann::ordered_json fit_core(const std::vector<Doc>& docs, const std::string&
     if (it == size0.end()) continue;
     const EfficiencyCurve c = to_curve(it->second);
     for (const GemmSample* g : list) {
-      // As the cost model applies it: K a smallest dimension, the GEMM not cubic.
-      const bool k_smallest = g->k <= g->m && g->k <= g->n && (g->k < g->m || g->k < g->n);
-      if (k_smallest && g->k < kWellShaped && g->flops() >= it->second.front().x)
+      if (small_k_applies(g->m, g->n, g->k) && g->k < kWellShaped && g->flops() >= it->second.front().x)
         k_factors[g->k].push_back(eff(*g) / (c.at(g->flops()) * min_dim_curve.at(g->k)));
     }
   }
   if (!k_factors.empty()) {
-    std::vector<FitPoint> pts;
     std::size_t n = 0;
-    for (const auto& [k, f] : k_factors) {
-      pts.push_back({k, std::min(1.0, median(f)), static_cast<double>(f.size())});
-      n += f.size();
-    }
-    make_non_decreasing(pts);
-    pts.push_back({kWellShaped, 1.0, 1.0});
-    pts = finish_points(pts, true, 1.0);
+    const std::vector<FitPoint> pts = factor_curve(k_factors, &n);
     prof["gemm_small_k"] =
         curve_json(pts, "fitted",
                    "trainsim calibrate fit: median over " + std::to_string(n) +

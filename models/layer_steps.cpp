@@ -215,7 +215,34 @@ int weight_cast_kernels(const KernelRecipe& R, bool swiglu) {
   return swiglu ? 5 : 4;
 }
 
-KernelRecipe recipe_of(Framework f, double act_bytes, bool rmsnorm) {
+// Megatron's unfused vocab-parallel cross-entropy on 16-bit or fp32 logits
+// (megatron/core/tensor_parallel/cross_entropy.py, github.com/NVIDIA/Megatron-LM):
+// the cast to fp32 (`.float()`, a copy for 16-bit logits), max, subtract, exp in
+// place, sum, div_ in place: 32 B per fp32 logit in 5 kernels; backward: the
+// target's indexed update and mul_ in place (8 B), then the cast's gradient back.
+void megatron_unfused_cross_entropy(KernelRecipe& r, double act_bytes) {
+  const bool cast = act_bytes < 4;
+  r.xent = ((cast ? act_bytes + 4 : 0) + 32) / (act_bytes + 4 + 4);
+  r.xent_kernels = cast ? 6 : 5;
+  r.xent_bwd = (8 + (cast ? 4 + act_bytes : 0)) / (4 + act_bytes);
+  r.xent_bwd_kernels = cast ? 3 : 2;
+}
+
+// Megatron-Core's fused cross-entropy (`cross_entropy_loss_fusion`,
+// megatron/core/fusions/fused_cross_entropy.py, core_r0.8.0): the same steps in
+// three functions compiled one by one (`jit_fuser` is torch.compile from PyTorch
+// 2.2), each at least one pass over the logits: the cast and max (read 16 bits,
+// write fp32), subtract, exp and sum (read and write fp32), the div_ (read and
+// write fp32); backward one compiled function, read fp32 and write the 16-bit
+// gradient. The minimum traffic of each function, since no kernel crosses them.
+void megatron_compiled_cross_entropy(KernelRecipe& r, double act_bytes) {
+  const bool cast = act_bytes < 4;
+  r.xent = ((cast ? act_bytes + 4 : 4) + 8 + 8) / (act_bytes + 4 + 4);
+  r.xent_kernels = 3;
+}
+
+KernelRecipe recipe_of(const TrainingSpec& tr, double act_bytes, bool rmsnorm) {
+  const Framework f = tr.framework;
   KernelRecipe r;
   // Biases (docs/frameworks.md, "Linear-layer biases"). Megatron-LM's GPT code (the
   // default lists; Megatron-DeepSpeed the same) adds the QKV bias after torch.matmul
@@ -227,18 +254,17 @@ KernelRecipe recipe_of(Framework f, double act_bytes, bool rmsnorm) {
   r.bias_add = f == Framework::Default || f == Framework::DeepSpeed;
   r.bias_grad = r.bias_add || f == Framework::Eager || f == Framework::Fsdp2;
   if (f == Framework::TorchCompile) r.weight_casts = true;  // Inductor fuses the pointwise chains, not the casts
+  if (f == Framework::MegatronTe) {
+    if (tr.cross_entropy_loss_fusion) {
+      megatron_compiled_cross_entropy(r, act_bytes);
+    } else {
+      megatron_unfused_cross_entropy(r, act_bytes);
+    }
+  }
   if (f == Framework::DeepSpeed) {
-    // Megatron-DeepSpeed's loss casts the logits to fp32 (`output.float()`, a copy
-    // for 16-bit logits) and runs Megatron's unfused _VocabParallelCrossEntropy
-    // (megatron/core/tensor_parallel/cross_entropy.py, github.com/microsoft/
-    // Megatron-DeepSpeed): max, subtract, exp in place, sum, div_ in place, 32 B
-    // per fp32 logit in 5 kernels; backward: the target's indexed update and
-    // mul_ in place (8 B), then the cast's gradient back to 16 bits.
-    const bool cast = act_bytes < 4;
-    r.xent = ((cast ? act_bytes + 4 : 0) + 32) / (act_bytes + 4 + 4);
-    r.xent_kernels = cast ? 6 : 5;
-    r.xent_bwd = (8 + (cast ? 4 + act_bytes : 0)) / (4 + act_bytes);
-    r.xent_bwd_kernels = cast ? 3 : 2;
+    // Megatron-DeepSpeed's loss casts the logits to fp32 (`output.float()`) and runs
+    // Megatron's unfused _VocabParallelCrossEntropy (github.com/microsoft/Megatron-DeepSpeed).
+    megatron_unfused_cross_entropy(r, act_bytes);
     // Megatron-DeepSpeed's MixedFusedLayerNorm / MixedFusedRMSNorm run apex's
     // fused_layer_norm_cuda (BLOOM's fork: the same kernels in megatron/fused_kernels/
     // layer_norm_cuda_kernel.cu); HostLayerNormGradient launches cuComputePartGradGammaBeta
@@ -703,7 +729,7 @@ void build_moe_layer(const TransformerSpec& m, const ParallelSpec& p, const Trai
     StepList L(&moe->backward, Pass::BackwardInput, D.act_bytes, tr.fp8_recipe);
     const auto tp_in_kind = D.sp ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce;
     // The same fork as the dense MLP's: the framework's kernels, not the fused lists'.
-    residual_backward(L, "mlp.residual.bwd", D, recipe_of(tr.framework, D.act_bytes, m.rmsnorm), act_norm);
+    residual_backward(L, "mlp.residual.bwd", D, recipe_of(tr, D.act_bytes, m.rmsnorm), act_norm);
     L.memory("moe.unpermute.bwd", permute_bytes);
     // The gradient of a reduce-scatter is an all-gather and vice versa.
     const int cb =
@@ -962,7 +988,7 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
   const bool ov = p.tp_comm_overlap && D.tp_comm;
   auto gate = [&](int c) { return ov ? std::vector<int>{} : maybe(c); };
   auto after = [&](int c) { return ov ? maybe(c) : std::vector<int>{}; };
-  KernelRecipe R = recipe_of(tr.framework, D.act_bytes, m.rmsnorm);
+  KernelRecipe R = recipe_of(tr, D.act_bytes, m.rmsnorm);
   if (D.act_bytes >= 4) R.weight_casts = false;  // FP32 training: no 16-bit weight copies to cast
   // ZeRO-3 gathers 16-bit parameters (the planner's all-gathers), which under PyTorch FSDP is
   // MixedPrecision(param_dtype=16-bit): each unshard casts the rank's fp32 shard first

@@ -323,6 +323,10 @@ struct TrainingSpec {
   bool post_validation = false;
   TiedGradSync tied_grad_sync = TiedGradSync::AfterDp;
   Framework framework = Framework::Default;
+  // Megatron-Core's cross_entropy_loss_fusion (read with Framework::MegatronTe only):
+  // false runs the unfused vocab-parallel cross-entropy in fp32 (Megatron-Core's
+  // default), true its torch.compile'd pieces (docs/frameworks.md, "Cross-entropy").
+  bool cross_entropy_loss_fusion = false;
   // Host time per kernel before its launch when the scenario measures it for its
   // own host (training.host_dispatch_us); absent: the framework's figure above.
   std::optional<double> host_seconds_per_kernel;

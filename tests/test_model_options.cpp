@@ -495,7 +495,8 @@ TEST_CASE("host dispatch: a kernel shorter than its host issue cost waits for th
 }
 
 TEST_CASE("host dispatch in a plan: tiny kernels are host-bound, a large step is unchanged") {
-  // megatron-te runs the default kernel lists (the base sets its attention): only host dispatch differs.
+  // megatron-te runs the default kernel lists (the base sets its attention) but for its loss
+  // (Megatron-Core's cross-entropy, below): otherwise only host dispatch differs.
   // Without linear biases: Transformer Engine fuses the bias kernels the default lists run.
   const std::string no_bias = R"(model={"preset": "gpt3-1.3b", "bias": false})";
   const Scenario def = load_scenario_text(kBase, "options.json", "", {no_bias}, catalog());
@@ -511,10 +512,14 @@ TEST_CASE("host dispatch in a plan: tiny kernels are host-bound, a large step is
   const double issue = costs.profile(0).launch_overhead.value + host_dispatch_seconds(Framework::MegatronTe);
   for (std::size_t i = 0; i < od.size(); ++i) {
     CHECK(od[i].host_dispatch_seconds == 0);
+    if (ot[i].name.rfind("loss.xent", 0) == 0) continue;
     CHECK(costs.seconds(ot[i], 0) == std::max(costs.seconds(od[i], 0), ot[i].kernels * issue));
   }
-  // Every kernel of this 1.3B step at 4096 tokens outlasts its host issue cost: the same prediction.
-  CHECK(simulate(te).iteration_time_s == simulate(def).iteration_time_s);
+  // Every kernel of this 1.3B step at 4096 tokens outlasts its host issue cost: the same
+  // prediction without host dispatch.
+  const Scenario te_no_host = load_scenario_text(
+      kBase, "options.json", "", {no_bias, "training.framework=megatron-te", "training.host_dispatch_us=0"}, catalog());
+  CHECK(simulate(te).iteration_time_s == simulate(te_no_host).iteration_time_s);
 }
 
 TEST_CASE("mlp relu: one activation kernel each way, the same steps as gelu; a bad kind names its pointer") {
@@ -885,6 +890,48 @@ TEST_CASE("Muon: Newton-Schulz GEMMs per weight matrix, momentum-only state, Ada
   zero1.push_back("parallel.zero=1");
   CHECK_FALSE(tasks_ending(stage_program(kBase, zero1), "optimizer.muon.gather").empty());
   CHECK(tasks_ending(stage_program(kBase, muon), "optimizer.muon.gather").empty());
+}
+
+TEST_CASE("Megatron-Core's cross-entropy: unfused in fp32 by default, three compiled passes with the fusion") {
+  // megatron/core/tensor_parallel/cross_entropy.py (core_r0.8.0): cast, max, subtract,
+  // exp, sum and div over the fp32 logits; fused_cross_entropy.py: three torch.compile'd
+  // functions, each at least a pass (docs/frameworks.md, "Cross-entropy").
+  const std::string text = R"({
+    "model": {"name": "xent-test", "layers": 2, "hidden": 2048, "heads": 16, "ffn_hidden": 8192, "vocab": 50304},
+    "cluster": {"node": "dgx-h100", "nodes": 1},
+    "parallel": {"tp": 2, "dp": 4, "micro_batch": 2, "global_batch": 64},
+    "training": {"seq_len": 2048, "precision": "bf16", "attention": "flash", "framework": "megatron-te"}
+  })";
+  const double logits = 2.0 * 2048 * (50304 / 2);
+  auto op_of = [](const ProgramTemplate& p, const std::string& name) -> const ComputeOp& {
+    const auto t = tasks_ending(p, name);
+    REQUIRE_FALSE(t.empty());
+    return p.ops[p.tasks[t[0]].ref];
+  };
+  const ProgramTemplate unfused = stage_program(text, {});
+  CHECK(op_of(unfused, "loss.xent").bytes == doctest::Approx(38.0 * logits));
+  CHECK(op_of(unfused, "loss.xent").kernels == 6);
+  CHECK(op_of(unfused, "loss.xent.bwd").bytes == doctest::Approx(14.0 * logits));
+  CHECK(op_of(unfused, "loss.xent.bwd").kernels == 3);
+  const ProgramTemplate fused = stage_program(text, {"training.cross_entropy_loss_fusion=true"});
+  CHECK(op_of(fused, "loss.xent").bytes == doctest::Approx(22.0 * logits));
+  CHECK(op_of(fused, "loss.xent").kernels == 3);
+  CHECK(op_of(fused, "loss.xent.bwd").bytes == doctest::Approx(6.0 * logits));
+  CHECK(op_of(fused, "loss.xent.bwd").kernels == 1);
+  // FP32 logits need no cast: the first compiled function only reads them for the max.
+  const ProgramTemplate fused32 =
+      stage_program(text, {"training.cross_entropy_loss_fusion=true", "training.precision=\"tf32\""});
+  CHECK(op_of(fused32, "loss.xent").bytes == doctest::Approx(20.0 * logits));
+  // The default lists keep their one fused pass; the rest of the step is the same.
+  const ProgramTemplate def = stage_program(text, {"training.framework=\"default\""});
+  CHECK(op_of(def, "loss.xent").bytes == doctest::Approx(10.0 * logits));
+  CHECK(op_of(def, "mlp.up").flops == op_of(unfused, "mlp.up").flops);
+  // A setting of Megatron-Core only: with another framework's lists it is an input error.
+  const std::string e = load_error(text, {"training.framework=\"eager\"", "training.cross_entropy_loss_fusion=true"});
+  CHECK(e.find("options.json: /training/cross_entropy_loss_fusion:") != std::string::npos);
+  CHECK(e.find("megatron-te") != std::string::npos);
+  CHECK(load_error(text, {"training.cross_entropy_loss_fusion=1"}).find("/training/cross_entropy_loss_fusion:") !=
+        std::string::npos);
 }
 
 TEST_CASE("FP8 recipes and the NeMo 24.07 runs: the quantisation is a few percent of the step, whatever the recipe") {

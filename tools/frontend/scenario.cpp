@@ -589,6 +589,13 @@ TrainingSpec read_training(ObjectReader& top, const TransformerSpec& model) {
                 : fw == "fsdp2"         ? Framework::Fsdp2
                 : fw == "deepspeed"     ? Framework::DeepSpeed
                                         : Framework::Default;
+  // Megatron-Core's loss kernels (docs/frameworks.md, "Cross-entropy"): a setting of
+  // that framework only; the other lists carry their framework's own loss.
+  if (r.has("cross_entropy_loss_fusion") && t.framework != Framework::MegatronTe) {
+    r.error("cross_entropy_loss_fusion",
+            "Megatron-Core's cross-entropy fusion needs \"framework\": \"megatron-te\" (found \"" + fw + "\")");
+  }
+  t.cross_entropy_loss_fusion = r.boolean("cross_entropy_loss_fusion", false);
   if (r.has("host_dispatch_us")) {
     t.host_seconds_per_kernel = r.number("host_dispatch_us", 0, 0, 100000) * 1e-6;
   }

@@ -156,6 +156,7 @@ class StageProgramBuilder {
     bucket_bytes_ = bucket_elems * train.grad_reduce_bytes;
     const std::size_t m = static_cast<std::size_t>(sched_.microbatches);
     megatron_interleaved_p2p_ = par.pp_overlap && par.schedule == ScheduleKind::Interleaved1F1B;
+    megatron_batched_p2p_ = !par.pp_overlap && par.schedule == ScheduleKind::Interleaved1F1B;
     if (is_deepspeed_schedule(par.schedule)) {
       ds_steps_ = deepspeed_train_steps(par.schedule, sched_.stages, stage, sched_.microbatches);
     }
@@ -180,6 +181,7 @@ class StageProgramBuilder {
     if (zero_sharded_optimizer() && par_.dp_overlap && !deepspeed_bf16_optimizer()) prefetch_params_ = true;
     unit_end_.assign(order.size(), kNone);
     if (megatron_interleaved_p2p_) megatron_receive_posts(order);
+    if (megatron_batched_p2p_) megatron_batched_setup(order);
     auto emit_unit = [&](int i) {
       const ScheduleUnit& u = order[i];
       cur_unit_ = i;
@@ -211,6 +213,7 @@ class StageProgramBuilder {
       }
       for (int k = first_unit; k <= i; ++k) unit_end_[k] = last_compute_since(first);
       for (int k = first_unit; k <= i && megatron_interleaved_p2p_; ++k) megatron_post_receives(order, k);
+      for (int k = first_unit; k <= i && megatron_batched_p2p_; ++k) megatron_batched_exchange(k);
     }
     if (deepspeed()) {
       // The sends of the idle steps after the rank's last pass come before
@@ -495,14 +498,19 @@ class StageProgramBuilder {
   // Without p2p overlap (Megatron-LM 2021, DeepSpeed pipelines) a rank waits for
   // its sends to finish before computing on, so every transfer sits on the
   // sender's critical path. Receives are posted ahead in both modes (Megatron
-  // pairs each blocking send with the next receive, which never deadlocks).
+  // pairs each blocking send with the next receive, which never deadlocks);
+  // interleaved 1F1B without overlap waits for its batched exchanges instead
+  // (megatron_batched_setup).
   std::vector<TaskId> unit_entry() {
     std::vector<TaskId> entry;
     if (deepspeed()) {
       if (ds_chain_ != kNone) entry.push_back(ds_chain_);
       return entry;
     }
-    if (!par_.pp_overlap) {
+    if (megatron_batched_p2p_) {
+      entry = std::move(exchange_wait_);
+      exchange_wait_.clear();
+    } else if (!par_.pp_overlap) {
       entry = std::move(blocking_sends_);
       blocking_sends_.clear();
     }
@@ -613,6 +621,76 @@ class StageProgramBuilder {
     }
     return kNone;
   }
+  // Megatron-LM's interleaved schedule without overlap_p2p_comm (megatron_batched_exchanges
+  // in models/schedule.hpp): the receives of the rank's units are posted in their
+  // order, each link's messages matching in post order, at the exchanges that ask
+  // for one; every rank but the first receives its first forward's input ahead.
+  void megatron_batched_setup(const std::vector<ScheduleUnit>& order) {
+    const int n = static_cast<int>(order.size());
+    exchanges_ = megatron_batched_exchanges(par_.pp, stage_, chunks_, sched_.microbatches);
+    TRAINSIM_CHECK(exchanges_.size() == order.size(),
+                   "stage " + std::to_string(stage_) + ": the units differ from Megatron-LM's interleaved order");
+    batched_recvs_.assign(static_cast<std::size_t>(n), {});
+    batched_received_.assign(static_cast<std::size_t>(n), 0);
+    fwd_recv_queue_.clear();
+    bwd_recv_queue_.clear();
+    for (int i = 0; i < n; ++i) {
+      const int v = vstage_[order[i].chunk];
+      if (order[i].kind == UnitKind::Forward) {
+        if (sched_.prev_chunk(v) >= 0 && sched_.chunk_stage[sched_.prev_chunk(v)] != stage_)
+          fwd_recv_queue_.push_back(i);
+      } else if (!head_of(v) && sched_.chunk_stage[sched_.next_chunk(v)] != stage_) {
+        bwd_recv_queue_.push_back(i);
+      }
+    }
+    fwd_recv_next_ = bwd_recv_next_ = 0;
+    if (stage_ != 0) megatron_batched_receive(order, true, kNone);
+    order_ = &order;
+  }
+  // Posts the receive of the next unit in `forward`'s queue after `after` (kNone: ahead).
+  void megatron_batched_receive(const std::vector<ScheduleUnit>& order, bool forward, TaskId after) {
+    std::vector<int>& queue = forward ? fwd_recv_queue_ : bwd_recv_queue_;
+    std::size_t& next = forward ? fwd_recv_next_ : bwd_recv_next_;
+    if (next >= queue.size()) return;
+    const int i = queue[next++];
+    const ScheduleUnit& u = order[static_cast<std::size_t>(i)];
+    const int v = vstage_[u.chunk];
+    std::vector<TaskId>& recvs = batched_recvs_[static_cast<std::size_t>(i)];
+    if (forward) {
+      post_recvs(SlotRole::PipelineForward, sched_.chunk_stage[sched_.prev_chunk(v)], "F recv activations",
+                 u.microbatch, recvs, after);
+    } else {
+      post_recvs(SlotRole::PipelineBackward, sched_.chunk_stage[sched_.next_chunk(v)], "B recv gradients", u.microbatch,
+                 recvs, after);
+    }
+    batched_received_[static_cast<std::size_t>(i)] = 1;
+    exchange_wait_.insert(exchange_wait_.end(), recvs.begin(), recvs.end());
+  }
+  // The exchange after unit `done`, if there is one: its pending sends and the
+  // receives it asks for, all posted when the unit ends; the next unit waits for all of them.
+  void megatron_batched_exchange(int done) {
+    const BatchedExchange& e = exchanges_[static_cast<std::size_t>(done)];
+    if (!e.after) return;
+    const TaskId after = unit_end_[static_cast<std::size_t>(done)];
+    for (const PendingSend& p : pending_sends_) post_sends(p.role, p.to, p.what, p.mb, after);
+    pending_sends_.clear();
+    exchange_wait_.insert(exchange_wait_.end(), blocking_sends_.begin(), blocking_sends_.end());
+    blocking_sends_.clear();
+    if (e.recv_forward) megatron_batched_receive(*order_, true, after);
+    if (e.recv_backward) megatron_batched_receive(*order_, false, after);
+  }
+  // The current unit's input receives: posted by an exchange, else (an order
+  // Megatron-LM's exchanges do not cover) now, after the rank's previous unit.
+  void megatron_batched_take_receives(std::vector<TaskId>& entry) {
+    const auto i = static_cast<std::size_t>(cur_unit_);
+    if (!batched_received_[i]) {
+      const bool forward = (*order_)[i].kind == UnitKind::Forward;
+      megatron_batched_receive(*order_, forward, cur_unit_ > 0 ? unit_end_[i - 1] : kNone);
+      TRAINSIM_CHECK(batched_received_[i], "stage " + std::to_string(stage_) + ": unit " + to_string((*order_)[i]) +
+                                               " is not next in its link's receive order");
+    }
+    entry.insert(entry.end(), batched_recvs_[i].begin(), batched_recvs_[i].end());
+  }
   void megatron_wait_previous_sends(bool forward, std::vector<TaskId>& entry) {
     std::vector<TaskId>& sends = forward ? fwd_sends_ : bwd_sends_;
     entry.insert(entry.end(), sends.begin(), sends.end());
@@ -686,6 +764,8 @@ class StageProgramBuilder {
       const int from = sched_.chunk_stage[sched_.prev_chunk(v)];
       if (from == stage_) {
         entry.push_back(fwd_out_[unit_key(u.microbatch, sched_.prev_chunk(v))]);
+      } else if (megatron_batched_p2p_) {
+        megatron_batched_take_receives(entry);
       } else if (!deepspeed() && !megatron_interleaved_p2p_) {
         post_recvs(SlotRole::PipelineForward, from, "F recv activations", u.microbatch, entry, recv_after);
       }
@@ -736,6 +816,8 @@ class StageProgramBuilder {
       const int to = sched_.chunk_stage[sched_.next_chunk(v)];
       if (to == stage_) {
         fwd_out_[unit_key(u.microbatch, v)] = last;
+      } else if (megatron_batched_p2p_) {
+        pending_sends_.push_back({SlotRole::PipelineForward, to, "F send activations", u.microbatch});
       } else if (!deepspeed()) {
         post_sends(SlotRole::PipelineForward, to, "F send activations", u.microbatch, last);
       }
@@ -762,6 +844,8 @@ class StageProgramBuilder {
       const int from = sched_.chunk_stage[sched_.next_chunk(v)];
       if (from == stage_) {
         entry.push_back(bwd_out_[unit_key(u.microbatch, sched_.next_chunk(v))]);
+      } else if (megatron_batched_p2p_) {
+        megatron_batched_take_receives(entry);
       } else if (!deepspeed() && !megatron_interleaved_p2p_) {
         post_recvs(SlotRole::PipelineBackward, from, "B recv gradients", u.microbatch, entry, recv_after);
       }
@@ -821,6 +905,8 @@ class StageProgramBuilder {
       const int to = sched_.chunk_stage[sched_.prev_chunk(v)];
       if (to == stage_) {
         bwd_out_[unit_key(u.microbatch, v)] = last;
+      } else if (megatron_batched_p2p_) {
+        pending_sends_.push_back({SlotRole::PipelineBackward, to, "B send gradients", u.microbatch});
       } else if (!deepspeed()) {
         post_sends(SlotRole::PipelineBackward, to, "B send gradients", u.microbatch, last);
       }
@@ -1072,6 +1158,7 @@ class StageProgramBuilder {
     }
     std::vector<TaskId> deps = dp_tasks_;
     deps.push_back(last_compute_);
+    deps.insert(deps.end(), exchange_wait_.begin(), exchange_wait_.end());  // the last batched exchange
     if (tied_sync_ && train_.tied_grad_sync == TiedGradSync::AfterDp) tied = emit_tied_grad_sync(deps);
     if (tied_sync_ && train_.tied_grad_sync == TiedGradSync::Overlapped) {
       // The Zero Bubble runtime (WeightGradStore.clear) issues it after the rank's
@@ -1185,6 +1272,25 @@ class StageProgramBuilder {
   bool prefetch_params_ = false;
   TaskId last_compute_ = kNone;
   std::vector<TaskId> blocking_sends_;  // sends the next unit waits for (no p2p overlap)
+  // Megatron-LM's interleaved schedule without overlap (megatron_batched_setup): the
+  // exchange after each unit, the sends waiting for the next one, the units whose
+  // input arrives from another rank in post order, their receives, and what the
+  // unit after an exchange waits for.
+  struct PendingSend {
+    SlotRole role;
+    int to;
+    const char* what;
+    int mb;
+  };
+  bool megatron_batched_p2p_ = false;
+  const std::vector<ScheduleUnit>* order_ = nullptr;
+  std::vector<BatchedExchange> exchanges_;
+  std::vector<PendingSend> pending_sends_;
+  std::vector<int> fwd_recv_queue_, bwd_recv_queue_;
+  std::size_t fwd_recv_next_ = 0, bwd_recv_next_ = 0;
+  std::vector<std::vector<TaskId>> batched_recvs_;
+  std::vector<char> batched_received_;
+  std::vector<TaskId> exchange_wait_;
   // DeepSpeed's TrainSchedule: the rank's steps, the next command to run, and
   // the last command emitted (every command waits for the one before).
   std::vector<std::vector<DeepSpeedCommand>> ds_steps_;

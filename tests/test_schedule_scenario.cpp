@@ -2,6 +2,7 @@
 // checked at the edge with the JSON pointer of the problem, and run.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <iterator>
 #include <map>
@@ -203,24 +204,50 @@ TEST_CASE("zero bubble validation: the paper's measured order of schedules on ev
                         "zb_iclr_14.6B_p16_m128 interleaved-1f1b zb-2p"});
 }
 
-TEST_CASE("zero bubble validation: blocking interleaved transfers do not explain the interleaved/ZB-1p order") {
-  // docs/schedules.md: with pp_overlap false the 14.6B and 1.5B m = 64
-  // interleaved runs fall behind ZB-1p, as measured, but 1.5B at m = 24,
-  // measured ahead, falls behind too, and 6.2B at m = 64 stays ahead.
+TEST_CASE("zero bubble validation: blocking interleaved transfers do not explain the interleaved runs") {
+  // docs/schedules.md ("The interleaved runs' excess"): with the overlapped
+  // exchange the single-node interleaved runs are predicted 3-4 points faster,
+  // relative to their measurement, than 1F1B on the same configuration. With
+  // Megatron-LM's blocking exchange (pp_overlap false: one batched exchange per
+  // step) half to two thirds of that remains, and the two-node 14.6B runs fall behind 1F1B,
+  // which they are measured ahead of; 6.2B at m = 64 stays ahead of ZB-1p
+  // (measured 0.2% behind).
   const std::filesystem::path dir = std::filesystem::path(TRAINSIM_SOURCE_DIR) / "scenarios/validation-schedules";
-  auto predicted = [&](const std::string& config, const std::string& schedule, bool blocking) {
-    const std::vector<std::string> sets{blocking ? "parallel.pp_overlap=false" : "parallel.pp_overlap=true"};
-    return simulate(load_scenario_file((dir / (config + "_" + schedule + ".json")).string(), sets, testing::catalog()))
-        .iteration_time_s;
+  struct Run {
+    double predicted, measured;
   };
-  for (const char* config :
-       {"zb_iclr_14.6B_p16_m48", "zb_iclr_14.6B_p16_m64", "zb_iclr_14.6B_p16_m128", "zb_iclr_1.5B_p8_m64"}) {
+  auto run = [&](const std::string& config, const std::string& schedule, bool blocking) {
+    // The scenario's own exchange (the interleaved runs overlap theirs), or blocking.
+    std::vector<std::string> sets;
+    if (blocking) sets.push_back("parallel.pp_overlap=false");
+    const Scenario s =
+        load_scenario_file((dir / (config + "_" + schedule + ".json")).string(), sets, testing::catalog());
+    REQUIRE(s.expected.has_value());
+    return Run{simulate(s).iteration_time_s, s.expected->value};
+  };
+  auto error = [&](const std::string& config, const std::string& schedule, bool blocking) {
+    const Run r = run(config, schedule, blocking);
+    return r.predicted / r.measured - 1;
+  };
+  for (const char* config : {"zb_iclr_1.5B_p8_m24", "zb_iclr_1.5B_p8_m32", "zb_iclr_1.5B_p8_m64", "zb_iclr_6.2B_p8_m24",
+                             "zb_iclr_6.2B_p8_m32", "zb_iclr_6.2B_p8_m64"}) {
     CAPTURE(config);
-    CHECK(predicted(config, "interleaved-1f1b", true) > predicted(config, "zb-1p", false));
+    const double one = error(config, "1f1b", false);
+    CHECK(one - error(config, "interleaved-1f1b", false) > 0.03);
+    const double blocking_gap = one - error(config, "interleaved-1f1b", true);
+    CHECK(blocking_gap > 0.01);
+    CHECK(blocking_gap < 0.03);
   }
-  CHECK(predicted("zb_iclr_1.5B_p8_m24", "interleaved-1f1b", false) < predicted("zb_iclr_1.5B_p8_m24", "zb-1p", false));
-  CHECK(predicted("zb_iclr_1.5B_p8_m24", "interleaved-1f1b", true) > predicted("zb_iclr_1.5B_p8_m24", "zb-1p", false));
-  CHECK(predicted("zb_iclr_6.2B_p8_m64", "interleaved-1f1b", true) < predicted("zb_iclr_6.2B_p8_m64", "zb-1p", false));
+  for (const char* config : {"zb_iclr_14.6B_p16_m48", "zb_iclr_14.6B_p16_m64", "zb_iclr_14.6B_p16_m128"}) {
+    CAPTURE(config);
+    const double one = run(config, "1f1b", false).predicted;
+    CHECK(run(config, "interleaved-1f1b", false).predicted < one);
+    const double blocking = run(config, "interleaved-1f1b", true).predicted;
+    CHECK(blocking > one);
+    CHECK(blocking > run(config, "zb-1p", false).predicted);
+  }
+  CHECK(run("zb_iclr_6.2B_p8_m64", "interleaved-1f1b", true).predicted <
+        run("zb_iclr_6.2B_p8_m64", "zb-1p", false).predicted);
 }
 
 TEST_CASE("zero bubble validation: the network between nodes gives the paper's profiled T_comm") {

@@ -81,6 +81,8 @@ struct Streams {
 // Which parts of a layer's backward a unit emits: all (B and W in issue order),
 // the input-gradient part (B) or the weight-gradient part (W).
 enum class PassFilter : std::uint8_t { All, InputOnly, WeightOnly };
+// Which part of a W unit to emit: all of it, the LM head's weight gradients, or the layers'.
+enum class WeightPart : std::uint8_t { All, Head, Layers };
 
 bool emitted(const Step& s, PassFilter f) {
   if (f == PassFilter::All) return true;
@@ -201,7 +203,12 @@ class StageProgramBuilder {
           break;
       }
     };
+    const int trailing = first_trailing_weight_unit(order);
     for (int i = 0; i < static_cast<int>(order.size()); ++i) {
+      if (i == trailing) {
+        trailing_weight_units(order, i, last_weights);
+        break;
+      }
       const auto first = static_cast<TaskId>(b_.size());
       if (deepspeed()) deepspeed_commands_until(&order[i]);
       const int first_unit = i;
@@ -913,16 +920,58 @@ class StageProgramBuilder {
     }
   }
 
-  // The weight-gradient part (W) of a chunk's micro-batch, after its B unit.
-  void weight_unit(const ScheduleUnit& u, bool reduce_grads) {
+  // The Zero Bubble runtime pops a W unit while a unit of another kind follows it
+  // on the rank (schedule_w in megatron/core/pipeline_parallel/zb_schedules.py of
+  // the paper's code) and leaves the ones after the rank's last B to
+  // WeightGradStore.clear, which on the last stage runs their LM-head weight
+  // gradients first, then issues the tied embedding's all-reduce, then the
+  // layers' (megatron/core/weight_grad_store.py). With that all-reduce
+  // (tied_grad_sync "overlapped") the LM head's rank emits its trailing W units
+  // so: the index of the first, or -1.
+  int first_trailing_weight_unit(const std::vector<ScheduleUnit>& order) const {
+    if (!tied_sync_ || tied_embedding_rank_ || train_.tied_grad_sync != TiedGradSync::Overlapped) return -1;
+    int first = static_cast<int>(order.size());
+    while (first > 0 && order[first - 1].kind == UnitKind::BackwardWeight) --first;
+    return first < static_cast<int>(order.size()) ? first : -1;
+  }
+  void trailing_weight_units(const std::vector<ScheduleUnit>& order, int first, const std::vector<int>& last_weights) {
+    const int n = static_cast<int>(order.size());
+    for (const WeightPart part : {WeightPart::Head, WeightPart::Layers}) {
+      for (int i = first; i < n; ++i) {
+        const ScheduleUnit& u = order[i];
+        cur_unit_ = i;
+        if (seq_steps_ != nullptr) cur_ = &(*seq_steps_)[u.microbatch % seq_steps_->size()];
+        const auto begin = static_cast<TaskId>(b_.size());
+        weight_unit(u, i == last_weights[u.chunk], part);
+        if (part == WeightPart::Layers) unit_end_[i] = last_compute_since(begin);
+      }
+    }
+  }
+
+  // The weight-gradient part (W) of a chunk's micro-batch, after its B unit
+  // (`part`: all of it, or its LM head's share and then its layers' share).
+  void weight_unit(const ScheduleUnit& u, bool reduce_grads, WeightPart part = WeightPart::All) {
     const int v = vstage_[u.chunk];
     auto it = b_ids_.find(unit_key(u.microbatch, v));
     TRAINSIM_CHECK(it != b_ids_.end(), "W unit " + to_string(u) + " before its B unit");
+    if (part == WeightPart::Head) {
+      if (head_of(v)) {
+        const TaskId last = emit(cur_->head_backward, StepPrefix{'W'}, u.microbatch, unit_entry(), false, nullptr,
+                                 PassFilter::WeightOnly, &it->second.back());
+        if (reduce_grads && !zero3()) head_grads_done(last, u.microbatch);
+        if (last != kNone) last_compute_ = head_w_end_[unit_key(u.microbatch, v)] = last;
+      }
+      return;
+    }
     std::vector<std::vector<TaskId>> ids = std::move(it->second);
     b_ids_.erase(it);
     std::vector<TaskId> entry = unit_entry();
+    if (part == WeightPart::Layers) {  // after the unit's LM-head share, if it has one
+      const auto head = head_w_end_.find(unit_key(u.microbatch, v));
+      if (head != head_w_end_.end()) entry.push_back(head->second);
+    }
     TaskId last = kNone;
-    if (head_of(v)) {
+    if (head_of(v) && part == WeightPart::All) {
       last = emit(cur_->head_backward, StepPrefix{'W'}, u.microbatch, entry, false, nullptr, PassFilter::WeightOnly,
                   &ids.back());
       if (last != kNone) entry = {last};
@@ -1259,6 +1308,8 @@ class StageProgramBuilder {
   std::vector<TaskId> fwd_out_, bwd_out_;
   // B units whose W has not run yet: task ids of each layer's (and the head's) backward steps.
   std::unordered_map<std::size_t, std::vector<std::vector<TaskId>>> b_ids_;
+  // Trailing W units of the LM head's rank (trailing_weight_units): the end of each one's head share.
+  std::unordered_map<std::size_t, TaskId> head_w_end_;
   int dp_group_ = 1;
   int edp_group_ = 1;              // expert data-parallel group (MoE)
   std::uint32_t matrix_base_ = 0;  // this stage's first traffic matrix in SimulationSetup::traffic

@@ -81,6 +81,8 @@ struct Streams {
 // Which parts of a layer's backward a unit emits: all (B and W in issue order),
 // the input-gradient part (B) or the weight-gradient part (W).
 enum class PassFilter : std::uint8_t { All, InputOnly, WeightOnly };
+// Which part of a W unit to emit: all of it, the LM head's weight gradients, or the layers'.
+enum class WeightPart : std::uint8_t { All, Head, Layers };
 
 bool emitted(const Step& s, PassFilter f) {
   if (f == PassFilter::All) return true;
@@ -156,6 +158,7 @@ class StageProgramBuilder {
     bucket_bytes_ = bucket_elems * train.grad_reduce_bytes;
     const std::size_t m = static_cast<std::size_t>(sched_.microbatches);
     megatron_interleaved_p2p_ = par.pp_overlap && par.schedule == ScheduleKind::Interleaved1F1B;
+    megatron_batched_p2p_ = !par.pp_overlap && par.schedule == ScheduleKind::Interleaved1F1B;
     if (is_deepspeed_schedule(par.schedule)) {
       ds_steps_ = deepspeed_train_steps(par.schedule, sched_.stages, stage, sched_.microbatches);
     }
@@ -180,6 +183,7 @@ class StageProgramBuilder {
     if (zero_sharded_optimizer() && par_.dp_overlap && !deepspeed_bf16_optimizer()) prefetch_params_ = true;
     unit_end_.assign(order.size(), kNone);
     if (megatron_interleaved_p2p_) megatron_receive_posts(order);
+    if (megatron_batched_p2p_) megatron_batched_setup(order);
     auto emit_unit = [&](int i) {
       const ScheduleUnit& u = order[i];
       cur_unit_ = i;
@@ -199,7 +203,12 @@ class StageProgramBuilder {
           break;
       }
     };
+    const int trailing = first_trailing_weight_unit(order);
     for (int i = 0; i < static_cast<int>(order.size()); ++i) {
+      if (i == trailing) {
+        trailing_weight_units(order, i, last_weights);
+        break;
+      }
       const auto first = static_cast<TaskId>(b_.size());
       if (deepspeed()) deepspeed_commands_until(&order[i]);
       const int first_unit = i;
@@ -211,6 +220,7 @@ class StageProgramBuilder {
       }
       for (int k = first_unit; k <= i; ++k) unit_end_[k] = last_compute_since(first);
       for (int k = first_unit; k <= i && megatron_interleaved_p2p_; ++k) megatron_post_receives(order, k);
+      for (int k = first_unit; k <= i && megatron_batched_p2p_; ++k) megatron_batched_exchange(k);
     }
     if (deepspeed()) {
       // The sends of the idle steps after the rank's last pass come before
@@ -495,14 +505,19 @@ class StageProgramBuilder {
   // Without p2p overlap (Megatron-LM 2021, DeepSpeed pipelines) a rank waits for
   // its sends to finish before computing on, so every transfer sits on the
   // sender's critical path. Receives are posted ahead in both modes (Megatron
-  // pairs each blocking send with the next receive, which never deadlocks).
+  // pairs each blocking send with the next receive, which never deadlocks);
+  // interleaved 1F1B without overlap waits for its batched exchanges instead
+  // (megatron_batched_setup).
   std::vector<TaskId> unit_entry() {
     std::vector<TaskId> entry;
     if (deepspeed()) {
       if (ds_chain_ != kNone) entry.push_back(ds_chain_);
       return entry;
     }
-    if (!par_.pp_overlap) {
+    if (megatron_batched_p2p_) {
+      entry = std::move(exchange_wait_);
+      exchange_wait_.clear();
+    } else if (!par_.pp_overlap) {
       entry = std::move(blocking_sends_);
       blocking_sends_.clear();
     }
@@ -613,6 +628,76 @@ class StageProgramBuilder {
     }
     return kNone;
   }
+  // Megatron-LM's interleaved schedule without overlap_p2p_comm (megatron_batched_exchanges
+  // in models/schedule.hpp): the receives of the rank's units are posted in their
+  // order, each link's messages matching in post order, at the exchanges that ask
+  // for one; every rank but the first receives its first forward's input ahead.
+  void megatron_batched_setup(const std::vector<ScheduleUnit>& order) {
+    const int n = static_cast<int>(order.size());
+    exchanges_ = megatron_batched_exchanges(par_.pp, stage_, chunks_, sched_.microbatches);
+    TRAINSIM_CHECK(exchanges_.size() == order.size(),
+                   "stage " + std::to_string(stage_) + ": the units differ from Megatron-LM's interleaved order");
+    batched_recvs_.assign(static_cast<std::size_t>(n), {});
+    batched_received_.assign(static_cast<std::size_t>(n), 0);
+    fwd_recv_queue_.clear();
+    bwd_recv_queue_.clear();
+    for (int i = 0; i < n; ++i) {
+      const int v = vstage_[order[i].chunk];
+      if (order[i].kind == UnitKind::Forward) {
+        if (sched_.prev_chunk(v) >= 0 && sched_.chunk_stage[sched_.prev_chunk(v)] != stage_)
+          fwd_recv_queue_.push_back(i);
+      } else if (!head_of(v) && sched_.chunk_stage[sched_.next_chunk(v)] != stage_) {
+        bwd_recv_queue_.push_back(i);
+      }
+    }
+    fwd_recv_next_ = bwd_recv_next_ = 0;
+    if (stage_ != 0) megatron_batched_receive(order, true, kNone);
+    order_ = &order;
+  }
+  // Posts the receive of the next unit in `forward`'s queue after `after` (kNone: ahead).
+  void megatron_batched_receive(const std::vector<ScheduleUnit>& order, bool forward, TaskId after) {
+    std::vector<int>& queue = forward ? fwd_recv_queue_ : bwd_recv_queue_;
+    std::size_t& next = forward ? fwd_recv_next_ : bwd_recv_next_;
+    if (next >= queue.size()) return;
+    const int i = queue[next++];
+    const ScheduleUnit& u = order[static_cast<std::size_t>(i)];
+    const int v = vstage_[u.chunk];
+    std::vector<TaskId>& recvs = batched_recvs_[static_cast<std::size_t>(i)];
+    if (forward) {
+      post_recvs(SlotRole::PipelineForward, sched_.chunk_stage[sched_.prev_chunk(v)], "F recv activations",
+                 u.microbatch, recvs, after);
+    } else {
+      post_recvs(SlotRole::PipelineBackward, sched_.chunk_stage[sched_.next_chunk(v)], "B recv gradients", u.microbatch,
+                 recvs, after);
+    }
+    batched_received_[static_cast<std::size_t>(i)] = 1;
+    exchange_wait_.insert(exchange_wait_.end(), recvs.begin(), recvs.end());
+  }
+  // The exchange after unit `done`, if there is one: its pending sends and the
+  // receives it asks for, all posted when the unit ends; the next unit waits for all of them.
+  void megatron_batched_exchange(int done) {
+    const BatchedExchange& e = exchanges_[static_cast<std::size_t>(done)];
+    if (!e.after) return;
+    const TaskId after = unit_end_[static_cast<std::size_t>(done)];
+    for (const PendingSend& p : pending_sends_) post_sends(p.role, p.to, p.what, p.mb, after);
+    pending_sends_.clear();
+    exchange_wait_.insert(exchange_wait_.end(), blocking_sends_.begin(), blocking_sends_.end());
+    blocking_sends_.clear();
+    if (e.recv_forward) megatron_batched_receive(*order_, true, after);
+    if (e.recv_backward) megatron_batched_receive(*order_, false, after);
+  }
+  // The current unit's input receives: posted by an exchange, else (an order
+  // Megatron-LM's exchanges do not cover) now, after the rank's previous unit.
+  void megatron_batched_take_receives(std::vector<TaskId>& entry) {
+    const auto i = static_cast<std::size_t>(cur_unit_);
+    if (!batched_received_[i]) {
+      const bool forward = (*order_)[i].kind == UnitKind::Forward;
+      megatron_batched_receive(*order_, forward, cur_unit_ > 0 ? unit_end_[i - 1] : kNone);
+      TRAINSIM_CHECK(batched_received_[i], "stage " + std::to_string(stage_) + ": unit " + to_string((*order_)[i]) +
+                                               " is not next in its link's receive order");
+    }
+    entry.insert(entry.end(), batched_recvs_[i].begin(), batched_recvs_[i].end());
+  }
   void megatron_wait_previous_sends(bool forward, std::vector<TaskId>& entry) {
     std::vector<TaskId>& sends = forward ? fwd_sends_ : bwd_sends_;
     entry.insert(entry.end(), sends.begin(), sends.end());
@@ -686,6 +771,8 @@ class StageProgramBuilder {
       const int from = sched_.chunk_stage[sched_.prev_chunk(v)];
       if (from == stage_) {
         entry.push_back(fwd_out_[unit_key(u.microbatch, sched_.prev_chunk(v))]);
+      } else if (megatron_batched_p2p_) {
+        megatron_batched_take_receives(entry);
       } else if (!deepspeed() && !megatron_interleaved_p2p_) {
         post_recvs(SlotRole::PipelineForward, from, "F recv activations", u.microbatch, entry, recv_after);
       }
@@ -736,6 +823,8 @@ class StageProgramBuilder {
       const int to = sched_.chunk_stage[sched_.next_chunk(v)];
       if (to == stage_) {
         fwd_out_[unit_key(u.microbatch, v)] = last;
+      } else if (megatron_batched_p2p_) {
+        pending_sends_.push_back({SlotRole::PipelineForward, to, "F send activations", u.microbatch});
       } else if (!deepspeed()) {
         post_sends(SlotRole::PipelineForward, to, "F send activations", u.microbatch, last);
       }
@@ -762,6 +851,8 @@ class StageProgramBuilder {
       const int from = sched_.chunk_stage[sched_.next_chunk(v)];
       if (from == stage_) {
         entry.push_back(bwd_out_[unit_key(u.microbatch, sched_.next_chunk(v))]);
+      } else if (megatron_batched_p2p_) {
+        megatron_batched_take_receives(entry);
       } else if (!deepspeed() && !megatron_interleaved_p2p_) {
         post_recvs(SlotRole::PipelineBackward, from, "B recv gradients", u.microbatch, entry, recv_after);
       }
@@ -821,22 +912,66 @@ class StageProgramBuilder {
       const int to = sched_.chunk_stage[sched_.prev_chunk(v)];
       if (to == stage_) {
         bwd_out_[unit_key(u.microbatch, v)] = last;
+      } else if (megatron_batched_p2p_) {
+        pending_sends_.push_back({SlotRole::PipelineBackward, to, "B send gradients", u.microbatch});
       } else if (!deepspeed()) {
         post_sends(SlotRole::PipelineBackward, to, "B send gradients", u.microbatch, last);
       }
     }
   }
 
-  // The weight-gradient part (W) of a chunk's micro-batch, after its B unit.
-  void weight_unit(const ScheduleUnit& u, bool reduce_grads) {
+  // The Zero Bubble runtime pops a W unit while a unit of another kind follows it
+  // on the rank (schedule_w in megatron/core/pipeline_parallel/zb_schedules.py of
+  // the paper's code) and leaves the ones after the rank's last B to
+  // WeightGradStore.clear, which on the last stage runs their LM-head weight
+  // gradients first, then issues the tied embedding's all-reduce, then the
+  // layers' (megatron/core/weight_grad_store.py). With that all-reduce
+  // (tied_grad_sync "overlapped") the LM head's rank emits its trailing W units
+  // so: the index of the first, or -1.
+  int first_trailing_weight_unit(const std::vector<ScheduleUnit>& order) const {
+    if (!tied_sync_ || tied_embedding_rank_ || train_.tied_grad_sync != TiedGradSync::Overlapped) return -1;
+    int first = static_cast<int>(order.size());
+    while (first > 0 && order[first - 1].kind == UnitKind::BackwardWeight) --first;
+    return first < static_cast<int>(order.size()) ? first : -1;
+  }
+  void trailing_weight_units(const std::vector<ScheduleUnit>& order, int first, const std::vector<int>& last_weights) {
+    const int n = static_cast<int>(order.size());
+    for (const WeightPart part : {WeightPart::Head, WeightPart::Layers}) {
+      for (int i = first; i < n; ++i) {
+        const ScheduleUnit& u = order[i];
+        cur_unit_ = i;
+        if (seq_steps_ != nullptr) cur_ = &(*seq_steps_)[u.microbatch % seq_steps_->size()];
+        const auto begin = static_cast<TaskId>(b_.size());
+        weight_unit(u, i == last_weights[u.chunk], part);
+        if (part == WeightPart::Layers) unit_end_[i] = last_compute_since(begin);
+      }
+    }
+  }
+
+  // The weight-gradient part (W) of a chunk's micro-batch, after its B unit
+  // (`part`: all of it, or its LM head's share and then its layers' share).
+  void weight_unit(const ScheduleUnit& u, bool reduce_grads, WeightPart part = WeightPart::All) {
     const int v = vstage_[u.chunk];
     auto it = b_ids_.find(unit_key(u.microbatch, v));
     TRAINSIM_CHECK(it != b_ids_.end(), "W unit " + to_string(u) + " before its B unit");
+    if (part == WeightPart::Head) {
+      if (head_of(v)) {
+        const TaskId last = emit(cur_->head_backward, StepPrefix{'W'}, u.microbatch, unit_entry(), false, nullptr,
+                                 PassFilter::WeightOnly, &it->second.back());
+        if (reduce_grads && !zero3()) head_grads_done(last, u.microbatch);
+        if (last != kNone) last_compute_ = head_w_end_[unit_key(u.microbatch, v)] = last;
+      }
+      return;
+    }
     std::vector<std::vector<TaskId>> ids = std::move(it->second);
     b_ids_.erase(it);
     std::vector<TaskId> entry = unit_entry();
+    if (part == WeightPart::Layers) {  // after the unit's LM-head share, if it has one
+      const auto head = head_w_end_.find(unit_key(u.microbatch, v));
+      if (head != head_w_end_.end()) entry.push_back(head->second);
+    }
     TaskId last = kNone;
-    if (head_of(v)) {
+    if (head_of(v) && part == WeightPart::All) {
       last = emit(cur_->head_backward, StepPrefix{'W'}, u.microbatch, entry, false, nullptr, PassFilter::WeightOnly,
                   &ids.back());
       if (last != kNone) entry = {last};
@@ -1072,6 +1207,7 @@ class StageProgramBuilder {
     }
     std::vector<TaskId> deps = dp_tasks_;
     deps.push_back(last_compute_);
+    deps.insert(deps.end(), exchange_wait_.begin(), exchange_wait_.end());  // the last batched exchange
     if (tied_sync_ && train_.tied_grad_sync == TiedGradSync::AfterDp) tied = emit_tied_grad_sync(deps);
     if (tied_sync_ && train_.tied_grad_sync == TiedGradSync::Overlapped) {
       // The Zero Bubble runtime (WeightGradStore.clear) issues it after the rank's
@@ -1172,6 +1308,8 @@ class StageProgramBuilder {
   std::vector<TaskId> fwd_out_, bwd_out_;
   // B units whose W has not run yet: task ids of each layer's (and the head's) backward steps.
   std::unordered_map<std::size_t, std::vector<std::vector<TaskId>>> b_ids_;
+  // Trailing W units of the LM head's rank (trailing_weight_units): the end of each one's head share.
+  std::unordered_map<std::size_t, TaskId> head_w_end_;
   int dp_group_ = 1;
   int edp_group_ = 1;              // expert data-parallel group (MoE)
   std::uint32_t matrix_base_ = 0;  // this stage's first traffic matrix in SimulationSetup::traffic
@@ -1185,6 +1323,25 @@ class StageProgramBuilder {
   bool prefetch_params_ = false;
   TaskId last_compute_ = kNone;
   std::vector<TaskId> blocking_sends_;  // sends the next unit waits for (no p2p overlap)
+  // Megatron-LM's interleaved schedule without overlap (megatron_batched_setup): the
+  // exchange after each unit, the sends waiting for the next one, the units whose
+  // input arrives from another rank in post order, their receives, and what the
+  // unit after an exchange waits for.
+  struct PendingSend {
+    SlotRole role;
+    int to;
+    const char* what;
+    int mb;
+  };
+  bool megatron_batched_p2p_ = false;
+  const std::vector<ScheduleUnit>* order_ = nullptr;
+  std::vector<BatchedExchange> exchanges_;
+  std::vector<PendingSend> pending_sends_;
+  std::vector<int> fwd_recv_queue_, bwd_recv_queue_;
+  std::size_t fwd_recv_next_ = 0, bwd_recv_next_ = 0;
+  std::vector<std::vector<TaskId>> batched_recvs_;
+  std::vector<char> batched_received_;
+  std::vector<TaskId> exchange_wait_;
   // DeepSpeed's TrainSchedule: the rank's steps, the next command to run, and
   // the last command emitted (every command waits for the one before).
   std::vector<std::vector<DeepSpeedCommand>> ds_steps_;

@@ -185,6 +185,41 @@ PipelineSchedule builtin_schedule(ScheduleKind kind, int pp, int m, int vpp) {
   return s;
 }
 
+std::vector<BatchedExchange> megatron_batched_exchanges(int pp, int stage, int vpp, int m) {
+  const int total = m * vpp;
+  const bool first = stage == 0, last = stage == pp - 1;
+  // get_model_chunk_id: Python's modulo, so a negative index wraps.
+  const int group = pp * vpp;
+  auto chunk_id = [&](int k, bool forward) {
+    const int c = ((k % group) + group) % group / pp;
+    return forward ? c : vpp - c - 1;
+  };
+  const int warmup = warmup_units(ScheduleKind::Interleaved1F1B, stage, pp, m, vpp);
+  const int remaining = total - warmup;
+  std::vector<BatchedExchange> ex(2 * static_cast<std::size_t>(total));
+  for (int k = 0; k < warmup; ++k) {  // unit k: forward k
+    BatchedExchange& e = ex[static_cast<std::size_t>(k)];
+    e.after = true;
+    e.recv_forward = k != total - 1 && !(first && chunk_id(k + 1, true) == 0);
+    // The first backward's input: with the last warm-up forward, or before the
+    // cool-down (recv_backward) when every forward comes first.
+    e.recv_backward = k == warmup - 1 && !last;
+  }
+  for (int k = 0; k < remaining; ++k) {  // unit warmup + 2k + 1: backward k of the steady phase
+    BatchedExchange& e = ex[static_cast<std::size_t>(warmup + 2 * k + 1)];
+    e.after = true;
+    // The first rank runs p-1 forwards ahead of the last, which sends it the wrap-around inputs.
+    e.recv_forward = k != remaining - 1 && !(first && chunk_id(k + warmup - (pp - 1), true) == vpp - 1);
+    e.recv_backward = !(last && chunk_id(k - (pp - 1), false) == 0);
+  }
+  for (int k = remaining; k < total; ++k) {  // unit total + k: backward k of the cool-down
+    BatchedExchange& e = ex[static_cast<std::size_t>(total + k)];
+    e.after = true;
+    e.recv_backward = k != total - 1 && !(last && chunk_id(k + 1, false) == vpp - 1);
+  }
+  return ex;
+}
+
 PipelineSchedule schedule_of(const ParallelSpec& par) {
   if (par.schedule == ScheduleKind::Custom) {
     PipelineSchedule s = par.custom_schedule;

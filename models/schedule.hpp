@@ -42,6 +42,23 @@ PipelineSchedule zero_bubble_family(int pp, int m, int extra_warmup, int deferra
 // backward, then one forward one backward, as 1F1B over the m*k units.
 PipelineSchedule seq1f1b_schedule(int pp, int m, int k);
 
+// Megatron-LM's interleaved 1F1B without overlap_p2p_comm (its default until
+// October 2023; forward_backward_pipelining_with_interleaving in
+// megatron/core/pipeline_parallel/schedules.py): one batched, blocking
+// exchange after each warm-up forward, after each steady (forward, backward)
+// pair and after each cool-down backward. It sends the outputs of the units
+// since the last exchange and receives the next forward input from the
+// previous rank (recv_prev) and the next backward input from the next rank
+// (recv_next) when Megatron-LM asks for them; every rank but the first also
+// receives its first forward's input before the loop. Per unit of rank
+// `stage`'s built-in interleaved order (m % pp == 0): the exchange after it.
+struct BatchedExchange {
+  bool after = false;          // an exchange follows this unit
+  bool recv_forward = false;   // it receives a forward input (recv_prev)
+  bool recv_backward = false;  // it receives a backward input (recv_next)
+};
+std::vector<BatchedExchange> megatron_batched_exchanges(int pp, int stage, int vpp, int m);
+
 // The schedule a parallel spec asks for: its custom one, else the built-in
 // (with moe_a2a_overlap: overlap_backward_with_next_forward applied).
 PipelineSchedule schedule_of(const ParallelSpec& par);

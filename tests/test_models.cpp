@@ -2,11 +2,13 @@
 #include <algorithm>
 #include <array>
 #include <map>
+#include <set>
 
 #include "model_fixtures.hpp"
 #include "models/layer_steps.hpp"
 #include "models/memory_model.hpp"
 #include "models/planner.hpp"
+#include "models/schedule.hpp"
 #include "sim/executor.hpp"
 #include "sim/metrics.hpp"
 #include "sim_fixtures.hpp"
@@ -175,7 +177,8 @@ TEST_CASE(
   // forward_backward_pipelining_with_interleaving with overlap_p2p_comm posts the
   // receive of the next forward's input with the send of this forward's output,
   // right after this forward, and waits on both before the next forward (likewise
-  // for backwards). Other schedules, and blocking transfers, post receives ahead.
+  // for backwards). 1F1B posts its receives ahead; interleaved 1F1B without
+  // overlap exchanges in batches (the next test).
   const TransformerSpec m = fixture_model("gpt3-1.3b");
   const Cluster cluster(toy_cluster(1, 4));
   ParallelSpec par;
@@ -231,10 +234,80 @@ TEST_CASE(
   CHECK(megatron[1] == 31);
   CHECK(megatron[2] == 30);
   CHECK(megatron[3] == 30);  // each send but the last of its direction holds the next unit
-  for (const auto& other : {counts(program_of_stage_1(ScheduleKind::OneFOneB, 1, true)),
-                            counts(program_of_stage_1(ScheduleKind::Interleaved1F1B, 2, false))}) {
-    CHECK(other[0] > 0);
-    CHECK(other[1] == 0);
+  const auto other = counts(program_of_stage_1(ScheduleKind::OneFOneB, 1, true));
+  CHECK(other[0] > 0);
+  CHECK(other[1] == 0);
+}
+
+TEST_CASE("Megatron-LM's interleaved transfers without overlap: one batched, blocking exchange per step") {
+  // forward_backward_pipelining_with_interleaving without overlap_p2p_comm
+  // exchanges after each warm-up forward, after each steady (forward, backward)
+  // pair (the forward's output leaves after the backward) and after each
+  // cool-down backward; the next unit waits for every send and receive of it.
+  // Stage 1 of pp 4, vpp 2, 8 micro-batches: 8 warm-up forwards, 8 steady pairs,
+  // 8 cool-down backwards.
+  const TransformerSpec m = fixture_model("gpt3-1.3b");
+  const Cluster cluster(toy_cluster(1, 4));
+  ParallelSpec par;
+  par.pp = 4;
+  par.vpp = 2;
+  par.global_batch = 8;
+  par.schedule = ScheduleKind::Interleaved1F1B;
+  par.pp_overlap = false;
+  PlanOptions all;
+  all.representatives = false;
+  const TrainingPlan plan = plan_training(m, par, TrainingSpec{}, cluster, all);
+  const ProgramTemplate& p = plan.setup.programs[plan.setup.ranks[1].program];
+  const auto per_stage = megatron_batched_exchanges(4, 1, 2, 8);
+  CHECK(std::count_if(per_stage.begin(), per_stage.end(), [](const BatchedExchange& e) { return e.after; }) == 24);
+  int recvs = 0, ahead = 0, sends = 0, waited = 0, forward_after_backward = 0;
+  std::set<std::uint32_t> posts;  // the tasks after which transfers are posted: one per exchange
+  for (std::uint32_t t = 0; t < p.tasks.size(); ++t) {
+    const TaskKind k = p.tasks[t].kind;
+    if (k != TaskKind::Send && k != TaskKind::Recv) continue;
+    const auto deps = p.deps_of(t);
+    if (deps.empty()) {
+      ++ahead;
+    } else {
+      REQUIRE(deps.size() == 1);
+      posts.insert(deps[0]);
+      if (k == TaskKind::Send && p.labels[p.tasks[t].label].front() == 'F' &&
+          p.labels[p.tasks[deps[0]].label].front() == 'B')
+        ++forward_after_backward;
+    }
+    (k == TaskKind::Send ? sends : recvs) += 1;
+    for (std::uint32_t s : p.succs_of(t)) {
+      if (p.tasks[s].kind == TaskKind::Compute) {
+        ++waited;
+        break;
+      }
+    }
+  }
+  CHECK(recvs == 32);  // 16 forward inputs from stage 0, 16 backward inputs from stage 2
+  CHECK(ahead == 1);   // the first forward's input, before the loop
+  CHECK(sends == 32);
+  CHECK(posts.size() == 24);
+  CHECK(forward_after_backward == 8);
+  CHECK(waited == recvs + sends);  // the last exchange holds the optimizer step
+  // Megatron-LM's recv_prev and recv_next ask for every input that comes from
+  // another rank, the first rank's wrap-around inputs from the last included.
+  for (const std::array<int, 3>& c :
+       {std::array<int, 3>{4, 2, 8}, std::array<int, 3>{4, 3, 12}, std::array<int, 3>{4, 2, 4},
+        std::array<int, 3>{8, 3, 24}, std::array<int, 3>{3, 2, 6}}) {
+    const int pp = c[0], vpp = c[1], mb = c[2];
+    for (int stage = 0; stage < pp; ++stage) {
+      CAPTURE(pp);
+      CAPTURE(vpp);
+      CAPTURE(mb);
+      CAPTURE(stage);
+      int fwd = stage == 0 ? 0 : 1, bwd = 0;
+      for (const BatchedExchange& e : megatron_batched_exchanges(pp, stage, vpp, mb)) {
+        fwd += e.recv_forward;
+        bwd += e.recv_backward;
+      }
+      CHECK(fwd == (stage == 0 ? mb * (vpp - 1) : mb * vpp));
+      CHECK(bwd == (stage == pp - 1 ? mb * (vpp - 1) : mb * vpp));
+    }
   }
 }
 

@@ -2,6 +2,7 @@
 // checked at the edge with the JSON pointer of the problem, and run.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <iterator>
 #include <map>
@@ -186,12 +187,12 @@ TEST_CASE("zero bubble validation: the paper's measured order of schedules on ev
   // 1.5B at m = 24 (m = 32 is a measured tie) and on 6.2B at m = 24, 32.
   // Eleven pairs come out the other way, each interleaved 1F1B ahead of a Zero
   // Bubble schedule measured ahead of it (docs/schedules.md): with the Zero
-  // Bubble runtime's receive placement its runs are predicted within -4.8%..+9.8%,
-  // the interleaved runs 3.9-12.5% fast. Interleaved predicted ahead of ZB-1p
-  // on 1.5B at m = 64 (0.3%, measured 2.2% behind), 6.2B at m = 64 (7.2%,
-  // measured 0.2% behind) and on 14.6B at m = 48, 64, 128 (5.8-6.3%, measured
-  // 4.5-6.0% behind); ahead of ZB-2p on 6.2B at every m (5.6-6.0%, measured
-  // 4.8-7.7% behind) and on 14.6B at every m (1.5-3.8%, measured 11-18% behind).
+  // Bubble runtime's receive placement its runs are predicted within -4.3%..+9.7%,
+  // the interleaved runs 3.4-12.1% fast. Interleaved predicted ahead of ZB-1p
+  // on 1.5B at m = 64 (0.4%, measured 2.2% behind), 6.2B at m = 64 (7.2%,
+  // measured 0.2% behind) and on 14.6B at m = 48, 64, 128 (5.9-6.4%, measured
+  // 4.5-6.0% behind); ahead of ZB-2p on 6.2B at every m (5.5%, measured
+  // 4.8-7.7% behind) and on 14.6B at every m (1.0-3.6%, measured 11-18% behind).
   const RunsByConfig runs = runs_by_config("validation-schedules");
   CHECK(runs.size() == 9);
   check_measured_order(runs,
@@ -203,24 +204,50 @@ TEST_CASE("zero bubble validation: the paper's measured order of schedules on ev
                         "zb_iclr_14.6B_p16_m128 interleaved-1f1b zb-2p"});
 }
 
-TEST_CASE("zero bubble validation: blocking interleaved transfers do not explain the interleaved/ZB-1p order") {
-  // docs/schedules.md: with pp_overlap false the 14.6B and 1.5B m = 64
-  // interleaved runs fall behind ZB-1p, as measured, but 1.5B at m = 24,
-  // measured ahead, falls behind too, and 6.2B at m = 64 stays ahead.
+TEST_CASE("zero bubble validation: blocking interleaved transfers do not explain the interleaved runs") {
+  // docs/schedules.md ("The interleaved runs' excess"): with the overlapped
+  // exchange the single-node interleaved runs are predicted 3-4 points faster,
+  // relative to their measurement, than 1F1B on the same configuration. With
+  // Megatron-LM's blocking exchange (pp_overlap false: one batched exchange per
+  // step) half to two thirds of that remains, and the two-node 14.6B runs fall behind 1F1B,
+  // which they are measured ahead of; 6.2B at m = 64 stays ahead of ZB-1p
+  // (measured 0.2% behind).
   const std::filesystem::path dir = std::filesystem::path(TRAINSIM_SOURCE_DIR) / "scenarios/validation-schedules";
-  auto predicted = [&](const std::string& config, const std::string& schedule, bool blocking) {
-    const std::vector<std::string> sets{blocking ? "parallel.pp_overlap=false" : "parallel.pp_overlap=true"};
-    return simulate(load_scenario_file((dir / (config + "_" + schedule + ".json")).string(), sets, testing::catalog()))
-        .iteration_time_s;
+  struct Run {
+    double predicted, measured;
   };
-  for (const char* config :
-       {"zb_iclr_14.6B_p16_m48", "zb_iclr_14.6B_p16_m64", "zb_iclr_14.6B_p16_m128", "zb_iclr_1.5B_p8_m64"}) {
+  auto run = [&](const std::string& config, const std::string& schedule, bool blocking) {
+    // The scenario's own exchange (the interleaved runs overlap theirs), or blocking.
+    std::vector<std::string> sets;
+    if (blocking) sets.push_back("parallel.pp_overlap=false");
+    const Scenario s =
+        load_scenario_file((dir / (config + "_" + schedule + ".json")).string(), sets, testing::catalog());
+    REQUIRE(s.expected.has_value());
+    return Run{simulate(s).iteration_time_s, s.expected->value};
+  };
+  auto error = [&](const std::string& config, const std::string& schedule, bool blocking) {
+    const Run r = run(config, schedule, blocking);
+    return r.predicted / r.measured - 1;
+  };
+  for (const char* config : {"zb_iclr_1.5B_p8_m24", "zb_iclr_1.5B_p8_m32", "zb_iclr_1.5B_p8_m64", "zb_iclr_6.2B_p8_m24",
+                             "zb_iclr_6.2B_p8_m32", "zb_iclr_6.2B_p8_m64"}) {
     CAPTURE(config);
-    CHECK(predicted(config, "interleaved-1f1b", true) > predicted(config, "zb-1p", false));
+    const double one = error(config, "1f1b", false);
+    CHECK(one - error(config, "interleaved-1f1b", false) > 0.03);
+    const double blocking_gap = one - error(config, "interleaved-1f1b", true);
+    CHECK(blocking_gap > 0.01);
+    CHECK(blocking_gap < 0.03);
   }
-  CHECK(predicted("zb_iclr_1.5B_p8_m24", "interleaved-1f1b", false) < predicted("zb_iclr_1.5B_p8_m24", "zb-1p", false));
-  CHECK(predicted("zb_iclr_1.5B_p8_m24", "interleaved-1f1b", true) > predicted("zb_iclr_1.5B_p8_m24", "zb-1p", false));
-  CHECK(predicted("zb_iclr_6.2B_p8_m64", "interleaved-1f1b", true) < predicted("zb_iclr_6.2B_p8_m64", "zb-1p", false));
+  for (const char* config : {"zb_iclr_14.6B_p16_m48", "zb_iclr_14.6B_p16_m64", "zb_iclr_14.6B_p16_m128"}) {
+    CAPTURE(config);
+    const double one = run(config, "1f1b", false).predicted;
+    CHECK(run(config, "interleaved-1f1b", false).predicted < one);
+    const double blocking = run(config, "interleaved-1f1b", true).predicted;
+    CHECK(blocking > one);
+    CHECK(blocking > run(config, "zb-1p", false).predicted);
+  }
+  CHECK(run("zb_iclr_6.2B_p8_m64", "interleaved-1f1b", true).predicted <
+        run("zb_iclr_6.2B_p8_m64", "zb-1p", false).predicted);
 }
 
 TEST_CASE("zero bubble validation: the network between nodes gives the paper's profiled T_comm") {
@@ -249,7 +276,7 @@ TEST_CASE("zb-v validation: the paper's measured order of schedules on every con
   // 1F1B slowest everywhere; ZB-V ahead of ZB-1p everywhere and of ZB-2p* on
   // 14.6B at m = 72, 96, 192, as measured. Four pairs come out the other way (docs/schedules.md): on 14.6B
   // ZB-2p* ahead of ZB-1p at m = 192 (predicted 0.5%, measured 2.2% behind), on
-  // 6.2B ZB-V ahead of ZB-2p* at m = 48, 64, 128 (predicted 0.7%, 1.8%, 3.5%,
+  // 6.2B ZB-V ahead of ZB-2p* at m = 48, 64, 128 (predicted 0.01%, 1.3%, 3.3%,
   // measured 5.1%, 3.8%, 2.3% behind): ZB-2p* pays the runtime's all-reduce of
   // the tied embedding's gradient between its first and last rank, ZB-V adds
   // both ends on rank 0, and ZB-V is predicted 3-6% fast on 6.2B.
@@ -265,7 +292,7 @@ TEST_CASE("post-validation: overlapping iterations hide ZB-2p's fill ramp, not 1
   // 1F1B rank 0 starts first and finishes last: nothing changes. Under ZB-2p
   // the ranks finish together and the last one starts (p-1)(T_F+T_comm) late.
   // Without the tied embedding's all-reduce between the first and last rank
-  // (below), which couples their ends.
+  // (below), which couples their ends, and with it.
   const std::filesystem::path dir = std::filesystem::path(TRAINSIM_SOURCE_DIR) / "scenarios/validation-schedules";
   auto run = [&](const std::string& schedule, const std::string& sync, const std::string& tied = "none") {
     return simulate(load_scenario_file((dir / ("zb_iclr_1.5B_p8_m24_" + schedule + ".json")).string(),
@@ -282,9 +309,14 @@ TEST_CASE("post-validation: overlapping iterations hide ZB-2p's fill ramp, not 1
   CHECK(zb_pv.iteration_time_s > 0.91 * zb_sync.iteration_time_s);
   // The Zero Bubble runtime all-reduces the tied embedding's gradient and waits
   // for it before the step (docs/frameworks.md): rank 0 cannot start its next
-  // iteration before the last rank's share is done, which brings the ramp back.
+  // iteration before the last rank's share is done. The last rank issues its
+  // share in WeightGradStore.clear, after the LM head's part of its trailing W
+  // units and before their layers' (15 of them here, about 90 ms), which hides
+  // the coupling on this single-node run; issued after them, as the model did
+  // before, the all-reduce brought 3.7% of the ramp back.
   const JobReport tied_pv = run("zb-2p", "post-validation", "overlapped");
-  CHECK(tied_pv.iteration_time_s > 0.99 * run("zb-2p", "all-reduce", "overlapped").iteration_time_s);
+  CHECK(tied_pv.iteration_time_s < 1.001 * zb_pv.iteration_time_s);
+  CHECK(tied_pv.iteration_time_s < 0.98 * run("zb-2p", "all-reduce", "overlapped").iteration_time_s);
   CHECK(errors_of({"training.tied_grad_sync=\"early\""}).find("/training/tied_grad_sync") != std::string::npos);
   const JobReport one_sync = run("1f1b", "all-reduce");
   const JobReport one_pv = run("1f1b", "post-validation");

@@ -306,6 +306,14 @@ namespace {
 const std::string kH200Dir = std::string(TRAINSIM_SOURCE_DIR) + "/calibration/measurements/h200";
 const std::string kH200Kernels = kH200Dir + "/kernel_profile_full.json";
 const std::string kH200Attention = kH200Dir + "/attention_sweep.json";
+const std::string kV100Dir = std::string(TRAINSIM_SOURCE_DIR) + "/calibration/measurements/v100";
+
+// Sources name the raw files by the path given, so fitted and shipped entries
+// are compared by curve and kind.
+void check_same(const CurveEntry& a, const CurveEntry& b) {
+  CHECK(a.curve == b.curve);
+  CHECK(a.provenance.kind == b.provenance.kind);
+}
 
 // Seconds of the first compute op called `name` in stage 0's program (no contention).
 double op_seconds(const Scenario& s, const std::string& name) {
@@ -326,28 +334,51 @@ TEST_CASE("the shipped H200 profile is what calibrate fit gives from the in-repo
       to_profile(fit_profile_files({kH200Kernels, kH200Attention}, "", catalog(), {"gemm.fp8"}));
   const CalibrationProfile* shipped = catalog().find_profile_for_gpu("H200-SXM-141GB");
   REQUIRE(shipped != nullptr);
-  // Sources name the raw files by the path given, so compare curves, values and kinds.
-  auto same = [](const CurveEntry& a, const CurveEntry& b) {
-    CHECK(a.curve == b.curve);
-    CHECK(a.provenance.kind == b.provenance.kind);
-  };
   for (const Dtype d : {Dtype::BF16, Dtype::FP16, Dtype::TF32}) {
-    same(fitted.gemm[static_cast<std::size_t>(d)], shipped->gemm[static_cast<std::size_t>(d)]);
+    check_same(fitted.gemm[static_cast<std::size_t>(d)], shipped->gemm[static_cast<std::size_t>(d)]);
     CHECK(shipped->gemm[static_cast<std::size_t>(d)].provenance.kind == "fitted");
   }
   // FP8 keeps the public cuBLASLt sweep (--keep gemm.fp8).
   CHECK(shipped->gemm[static_cast<std::size_t>(Dtype::FP8)].provenance.kind == "measured");
-  same(fitted.gemm[static_cast<std::size_t>(Dtype::FP8)], shipped->gemm[static_cast<std::size_t>(Dtype::FP8)]);
-  same(fitted.gemm_min_dim, shipped->gemm_min_dim);
-  same(fitted.gemm_small_k, shipped->gemm_small_k);
-  same(fitted.attention, shipped->attention);
-  same(fitted.attention_backward, shipped->attention_backward);
+  check_same(fitted.gemm[static_cast<std::size_t>(Dtype::FP8)], shipped->gemm[static_cast<std::size_t>(Dtype::FP8)]);
+  check_same(fitted.gemm_min_dim, shipped->gemm_min_dim);
+  check_same(fitted.gemm_small_k, shipped->gemm_small_k);
+  check_same(fitted.attention, shipped->attention);
+  check_same(fitted.attention_backward, shipped->attention_backward);
   const auto cudnn = static_cast<std::size_t>(AttentionKernel::Cudnn);
-  same(fitted.attention_kernels[cudnn].forward, shipped->attention_kernels[cudnn].forward);
-  same(fitted.attention_kernels[cudnn].backward, shipped->attention_kernels[cudnn].backward);
-  same(fitted.memory_bound, shipped->memory_bound);
+  check_same(fitted.attention_kernels[cudnn].forward, shipped->attention_kernels[cudnn].forward);
+  check_same(fitted.attention_kernels[cudnn].backward, shipped->attention_kernels[cudnn].backward);
+  check_same(fitted.memory_bound, shipped->memory_bound);
   CHECK(fitted.launch_overhead.value == shipped->launch_overhead.value);
   CHECK(shipped->launch_overhead.provenance.kind == "measured");
+}
+
+TEST_CASE(
+    "the shipped V100 profiles' FP16 GEMM curve is what calibrate fit gives from the in-repo public V100 figures") {
+  // DeepBench's cuBLAS GEMMs (CUDA 10.1) and a torch.matmul sweep; neither file has
+  // memory kernels or a launch figure, so those are the shipped profile's.
+  const CalibrationProfile fitted = to_profile(fit_profile_files(
+      {kV100Dir + "/deepbench_gemm_fp16.json", kV100Dir + "/torch_matmul_fp16.json"}, "V100-SXM2-32GB", catalog()));
+  const CalibrationProfile* sxm2 = catalog().find_profile_for_gpu("V100-SXM2-32GB");
+  const CalibrationProfile* sxm3 = catalog().find_profile_for_gpu("V100-SXM3-32GB");
+  REQUIRE(sxm2 != nullptr);
+  REQUIRE(sxm3 != nullptr);
+  const auto fp16 = static_cast<std::size_t>(Dtype::FP16);
+  check_same(fitted.gemm[fp16], sxm2->gemm[fp16]);
+  CHECK(sxm2->gemm[fp16].provenance.kind == "fitted");
+  // CUDA 10.1's cuBLAS from 2.5e11 FLOPs: the median of its shapes there, above the
+  // 0.75 of PyTorch 2.7 / CUDA 12.8 alone.
+  CHECK(sxm2->gemm[fp16].curve.at(3e11) == doctest::Approx(0.8301));
+  check_same(fitted.memory_bound, sxm2->memory_bound);
+  CHECK(fitted.launch_overhead == sxm2->launch_overhead);
+  CHECK(sxm2->launch_overhead.provenance.kind == "assumed");
+  // Memory-bound kernels of about 0.66 GB at BabelStream's mean of Copy, Mul, Add
+  // and Triad on a V100 SXM2 (795.6, 791.2, 834.1, 836.9 GB/s) over the 900 GB/s spec.
+  CHECK(sxm2->memory_bound.curve.at(6.6e8) ==
+        doctest::Approx((795.6 + 791.2 + 834.1 + 836.9) / 4 / 900).epsilon(0.001));
+  // The DGX-2H part: the same fractions of its own peak and of the same HBM2.
+  CHECK(sxm3->gemm[fp16].curve == sxm2->gemm[fp16].curve);
+  CHECK(sxm3->memory_bound.curve == sxm2->memory_bound.curve);
 }
 
 TEST_CASE("a GEMM whose K is its smallest dimension runs slower than one with that small an M, as measured") {

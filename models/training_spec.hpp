@@ -40,6 +40,10 @@ struct TransformerSpec {
   // Bias vectors on the linear layers (GPT-2/GPT-3, BLOOM, Megatron-LM's GPT): their
   // add and gradient kernels where the framework does not fuse them (models/layer_steps.cpp).
   bool bias = false;
+  // The attention splits one fused QKV projection's output into Q, K and V tensors
+  // (torch.split / chunk: llm-foundry's MPT), so autograd cats their gradients in the
+  // backward; charged under the eager lists (docs/frameworks.md, "Fused QKV split").
+  bool qkv_split = false;
   int max_seq_len = 0;
   int head_dim_override = 0;  // attention head size when it is not hidden / heads (Qwen3, gpt-oss)
   // Sliding-window attention (Mistral 7B: 4096): each query attends to the last

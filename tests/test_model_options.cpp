@@ -448,6 +448,35 @@ TEST_CASE("FSDP1 under ZeRO-3: each unit's flat gradient is catted, cast and div
   CHECK(tasks_ending(stage_program(text, {"training.framework=fsdp2"}), "fsdp.grad.passes").empty());
 }
 
+TEST_CASE("model.qkv_split: the eager lists cat dQ, dK and dV where the attention split a fused QKV output") {
+  const std::string text = R"({
+    "model": {"name": "mpt-like", "layers": 4, "hidden": 2048, "heads": 16, "ffn_hidden": 8192, "vocab": 50368,
+              "mlp": "gelu", "norm": "layernorm", "position": "learned", "qkv_split": true},
+    "cluster": {"node": "dgx-a100", "nodes": 1},
+    "parallel": {"dp": 8, "zero": 3, "micro_batch": 2, "global_batch": 16},
+    "training": {"seq_len": 2048, "precision": "bf16", "framework": "eager"}
+  })";
+  // Read + write of the QKV output (tokens x 3 x hidden, 2 B) in every layer's backward.
+  const ProgramTemplate p = stage_program(text, {});
+  const auto split = tasks_ending(p, "B L3 attn.qkv.split.bwd");
+  REQUIRE(split.size() == 1);
+  CHECK(p.ops[p.tasks[split[0]].ref].bytes == doctest::Approx(2.0 * 2048 * 3 * 2048 * 2 * 2));
+  CHECK(tasks_ending(stage_program(text, {"model.qkv_split=false"}), "attn.qkv.split.bwd").empty());
+  CHECK_FALSE(tasks_ending(stage_program(text, {"training.framework=fsdp2"}), "attn.qkv.split.bwd").empty());
+  // The fused lists say nothing about their split: an input error naming the key, as is a
+  // parallel block (its split is not modelled).
+  for (const char* other :
+       {"training.framework=default", "training.framework=torch-compile", "model.parallel_block=true"}) {
+    std::string error;
+    try {
+      load_scenario_text(text, "options.json", "", {other}, catalog());
+    } catch (const InputError& e) {
+      error = e.what();
+    }
+    CHECK(error.find("options.json: /model/qkv_split:") != std::string::npos);
+  }
+}
+
 TEST_CASE("interleaved 1F1B with uneven layer counts per chunk (Llama 3: one layer fewer on the first and last)") {
   // 30 layers on pp 4 x vpp 2 = 8 chunks: 3 + 6 x 4 + 3, as Llama 3 405B's 126 layers on 16 stages.
   const std::string text = R"({

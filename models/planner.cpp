@@ -1121,11 +1121,15 @@ class StageProgramBuilder {
     // Muon: momentum (read grad, momentum, write momentum: 12 B), the bf16 Newton-Schulz
     // input and output (2 + 2 B), the update of the master (read 4 + 2, write 4 B): 26 B
     // per matrix parameter; the embedding and the head take AdamW's 28 B.
+    // Unfused AdamW, op by op (Composer's DecoupledAdamW, weight decay 0): exp_avg.mul_ 8,
+    // .add_(grad) 12, exp_avg_sq.mul_ 8, .addcmul_(grad, grad) 16, sqrt 8, / sqrt(bc2) 8,
+    // .add_(eps) 8, param.addcdiv_(exp_avg, denom) 16: 84 B.
     const bool muon = train_.optimizer == "muon";
-    double update_bytes = train_.optimizer == "sgd"         ? 20.0
-                          : train_.optimizer == "lamb"      ? 48.0
-                          : train_.optimizer == "adafactor" ? 84.0
-                                                            : 28.0;
+    double update_bytes = train_.optimizer == "sgd"            ? 20.0
+                          : train_.optimizer == "lamb"         ? 48.0
+                          : train_.optimizer == "adafactor"    ? 84.0
+                          : train_.optimizer == "adam-unfused" ? 84.0
+                                                               : 28.0;
     double extra_bytes = 0;
     if (mixed && train_.grad_reduce_bytes == 2) extra_bytes += 6;
     if (train_.precision == Dtype::FP16) extra_bytes += 8;

@@ -315,7 +315,7 @@ enum class GradAccumulation : std::uint8_t { Fused, Autograd };
 struct TrainingSpec {
   int seq_len = 2048;
   Dtype precision = Dtype::BF16;   // GEMM dtype (fp8: GEMMs in FP8, the rest in BF16)
-  std::string optimizer = "adam";  // adam | sgd | lamb | adafactor (docs/frameworks.md)
+  std::string optimizer = "adam";  // adam | adam-unfused | sgd | lamb | adafactor | muon (docs/frameworks.md)
   AttentionKind attention = AttentionKind::Flash;
   int grad_reduce_bytes = 4;  // bytes per gradient element in DP reduction (Megatron-LM default: fp32)
   bool dropout = true;        // hidden/attention dropout (kernels and masks); off in Llama-style recipes

@@ -524,11 +524,15 @@ TEST_CASE("optimizers: LAMB and Adafactor steps and states against Adam's") {
   CHECK(params > 1e8);
   CHECK(adafactor - adam == doctest::Approx(56 * params).epsilon(1e-9));
   CHECK(step_bytes("sgd") == doctest::Approx(adam - 8 * params).epsilon(1e-9));
+  // Unfused AdamW (Composer's DecoupledAdamW, op by op): 84 B, Adam's state.
+  CHECK(step_bytes("adam-unfused") - adam == doctest::Approx(56 * params).epsilon(1e-9));
   // State: Adafactor keeps the fp32 master only (factored second moment), LAMB Adam's m and v.
   TrainingSpec tr;
   tr.optimizer = "adafactor";
   CHECK(optimizer_bytes_per_param(tr) == 4.0);
   tr.optimizer = "lamb";
+  CHECK(optimizer_bytes_per_param(tr) == 12.0);
+  tr.optimizer = "adam-unfused";
   CHECK(optimizer_bytes_per_param(tr) == 12.0);
   CHECK(run({"training.optimizer=adafactor"}, text).peak_memory_gib < run({}, text).peak_memory_gib);
 }

@@ -568,7 +568,7 @@ TrainingSpec read_training(ObjectReader& top, const TransformerSpec& model) {
   for (std::size_t d = 0; d < kNumDtypes; ++d) {
     if (prec == to_string(static_cast<Dtype>(d))) t.precision = static_cast<Dtype>(d);
   }
-  t.optimizer = r.choice("optimizer", "adam", {"adam", "sgd", "lamb", "adafactor", "muon"});
+  t.optimizer = r.choice("optimizer", "adam", {"adam", "adam-unfused", "sgd", "lamb", "adafactor", "muon"});
   if (t.optimizer == "muon" && (model.moe.enabled() || model.mla.enabled())) {
     r.error("optimizer",
             "Muon is modelled for dense layers with (grouped-query) attention; this model has routed "

@@ -995,7 +995,7 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
   // finds 16-bit weights and casts none. FSDP1 (eager, torch.compile) casts the wrapped
   // block's flat parameter in one copy_.
   if (R.weight_casts && !R.casts_sharded && p.zero >= 3 && p.dp > 1) R.casts_sharded = R.casts_flat = true;
-  // A model that splits a fused QKV output (llm-foundry's MPT: qkv.chunk(3, dim=2) before
+  // A model that splits a fused QKV output (llm-foundry's MPT: qkv.chunk / qkv.split before
   // its attention function) gets the split's backward cat under the eager lists, as
   // Megatron-DeepSpeed's torch.split does under DeepSpeed's.
   if (m.qkv_split && (tr.framework == Framework::Eager || tr.framework == Framework::Fsdp2)) R.qkv_split_grad = true;

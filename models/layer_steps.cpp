@@ -34,6 +34,30 @@ Fp8Quantize fp8_quantize_cost(Fp8Recipe r) {
   return {4.0, 1};
 }
 
+FsdpGradientPasses fsdp_gradient_passes(const TrainingSpec& tr, const ParallelSpec& p) {
+  const bool fsdp1 = tr.framework == Framework::Eager || tr.framework == Framework::TorchCompile;
+  if (!fsdp1 || p.zero < 3 || p.dp <= 1) return {};
+  // PyTorch FSDP, torch/distributed/fsdp (github.com/pytorch/pytorch, releases 1.13-2.1):
+  // - FlatParamHandle._use_unsharded_views runs under autograd and makes each parameter a
+  //   torch.split view of the unsharded flat parameter, so the backward of split_with_sizes
+  //   (split_with_sizes_backward, tools/autograd/derivatives.yaml) cats the parameters'
+  //   gradients into the flat gradient: read + write in the parameter dtype.
+  // - _post_backward_hook casts that gradient to the reduction dtype when it differs
+  //   (flat_param.grad.to(handle._reduce_dtype)): read the parameter dtype, write the other.
+  // - _reduce_grad divides the unsharded gradient in place by the pre-divide factor
+  //   (_div_if_needed; _get_gradient_predivide_factor: > 1 for every world size >= 2),
+  //   reduce-scatters it, then divides the 1/dp shard by the post-divide factor.
+  const double param = activation_element_bytes(tr), reduce = tr.grad_reduce_bytes;
+  FsdpGradientPasses g;
+  g.bytes_per_element = 2 * param + 2 * reduce + 2 * reduce / p.dp;
+  g.kernels = 3;
+  if (reduce != param) {
+    g.bytes_per_element += param + reduce;
+    g.kernels += 1;
+  }
+  return g;
+}
+
 namespace {
 
 // Appends steps to one list and keeps track of the last collective, so that the
@@ -997,6 +1021,10 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
   // finds 16-bit weights and casts none. FSDP1 (eager, torch.compile) casts the wrapped
   // block's flat parameter in one copy_.
   if (R.weight_casts && !R.casts_sharded && p.zero >= 3 && p.dp > 1) R.casts_sharded = R.casts_flat = true;
+  // A model that splits a fused QKV output (llm-foundry's MPT: qkv.chunk / qkv.split before
+  // its attention function) gets the split's backward cat under the eager lists, as
+  // Megatron-DeepSpeed's torch.split does under DeepSpeed's.
+  if (m.qkv_split && (tr.framework == Framework::Eager || tr.framework == Framework::Fsdp2)) R.qkv_split_grad = true;
   const double residual = act_norm * (D.dropout ? 3.5 * R.residual_dropout : 3);
   const int residual_kernels = D.dropout ? R.residual_dropout_kernels : 1;
   // Linear-layer biases (the reader allows them on the standard dense block only).

@@ -81,6 +81,18 @@ struct Fp8Quantize {
 };
 Fp8Quantize fp8_quantize_cost(Fp8Recipe r);
 
+// PyTorch FSDP (FSDP1: the `eager` and `torch-compile` frameworks under ZeRO-3 with
+// more than one data-parallel rank) turns each sharded unit's gradient into its
+// reduce-scatter input in passes over the unit's unsharded elements, per micro-batch:
+// autograd's cat of the parameters' gradients into the flat gradient, the cast to the
+// reduction dtype and the pre-division, then the post-division of the shard
+// (docs/frameworks.md, "FSDP's gradient passes"). Zero bytes and kernels elsewhere.
+struct FsdpGradientPasses {
+  double bytes_per_element = 0;  // HBM bytes per element of the unit's unsharded gradient
+  int kernels = 0;
+};
+FsdpGradientPasses fsdp_gradient_passes(const TrainingSpec& train, const ParallelSpec& par);
+
 // Muon's Newton-Schulz orthogonalisation (Jordan et al. 2024, kellerjordan.github.io/posts/muon;
 // Liu et al. 2025, "Muon is Scalable for LLM Training", arXiv:2502.16982): per weight
 // matrix of one layer on one TP rank (its local shard, as stored: QKV and the MLP

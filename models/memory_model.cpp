@@ -226,7 +226,7 @@ MemoryBreakdown stage_memory(const TransformerSpec& m, const ParallelSpec& p, co
 double optimizer_bytes_per_param(const TrainingSpec& tr) {
   // fp32 master weights (none in FP32 training: the weights are the master
   // copy), plus: SGD its momentum (Muon too, + AdamW's v for the embedding and
-  // head, elsewhere); Adam and LAMB m and v; Adafactor (factored, no first
+  // head, elsewhere); Adam (fused or not) and LAMB m and v; Adafactor (factored, no first
   // moment) only row and column statistics, negligible next to the matrix.
   const double master = activation_element_bytes(tr) >= 4 ? 0.0 : 4.0;
   if (tr.optimizer == "sgd" || tr.optimizer == "muon") return master + 4.0;

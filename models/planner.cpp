@@ -1011,6 +1011,7 @@ class StageProgramBuilder {
     if (zero3() && outer_elements(v) > 0) {
       // The root unit's gradients (embedding, LM head) are reduce-scattered
       // like every layer's once its backward is done.
+      last = fsdp_gradient_prep(outer_elements(v), last, mb, std::string(prefix) + "fsdp.grad.passes outer");
       const TaskId d[] = {last};
       b_.collective(s_.dp, slot_dp_, CollectiveKind::ReduceScatter, CommClass::DP,
                     task_bytes(outer_elements(v) * train_.grad_reduce_bytes), label("dp.rs.grads outer"), mb, d);
@@ -1018,6 +1019,22 @@ class StageProgramBuilder {
     }
     if (reduce_grads && !zero3()) flush_bucket(last, mb);
     return last;
+  }
+
+  // PyTorch FSDP's passes over a unit's unsharded gradient before its reduce-scatter
+  // (fsdp_gradient_passes: the flat gradient's cat, the cast to the reduction dtype, the
+  // divisions), after `last` on the compute stream; `last` itself where FSDP is not FSDP1.
+  // The cast and the divisions run on FSDP's post-backward stream in PyTorch, beside the
+  // next unit's backward kernels, whose SMs and memory bandwidth they share: their time is
+  // charged in the compute stream's order, as the pre-unshard casts are.
+  TaskId fsdp_gradient_prep(double elements, TaskId last, int mb, const std::string& name) {
+    const FsdpGradientPasses g = fsdp_gradient_passes(train_, par_);
+    if (g.kernels == 0 || elements <= 0) return last;
+    ComputeOp op{"fsdp.grad.passes", OpKind::MemoryBound, Dtype::BF16, 0, elements * g.bytes_per_element, 0, 0, 0,
+                 g.kernels};
+    std::vector<TaskId> deps;
+    if (last != kNone) deps.push_back(last);
+    return b_.compute(s_.compute, b_.add_op(op), label(name), mb, deps);
   }
 
   // One memory-bound pass over the gradients of chunk v's parameters after `last`.
@@ -1040,6 +1057,8 @@ class StageProgramBuilder {
   void layer_grads_done(int layer, TaskId last, int mb, bool reduce_grads) {
     const double expert = layer_steps(layer).expert_grad_elements;
     if (zero3()) {
+      last = fsdp_gradient_prep(layer_steps(layer).grad_elements + expert, last, mb,
+                                "B L" + std::to_string(layer) + " fsdp.grad.passes");
       const TaskId d[] = {last};
       b_.collective(s_.dp, slot_dp_, CollectiveKind::ReduceScatter, CommClass::DP,
                     task_bytes(layer_steps(layer).grad_elements * train_.grad_reduce_bytes),
@@ -1238,11 +1257,15 @@ class StageProgramBuilder {
     // Muon: momentum (read grad, momentum, write momentum: 12 B), the bf16 Newton-Schulz
     // input and output (2 + 2 B), the update of the master (read 4 + 2, write 4 B): 26 B
     // per matrix parameter; the embedding and the head take AdamW's 28 B.
+    // Unfused AdamW, op by op (Composer's DecoupledAdamW, weight decay 0): exp_avg.mul_ 8,
+    // .add_(grad) 12, exp_avg_sq.mul_ 8, .addcmul_(grad, grad) 16, sqrt 8, / sqrt(bc2) 8,
+    // .add_(eps) 8, param.addcdiv_(exp_avg, denom) 16: 84 B.
     const bool muon = train_.optimizer == "muon";
-    double update_bytes = train_.optimizer == "sgd"         ? 20.0
-                          : train_.optimizer == "lamb"      ? 48.0
-                          : train_.optimizer == "adafactor" ? 84.0
-                                                            : 28.0;
+    double update_bytes = train_.optimizer == "sgd"            ? 20.0
+                          : train_.optimizer == "lamb"         ? 48.0
+                          : train_.optimizer == "adafactor"    ? 84.0
+                          : train_.optimizer == "adam-unfused" ? 84.0
+                                                               : 28.0;
     double extra_bytes = 0;
     if (mixed && train_.grad_reduce_bytes == 2) extra_bytes += 6;
     if (train_.precision == Dtype::FP16) extra_bytes += 8;

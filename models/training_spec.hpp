@@ -40,6 +40,10 @@ struct TransformerSpec {
   // Bias vectors on the linear layers (GPT-2/GPT-3, BLOOM, Megatron-LM's GPT): their
   // add and gradient kernels where the framework does not fuse them (models/layer_steps.cpp).
   bool bias = false;
+  // The attention splits one fused QKV projection's output into Q, K and V tensors
+  // (torch.split / chunk: llm-foundry's MPT), so autograd cats their gradients in the
+  // backward; charged under the eager lists (docs/frameworks.md, "Fused QKV split").
+  bool qkv_split = false;
   int max_seq_len = 0;
   int head_dim_override = 0;  // attention head size when it is not hidden / heads (Qwen3, gpt-oss)
   // Sliding-window attention (Mistral 7B: 4096): each query attends to the last
@@ -311,7 +315,7 @@ enum class GradAccumulation : std::uint8_t { Fused, Autograd };
 struct TrainingSpec {
   int seq_len = 2048;
   Dtype precision = Dtype::BF16;   // GEMM dtype (fp8: GEMMs in FP8, the rest in BF16)
-  std::string optimizer = "adam";  // adam | sgd | lamb | adafactor (docs/frameworks.md)
+  std::string optimizer = "adam";  // adam | adam-unfused | sgd | lamb | adafactor | muon (docs/frameworks.md)
   AttentionKind attention = AttentionKind::Flash;
   int grad_reduce_bytes = 4;  // bytes per gradient element in DP reduction (Megatron-LM default: fp32)
   bool dropout = true;        // hidden/attention dropout (kernels and masks); off in Llama-style recipes

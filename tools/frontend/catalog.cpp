@@ -59,6 +59,7 @@ TransformerSpec read_model(ObjectReader& r, const TransformerSpec* base) {
   m.alibi = position == "alibi";
   m.tied_embeddings = r.boolean("tied_embeddings", m.tied_embeddings);
   m.bias = r.boolean("bias", m.bias);
+  m.qkv_split = r.boolean("qkv_split", m.qkv_split);
   m.sliding_window = static_cast<int>(r.integer("sliding_window", m.sliding_window, 1, 1 << 24));
   m.max_seq_len = static_cast<int>(r.integer("max_seq_len", m.max_seq_len ? m.max_seq_len : 2048, 1, 1 << 24));
   m.source = r.string("source", m.source);
@@ -75,6 +76,10 @@ TransformerSpec read_model(ObjectReader& r, const TransformerSpec* base) {
     r.error("bias",
             "linear-layer biases are modelled for the standard dense block (attention then MLP); this "
             "model has a parallel block, routed experts or latent attention");
+  if (m.qkv_split && (m.parallel_block || m.mla.enabled()))
+    r.error("qkv_split",
+            "the split of a fused QKV output is modelled for (grouped-query) attention in the standard block; "
+            "this model has a parallel block or latent attention");
   if (m.heads > 0 && m.head_dim_override == 0 && m.hidden % m.heads != 0)
     r.error("heads",
             "hidden (" + std::to_string(m.hidden) + ") must be divisible by heads (" + std::to_string(m.heads) + ")");

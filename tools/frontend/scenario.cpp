@@ -568,7 +568,7 @@ TrainingSpec read_training(ObjectReader& top, const TransformerSpec& model) {
   for (std::size_t d = 0; d < kNumDtypes; ++d) {
     if (prec == to_string(static_cast<Dtype>(d))) t.precision = static_cast<Dtype>(d);
   }
-  t.optimizer = r.choice("optimizer", "adam", {"adam", "sgd", "lamb", "adafactor", "muon"});
+  t.optimizer = r.choice("optimizer", "adam", {"adam", "adam-unfused", "sgd", "lamb", "adafactor", "muon"});
   if (t.optimizer == "muon" && (model.moe.enabled() || model.mla.enabled())) {
     r.error("optimizer",
             "Muon is modelled for dense layers with (grouped-query) attention; this model has routed "
@@ -792,6 +792,14 @@ void check_consistency(Scenario& s, Diagnostics& d) {
     }
   }
   if (s.workload.kind != WorkloadKind::Transformer) return;  // its layout: read_workload
+  // The QKV split's backward cat is a kernel of the eager lists; DeepSpeed's lists
+  // charge Megatron's split already, the fused lists say nothing about theirs.
+  const Framework fw = s.training.framework;
+  if (s.model.qkv_split && fw != Framework::Eager && fw != Framework::Fsdp2 && fw != Framework::DeepSpeed) {
+    d.error("/model/qkv_split",
+            "the fused QKV split's backward is modelled for the eager and fsdp2 kernel lists (deepspeed charges "
+            "it already); set training.framework to eager or fsdp2, or leave qkv_split off");
+  }
   // Autograd's accumulation runs on the whole .grad of each parameter; FSDP reduce-
   // scatters every micro-batch's gradient and DeepSpeed accumulates in its own pass.
   if (s.training.grad_accumulation == GradAccumulation::Autograd &&

@@ -46,11 +46,15 @@ FsdpGradientPasses fsdp_gradient_passes(const TrainingSpec& tr, const ParallelSp
   //   (flat_param.grad.to(handle._reduce_dtype)): read the parameter dtype, write the other.
   // - _reduce_grad divides the unsharded gradient in place by the pre-divide factor
   //   (_div_if_needed; _get_gradient_predivide_factor: > 1 for every world size >= 2),
-  //   reduce-scatters it, then divides the 1/dp shard by the post-divide factor.
+  //   reduce-scatters it, then divides the 1/dp shard by the post-divide factor dp / pre,
+  //   a division that _div_if_needed skips when that factor is 1 (dp = 2).
   const double param = activation_element_bytes(tr), reduce = tr.grad_reduce_bytes;
+  int pre = 1;  // _get_gradient_predivide_factor: doubled while dp % pre == 0 and dp / pre > pre
+  while (p.dp % pre == 0 && static_cast<double>(p.dp) / pre > pre) pre *= 2;
+  const bool post_divide = static_cast<double>(p.dp) / pre > 1;
   FsdpGradientPasses g;
-  g.bytes_per_element = 2 * param + 2 * reduce + 2 * reduce / p.dp;
-  g.kernels = 3;
+  g.bytes_per_element = 2 * param + 2 * reduce + (post_divide ? 2 * reduce / p.dp : 0.0);
+  g.kernels = post_divide ? 3 : 2;
   if (reduce != param) {
     g.bytes_per_element += param + reduce;
     g.kernels += 1;
@@ -263,6 +267,8 @@ void megatron_compiled_cross_entropy(KernelRecipe& r, double act_bytes) {
   const bool cast = act_bytes < 4;
   r.xent = ((cast ? act_bytes + 4 : 4) + 8 + 8) / (act_bytes + 4 + 4);
   r.xent_kernels = 3;
+  r.xent_bwd = 1;  // one pass: read the fp32 softmax, write the gradient in the logits' dtype
+  r.xent_bwd_kernels = 1;
 }
 
 KernelRecipe recipe_of(const TrainingSpec& tr, double act_bytes, bool rmsnorm) {

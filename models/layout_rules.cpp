@@ -453,6 +453,13 @@ std::vector<LayoutProblem> check_layout(const TransformerSpec& m, const Parallel
     problem("/parallel/moe_a2a_overlap", "overlaps the steady phase of 1f1b or interleaved-1f1b; the schedule is \"" +
                                              std::string(to_string(p.schedule)) + "\"");
   }
+  if (p.moe_a2a_overlap && interleaved && !p.pp_overlap) {
+    // Megatron-LM's batched exchange without overlap runs between the two passes an
+    // overlapped pair fuses (models/schedule.hpp, megatron_batched_exchanges).
+    problem("/parallel/moe_a2a_overlap",
+            "with interleaved-1f1b needs pp_overlap true: the blocking batched exchange between the two passes it "
+            "overlaps is not modelled");
+  }
   if (interleaved && p.pp < 2) {
     problem("/parallel/schedule", "interleaved-1f1b needs pp >= 2, found pp = " + str(p.pp));
   }

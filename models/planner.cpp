@@ -636,7 +636,7 @@ class StageProgramBuilder {
     const int n = static_cast<int>(order.size());
     exchanges_ = megatron_batched_exchanges(par_.pp, stage_, chunks_, sched_.microbatches);
     TRAINSIM_CHECK(exchanges_.size() == order.size(),
-                   "stage " + std::to_string(stage_) + ": the units differ from Megatron-LM's interleaved order");
+                   "stage " + std::to_string(stage_) + ": the unit count differs from Megatron-LM's interleaved order");
     batched_recvs_.assign(static_cast<std::size_t>(n), {});
     batched_received_.assign(static_cast<std::size_t>(n), 0);
     fwd_recv_queue_.clear();

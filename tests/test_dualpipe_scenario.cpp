@@ -96,6 +96,10 @@ TEST_CASE("zb-v and dualpipe-v: layouts they cannot run are input errors") {
   CHECK(errors_of({"parallel.schedule=zb-h1", "parallel.moe_a2a_overlap=true"}) ==
         "error: moe.json: /parallel/moe_a2a_overlap: overlaps the steady phase of 1f1b or interleaved-1f1b; the "
         "schedule is \"zb-h1\"\n");
+  CHECK(errors_of({"parallel.schedule=interleaved-1f1b", "parallel.vpp=2", "parallel.pp_overlap=false",
+                   "parallel.moe_a2a_overlap=true"}) ==
+        "error: moe.json: /parallel/moe_a2a_overlap: with interleaved-1f1b needs pp_overlap true: the blocking "
+        "batched exchange between the two passes it overlaps is not modelled\n");
   // Units written with a '+' run overlapped; one that cannot is named at its pointer.
   CHECK(errors_of({R"(parallel.schedule={"units": [["+F0", "F1", "F2", "F3", "F4", "F5", "F6", "F7", "BW0", "BW1",
       "BW2", "BW3", "BW4", "BW5", "BW6", "BW7"], ["F0", "BW0", "F1", "BW1", "F2", "BW2", "F3", "BW3", "F4", "BW4",

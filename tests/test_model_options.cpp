@@ -426,6 +426,13 @@ TEST_CASE("FSDP1 under ZeRO-3: each unit's flat gradient is catted, cast and div
   // bf16 reduction (Composer's PURE): no cast.
   CHECK(passes({"training.grad_reduce=bf16"}).bytes_per_element == doctest::Approx(4 + 4 + 4.0 / 8));
   CHECK(passes({"training.grad_reduce=bf16"}).kernels == 3);
+  // Over 2 ranks the pre-division factor is 2 and the post-division by 1 is skipped;
+  // over 6 ranks the factors are 4 and 1.5 (PyTorch's _get_gradient_predivide_factor).
+  CHECK(passes({"parallel.dp=2", "parallel.tp=4", "parallel.global_batch=8"}).bytes_per_element ==
+        doctest::Approx(4 + 6 + 8));
+  CHECK(passes({"parallel.dp=2", "parallel.tp=4", "parallel.global_batch=8"}).kernels == 3);
+  CHECK(passes({"parallel.dp=6", "parallel.tp=4", "cluster.nodes=3", "parallel.global_batch=24"}).bytes_per_element ==
+        doctest::Approx(4 + 6 + 8 + 8.0 / 6));
   // Not FSDP1: nothing.
   for (const char* other : {"training.framework=fsdp2", "training.framework=default", "parallel.zero=1"}) {
     CHECK(passes({other}).kernels == 0);

@@ -948,6 +948,16 @@ class StageProgramBuilder {
     }
   }
 
+  // The LM head's weight gradients of a W unit (`b_ids`: its B unit's head tasks), and
+  // their reduction when the unit is the chunk's last.
+  TaskId head_weight_gradients(const ScheduleUnit& u, const std::vector<TaskId>& entry, std::vector<TaskId>* b_ids,
+                               bool reduce_grads) {
+    const TaskId last =
+        emit(cur_->head_backward, StepPrefix{'W'}, u.microbatch, entry, false, nullptr, PassFilter::WeightOnly, b_ids);
+    if (reduce_grads && !zero3()) head_grads_done(last, u.microbatch);
+    return last;
+  }
+
   // The weight-gradient part (W) of a chunk's micro-batch, after its B unit
   // (`part`: all of it, or its LM head's share and then its layers' share).
   void weight_unit(const ScheduleUnit& u, bool reduce_grads, WeightPart part = WeightPart::All) {
@@ -956,9 +966,7 @@ class StageProgramBuilder {
     TRAINSIM_CHECK(it != b_ids_.end(), "W unit " + to_string(u) + " before its B unit");
     if (part == WeightPart::Head) {
       if (head_of(v)) {
-        const TaskId last = emit(cur_->head_backward, StepPrefix{'W'}, u.microbatch, unit_entry(), false, nullptr,
-                                 PassFilter::WeightOnly, &it->second.back());
-        if (reduce_grads && !zero3()) head_grads_done(last, u.microbatch);
+        const TaskId last = head_weight_gradients(u, unit_entry(), &it->second.back(), reduce_grads);
         if (last != kNone) last_compute_ = head_w_end_[unit_key(u.microbatch, v)] = last;
       }
       return;
@@ -972,10 +980,8 @@ class StageProgramBuilder {
     }
     TaskId last = kNone;
     if (head_of(v) && part == WeightPart::All) {
-      last = emit(cur_->head_backward, StepPrefix{'W'}, u.microbatch, entry, false, nullptr, PassFilter::WeightOnly,
-                  &ids.back());
+      last = head_weight_gradients(u, entry, &ids.back(), reduce_grads);
       if (last != kNone) entry = {last};
-      if (reduce_grads && !zero3()) head_grads_done(last, u.microbatch);
     }
     for (int l = layers_[u.chunk] - 1; l >= 0; --l) {
       const int layer = first_layer_[u.chunk] + l;

@@ -92,12 +92,15 @@ AnalyticalNetwork::AnalyticalNetwork(const Cluster& cluster, const std::vector<C
     : cluster_(&cluster), profiles_(&profiles), fabric_(fabric_facts(cluster.spec())) {
   gpus_in_datacenter_.assign(fabric_.datacenters, 0);
   first_gpu_of_node_.resize(cluster.num_nodes());
-  // A node's GPUs have consecutive ids (Cluster): node by node, GPU l of its node.
-  for (int node = 0, g = 0; node < cluster.num_nodes(); ++node) {
+  // A node's GPUs have consecutive ids (Cluster): node by node, GPU l of its
+  // node. The datacenter of a node (FabricFacts::datacenter_of) is counted
+  // along instead of divided out: a pass over every node of a million GPUs.
+  for (int node = 0, g = 0, dc = 0, in_dc = 0; node < cluster.num_nodes(); ++node) {
     const NodeSpec& ns = cluster.node_spec(node);
-    gpus_in_datacenter_[std::min(fabric_.datacenters - 1, fabric_.datacenter_of(node))] += ns.gpus_per_node;
+    gpus_in_datacenter_[std::min(fabric_.datacenters - 1, dc)] += ns.gpus_per_node;
     first_gpu_of_node_[node] = g;
     g += ns.gpus_per_node;
+    if (++in_dc == fabric_.nodes_per_datacenter) in_dc = 0, ++dc;
   }
   if (fabric_.spines > 0) {
     // uplink_capacity() of every leaf in one pass over the nodes (the same sums
@@ -112,10 +115,17 @@ AnalyticalNetwork::AnalyticalNetwork(const Cluster& cluster, const std::vector<C
     std::vector<double> cap(leaves * leaf_rails_, 0.0);
     std::vector<int> ports(leaves * leaf_rails_, 0);
     const int covered = std::min(cluster.num_nodes(), fabric_.datacenters * fabric_.nodes_per_datacenter);
-    for (int n = 0; n < covered; ++n) {
+    // Node n's leaf, FabricFacts::datacenter_of(n) * leaf_groups_ + leaf_group_of(n), counted along.
+    for (int n = 0, dc = 0, in_dc = 0, group = 0, in_group = 0; n < covered; ++n) {
       const NodeSpec& ns = cluster.node_spec(n);
-      const std::size_t leaf =
-          static_cast<std::size_t>(fabric_.datacenter_of(n)) * leaf_groups_ + fabric_.leaf_group_of(n);
+      const std::size_t leaf = static_cast<std::size_t>(dc) * leaf_groups_ + group;
+      if (++in_dc == fabric_.nodes_per_datacenter) {
+        in_dc = group = in_group = 0;
+        ++dc;
+      } else if (++in_group == fabric_.nodes_per_leaf) {
+        in_group = 0;
+        ++group;
+      }
       for (int r = 0; r < leaf_rails_; ++r) {
         const int nics = rail_optimized ? (r < ns.nic_count ? 1 : 0) : ns.nic_count;
         cap[leaf * leaf_rails_ + r] += ns.nic_bandwidth * nics;

@@ -95,14 +95,18 @@ Cluster::Cluster(ClusterSpec spec) : spec_(std::move(spec)) {
       type = static_cast<int>(gpu_types_.size());
       gpu_types_.push_back(node.gpu);
     }
-    for (int i = 0; i < spec_.groups[g].count; ++i) {
-      const int node_id = static_cast<int>(nodes_.size());
-      nodes_.push_back(g);
-      for (int l = 0; l < node.gpus_per_node; ++l) {
-        node_of_gpu_.push_back(node_id);
-        gpu_type_of_gpu_.push_back(type);
-      }
+    // Filled in bulk (a million GPUs are planned per configuration of a search).
+    const auto count = static_cast<std::size_t>(std::max(0, spec_.groups[g].count));
+    const auto per_node = static_cast<std::size_t>(std::max(0, node.gpus_per_node));
+    const int first_node = static_cast<int>(nodes_.size());
+    nodes_.insert(nodes_.end(), count, g);
+    const std::size_t first_gpu = node_of_gpu_.size();
+    node_of_gpu_.resize(first_gpu + count * per_node);
+    int* gpu_node = node_of_gpu_.data() + first_gpu;
+    for (std::size_t i = 0; i < count; ++i) {
+      for (std::size_t l = 0; l < per_node; ++l) *gpu_node++ = first_node + static_cast<int>(i);
     }
+    gpu_type_of_gpu_.insert(gpu_type_of_gpu_.end(), count * per_node, type);
   }
   base_type_.resize(gpu_types_.size());
   for (int t = 0; t < static_cast<int>(gpu_types_.size()); ++t) base_type_[t] = t;

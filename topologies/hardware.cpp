@@ -84,7 +84,11 @@ Cluster::Cluster(ClusterSpec spec) : spec_(std::move(spec)) {
   }
   nodes_.reserve(nodes);
   node_of_gpu_.reserve(gpus);
-  gpu_type_of_gpu_.reserve(gpus);
+  // A table of every GPU's type only where they differ: several GPU models,
+  // or slowed GPUs (each slowed one gets a type of its own, below).
+  bool one_type = spec_.slowdowns.empty();
+  for (const NodeGroup& g : spec_.groups) one_type = one_type && g.node.gpu.name == spec_.groups.front().node.gpu.name;
+  if (!one_type) gpu_type_of_gpu_.reserve(gpus);
   for (int g = 0; g < static_cast<int>(spec_.groups.size()); ++g) {
     const NodeSpec& node = spec_.groups[g].node;
     int type = -1;
@@ -106,7 +110,7 @@ Cluster::Cluster(ClusterSpec spec) : spec_(std::move(spec)) {
     for (std::size_t i = 0; i < count; ++i) {
       for (std::size_t l = 0; l < per_node; ++l) *gpu_node++ = first_node + static_cast<int>(i);
     }
-    gpu_type_of_gpu_.insert(gpu_type_of_gpu_.end(), count * per_node, type);
+    if (!one_type) gpu_type_of_gpu_.insert(gpu_type_of_gpu_.end(), count * per_node, type);
   }
   base_type_.resize(gpu_types_.size());
   for (int t = 0; t < static_cast<int>(gpu_types_.size()); ++t) base_type_[t] = t;

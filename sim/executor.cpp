@@ -579,15 +579,10 @@ bool Executor::chain_can_start(std::uint32_t rank, std::uint32_t chain, std::uin
   std::uint64_t seen[4] = {};
   const std::uint8_t first = p.tasks[tasks[from]].stream;
   seen[first / 64] |= std::uint64_t{1} << (first % 64);
-  const std::size_t base = tc.offsets[chain];
   for (std::size_t i = from + 1; i < tasks.size(); ++i) {
     const std::uint32_t task = tasks[i];
-    // Its dependencies in the chain from `from` on, which the walk completes.
-    std::uint32_t inner = tc.inner_deps[base + i];
-    if (tc.first_inner[base + i] < from) {
-      inner = 0;
-      for (const std::uint32_t d : p.deps_of(task)) inner += tc.chain_of[d] == chain && tc.index[d] >= from ? 1 : 0;
-    }
+    std::uint32_t inner = 0;
+    for (const std::uint32_t d : p.deps_of(task)) inner += tc.chain_of[d] == chain && tc.index[d] >= from ? 1 : 0;
     if (remaining_deps_[task_at(rank, task)] != inner) return false;
     const std::uint8_t s = p.tasks[task].stream;
     if (seen[s / 64] >> (s % 64) & 1) continue;

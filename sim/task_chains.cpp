@@ -1,7 +1,5 @@
 #include "sim/task_chains.hpp"
 
-#include <algorithm>
-
 namespace trainsim {
 
 TaskChains find_task_chains(const ProgramTemplate& p, std::span<const std::uint8_t> linkable_slot) {
@@ -76,26 +74,15 @@ TaskChains find_task_chains(const ProgramTemplate& p, std::span<const std::uint8
         break;
       }
     }
-    if (length < 2) {
-      for (const std::uint32_t t : run) position[t] = kNoChain;
-      continue;
-    }
+    for (const std::uint32_t t : run) position[t] = kNoChain;
+    if (length < 2) continue;
     const auto c = static_cast<std::uint32_t>(out.size());
     for (std::size_t i = 0; i < length; ++i) {
       out.chain_of[run[i]] = c;
       out.index[run[i]] = static_cast<std::uint32_t>(i);
       out.tasks.push_back(run[i]);
-      std::uint32_t inner = 0, lowest = kNoChain;
-      for (const std::uint32_t d : p.deps_of(run[i])) {
-        if (position[d] >= length) continue;  // outside the chain (or cut from it)
-        ++inner;
-        lowest = std::min(lowest, position[d]);
-      }
-      out.inner_deps.push_back(inner);
-      out.first_inner.push_back(lowest);
     }
     out.offsets.push_back(static_cast<std::uint32_t>(out.tasks.size()));
-    for (const std::uint32_t t : run) position[t] = kNoChain;
   }
   return out;
 }

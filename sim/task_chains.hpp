@@ -22,10 +22,6 @@ struct TaskChains {
   std::vector<std::uint32_t> index;     // per task in a chain: its position there
   std::vector<std::uint32_t> offsets;   // CSR: tasks of each chain in execution order
   std::vector<std::uint32_t> tasks;
-  // Per element of `tasks`: how many of its dependencies are tasks of its
-  // chain, and the lowest position there among them (kNoChain: none), so that
-  // a walk from a position at or below that one counts them without a look-up.
-  std::vector<std::uint32_t> inner_deps, first_inner;
   std::size_t size() const { return offsets.empty() ? 0 : offsets.size() - 1; }
   std::span<const std::uint32_t> chain(std::uint32_t c) const {
     return {tasks.data() + offsets[c], offsets[c + 1] - offsets[c]};

@@ -2096,7 +2096,19 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
       for (std::size_t k = 0; k < slots.size(); ++k) {
         if (slots[k].role != SlotRole::DP) continue;
         const TimingSignature first = sig(s, k, 0, 0, 0);
-        for (int t = 1; t < par.tp && dp_uniform; ++t) dp_uniform = same_timing(sig(s, k, 0, 0, t), first, tol);
+        bool first_dp_nodes = false;
+        for (int t = 1; t < par.tp && dp_uniform; ++t) {
+          // The DP communicator of another TP rank on the nodes of the first
+          // one's (each node holds whole TP groups): its shape is the first
+          // one's, taken without a pass over its members.
+          if (nodes_only && stage_period > 0 && !dp_shapes.contains({s % stage_period, t})) {
+            if (!first_dp_nodes) nodes_into(s, k, 0, 0, 0, first_nodes);
+            first_dp_nodes = true;
+            nodes_into(s, k, 0, 0, t, other_nodes);
+            if (other_nodes == first_nodes) dp_shapes[{s % stage_period, t}] = dp_shapes.at({s % stage_period, 0});
+          }
+          dp_uniform = same_timing(sig(s, k, 0, 0, t), first, tol);
+        }
       }
       for (int d = 0; d < computed_replicas; ++d) {
         TimingSignature& rs = replica_sig[d];

@@ -84,7 +84,11 @@ Cluster::Cluster(ClusterSpec spec) : spec_(std::move(spec)) {
   }
   nodes_.reserve(nodes);
   node_of_gpu_.reserve(gpus);
-  gpu_type_of_gpu_.reserve(gpus);
+  // A table of every GPU's type only where they differ: several GPU models,
+  // or slowed GPUs (each slowed one gets a type of its own, below).
+  bool one_type = spec_.slowdowns.empty();
+  for (const NodeGroup& g : spec_.groups) one_type = one_type && g.node.gpu.name == spec_.groups.front().node.gpu.name;
+  if (!one_type) gpu_type_of_gpu_.reserve(gpus);
   for (int g = 0; g < static_cast<int>(spec_.groups.size()); ++g) {
     const NodeSpec& node = spec_.groups[g].node;
     int type = -1;
@@ -95,14 +99,18 @@ Cluster::Cluster(ClusterSpec spec) : spec_(std::move(spec)) {
       type = static_cast<int>(gpu_types_.size());
       gpu_types_.push_back(node.gpu);
     }
-    for (int i = 0; i < spec_.groups[g].count; ++i) {
-      const int node_id = static_cast<int>(nodes_.size());
-      nodes_.push_back(g);
-      for (int l = 0; l < node.gpus_per_node; ++l) {
-        node_of_gpu_.push_back(node_id);
-        gpu_type_of_gpu_.push_back(type);
-      }
+    // Filled in bulk (a million GPUs are planned per configuration of a search).
+    const auto count = static_cast<std::size_t>(std::max(0, spec_.groups[g].count));
+    const auto per_node = static_cast<std::size_t>(std::max(0, node.gpus_per_node));
+    const int first_node = static_cast<int>(nodes_.size());
+    nodes_.insert(nodes_.end(), count, g);
+    const std::size_t first_gpu = node_of_gpu_.size();
+    node_of_gpu_.resize(first_gpu + count * per_node);
+    int* gpu_node = node_of_gpu_.data() + first_gpu;
+    for (std::size_t i = 0; i < count; ++i) {
+      for (std::size_t l = 0; l < per_node; ++l) *gpu_node++ = first_node + static_cast<int>(i);
     }
+    if (!one_type) gpu_type_of_gpu_.insert(gpu_type_of_gpu_.end(), count * per_node, type);
   }
   base_type_.resize(gpu_types_.size());
   for (int t = 0; t < static_cast<int>(gpu_types_.size()); ++t) base_type_[t] = t;

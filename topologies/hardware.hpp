@@ -153,7 +153,7 @@ class Cluster {
   const NodeSpec& node_spec(int node) const { return spec_.groups[nodes_[node]].node; }
   const NodeSpec& node_spec_of_gpu(int gpu) const { return node_spec(node_of(gpu)); }
   // Dense id of the GPU's type (0..num_gpu_types-1).
-  int gpu_type_of(int gpu) const { return gpu_type_of_gpu_[gpu]; }
+  int gpu_type_of(int gpu) const { return gpu_type_of_gpu_.empty() ? 0 : gpu_type_of_gpu_[gpu]; }
   int num_gpu_types() const { return static_cast<int>(gpu_types_.size()); }
   const GpuSpec& gpu_type(int type) const { return gpu_types_[type]; }
   // The type a slowed GPU's type was made from (itself for a type of the catalog):
@@ -164,7 +164,7 @@ class Cluster {
   ClusterSpec spec_;
   std::vector<int> nodes_;            // node -> group index
   std::vector<int> node_of_gpu_;      // gpu -> node
-  std::vector<int> gpu_type_of_gpu_;  // gpu -> dense type id
+  std::vector<int> gpu_type_of_gpu_;  // gpu -> dense type id; empty with one type (type 0)
   std::vector<GpuSpec> gpu_types_;
   std::vector<int> base_type_;  // type -> the unslowed type it was made from
 };

@@ -13,7 +13,6 @@
 #include "sim/executor.hpp"
 #include "sim/link_images.hpp"
 #include "sim/platform.hpp"
-#include "sim/repeated_sum.hpp"
 #include "tools/frontend/outer_loop.hpp"
 
 namespace trainsim {
@@ -531,11 +530,11 @@ JobRun run_job_with(const Scenario& s, Fidelity fidelity, MemoryCheck memory, bo
     rep.tflops_per_gpu = plan.model_flops / rep.iteration_time_s / rep.gpus / 1e12;
     std::vector<double> peak_of_type(cluster.num_gpu_types());
     for (int t = 0; t < cluster.num_gpu_types(); ++t) peak_of_type[t] = cluster.gpu_type(t).peak(plan.peak_dtype);
-    // Summed GPU by GPU, as ever (a product would round differently); with
-    // one type that sum without a pass over every GPU.
+    // One GPU type: its peak times the GPU count (no pass over every GPU);
+    // several (or slowed GPUs): summed GPU by GPU.
     double peak = 0;
     if (cluster.num_gpu_types() == 1) {
-      peak = repeated_sum(peak_of_type[0], cluster.num_gpus());
+      peak = peak_of_type[0] * cluster.num_gpus();
     } else {
       for (int g = 0; g < cluster.num_gpus(); ++g) peak += peak_of_type[cluster.gpu_type_of(g)];
     }

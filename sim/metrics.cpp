@@ -88,9 +88,13 @@ class EdgeSweep {
   TimeBreakdown out_;
 };
 
-// Any order of intervals: the starts grouped by stream, each run sorted if it
-// is not, the runs merged, the ends sorted if they are not.
-TimeBreakdown breakdown_of_any_order(const std::vector<Interval>& intervals, Time end) {
+}  // namespace
+
+// Edges are visited in time order. Ends are recorded in time order by the
+// executor (an interval is recorded when it ends) and starts in time order per
+// stream: merging those runs gives the order a full sort would, at a fraction
+// of its cost (a run out of order is sorted first).
+TimeBreakdown breakdown(const std::vector<Interval>& intervals, Time end) {
   std::vector<Edge> starts(intervals.size()), ends(intervals.size()), scratch;
   std::vector<std::size_t> bounds;
   {
@@ -123,69 +127,6 @@ TimeBreakdown breakdown_of_any_order(const std::vector<Interval>& intervals, Tim
       ++e;
     }
   }
-  return sweep.finish();
-}
-
-}  // namespace
-
-// Edges are visited in time order. Ends are recorded in time order by the
-// executor (an interval is recorded when it ends) and starts in time order
-// per stream: the streams' runs of starts and the run of ends are merged as
-// they are visited, without copying an edge. Input in another order takes
-// breakdown_of_any_order, which sorts what is out of order first.
-TimeBreakdown breakdown(const std::vector<Interval>& intervals, Time end) {
-  constexpr std::uint32_t kNone = ~std::uint32_t{0};
-  const auto n = static_cast<std::uint32_t>(intervals.size());
-  // The next interval of the same stream, and each stream's first and last.
-  std::vector<std::uint32_t> next(n, kNone);
-  std::uint32_t first[256], last[256];
-  std::fill(std::begin(first), std::end(first), kNone);
-  std::uint8_t streams[256];
-  std::size_t num_streams = 0;
-  for (std::uint32_t i = 0; i < n; ++i) {
-    const Interval& iv = intervals[i];
-    if (i > 0 && iv.end < intervals[i - 1].end) return breakdown_of_any_order(intervals, end);
-    const std::uint8_t s = iv.stream;
-    if (first[s] == kNone) {
-      first[s] = i;
-      streams[num_streams++] = s;
-    } else {
-      if (iv.start < intervals[last[s]].start) return breakdown_of_any_order(intervals, end);
-      next[last[s]] = i;
-    }
-    last[s] = i;
-  }
-  // The head of each unfinished stream's run and its start time (a finished
-  // run leaves the list: the order among streams does not matter).
-  std::uint32_t head[256];
-  Time head_t[256];
-  for (std::size_t k = 0; k < num_streams; ++k) {
-    head[k] = first[streams[k]];
-    head_t[k] = intervals[head[k]].start;
-  }
-  EdgeSweep sweep(end);
-  std::uint32_t e = 0;
-  for (std::uint32_t visited = 0; visited < n;) {
-    std::size_t k = 0;
-    for (std::size_t j = 1; j < num_streams; ++j) k = head_t[j] < head_t[k] ? j : k;
-    if (e == n || head_t[k] <= intervals[e].end) {
-      const Interval& iv = intervals[head[k]];
-      sweep.visit(iv.start, iv.category, +1);
-      head[k] = next[head[k]];
-      if (head[k] == kNone) {
-        --num_streams;
-        head[k] = head[num_streams];
-        head_t[k] = head_t[num_streams];
-      } else {
-        head_t[k] = intervals[head[k]].start;
-      }
-      ++visited;
-    } else {
-      sweep.visit(intervals[e].end, intervals[e].category, -1);
-      ++e;
-    }
-  }
-  for (; e < n; ++e) sweep.visit(intervals[e].end, intervals[e].category, -1);
   return sweep.finish();
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <numeric>
 #include <utility>
 
@@ -271,7 +272,16 @@ void megatron_compiled_cross_entropy(KernelRecipe& r, double act_bytes) {
   r.xent_bwd_kernels = 1;
 }
 
-KernelRecipe recipe_of(const TrainingSpec& tr, double act_bytes, bool rmsnorm) {
+// Hidden sizes Megatron-LM's MixedFusedLayerNorm runs with apex.contrib's persistent
+// kernel (`persist_ln_hidden_sizes`, megatron/model/fused_layer_norm.py, from October 2021).
+bool persistent_layer_norm_size(int hidden) {
+  static constexpr int kSizes[] = {1024,  1536,  2048,  2304,  3072,  3840,  4096,  5120,  6144,  8192,  10240, 12288,
+                                   12800, 15360, 16384, 18432, 20480, 24576, 25600, 30720, 32768, 40960, 49152, 65536};
+  return std::find(std::begin(kSizes), std::end(kSizes), hidden) != std::end(kSizes);
+}
+
+KernelRecipe recipe_of(const TrainingSpec& tr, double act_bytes, const TransformerSpec& m) {
+  const bool rmsnorm = m.rmsnorm;
   const Framework f = tr.framework;
   KernelRecipe r;
   // Biases (docs/frameworks.md, "Linear-layer biases"). Megatron-LM's GPT code (the
@@ -281,7 +291,7 @@ KernelRecipe recipe_of(const TrainingSpec& tr, double act_bytes, bool rmsnorm) {
   // reduction for the biases fused into bias-GeLU and bias-dropout-add). Eager
   // nn.Linear adds its bias in the GEMM (addmm) but sums its gradient the same way.
   // Transformer Engine and Inductor fuse both into the GEMM or a neighbouring kernel.
-  r.bias_add = f == Framework::Default || f == Framework::DeepSpeed;
+  r.bias_add = f == Framework::Default || f == Framework::DeepSpeed || f == Framework::MegatronLegacy;
   r.bias_grad = r.bias_add || f == Framework::Eager || f == Framework::Fsdp2;
   if (f == Framework::TorchCompile) r.weight_casts = true;  // Inductor fuses the pointwise chains, not the casts
   if (f == Framework::MegatronTe) {
@@ -291,9 +301,14 @@ KernelRecipe recipe_of(const TrainingSpec& tr, double act_bytes, bool rmsnorm) {
       megatron_unfused_cross_entropy(r, act_bytes);
     }
   }
-  if (f == Framework::DeepSpeed) {
+  if (f == Framework::DeepSpeed || f == Framework::MegatronLegacy) {
     // Megatron-DeepSpeed's loss casts the logits to fp32 (`output.float()`) and runs
-    // Megatron's unfused _VocabParallelCrossEntropy (github.com/microsoft/Megatron-DeepSpeed).
+    // Megatron's unfused _VocabParallelCrossEntropy (github.com/microsoft/Megatron-DeepSpeed);
+    // so does Megatron-LM's own GPT model without --fp16-lm-cross-entropy
+    // (megatron/model/gpt_model.py, `vocab_parallel_cross_entropy(output.float(), labels)`,
+    // github.com/NVIDIA/Megatron-LM, 2020-2022). The rest of this list is that model
+    // code's too: Megatron-DeepSpeed forked it (docs/frameworks.md, "Megatron-LM's model
+    // code before Megatron-Core").
     megatron_unfused_cross_entropy(r, act_bytes);
     // Megatron-DeepSpeed's MixedFusedLayerNorm / MixedFusedRMSNorm run apex's
     // fused_layer_norm_cuda (BLOOM's fork: the same kernels in megatron/fused_kernels/
@@ -301,6 +316,13 @@ KernelRecipe recipe_of(const TrainingSpec& tr, double act_bytes, bool rmsnorm) {
     // (reads dY and X), cuComputeGradGammaBeta (the partial sums) and cuComputeGradInput
     // (reads dY and X, writes dX): 5 B per 1-byte element instead of the fused 4.
     r.norm_bwd = 5.0 / 4, r.norm_bwd_kernels = 3;
+    // Megatron-LM from October 2021 runs apex.contrib's persistent FastLayerNorm instead
+    // for the hidden sizes it was built for (training.persist_layer_norm): ln_bwd_kernel
+    // (reads dY and X, writes dX and partial weight gradients) and ln_bwd_finalize_kernel,
+    // the fused lists' bytes in 2 kernels (apex/contrib/csrc/layer_norm/ln_bwd_semi_cuda_kernel.cu).
+    if (f == Framework::MegatronLegacy && tr.persist_layer_norm && !rmsnorm && persistent_layer_norm_size(m.hidden)) {
+      r.norm_bwd = 1, r.norm_bwd_kernels = 2;
+    }
     // ParallelAttention splits the fused QKV output with torch.split
     // (split_tensor_along_last_dim, megatron/core/tensor_parallel/utils.py), whose
     // derivative (split_backward, PyTorch tools/autograd/derivatives.yaml) cats the
@@ -759,7 +781,7 @@ void build_moe_layer(const TransformerSpec& m, const ParallelSpec& p, const Trai
     StepList L(&moe->backward, Pass::BackwardInput, D.act_bytes, tr.fp8_recipe);
     const auto tp_in_kind = D.sp ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce;
     // The same fork as the dense MLP's: the framework's kernels, not the fused lists'.
-    residual_backward(L, "mlp.residual.bwd", D, recipe_of(tr, D.act_bytes, m.rmsnorm), act_norm);
+    residual_backward(L, "mlp.residual.bwd", D, recipe_of(tr, D.act_bytes, m), act_norm);
     L.memory("moe.unpermute.bwd", permute_bytes);
     // The gradient of a reduce-scatter is an all-gather and vice versa.
     const int cb =
@@ -1018,7 +1040,7 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
   const bool ov = p.tp_comm_overlap && D.tp_comm;
   auto gate = [&](int c) { return ov ? std::vector<int>{} : maybe(c); };
   auto after = [&](int c) { return ov ? maybe(c) : std::vector<int>{}; };
-  KernelRecipe R = recipe_of(tr, D.act_bytes, m.rmsnorm);
+  KernelRecipe R = recipe_of(tr, D.act_bytes, m);
   if (D.act_bytes >= 4) R.weight_casts = false;  // FP32 training: no 16-bit weight copies to cast
   // ZeRO-3 gathers 16-bit parameters (the planner's all-gathers), which under PyTorch FSDP is
   // MixedPrecision(param_dtype=16-bit): each unshard casts the rank's fp32 shard first

@@ -263,7 +263,11 @@ enum class AttentionKind : std::uint8_t { Flash, FlashTriton, Unfused, FlashAtte
 // used before the key existed (Megatron-style), with FlashAttention-2.
 // DeepSpeed: Megatron-DeepSpeed's kernels under DeepSpeed's engine (bf16
 // optimizer: fp32 gradient accumulation per micro-batch, fp32 all-reduce).
-enum class Framework : std::uint8_t { Default, MegatronTe, TorchCompile, Eager, Fsdp2, DeepSpeed };
+// MegatronLegacy: Megatron-LM's model code before Megatron-Core (megatron/model/,
+// 2020-2022): the same model kernels as DeepSpeed's lists (apex-style LayerNorm
+// backward, torch.split's cat, autograd's residual sums, the fp32 loss), under
+// Megatron-LM's own training loop.
+enum class Framework : std::uint8_t { Default, MegatronTe, TorchCompile, Eager, Fsdp2, DeepSpeed, MegatronLegacy };
 
 // Host time per kernel a framework spends before the CUDA launch (Python, the
 // PyTorch dispatcher): eager PyTorch 3.34 us, the eager `torch.functional` call on
@@ -331,6 +335,9 @@ struct TrainingSpec {
   // false runs the unfused vocab-parallel cross-entropy in fp32 (Megatron-Core's
   // default), true its torch.compile'd pieces (docs/frameworks.md, "Cross-entropy").
   bool cross_entropy_loss_fusion = false;
+  // Megatron-LM's persistent LayerNorm (apex.contrib FastLayerNorm for the hidden sizes
+  // it supports; read with Framework::MegatronLegacy only, docs/frameworks.md).
+  bool persist_layer_norm = false;
   // Host time per kernel before its launch when the scenario measures it for its
   // own host (training.host_dispatch_us); absent: the framework's figure above.
   std::optional<double> host_seconds_per_kernel;

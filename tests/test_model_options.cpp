@@ -1218,3 +1218,69 @@ TEST_CASE("Megatron-DeepSpeed's backward: apex LayerNorm gradient, the QKV split
   CHECK(first_op(text, {moe, "parallel.tp=1", "parallel.dp=8"}, "mlp.residual.bwd").bytes ==
         doctest::Approx(8.0 * elements));
 }
+
+TEST_CASE("framework megatron-legacy: Megatron-LM's pre-Core model kernels, without DeepSpeed's engine") {
+  // Megatron-LM's megatron/model/ of 2020-2022 (the April 2021 code of Narayanan et al.):
+  // MixedFusedLayerNorm (the apex kernels), split_tensor_along_last_dim (torch.split),
+  // autograd's residual sums and vocab_parallel_cross_entropy(output.float()), the model
+  // code Megatron-DeepSpeed forked; its own training loop (no fp32 accumulation pass).
+  const std::string text = R"({
+    "model": "gpt3-1.3b",
+    "cluster": {"node": "dgx-a100", "nodes": 1},
+    "parallel": {"tp": 2, "pp": 2, "dp": 2, "micro_batch": 2, "global_batch": 16, "dp_overlap": false,
+                 "schedule": "1f1b"},
+    "training": {"seq_len": 2048, "precision": "fp16", "attention": "unfused", "grad_reduce": "fp16",
+                 "tied_grad_sync": "after-dp"}
+  })";
+  const std::vector<std::string> legacy = {"training.framework=\"megatron-legacy\""};
+  const std::vector<std::string> ds = {"training.framework=deepspeed"};
+  // Every kernel of the layers, the embedding and the head is DeepSpeed's (last stage: the loss).
+  for (int stage : {0, 1}) {
+    const ProgramTemplate a = stage_program(text, legacy, stage);
+    const ProgramTemplate b = stage_program(text, ds, stage);
+    REQUIRE(a.ops.size() == b.ops.size());
+    for (std::size_t i = 0; i < a.ops.size(); ++i) {
+      CHECK(a.ops[i].name == b.ops[i].name);
+      CHECK(a.ops[i].bytes == doctest::Approx(b.ops[i].bytes));
+      CHECK(a.ops[i].kernels == b.ops[i].kernels);
+    }
+  }
+  // ... and not the default lists': the loss (38 B per fp16 logit, not 10), apex's
+  // LayerNorm gradient in 3 kernels, the QKV split's cat.
+  const ProgramTemplate last = stage_program(text, legacy, 1);
+  const auto xent = tasks_ending(last, "loss.xent");
+  REQUIRE_FALSE(xent.empty());
+  const double logits = 2.0 * 2048 * (51200 / 2);  // GPT-3 1.3B's vocabulary, padded: 51200
+  CHECK(last.ops[last.tasks[xent[0]].ref].bytes == doctest::Approx(38.0 * logits).epsilon(0.01));
+  CHECK(first_op(text, legacy, "norm1.bwd").kernels == 3);
+  CHECK(first_op(text, {}, "norm1.bwd").kernels == 1);
+  CHECK(first_op(text, legacy, "attn.qkv.split.bwd").bytes > 0);
+  // Megatron-LM's training loop: no BF16_Optimizer pass, a reduce-scatter or all-reduce as
+  // the default; autograd accumulation allowed (an input error with deepspeed).
+  CHECK(tasks_ending(stage_program(text, legacy), "grad.accumulate.fp32").empty());
+  CHECK(tasks_ending(stage_program(text, legacy), "dp.ar.grads").size() ==
+        tasks_ending(stage_program(text, {}), "dp.ar.grads").size());
+  CHECK_FALSE(
+      tasks_ending(stage_program(text, {legacy[0], "training.grad_accumulation=autograd"}), "grad.accumulate").empty());
+  CHECK(host_dispatch_seconds(Framework::MegatronLegacy) == host_dispatch_seconds(Framework::Eager));
+  // It costs time against the default lists.
+  CHECK(run({}, text).iteration_time_s < run(legacy, text).iteration_time_s);
+  // From October 2021 apex.contrib's persistent LayerNorm for the listed hidden sizes (GPT-3
+  // 1.3B: 2048): the fused bytes in 2 kernels; an unlisted size falls back to apex's 3.
+  const std::vector<std::string> persist = {legacy[0], "training.persist_layer_norm=true"};
+  const ComputeOp fast = first_op(text, persist, "norm1.bwd");
+  CHECK(fast.bytes == doctest::Approx(first_op(text, {}, "norm1.bwd").bytes));
+  CHECK(fast.kernels == 2);
+  const ComputeOp fallback =
+      first_op(text, {persist[0], persist[1], "model.hidden=2560", "model.heads=20", "model.kv_heads=20"}, "norm1.bwd");
+  CHECK(fallback.kernels == 3);
+  CHECK(
+      fallback.bytes ==
+      doctest::Approx(
+          first_op(text, {legacy[0], "model.hidden=2560", "model.heads=20", "model.kv_heads=20"}, "norm1.bwd").bytes));
+  CHECK(first_op(text, persist, "attn.qkv.split.bwd").bytes == first_op(text, legacy, "attn.qkv.split.bwd").bytes);
+  // A setting of that framework only.
+  const std::string e = load_error(text, {"training.persist_layer_norm=true"});
+  CHECK(e.find("options.json: /training/persist_layer_norm:") != std::string::npos);
+  CHECK(e.find("megatron-legacy") != std::string::npos);
+}

@@ -582,13 +582,15 @@ TrainingSpec read_training(ObjectReader& top, const TransformerSpec& model) {
                 : attn == "flash-triton"      ? AttentionKind::FlashTriton
                                               : AttentionKind::Unfused;
   const std::string fw =
-      r.choice("framework", "default", {"default", "megatron-te", "torch-compile", "eager", "fsdp2", "deepspeed"});
-  t.framework = fw == "megatron-te"     ? Framework::MegatronTe
-                : fw == "torch-compile" ? Framework::TorchCompile
-                : fw == "eager"         ? Framework::Eager
-                : fw == "fsdp2"         ? Framework::Fsdp2
-                : fw == "deepspeed"     ? Framework::DeepSpeed
-                                        : Framework::Default;
+      r.choice("framework", "default",
+               {"default", "megatron-te", "torch-compile", "eager", "fsdp2", "deepspeed", "megatron-legacy"});
+  t.framework = fw == "megatron-te"       ? Framework::MegatronTe
+                : fw == "torch-compile"   ? Framework::TorchCompile
+                : fw == "eager"           ? Framework::Eager
+                : fw == "fsdp2"           ? Framework::Fsdp2
+                : fw == "deepspeed"       ? Framework::DeepSpeed
+                : fw == "megatron-legacy" ? Framework::MegatronLegacy
+                                          : Framework::Default;
   // Megatron-Core's loss kernels (docs/frameworks.md, "Cross-entropy"): a setting of
   // that framework only; the other lists carry their framework's own loss.
   if (r.has("cross_entropy_loss_fusion") && t.framework != Framework::MegatronTe) {
@@ -596,6 +598,12 @@ TrainingSpec read_training(ObjectReader& top, const TransformerSpec& model) {
             "Megatron-Core's cross-entropy fusion needs \"framework\": \"megatron-te\" (found \"" + fw + "\")");
   }
   t.cross_entropy_loss_fusion = r.boolean("cross_entropy_loss_fusion", false);
+  // Megatron-LM's persistent LayerNorm kernel (docs/frameworks.md): its legacy model code only.
+  if (r.has("persist_layer_norm") && t.framework != Framework::MegatronLegacy) {
+    r.error("persist_layer_norm",
+            "Megatron-LM's persistent LayerNorm needs \"framework\": \"megatron-legacy\" (found \"" + fw + "\")");
+  }
+  t.persist_layer_norm = r.boolean("persist_layer_norm", false);
   if (r.has("host_dispatch_us")) {
     t.host_seconds_per_kernel = r.number("host_dispatch_us", 0, 0, 100000) * 1e-6;
   }
@@ -795,10 +803,11 @@ void check_consistency(Scenario& s, Diagnostics& d) {
   // The QKV split's backward cat is a kernel of the eager lists; DeepSpeed's lists
   // charge Megatron's split already, the fused lists say nothing about theirs.
   const Framework fw = s.training.framework;
-  if (s.model.qkv_split && fw != Framework::Eager && fw != Framework::Fsdp2 && fw != Framework::DeepSpeed) {
+  if (s.model.qkv_split && fw != Framework::Eager && fw != Framework::Fsdp2 && fw != Framework::DeepSpeed &&
+      fw != Framework::MegatronLegacy) {
     d.error("/model/qkv_split",
-            "the fused QKV split's backward is modelled for the eager and fsdp2 kernel lists (deepspeed charges "
-            "it already); set training.framework to eager or fsdp2, or leave qkv_split off");
+            "the fused QKV split's backward is modelled for the eager and fsdp2 kernel lists (deepspeed and "
+            "megatron-legacy charge it already); set training.framework to eager or fsdp2, or leave qkv_split off");
   }
   // Autograd's accumulation runs on the whole .grad of each parameter; FSDP reduce-
   // scatters every micro-batch's gradient and DeepSpeed accumulates in its own pass.

@@ -1159,7 +1159,14 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     // Sharded casts: the recomputed forward runs on the weights gathered (and cast) for backward.
     dense.recompute =
         full_recompute_of(R.casts_sharded ? without_first(dense.forward, "amp.weight.cast") : dense.forward, p, D);
-  } else if (p.recompute == Recompute::Selective && tr.attention == AttentionKind::Unfused) {
+  } else if (p.recompute == Recompute::Selective &&
+             (tr.attention == AttentionKind::Unfused || tr.framework == Framework::MegatronTe)) {
+    // Selective recomputation reruns the attention core before its backward. Megatron-LM's
+    // legacy model checkpoints only its unfused core (ParallelAttention skips the checkpoint
+    // for flash attention); Megatron-Core checkpoints whatever core attention the layer runs,
+    // Transformer Engine's fused kernels included (Attention.forward calls
+    // _checkpointed_attention_forward when recompute_granularity is "selective",
+    // megatron/core/transformer/attention.py, core_r0.8.0).
     StepList L(&dense.recompute, Pass::Forward, D.act_bytes, tr.fp8_recipe);
     attention_core_forward(L, A, tr.attention, {});
   }

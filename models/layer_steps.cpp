@@ -231,6 +231,9 @@ struct KernelRecipe {
   // Linear-layer biases (TransformerSpec::bias): the QKV bias added by its own kernel
   // after the GEMM, and every bias gradient as a column sum of its output gradient.
   bool bias_add = false, bias_grad = false;
+  // Megatron-Core with Transformer Engine: only the MLP input projection's bias gradient
+  // is a kernel of its own (autograd's sum over the tokens; below).
+  bool bias_grad_up = false;
   bool weight_casts = false;   // fp32 master weights cast to 16 bits once per forward (AMP / FSDP2)
   bool casts_sharded = false;  // FSDP: the cast runs on the 1/dp shard, before the all-gather, in both passes
   bool casts_flat = false;     // FSDP1: one cast of the block's flat parameter instead of one per weight
@@ -283,6 +286,17 @@ KernelRecipe recipe_of(const TrainingSpec& tr, double act_bytes, bool rmsnorm) {
   // Transformer Engine and Inductor fuse both into the GEMM or a neighbouring kernel.
   r.bias_add = f == Framework::Default || f == Framework::DeepSpeed;
   r.bias_grad = r.bias_add || f == Framework::Eager || f == Framework::Fsdp2;
+  // Megatron-Core builds the MLP input projection, the attention output projection and the
+  // MLP output projection with skip_bias_add (Transformer Engine's return_bias: TE leaves
+  // those biases to the next op) and the QKV projection without (TE adds it in its GEMM and
+  // computes its gradient in the GEMM or FP8 cast-transpose kernel). The output projections'
+  // biases go into the compiled bias-dropout-add (jit_fuser), whose generated backward sums
+  // their gradients. The input projection's goes into the fused bias-GeLU / bias-SwiGLU, an
+  // autograd.Function whose backward returns the full [tokens, ffn] gradient for the bias as
+  // well (GeLUFunction.backward: `return tmp, tmp`, megatron/core/fusions/fused_bias_gelu.py,
+  // core_r0.8.0), which the autograd engine reduces to the bias's shape (validate_outputs ->
+  // sum_to, torch/csrc/autograd/engine.cpp): one reduction reading that gradient.
+  r.bias_grad_up = f == Framework::MegatronTe;
   if (f == Framework::TorchCompile) r.weight_casts = true;  // Inductor fuses the pointwise chains, not the casts
   if (f == Framework::MegatronTe) {
     if (tr.cross_entropy_loss_fusion) {
@@ -1096,6 +1110,7 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     // MLP bias gradients: the down projection's over the block output's gradient,
     // the up projection's over the activation's input gradient.
     if (bias && R.bias_grad) L.memory("mlp.bias.grad", act_norm + D.tokens * D.f_t * D.act_bytes, {}, 2);
+    if (bias && R.bias_grad_up) L.memory("mlp.bias.grad", D.tokens * D.f_t * D.up_mult * D.act_bytes);
     const int in2 = D.sp ? L.comm("tp.ag.mlp.input", CollectiveKind::AllGather, CommClass::TP, act) : -1;
     L.gemm("mlp.up.dgrad", D.gemm_dtype, D.tokens, D.h, D.f_t * D.up_mult);
     const int rs2 = D.tp_comm ? L.comm("tp.mlp.in.grad", tp_in_kind, CommClass::TP, act) : -1;

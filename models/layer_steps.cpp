@@ -64,6 +64,12 @@ FsdpGradientPasses fsdp_gradient_passes(const TrainingSpec& tr, const ParallelSp
 
 namespace {
 
+// Transformer Engine's userbuffers pipeline overlap (a GEMM followed by a reduce-scatter)
+// splits the GEMM into num_splits chunks: 4 by default (initialize_ub, transformer_engine/
+// pytorch/module/base.py, v1.8) and in every NeMo-Framework-Launcher 24.07
+// conf/training/tp_overlap/ub_cfg_h100_*.yaml that sets it.
+constexpr int kUserbufferPipelineSplits = 4;
+
 // Appends steps to one list and keeps track of the last collective, so that the
 // common case ("the next step needs the last collective's result") is one call.
 class StepList {
@@ -74,11 +80,14 @@ class StepList {
   void set_pass(Pass p) { pass_ = p; }
 
   // `model_flops` < 0: the GEMM's own FLOPs (MoE experts count balanced routing instead).
+  // `count` GEMMs of m x n x k in `kernels` launches (a batched GEMM is one launch; a GEMM
+  // split into chunks is one launch per chunk).
   int gemm(const std::string& name, Dtype dtype, double m, double n, double k, std::vector<int> waits = {},
-           double count = 1, double model_flops = -1) {
+           double count = 1, double model_flops = -1, int kernels = 1) {
     ComputeOp op;
     op.name = name;
     op.kind = OpKind::Gemm;
+    op.kernels = kernels;
     op.dtype = dtype;
     op.m = static_cast<std::int64_t>(m);
     op.n = static_cast<std::int64_t>(n);
@@ -909,7 +918,10 @@ void residual_backward(StepList& L, const char* name, const Dims& D, const Kerne
 // overlap (`ov`) it runs alongside the dgrad and the wgrad waits for it. Sequential
 // and parallel blocks share these steps.
 void mlp_down_backward(StepList& L, const Dims& D, const KernelRecipe& R, int g, bool ov) {
-  L.gemm("mlp.down.dgrad", D.gemm_dtype, D.tokens, D.f_t, D.h, ov ? std::vector<int>{} : maybe(g));
+  // With TP overlap the output gradient's all-gather is a ring exchange: tp chunks (fc2_dgrad).
+  const int split = ov ? static_cast<int>(D.t) : 1;
+  L.gemm("mlp.down.dgrad", D.gemm_dtype, D.tokens / split, D.f_t, D.h, ov ? std::vector<int>{} : maybe(g), split, -1,
+         split);
   L.set_pass(Pass::BackwardWeight);
   L.gemm("mlp.down.wgrad", D.gemm_dtype, D.h, D.f_t, D.tokens, ov ? maybe(g) : std::vector<int>{});
   L.set_pass(Pass::BackwardInput);
@@ -1032,6 +1044,14 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
   const bool ov = p.tp_comm_overlap && D.tp_comm;
   auto gate = [&](int c) { return ov ? std::vector<int>{} : maybe(c); };
   auto after = [&](int c) { return ov ? maybe(c) : std::vector<int>{}; };
+  // Transformer Engine's userbuffers split an overlapped GEMM into chunks (initialize_ub,
+  // transformer_engine/pytorch/module/base.py, v1.8): an all-gather overlapped by ring exchange
+  // (qkv_fprop, fc1_fprop, proj_dgrad, fc2_dgrad) runs one GEMM per TP rank's shard of the
+  // tokens (num_splits = tp); a reduce-scatter overlapped by the pipeline method (proj_fprop,
+  // fc2_fprop) runs num_splits = 4 GEMMs of a quarter of the rows each. The bulk overlaps of
+  // the backward (qkv and fc1 dgrad and wgrad) run the GEMM whole.
+  const int ag_split = ov ? p.tp : 1;
+  const int rs_split = ov ? kUserbufferPipelineSplits : 1;
   KernelRecipe R = recipe_of(tr, D.act_bytes, m.rmsnorm);
   if (D.act_bytes >= 4) R.weight_casts = false;  // FP32 training: no 16-bit weight copies to cast
   // ZeRO-3 gathers 16-bit parameters (the planner's all-gathers), which under PyTorch FSDP is
@@ -1066,7 +1086,8 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     if (m.mla.enabled()) {
       mla_projections_forward(L, m, D, gate(ag1));
     } else {
-      L.gemm("attn.qkv", D.gemm_dtype, D.tokens, (D.a_t + 2 * D.g_t) * D.d, D.h, gate(ag1));
+      L.gemm("attn.qkv", D.gemm_dtype, D.tokens / ag_split, (D.a_t + 2 * D.g_t) * D.d, D.h, gate(ag1), ag_split, -1,
+             ag_split);
     }
     std::vector<int> core_waits = after(ag1);
     if (bias && R.bias_add) {
@@ -1086,15 +1107,16 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     attention_core_forward(L, A, tr.attention, core_waits);
     const int a2a_out =
         D.ulysses > 1 ? cp_step(L, "cp.a2a.out", CollectiveKind::AllToAll, out_bytes, ulysses_group, {}, um.out) : -1;
-    L.gemm("attn.proj", D.gemm_dtype, D.tokens, D.h, D.a_t * D.d_out, maybe(a2a_out));
+    L.gemm("attn.proj", D.gemm_dtype, D.tokens / rs_split, D.h, D.a_t * D.d_out, maybe(a2a_out), rs_split, -1,
+           rs_split);
     const int r1 = D.tp_comm ? L.comm("tp.attn.out", tp_out_kind, CommClass::TP, act, {}, ov) : -1;
     L.memory("attn.residual", residual, maybe(r1), residual_kernels);  // bias-dropout-add (+ mask)
     L.memory("norm2", act_norm * 2 * R.norm, {}, R.norm_kernels);
     const int ag2 = D.sp ? L.comm("tp.ag.mlp", CollectiveKind::AllGather, CommClass::TP, act) : -1;
-    L.gemm("mlp.up", D.gemm_dtype, D.tokens, D.f_t * D.up_mult, D.h, gate(ag2));
+    L.gemm("mlp.up", D.gemm_dtype, D.tokens / ag_split, D.f_t * D.up_mult, D.h, gate(ag2), ag_split, -1, ag_split);
     L.memory("mlp.act", D.tokens * D.f_t * D.act_bytes * (D.swiglu ? 3 * R.swiglu : 2), after(ag2),
              D.swiglu ? R.swiglu_kernels : 1);
-    L.gemm("mlp.down", D.gemm_dtype, D.tokens, D.h, D.f_t);
+    L.gemm("mlp.down", D.gemm_dtype, D.tokens / rs_split, D.h, D.f_t, {}, rs_split, -1, rs_split);
     const int r2 = D.tp_comm ? L.comm("tp.mlp.out", tp_out_kind, CommClass::TP, act, {}, ov) : -1;
     L.memory("mlp.residual", residual, maybe(r2), residual_kernels);
   }
@@ -1124,7 +1146,8 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     // Attention block, in reverse.
     residual_backward(L, "attn.residual.bwd", D, R, act_norm);
     const int g2 = D.sp ? L.comm("tp.ag.attn.grad", CollectiveKind::AllGather, CommClass::TP, act) : -1;
-    L.gemm("attn.proj.dgrad", D.gemm_dtype, D.tokens, D.a_t * D.d_out, D.h, gate(g2));
+    L.gemm("attn.proj.dgrad", D.gemm_dtype, D.tokens / ag_split, D.a_t * D.d_out, D.h, gate(g2), ag_split, -1,
+           ag_split);
     L.set_pass(Pass::BackwardWeight);
     L.gemm("attn.proj.wgrad", D.gemm_dtype, D.h, D.a_t * D.d_out, D.tokens, after(g2));
     L.set_pass(Pass::BackwardInput);

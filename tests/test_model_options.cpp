@@ -1257,3 +1257,30 @@ TEST_CASE("selective recomputation: Megatron-Core reruns its fused attention cor
   };
   CHECK(step({te, selective}) > step({te}));
 }
+
+TEST_CASE("TP communication overlap: userbuffers split the ring-exchange and pipeline GEMMs into chunks") {
+  // gpt3-1.3b on TP 2 with sequence parallelism: 2 x 4096 tokens per micro-batch.
+  const std::vector<std::string> sp{"parallel.sequence_parallel=true"};
+  const std::vector<std::string> ov{"parallel.sequence_parallel=true", "parallel.tp_comm_overlap=true"};
+  const double tokens = 2 * 4096;
+  for (const char* name : {"attn.qkv", "mlp.up", "attn.proj.dgrad", "mlp.down.dgrad"}) {  // ring exchange: tp chunks
+    const ComputeOp whole = first_op(kBase, sp, name), split = first_op(kBase, ov, name);
+    CHECK(whole.m == static_cast<std::int64_t>(tokens));
+    CHECK(whole.kernels == 1);
+    CHECK(split.m == static_cast<std::int64_t>(tokens / 2));
+    CHECK(split.kernels == 2);
+    CHECK(split.flops == doctest::Approx(whole.flops));
+  }
+  for (const char* name : {"attn.proj", "mlp.down"}) {  // pipeline: 4 chunks
+    const ComputeOp split = first_op(kBase, ov, name);
+    CHECK(split.m == static_cast<std::int64_t>(tokens / 4));
+    CHECK(split.kernels == 4);
+    CHECK(split.flops == doctest::Approx(first_op(kBase, sp, name).flops));
+  }
+  for (const char* name : {"attn.qkv.dgrad", "attn.qkv.wgrad", "mlp.up.dgrad", "mlp.up.wgrad"}) {  // bulk: whole
+    CHECK(first_op(kBase, ov, name).kernels == 1);
+    CHECK(first_op(kBase, ov, name).m == first_op(kBase, sp, name).m);
+  }
+  // A chunk runs lower on the GEMM curve than the whole GEMM.
+  CHECK(kernel_seconds(ov, "mlp.up") > kernel_seconds(sp, "mlp.up"));
+}

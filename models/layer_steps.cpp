@@ -59,6 +59,15 @@ FsdpGradientPasses fsdp_gradient_passes(const TrainingSpec& tr, const ParallelSp
     g.bytes_per_element += param + reduce;
     g.kernels += 1;
   }
+  // Release 1.13 (training.fsdp_pad_copy): _post_backward_hook pads the flattened gradient
+  // to a multiple of the world size with F.pad(grad.view(-1), [0, num_pad]) before the
+  // reduce-scatter, unconditionally, and constant_pad_nd returns a clone when no pad is
+  // positive: read + write of the gradient in the reduction dtype. From release 2.0
+  // (_get_reduce_scatter_tensors) the copy happens only when padding is needed.
+  if (tr.fsdp_pad_copy) {
+    g.bytes_per_element += 2 * reduce;
+    g.kernels += 1;
+  }
   return g;
 }
 

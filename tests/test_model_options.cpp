@@ -433,6 +433,22 @@ TEST_CASE("FSDP1 under ZeRO-3: each unit's flat gradient is catted, cast and div
   CHECK(passes({"parallel.dp=2", "parallel.tp=4", "parallel.global_batch=8"}).kernels == 3);
   CHECK(passes({"parallel.dp=6", "parallel.tp=4", "cluster.nodes=3", "parallel.global_batch=24"}).bytes_per_element ==
         doctest::Approx(4 + 6 + 8 + 8.0 / 6));
+  // PyTorch 1.13 (training.fsdp_pad_copy): F.pad's clone of the flat gradient in the
+  // reduction dtype, read + write 4 B, one kernel more.
+  CHECK(passes({"training.fsdp_pad_copy=true"}).bytes_per_element == doctest::Approx(19 + 8));
+  CHECK(passes({"training.fsdp_pad_copy=true"}).kernels == 5);
+  CHECK(passes({"training.fsdp_pad_copy=true", "training.grad_reduce=bf16"}).bytes_per_element ==
+        doctest::Approx(8.5 + 4));
+  CHECK(run({"training.fsdp_pad_copy=true"}, text).iteration_time_s > run({}, text).iteration_time_s);
+  for (const char* other : {"training.framework=fsdp2", "training.framework=torch-compile", "parallel.zero=1"}) {
+    std::string error;
+    try {
+      load_scenario_text(text, "options.json", "", {"training.fsdp_pad_copy=true", other}, catalog());
+    } catch (const InputError& e) {
+      error = e.what();
+    }
+    CHECK(error.find("/training/fsdp_pad_copy:") != std::string::npos);
+  }
   // Not FSDP1: nothing.
   for (const char* other : {"training.framework=fsdp2", "training.framework=default", "parallel.zero=1"}) {
     CHECK(passes({other}).kernels == 0);

@@ -60,10 +60,25 @@ FsdpGradientPasses fsdp_gradient_passes(const TrainingSpec& tr, const ParallelSp
     g.bytes_per_element += param + reduce;
     g.kernels += 1;
   }
+  // Release 1.13 (training.fsdp_pad_copy): _post_backward_hook pads the flattened gradient
+  // to a multiple of the world size with F.pad(grad.view(-1), [0, num_pad]) before the
+  // reduce-scatter, unconditionally, and constant_pad_nd returns a clone when no pad is
+  // positive: read + write of the gradient in the reduction dtype. From release 2.0
+  // (_get_reduce_scatter_tensors) the copy happens only when padding is needed.
+  if (tr.fsdp_pad_copy) {
+    g.bytes_per_element += 2 * reduce;
+    g.kernels += 1;
+  }
   return g;
 }
 
 namespace {
+
+// Transformer Engine's userbuffers pipeline overlap (a GEMM followed by a reduce-scatter)
+// splits the GEMM into num_splits chunks: 4 by default (initialize_ub, transformer_engine/
+// pytorch/module/base.py, v1.8) and in every NeMo-Framework-Launcher 24.07
+// conf/training/tp_overlap/ub_cfg_h100_*.yaml that sets it.
+constexpr int kUserbufferPipelineSplits = 4;
 
 // Appends steps to one list and keeps track of the last collective, so that the
 // common case ("the next step needs the last collective's result") is one call.
@@ -75,11 +90,14 @@ class StepList {
   void set_pass(Pass p) { pass_ = p; }
 
   // `model_flops` < 0: the GEMM's own FLOPs (MoE experts count balanced routing instead).
+  // `count` GEMMs of m x n x k in `kernels` launches (a batched GEMM is one launch; a GEMM
+  // split into chunks is one launch per chunk).
   int gemm(const std::string& name, Dtype dtype, double m, double n, double k, std::vector<int> waits = {},
-           double count = 1, double model_flops = -1) {
+           double count = 1, double model_flops = -1, int kernels = 1) {
     ComputeOp op;
     op.name = name;
     op.kind = OpKind::Gemm;
+    op.kernels = kernels;
     op.dtype = dtype;
     op.m = static_cast<std::int64_t>(m);
     op.n = static_cast<std::int64_t>(n);
@@ -232,6 +250,9 @@ struct KernelRecipe {
   // Linear-layer biases (TransformerSpec::bias): the QKV bias added by its own kernel
   // after the GEMM, and every bias gradient as a column sum of its output gradient.
   bool bias_add = false, bias_grad = false;
+  // Megatron-Core with Transformer Engine: only the MLP input projection's bias gradient
+  // is a kernel of its own (autograd's sum over the tokens; below).
+  bool bias_grad_up = false;
   bool weight_casts = false;   // fp32 master weights cast to 16 bits once per forward (AMP / FSDP2)
   bool casts_sharded = false;  // FSDP: the cast runs on the 1/dp shard, before the all-gather, in both passes
   bool casts_flat = false;     // FSDP1: one cast of the block's flat parameter instead of one per weight
@@ -293,6 +314,17 @@ KernelRecipe recipe_of(const TrainingSpec& tr, double act_bytes, const Transform
   // Transformer Engine and Inductor fuse both into the GEMM or a neighbouring kernel.
   r.bias_add = f == Framework::Default || f == Framework::DeepSpeed || f == Framework::MegatronLegacy;
   r.bias_grad = r.bias_add || f == Framework::Eager || f == Framework::Fsdp2;
+  // Megatron-Core builds the MLP input projection, the attention output projection and the
+  // MLP output projection with skip_bias_add (Transformer Engine's return_bias: TE leaves
+  // those biases to the next op) and the QKV projection without (TE adds it in its GEMM and
+  // computes its gradient in the GEMM or FP8 cast-transpose kernel). The output projections'
+  // biases go into the compiled bias-dropout-add (jit_fuser), whose generated backward sums
+  // their gradients. The input projection's goes into the fused bias-GeLU / bias-SwiGLU, an
+  // autograd.Function whose backward returns the full [tokens, ffn] gradient for the bias as
+  // well (GeLUFunction.backward: `return tmp, tmp`, megatron/core/fusions/fused_bias_gelu.py,
+  // core_r0.8.0), which the autograd engine reduces to the bias's shape (validate_outputs ->
+  // sum_to, torch/csrc/autograd/engine.cpp): one reduction reading that gradient.
+  r.bias_grad_up = f == Framework::MegatronTe;
   if (f == Framework::TorchCompile) r.weight_casts = true;  // Inductor fuses the pointwise chains, not the casts
   if (f == Framework::MegatronTe) {
     if (tr.cross_entropy_loss_fusion) {
@@ -917,7 +949,10 @@ void residual_backward(StepList& L, const char* name, const Dims& D, const Kerne
 // overlap (`ov`) it runs alongside the dgrad and the wgrad waits for it. Sequential
 // and parallel blocks share these steps.
 void mlp_down_backward(StepList& L, const Dims& D, const KernelRecipe& R, int g, bool ov) {
-  L.gemm("mlp.down.dgrad", D.gemm_dtype, D.tokens, D.f_t, D.h, ov ? std::vector<int>{} : maybe(g));
+  // With TP overlap the output gradient's all-gather is a ring exchange: tp chunks (fc2_dgrad).
+  const int split = ov ? static_cast<int>(D.t) : 1;
+  L.gemm("mlp.down.dgrad", D.gemm_dtype, D.tokens / split, D.f_t, D.h, ov ? std::vector<int>{} : maybe(g), split, -1,
+         split);
   L.set_pass(Pass::BackwardWeight);
   L.gemm("mlp.down.wgrad", D.gemm_dtype, D.h, D.f_t, D.tokens, ov ? maybe(g) : std::vector<int>{});
   L.set_pass(Pass::BackwardInput);
@@ -1040,6 +1075,14 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
   const bool ov = p.tp_comm_overlap && D.tp_comm;
   auto gate = [&](int c) { return ov ? std::vector<int>{} : maybe(c); };
   auto after = [&](int c) { return ov ? maybe(c) : std::vector<int>{}; };
+  // Transformer Engine's userbuffers split an overlapped GEMM into chunks (initialize_ub,
+  // transformer_engine/pytorch/module/base.py, v1.8): an all-gather overlapped by ring exchange
+  // (qkv_fprop, fc1_fprop, proj_dgrad, fc2_dgrad) runs one GEMM per TP rank's shard of the
+  // tokens (num_splits = tp); a reduce-scatter overlapped by the pipeline method (proj_fprop,
+  // fc2_fprop) runs num_splits = 4 GEMMs of a quarter of the rows each. The bulk overlaps of
+  // the backward (qkv and fc1 dgrad and wgrad) run the GEMM whole.
+  const int ag_split = ov ? p.tp : 1;
+  const int rs_split = ov ? kUserbufferPipelineSplits : 1;
   KernelRecipe R = recipe_of(tr, D.act_bytes, m);
   if (D.act_bytes >= 4) R.weight_casts = false;  // FP32 training: no 16-bit weight copies to cast
   // ZeRO-3 gathers 16-bit parameters (the planner's all-gathers), which under PyTorch FSDP is
@@ -1074,7 +1117,8 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     if (m.mla.enabled()) {
       mla_projections_forward(L, m, D, gate(ag1));
     } else {
-      L.gemm("attn.qkv", D.gemm_dtype, D.tokens, (D.a_t + 2 * D.g_t) * D.d, D.h, gate(ag1));
+      L.gemm("attn.qkv", D.gemm_dtype, D.tokens / ag_split, (D.a_t + 2 * D.g_t) * D.d, D.h, gate(ag1), ag_split, -1,
+             ag_split);
     }
     std::vector<int> core_waits = after(ag1);
     if (bias && R.bias_add) {
@@ -1094,15 +1138,16 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     attention_core_forward(L, A, tr.attention, core_waits);
     const int a2a_out =
         D.ulysses > 1 ? cp_step(L, "cp.a2a.out", CollectiveKind::AllToAll, out_bytes, ulysses_group, {}, um.out) : -1;
-    L.gemm("attn.proj", D.gemm_dtype, D.tokens, D.h, D.a_t * D.d_out, maybe(a2a_out));
+    L.gemm("attn.proj", D.gemm_dtype, D.tokens / rs_split, D.h, D.a_t * D.d_out, maybe(a2a_out), rs_split, -1,
+           rs_split);
     const int r1 = D.tp_comm ? L.comm("tp.attn.out", tp_out_kind, CommClass::TP, act, {}, ov) : -1;
     L.memory("attn.residual", residual, maybe(r1), residual_kernels);  // bias-dropout-add (+ mask)
     L.memory("norm2", act_norm * 2 * R.norm, {}, R.norm_kernels);
     const int ag2 = D.sp ? L.comm("tp.ag.mlp", CollectiveKind::AllGather, CommClass::TP, act) : -1;
-    L.gemm("mlp.up", D.gemm_dtype, D.tokens, D.f_t * D.up_mult, D.h, gate(ag2));
+    L.gemm("mlp.up", D.gemm_dtype, D.tokens / ag_split, D.f_t * D.up_mult, D.h, gate(ag2), ag_split, -1, ag_split);
     L.memory("mlp.act", D.tokens * D.f_t * D.act_bytes * (D.swiglu ? 3 * R.swiglu : 2), after(ag2),
              D.swiglu ? R.swiglu_kernels : 1);
-    L.gemm("mlp.down", D.gemm_dtype, D.tokens, D.h, D.f_t);
+    L.gemm("mlp.down", D.gemm_dtype, D.tokens / rs_split, D.h, D.f_t, {}, rs_split, -1, rs_split);
     const int r2 = D.tp_comm ? L.comm("tp.mlp.out", tp_out_kind, CommClass::TP, act, {}, ov) : -1;
     L.memory("mlp.residual", residual, maybe(r2), residual_kernels);
   }
@@ -1118,6 +1163,7 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     // MLP bias gradients: the down projection's over the block output's gradient,
     // the up projection's over the activation's input gradient.
     if (bias && R.bias_grad) L.memory("mlp.bias.grad", act_norm + D.tokens * D.f_t * D.act_bytes, {}, 2);
+    if (bias && R.bias_grad_up) L.memory("mlp.bias.grad", D.tokens * D.f_t * D.up_mult * D.act_bytes);
     const int in2 = D.sp ? L.comm("tp.ag.mlp.input", CollectiveKind::AllGather, CommClass::TP, act) : -1;
     L.gemm("mlp.up.dgrad", D.gemm_dtype, D.tokens, D.h, D.f_t * D.up_mult);
     const int rs2 = D.tp_comm ? L.comm("tp.mlp.in.grad", tp_in_kind, CommClass::TP, act) : -1;
@@ -1131,7 +1177,8 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     // Attention block, in reverse.
     residual_backward(L, "attn.residual.bwd", D, R, act_norm);
     const int g2 = D.sp ? L.comm("tp.ag.attn.grad", CollectiveKind::AllGather, CommClass::TP, act) : -1;
-    L.gemm("attn.proj.dgrad", D.gemm_dtype, D.tokens, D.a_t * D.d_out, D.h, gate(g2));
+    L.gemm("attn.proj.dgrad", D.gemm_dtype, D.tokens / ag_split, D.a_t * D.d_out, D.h, gate(g2), ag_split, -1,
+           ag_split);
     L.set_pass(Pass::BackwardWeight);
     L.gemm("attn.proj.wgrad", D.gemm_dtype, D.h, D.a_t * D.d_out, D.tokens, after(g2));
     L.set_pass(Pass::BackwardInput);
@@ -1181,7 +1228,14 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     // Sharded casts: the recomputed forward runs on the weights gathered (and cast) for backward.
     dense.recompute =
         full_recompute_of(R.casts_sharded ? without_first(dense.forward, "amp.weight.cast") : dense.forward, p, D);
-  } else if (p.recompute == Recompute::Selective && tr.attention == AttentionKind::Unfused) {
+  } else if (p.recompute == Recompute::Selective &&
+             (tr.attention == AttentionKind::Unfused || tr.framework == Framework::MegatronTe)) {
+    // Selective recomputation reruns the attention core before its backward. Megatron-LM's
+    // legacy model checkpoints only its unfused core (ParallelAttention skips the checkpoint
+    // for flash attention); Megatron-Core checkpoints whatever core attention the layer runs,
+    // Transformer Engine's fused kernels included (Attention.forward calls
+    // _checkpointed_attention_forward when recompute_granularity is "selective",
+    // megatron/core/transformer/attention.py, core_r0.8.0).
     StepList L(&dense.recompute, Pass::Forward, D.act_bytes, tr.fp8_recipe);
     attention_core_forward(L, A, tr.attention, {});
   }

@@ -344,6 +344,10 @@ struct TrainingSpec {
   // CUDA_LAUNCH_BLOCKING=1: every launch returns when its kernel has finished, so
   // the host's issue time adds to the GPU time instead of hiding behind it.
   bool launch_blocking = false;
+  // PyTorch 1.13's FSDP copies each unit's flat gradient into a padded buffer before every
+  // reduce-scatter (F.pad in _post_backward_hook, a clone when no padding is needed);
+  // releases from 2.0 copy only when padding is needed (docs/frameworks.md).
+  bool fsdp_pad_copy = false;
   Fp8Recipe fp8_recipe = Fp8Recipe::Delayed;  // precision fp8 only
   CudaGraphScope cuda_graphs = CudaGraphScope::None;
   GradAccumulation grad_accumulation = GradAccumulation::Fused;

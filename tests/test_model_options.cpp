@@ -433,6 +433,22 @@ TEST_CASE("FSDP1 under ZeRO-3: each unit's flat gradient is catted, cast and div
   CHECK(passes({"parallel.dp=2", "parallel.tp=4", "parallel.global_batch=8"}).kernels == 3);
   CHECK(passes({"parallel.dp=6", "parallel.tp=4", "cluster.nodes=3", "parallel.global_batch=24"}).bytes_per_element ==
         doctest::Approx(4 + 6 + 8 + 8.0 / 6));
+  // PyTorch 1.13 (training.fsdp_pad_copy): F.pad's clone of the flat gradient in the
+  // reduction dtype, read + write 4 B, one kernel more.
+  CHECK(passes({"training.fsdp_pad_copy=true"}).bytes_per_element == doctest::Approx(19 + 8));
+  CHECK(passes({"training.fsdp_pad_copy=true"}).kernels == 5);
+  CHECK(passes({"training.fsdp_pad_copy=true", "training.grad_reduce=bf16"}).bytes_per_element ==
+        doctest::Approx(8.5 + 4));
+  CHECK(run({"training.fsdp_pad_copy=true"}, text).iteration_time_s > run({}, text).iteration_time_s);
+  for (const char* other : {"training.framework=fsdp2", "training.framework=torch-compile", "parallel.zero=1"}) {
+    std::string error;
+    try {
+      load_scenario_text(text, "options.json", "", {"training.fsdp_pad_copy=true", other}, catalog());
+    } catch (const InputError& e) {
+      error = e.what();
+    }
+    CHECK(error.find("/training/fsdp_pad_copy:") != std::string::npos);
+  }
   // Not FSDP1: nothing.
   for (const char* other : {"training.framework=fsdp2", "training.framework=default", "parallel.zero=1"}) {
     CHECK(passes({other}).kernels == 0);
@@ -1135,14 +1151,26 @@ TEST_CASE("linear biases: Megatron-LM adds the QKV bias and sums every bias grad
   CHECK(mlp.kernels == 2);
   CHECK(attn.kernels == 2);
   CHECK(run(bias, text).iteration_time_s > run({}, text).iteration_time_s);
-  // Without the key, and where the framework fuses them (Transformer Engine, Inductor), nothing is added;
+  // Without the key, and where the framework fuses them (Inductor), nothing is added;
   // eager nn.Linear adds the bias in its GEMM but sums the gradient separately.
   CHECK(tasks_ending(stage_program(text, {}), ".bias").empty());
-  for (const char* fused : {"training.framework=megatron-te", "training.framework=torch-compile"}) {
-    const ProgramTemplate p = stage_program(text, {"model.bias=true", fused});
+  {
+    const ProgramTemplate p = stage_program(text, {"model.bias=true", "training.framework=torch-compile"});
     CHECK(tasks_ending(p, ".bias").empty());
     CHECK(tasks_ending(p, ".bias.grad").empty());
   }
+  // Megatron-Core with Transformer Engine: no add and no QKV or output-projection sums, but
+  // autograd reduces the fused bias-GeLU's full gradient to the MLP input bias: one read of
+  // the activation's input gradient (8192 tokens x 4096 columns, 2 B).
+  const std::vector<std::string> te{"model.bias=true", "training.framework=megatron-te"};
+  const ProgramTemplate mcore = stage_program(text, te);
+  CHECK(tasks_ending(mcore, ".bias").empty());
+  CHECK(tasks_ending(mcore, "attn.bias.grad").empty());
+  CHECK_FALSE(tasks_ending(mcore, "mlp.bias.grad").empty());
+  const ComputeOp up = first_op(text, te, "mlp.bias.grad");
+  CHECK(up.bytes == doctest::Approx(tokens * 8192 / 2 * 2));
+  CHECK(up.kernels == 1);
+  CHECK(tasks_ending(stage_program(text, {"training.framework=megatron-te"}), ".bias.grad").empty());
   const ProgramTemplate eager = stage_program(text, {"model.bias=true", "training.framework=eager"});
   CHECK(tasks_ending(eager, ".bias").empty());
   CHECK_FALSE(tasks_ending(eager, "mlp.bias.grad").empty());
@@ -1283,4 +1311,58 @@ TEST_CASE("framework megatron-legacy: Megatron-LM's pre-Core model kernels, with
   const std::string e = load_error(text, {"training.persist_layer_norm=true"});
   CHECK(e.find("options.json: /training/persist_layer_norm:") != std::string::npos);
   CHECK(e.find("megatron-legacy") != std::string::npos);
+}
+
+TEST_CASE("selective recomputation: Megatron-Core reruns its fused attention core, legacy Megatron only unfused") {
+  // Llama-3 8B on 8 H200 without ZeRO-3 or full recomputation; the attention core
+  // forward appears once per layer and micro-batch, and once more where it is rerun.
+  const std::vector<std::string> base{"parallel.zero=1", "parallel.recompute=none"};
+  auto cores = [&](std::vector<std::string> sets) {
+    sets.insert(sets.begin(), base.begin(), base.end());
+    return tasks_ending(stage_program(kLlama, sets), "attn.core").size();
+  };
+  const std::string te = "training.framework=megatron-te", selective = "parallel.recompute=selective";
+  const std::size_t plain = cores({te});
+  REQUIRE(plain > 0);
+  CHECK(cores({te, selective}) == 2 * plain);                              // cuDNN core rerun
+  CHECK(cores({te, selective, "training.attention=flash"}) == 2 * plain);  // any TE backend
+  CHECK(cores({selective}) == cores({}));                                  // legacy: flash not checkpointed
+  auto softmaxes = [&](std::vector<std::string> sets) {
+    sets.insert(sets.begin(), base.begin(), base.end());
+    sets.push_back("training.attention=unfused");
+    return tasks_ending(stage_program(kLlama, sets), "attn.softmax").size();
+  };
+  CHECK(softmaxes({selective}) == 2 * softmaxes({}));  // legacy: the unfused core is rerun
+  auto step = [&](std::vector<std::string> sets) {
+    sets.insert(sets.begin(), base.begin(), base.end());
+    return simulate(llama(sets)).iteration_time_s;
+  };
+  CHECK(step({te, selective}) > step({te}));
+}
+
+TEST_CASE("TP communication overlap: userbuffers split the ring-exchange and pipeline GEMMs into chunks") {
+  // gpt3-1.3b on TP 2 with sequence parallelism: 2 x 4096 tokens per micro-batch.
+  const std::vector<std::string> sp{"parallel.sequence_parallel=true"};
+  const std::vector<std::string> ov{"parallel.sequence_parallel=true", "parallel.tp_comm_overlap=true"};
+  const double tokens = 2 * 4096;
+  for (const char* name : {"attn.qkv", "mlp.up", "attn.proj.dgrad", "mlp.down.dgrad"}) {  // ring exchange: tp chunks
+    const ComputeOp whole = first_op(kBase, sp, name), split = first_op(kBase, ov, name);
+    CHECK(whole.m == static_cast<std::int64_t>(tokens));
+    CHECK(whole.kernels == 1);
+    CHECK(split.m == static_cast<std::int64_t>(tokens / 2));
+    CHECK(split.kernels == 2);
+    CHECK(split.flops == doctest::Approx(whole.flops));
+  }
+  for (const char* name : {"attn.proj", "mlp.down"}) {  // pipeline: 4 chunks
+    const ComputeOp split = first_op(kBase, ov, name);
+    CHECK(split.m == static_cast<std::int64_t>(tokens / 4));
+    CHECK(split.kernels == 4);
+    CHECK(split.flops == doctest::Approx(first_op(kBase, sp, name).flops));
+  }
+  for (const char* name : {"attn.qkv.dgrad", "attn.qkv.wgrad", "mlp.up.dgrad", "mlp.up.wgrad"}) {  // bulk: whole
+    CHECK(first_op(kBase, ov, name).kernels == 1);
+    CHECK(first_op(kBase, ov, name).m == first_op(kBase, sp, name).m);
+  }
+  // A chunk runs lower on the GEMM curve than the whole GEMM.
+  CHECK(kernel_seconds(ov, "mlp.up") > kernel_seconds(sp, "mlp.up"));
 }

@@ -608,6 +608,7 @@ TrainingSpec read_training(ObjectReader& top, const TransformerSpec& model) {
     t.host_seconds_per_kernel = r.number("host_dispatch_us", 0, 0, 100000) * 1e-6;
   }
   t.launch_blocking = r.boolean("launch_blocking", false);
+  t.fsdp_pad_copy = r.boolean("fsdp_pad_copy", false);
   t.grad_reduce_bytes = r.choice("grad_reduce", "fp32", {"fp32", "bf16", "fp16"}) == "fp32" ? 4 : 2;
   t.dropout = r.boolean("dropout", true);
   t.post_validation = r.choice("optimizer_sync", "all-reduce", {"all-reduce", "post-validation"}) == "post-validation";
@@ -808,6 +809,13 @@ void check_consistency(Scenario& s, Diagnostics& d) {
     d.error("/model/qkv_split",
             "the fused QKV split's backward is modelled for the eager and fsdp2 kernel lists (deepspeed and "
             "megatron-legacy charge it already); set training.framework to eager or fsdp2, or leave qkv_split off");
+  }
+  // PyTorch 1.13's padded gradient copy is a step of FSDP1's eager reduce path (torch.compile
+  // and FSDP2 came with 2.0 and later).
+  if (s.training.fsdp_pad_copy && (s.training.framework != Framework::Eager || s.parallel.zero < 3)) {
+    d.error("/training/fsdp_pad_copy",
+            "PyTorch 1.13's padded gradient copy is modelled for FSDP1 under ZeRO-3 with the eager kernel lists "
+            "(\"framework\": \"eager\", \"zero\": 3)");
   }
   // Autograd's accumulation runs on the whole .grad of each parameter; FSDP reduce-
   // scatters every micro-batch's gradient and DeepSpeed accumulates in its own pass.

@@ -1590,7 +1590,7 @@ std::vector<std::vector<int>> runtime_receive_posts(const TransformerSpec& model
     t.backward_input /= 2;
     t.backward_weight /= 2;
   }
-  return receive_posts(sched, t);
+  return receive_posts(sched, t, train.zb_receives_sorted);
 }
 
 // Compute seconds of one micro-batch through the whole model (every layer's

@@ -32,6 +32,7 @@ ScheduleTiming time_schedule(const PipelineSchedule& s, const PassTimes& t) {
   out.first_start.assign(s.stages, -1);
   out.last_end.assign(s.stages, 0);
   out.unit_end.resize(s.stages);
+  out.unit_start.resize(s.stages);
   std::vector<std::size_t> pos(s.stages, 0);
   // When unit u on rank st may start (kNotYet: its input does not exist yet), and how long it runs.
   auto ready_of = [&](int st, const ScheduleUnit& u) {
@@ -88,6 +89,7 @@ ScheduleTiming time_schedule(const PipelineSchedule& s, const PassTimes& t) {
         for (std::size_t k = 0; k < n; ++k) {
           const ScheduleUnit& u = units[pos[st] + k];
           out.unit_end[st].push_back(end);
+          out.unit_start[st].push_back(start);
           const int v = s.virtual_stage(st, u.chunk);
           if (u.kind == UnitKind::Forward) at(fend, v, u.microbatch) = end;
           // A whole backward sends its input gradient when it ends (as 1F1B is counted in the paper).
@@ -104,13 +106,14 @@ ScheduleTiming time_schedule(const PipelineSchedule& s, const PassTimes& t) {
   return out;
 }
 
-std::vector<std::vector<int>> receive_posts(const PipelineSchedule& s, const PassTimes& t) {
+std::vector<std::vector<int>> receive_posts(const PipelineSchedule& s, const PassTimes& t, bool sorted) {
   const ScheduleTiming timing = time_schedule(s, t);
   const auto m = static_cast<std::size_t>(s.microbatches);
   std::vector<std::vector<int>> posts(s.stages);
   for (int st = 0; st < s.stages; ++st) {
     const auto& units = s.units[st];
-    const auto& ends = timing.unit_end[st];
+    // The first unit ending (sorted: starting) at or after the sender's completion.
+    const auto& ends = sorted ? timing.unit_start[st] : timing.unit_end[st];
     posts[st].assign(units.size(), -1);
     for (std::size_t i = 0; i < units.size(); ++i) {
       const ScheduleUnit& u = units[i];

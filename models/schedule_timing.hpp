@@ -25,7 +25,7 @@ struct ScheduleTiming {
   // Per rank, the end of each of its units (in its order; an overlapped pair's
   // two units end together); per chunk v and micro-batch mb (v * m + mb), the
   // end of its forward and of its input gradient.
-  std::vector<std::vector<double>> unit_end;
+  std::vector<std::vector<double>> unit_end, unit_start;
   std::vector<double> forward_end, input_grad_end;
   // The paper's bubble rate: (makespan - busy) / makespan of the busiest rank.
   double bubble_rate() const;
@@ -44,9 +44,13 @@ ScheduleTiming time_schedule(const PipelineSchedule& schedule, const PassTimes& 
 // megatron/core/pipeline_parallel/auto_schedule.py, github.com/sail-sg/
 // zero-bubble-pipeline-parallelism): a receive is timed at its sender's
 // predicted completion and goes before the first unit of the receiver that
-// ends at or after it. Per rank and unit: the index of the unit after which the
-// unit's input receive is posted, -1 before the rank's first unit or when the
-// input comes from the rank itself.
-std::vector<std::vector<int>> receive_posts(const PipelineSchedule& schedule, const PassTimes& times);
+// ends at or after it. With `sorted` (the runtime's first commit, ed85b11,
+// where that move before the overlapping pass is commented out) it goes
+// before the first unit that starts at or after it: among the passes sorted
+// by start time, a transfer before a pass of the same time. Per rank and
+// unit: the index of the unit after which the unit's input receive is posted,
+// -1 before the rank's first unit or when the input comes from the rank itself.
+std::vector<std::vector<int>> receive_posts(const PipelineSchedule& schedule, const PassTimes& times,
+                                            bool sorted = false);
 
 }  // namespace trainsim

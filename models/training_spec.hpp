@@ -329,6 +329,11 @@ struct TrainingSpec {
   // runtime's post-validation (true): each rank steps at once and its next
   // iteration overlaps the others' tail (docs/schedules.md).
   bool post_validation = false;
+  // Where the Zero Bubble runtime posts a receive (models/schedule_timing.hpp,
+  // receive_posts): before the pass during which its sender is predicted to
+  // finish (false, the runtime from November 2023 on), or after it, among the
+  // passes sorted by start time (true, its first commit; docs/schedules.md).
+  bool zb_receives_sorted = false;
   TiedGradSync tied_grad_sync = TiedGradSync::AfterDp;
   Framework framework = Framework::Default;
   // Megatron-Core's cross_entropy_loss_fusion (read with Framework::MegatronTe only):

@@ -133,6 +133,11 @@ TEST_CASE("zero bubble schedules by name: zb-h1 as the same units written out, f
         "error: s.json: /parallel/schedule: vpp = 2 needs the \"interleaved-1f1b\" or \"breadth-first\" schedule, "
         "found \"zb-h1\"\n");
   CHECK(errors_of({"parallel.schedule=zb-x"}).find("zb-h1") != std::string::npos);
+  CHECK(errors_of({"training.zb_receives=sorted"}) ==
+        "error: s.json: /training/zb_receives: \"sorted\" is the Zero Bubble runtime's receive placement: expected "
+        "a schedule zb-h1, zb-h2, zb-1p, zb-2p or zb-v, found \"1f1b\"\n");
+  CHECK(errors_of({"parallel.schedule=zb-1p", "training.zb_receives=late"}).find("/training/zb_receives") !=
+        std::string::npos);
 }
 
 namespace {

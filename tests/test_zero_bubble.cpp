@@ -252,6 +252,13 @@ TEST_CASE(
   // Rank 1's F1 waits for rank 0's F1 (ends at 2): F0 ends at 2, so the receive
   // goes before F0, at the start; F0 and the backwards have no input from another rank.
   CHECK(posts[1] == std::vector<int>{-1, -1, -1, -1});
+  // Sorted by start time (the runtime's first commit, training.zb_receives
+  // "sorted"): rank 1's F1 receive goes before the first unit starting at or
+  // after 2, B0, so after F0; rank 0's are the same (no unit before B0 or B1
+  // starts as late as 4 or 7).
+  const auto sorted = receive_posts(s, t, true);
+  CHECK(sorted[0] == std::vector<int>{-1, -1, 1, 2});
+  CHECK(sorted[1] == std::vector<int>{-1, -1, 0, -1});
   // On ZB-1p's schedules of 8 ranks: every receive precedes its consumer, the
   // unit it follows ends before its sender's predicted completion and the next one at or after it.
   PassTimes zb{1, 1, 0.6, 0.2};

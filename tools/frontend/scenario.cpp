@@ -612,6 +612,7 @@ TrainingSpec read_training(ObjectReader& top, const TransformerSpec& model) {
   t.grad_reduce_bytes = r.choice("grad_reduce", "fp32", {"fp32", "bf16", "fp16"}) == "fp32" ? 4 : 2;
   t.dropout = r.boolean("dropout", true);
   t.post_validation = r.choice("optimizer_sync", "all-reduce", {"all-reduce", "post-validation"}) == "post-validation";
+  t.zb_receives_sorted = r.choice("zb_receives", "overlapped", {"overlapped", "sorted"}) == "sorted";
   const std::string tied = r.choice("tied_grad_sync", t.framework == Framework::DeepSpeed ? "before-dp" : "after-dp",
                                     {"after-dp", "before-dp", "overlapped", "none"});
   t.tied_grad_sync = tied == "before-dp"    ? TiedGradSync::BeforeDp
@@ -772,6 +773,19 @@ void check_consistency(Scenario& s, Diagnostics& d) {
         d.error("/training/attention", "\"" + key + "\" needs attention_kernels." + key +
                                            " in the calibration profile of " + prof.gpu + ", which has none");
       }
+    }
+  }
+  // The Zero Bubble runtime's receive placement applies to the schedules it runs.
+  if (s.training.zb_receives_sorted) {
+    const ScheduleKind k = s.parallel.schedule;
+    const bool zb = k == ScheduleKind::ZeroBubbleH1 || k == ScheduleKind::ZeroBubbleH2 ||
+                    k == ScheduleKind::ZeroBubble1p || k == ScheduleKind::ZeroBubble2p ||
+                    k == ScheduleKind::ZeroBubbleV;
+    if (!zb) {
+      d.error("/training/zb_receives",
+              "\"sorted\" is the Zero Bubble runtime's receive placement: expected a schedule "
+              "zb-h1, zb-h2, zb-1p, zb-2p or zb-v, found \"" +
+                  std::string(to_string(k)) + "\"");
     }
   }
   // Blocking launches (CUDA_LAUNCH_BLOCKING=1) return only when the kernel, NCCL's

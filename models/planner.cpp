@@ -1936,6 +1936,9 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
     if (mpmd) return first_gpu[s] + t + tp_of(s) * (c + cp_of(s) * d);
     return placement.gpu(RankCoord{t, c, 0, d, s});
   };
+  // gpu() is affine in each coordinate unless the placement lists its GPUs
+  // (Placement::rank_index is a sum of coordinate times stride).
+  const bool affine_gpus = mpmd || !placement.explicit_gpus();
   // Per-stage layouts: the replica and TP index of the peer of the rank at
   // replica `d`, CP index `c`, TP index `t` on pipeline link `use` (the rank
   // sits on stage `s`, one end of the link). The rank's messages on the link run
@@ -1972,10 +1975,22 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
         for (int x = 0; x < par.cp_ring(); ++x) m.push_back(gpu(s, d, c % par.cp_ulysses + x * par.cp_ulysses, t));
         break;
       case SlotRole::DP: {
-        const int n = dp_of(s);
-        m.reserve(static_cast<std::size_t>(n) * cp_of(s));
+        const int n = dp_of(s), ncs = cp_of(s);
+        m.reserve(static_cast<std::size_t>(n) * ncs);
+        if (affine_gpus) {
+          // The same ids as gpu(s, x, y, t), a step per replica and per CP rank
+          // (thousands of members at 1M GPUs).
+          const int base = gpu(s, 0, 0, t);
+          const int step_x = n > 1 ? gpu(s, 1, 0, t) - base : 0, step_y = ncs > 1 ? gpu(s, 0, 1, t) - base : 0;
+          m.resize(static_cast<std::size_t>(n) * ncs);
+          int* out = m.data();
+          for (int x = 0; x < n; ++x) {
+            for (int y = 0; y < ncs; ++y) *out++ = base + x * step_x + y * step_y;
+          }
+          break;
+        }
         for (int x = 0; x < n; ++x) {
-          for (int y = 0; y < cp_of(s); ++y) m.push_back(gpu(s, x, y, t));
+          for (int y = 0; y < ncs; ++y) m.push_back(gpu(s, x, y, t));
         }
         break;
       }

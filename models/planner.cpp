@@ -1936,6 +1936,9 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
     if (mpmd) return first_gpu[s] + t + tp_of(s) * (c + cp_of(s) * d);
     return placement.gpu(RankCoord{t, c, 0, d, s});
   };
+  // gpu() is affine in each coordinate unless the placement lists its GPUs
+  // (Placement::rank_index is a sum of coordinate times stride).
+  const bool affine_gpus = mpmd || !placement.explicit_gpus();
   // Per-stage layouts: the replica and TP index of the peer of the rank at
   // replica `d`, CP index `c`, TP index `t` on pipeline link `use` (the rank
   // sits on stage `s`, one end of the link). The rank's messages on the link run
@@ -1972,10 +1975,22 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
         for (int x = 0; x < par.cp_ring(); ++x) m.push_back(gpu(s, d, c % par.cp_ulysses + x * par.cp_ulysses, t));
         break;
       case SlotRole::DP: {
-        const int n = dp_of(s);
-        m.reserve(static_cast<std::size_t>(n) * cp_of(s));
+        const int n = dp_of(s), ncs = cp_of(s);
+        m.reserve(static_cast<std::size_t>(n) * ncs);
+        if (affine_gpus) {
+          // The same ids as gpu(s, x, y, t), a step per replica and per CP rank
+          // (thousands of members at 1M GPUs).
+          const int base = gpu(s, 0, 0, t);
+          const int step_x = n > 1 ? gpu(s, 1, 0, t) - base : 0, step_y = ncs > 1 ? gpu(s, 0, 1, t) - base : 0;
+          m.resize(static_cast<std::size_t>(n) * ncs);
+          int* out = m.data();
+          for (int x = 0; x < n; ++x) {
+            for (int y = 0; y < ncs; ++y) *out++ = base + x * step_x + y * step_y;
+          }
+          break;
+        }
         for (int x = 0; x < n; ++x) {
-          for (int y = 0; y < cp_of(s); ++y) m.push_back(gpu(s, x, y, t));
+          for (int y = 0; y < ncs; ++y) m.push_back(gpu(s, x, y, t));
         }
         break;
       }
@@ -2091,6 +2106,44 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
     // of each of their communicators (each computed once: TP per (d, c), CP per
     // (d, t), pipeline links per rank; DP is shared by all replicas).
     std::vector<TimingSignature> replica_sig(computed_replicas);
+    // Replicas that are images of replica 0: where shapes read members' nodes
+    // only, a shape reads of its members just which of them share a node and
+    // which share a leaf group (AnalyticalNetwork::shape_reads_nodes_only). If
+    // a one-to-one map of nodes that maps leaf groups one to one takes every
+    // GPU of replica d (all stages, CP and TP ranks) to the GPU of the same
+    // rank of replica 0, each TP, CP and pipeline communicator of replica d
+    // has the shape of replica 0's, so replica d has replica 0's signature and
+    // uniformity, taken without computing them again. (With one GPU type the
+    // types in the signature are equal; the DP communicators are shared.)
+    std::vector<char> image_of_first(computed_replicas, 0);
+    if (nodes_only && !model.moe.enabled() && !par.uneven_shares()) {
+      // A set of (from, to) pairs is a one-to-one map.
+      auto one_to_one = [](std::vector<std::pair<int, int>>& pairs) {
+        std::sort(pairs.begin(), pairs.end());
+        pairs.erase(std::unique(pairs.begin(), pairs.end()), pairs.end());
+        for (std::size_t i = 1; i < pairs.size(); ++i)
+          if (pairs[i].first == pairs[i - 1].first) return false;
+        std::sort(pairs.begin(), pairs.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+        for (std::size_t i = 1; i < pairs.size(); ++i)
+          if (pairs[i].second == pairs[i - 1].second) return false;
+        return true;
+      };
+      std::vector<std::pair<int, int>> node_pairs, leaf_pairs;
+      for (int d = 1; d < computed_replicas; ++d) {
+        node_pairs.clear();
+        leaf_pairs.clear();
+        for (int s = 0; s < par.pp; ++s) {
+          for (int c = 0; c < par.cp; ++c) {
+            for (int t = 0; t < par.tp; ++t) {
+              const int from = cluster.node_of(gpu(s, d, c, t)), to = cluster.node_of(gpu(s, 0, c, t));
+              node_pairs.emplace_back(from, to);
+              leaf_pairs.emplace_back(net.leaf_group_of_node(from), net.leaf_group_of_node(to));
+            }
+          }
+        }
+        image_of_first[d] = one_to_one(node_pairs) && one_to_one(leaf_pairs) ? 1 : 0;
+      }
+    }
     for (int s = 0; s < par.pp; ++s) {
       const auto& slots = slots_of_stage[s];
       for (std::size_t k = 0; k < slots.size(); ++k) {
@@ -2128,6 +2181,7 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
             rs.exact.push_back(type);
           }
         }
+        if (image_of_first[d]) continue;  // its communicators' signatures: replica 0's, below
         for (std::size_t k = 0; k < slots.size(); ++k) {
           const SlotRole role = slots[k].role;
           if (role == SlotRole::DP) continue;
@@ -2157,6 +2211,11 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
           }
         }
       }
+    }
+    for (int d = 1; d < computed_replicas; ++d) {
+      if (!image_of_first[d]) continue;
+      replica_sig[d] = replica_sig[0];
+      uniform[d] = uniform[d] && uniform[0];
     }
     for (int s = 0; s < par.pp; ++s) {
       for (int d = computed_replicas; d < par.dp; ++d) {

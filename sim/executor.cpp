@@ -582,7 +582,7 @@ bool Executor::chain_can_start(std::uint32_t rank, std::uint32_t chain, std::uin
   for (std::size_t i = from + 1; i < tasks.size(); ++i) {
     const std::uint32_t task = tasks[i];
     std::uint32_t inner = 0;
-    for (const std::uint32_t d : p.deps_of(task)) inner += tc.chain_of[d] == chain && tc.index[d] >= from ? 1 : 0;
+    for (const std::uint32_t d : p.deps_of(task)) inner += tc.at[d].chain == chain && tc.at[d].index >= from ? 1 : 0;
     if (remaining_deps_[task_at(rank, task)] != inner) return false;
     const std::uint8_t s = p.tasks[task].stream;
     if (seen[s / 64] >> (s % 64) & 1) continue;
@@ -599,10 +599,11 @@ bool Executor::chain_can_start(std::uint32_t rank, std::uint32_t chain, std::uin
 void Executor::schedule(std::uint32_t rank, std::uint32_t task, Time end, Time now) {
   if (chains_) {
     const TaskChains& tc = chains_of_program_[setup_->ranks[rank].program];
-    const std::uint32_t c = tc.chain_of.empty() ? kNoChain : tc.chain_of[task];
+    const ChainPosition at = tc.at.empty() ? ChainPosition{} : tc.at[task];
+    const std::uint32_t c = at.chain;
     if (c != kNoChain) {
       ChainRun& cr = chain_run_[rank];
-      const std::uint32_t pos = tc.index[task];
+      const std::uint32_t pos = at.index;
       if (cr.chain == kNoChain && pos + 1 < tc.chain(c).size() && chain_can_start(rank, c, pos)) {
         cr.chain = c;
         cr.queued = Time::max();
@@ -774,12 +775,12 @@ SimulationResult Executor::run() {
       ChainRun& cr = chain_run_[e.rank];
       const std::uint32_t last = e.payload & ~kChainEvent;
       const auto& tc = chains_of_program_[setup_->ranks[e.rank].program];
-      if (cr.chain == kNoChain || cr.chain != tc.chain_of[last] || cr.queued != e.time) continue;  // superseded
+      if (cr.chain == kNoChain || cr.chain != tc.at[last].chain || cr.queued != e.time) continue;  // superseded
       now = e.time;
       serial_ = ++serials_;
       advance_chain(e.rank, now, true);
       if (order_tie_) break;
-      if (tc.index[last] != cr.pos || cr.end != now) {
+      if (tc.at[last].index != cr.pos || cr.end != now) {
         order_tie_ = true;  // not where it was expected: never seen, but the full path is exact
         break;
       }

@@ -57,6 +57,11 @@ class AnalyticalNetwork {
   // a member's rail reaches the shape only through its leaf's uplinks (all
   // equal). Members on the same nodes, in order, then have the same shape.
   bool shape_reads_nodes_only() const;
+  // The leaf group of a node (FabricFacts::leaf_group_of). Under
+  // shape_reads_nodes_only() a shape reads of its members only which share a
+  // node and which share a leaf group: members mapped member by member by a
+  // one-to-one map of nodes that maps leaf groups one to one have the same shape.
+  int leaf_group_of_node(int node) const { return fabric_.leaf_group_of(node); }
   // analytical_limitations(cluster).
   std::vector<std::string> warnings() const { return analytical_limitations(*cluster_); }
   // A link of the cluster graph (both directions) at `factor` of its capacity

@@ -5,8 +5,7 @@ namespace trainsim {
 TaskChains find_task_chains(const ProgramTemplate& p, std::span<const std::uint8_t> linkable_slot) {
   const auto n = static_cast<std::uint32_t>(p.tasks.size());
   TaskChains out;
-  out.chain_of.assign(n, kNoChain);
-  out.index.assign(n, 0);
+  out.at.assign(n, ChainPosition{});
   out.offsets.push_back(0);
   // The tasks before and after each one on its stream (kNoChain at the ends).
   std::vector<std::uint32_t> next_on_stream(n, kNoChain), prev_on_stream(n, kNoChain);
@@ -21,22 +20,23 @@ TaskChains find_task_chains(const ProgramTemplate& p, std::span<const std::uint8
     const Task& task = p.tasks[t];
     return task.kind == TaskKind::Compute || (task.kind == TaskKind::Collective && linkable_slot[task.ref]);
   };
-  std::vector<std::uint32_t> position(n, kNoChain);  // in the run being built
+  // Per task, one byte read where the rules below ask "in the run being built"
+  // or "in an earlier chain".
+  constexpr std::uint8_t kFree = 0, kInRun = 1, kChained = 2;
+  std::vector<std::uint8_t> state(n, kFree);
   std::vector<std::uint32_t> run;
   for (std::uint32_t first = 0; first < n; ++first) {
-    if (out.chain_of[first] != kNoChain || !chainable(first)) continue;
+    if (state[first] == kChained || !chainable(first)) continue;
     run.assign(1, first);
-    position[first] = 0;
+    state[first] = kInRun;
     // Grow the run while exactly one task becomes ready when its last task
     // ends: a dependent of it or the next task on its stream, whose
     // dependencies and stream predecessor are done. Tasks from before the run
     // (created earlier or in an earlier chain) count as done: the executor
     // checks that they are when the run starts.
-    auto done = [&](std::uint32_t d) {
-      return d == kNoChain || position[d] != kNoChain || d < first || out.chain_of[d] != kNoChain;
-    };
+    auto done = [&](std::uint32_t d) { return d < first || d == kNoChain || state[d] != kFree; };
     auto ready = [&](std::uint32_t u) {
-      if (position[u] != kNoChain || !done(prev_on_stream[u])) return false;
+      if (state[u] == kInRun || !done(prev_on_stream[u])) return false;
       for (const std::uint32_t d : p.deps_of(u))
         if (!done(d)) return false;
       return true;
@@ -55,8 +55,8 @@ TaskChains find_task_chains(const ProgramTemplate& p, std::span<const std::uint8
         next = after;
         ++count;
       }
-      if (count != 1 || !chainable(next) || out.chain_of[next] != kNoChain) break;
-      position[next] = static_cast<std::uint32_t>(run.size());
+      if (count != 1 || state[next] == kChained || !chainable(next)) break;
+      state[next] = kInRun;
       run.push_back(next);
     }
     // Every task but the last must lead only to later tasks of the run, by its
@@ -66,20 +66,23 @@ TaskChains find_task_chains(const ProgramTemplate& p, std::span<const std::uint8
     std::size_t length = run.size();
     for (std::size_t i = 0; i + 1 < run.size(); ++i) {
       bool inside = true;
-      for (const std::uint32_t s : p.succs_of(run[i])) inside &= position[s] != kNoChain;
+      for (const std::uint32_t s : p.succs_of(run[i])) inside &= state[s] == kInRun;
       const std::uint32_t after = next_on_stream[run[i]];
-      inside &= after == kNoChain || position[after] != kNoChain;
+      inside &= after == kNoChain || state[after] == kInRun;
       if (!inside) {
         length = i + 1;
         break;
       }
     }
-    for (const std::uint32_t t : run) position[t] = kNoChain;
-    if (length < 2) continue;
+    if (length < 2) {
+      for (const std::uint32_t t : run) state[t] = kFree;
+      continue;
+    }
+    for (std::size_t i = length; i < run.size(); ++i) state[run[i]] = kFree;
     const auto c = static_cast<std::uint32_t>(out.size());
     for (std::size_t i = 0; i < length; ++i) {
-      out.chain_of[run[i]] = c;
-      out.index[run[i]] = static_cast<std::uint32_t>(i);
+      state[run[i]] = kChained;
+      out.at[run[i]] = ChainPosition{c, static_cast<std::uint32_t>(i)};
       out.tasks.push_back(run[i]);
     }
     out.offsets.push_back(static_cast<std::uint32_t>(out.tasks.size()));

@@ -17,10 +17,16 @@ namespace trainsim {
 
 inline constexpr std::uint32_t kNoChain = ~std::uint32_t{0};
 
+// A task's chain (kNoChain when in none) and its position there, side by side:
+// the executor reads both together.
+struct ChainPosition {
+  std::uint32_t chain = kNoChain;
+  std::uint32_t index = 0;
+};
+
 struct TaskChains {
-  std::vector<std::uint32_t> chain_of;  // per task: its chain, kNoChain when in none
-  std::vector<std::uint32_t> index;     // per task in a chain: its position there
-  std::vector<std::uint32_t> offsets;   // CSR: tasks of each chain in execution order
+  std::vector<ChainPosition> at;       // per task
+  std::vector<std::uint32_t> offsets;  // CSR: tasks of each chain in execution order
   std::vector<std::uint32_t> tasks;
   std::size_t size() const { return offsets.empty() ? 0 : offsets.size() - 1; }
   std::span<const std::uint32_t> chain(std::uint32_t c) const {

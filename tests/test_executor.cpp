@@ -466,3 +466,130 @@ TEST_CASE("a transfer that starts on a rank at the instant its chain ends gives 
   // Stage 0's last kernel waits for the 1 ms transfer: from 11 ms to 16 ms.
   CHECK(a.finish[0] == Time::ns(16000000));
 }
+
+namespace {
+// The chain rules of sim/task_chains.hpp written out plainly (the form
+// find_task_chains had before it kept one state byte per task): per task its
+// chain and position, the tasks of each chain in order.
+TaskChains chains_by_the_rules(const ProgramTemplate& p, std::span<const std::uint8_t> linkable_slot) {
+  const auto n = static_cast<std::uint32_t>(p.tasks.size());
+  std::vector<std::uint32_t> chain_of(n, kNoChain), index(n, 0), position(n, kNoChain);
+  std::vector<std::uint32_t> next_on_stream(n, kNoChain), prev_on_stream(n, kNoChain);
+  for (std::uint32_t s = 0; s < p.streams.size(); ++s) {
+    const auto on_stream = p.stream(s);
+    for (std::size_t i = 1; i < on_stream.size(); ++i) {
+      next_on_stream[on_stream[i - 1]] = on_stream[i];
+      prev_on_stream[on_stream[i]] = on_stream[i - 1];
+    }
+  }
+  auto chainable = [&](std::uint32_t t) {
+    const Task& task = p.tasks[t];
+    return task.kind == TaskKind::Compute || (task.kind == TaskKind::Collective && linkable_slot[task.ref]);
+  };
+  TaskChains out;
+  out.offsets.push_back(0);
+  std::vector<std::uint32_t> run;
+  for (std::uint32_t first = 0; first < n; ++first) {
+    if (chain_of[first] != kNoChain || !chainable(first)) continue;
+    run.assign(1, first);
+    position[first] = 0;
+    auto done = [&](std::uint32_t d) {
+      return d == kNoChain || position[d] != kNoChain || d < first || chain_of[d] != kNoChain;
+    };
+    auto ready = [&](std::uint32_t u) {
+      if (position[u] != kNoChain || !done(prev_on_stream[u])) return false;
+      for (const std::uint32_t d : p.deps_of(u))
+        if (!done(d)) return false;
+      return true;
+    };
+    for (;;) {
+      std::uint32_t next = kNoChain, count = 0;
+      for (const std::uint32_t u : p.succs_of(run.back())) {
+        if (ready(u)) {
+          next = u;
+          ++count;
+        }
+      }
+      const std::uint32_t after = next_on_stream[run.back()];
+      if (after != kNoChain && after != next && ready(after)) {
+        next = after;
+        ++count;
+      }
+      if (count != 1 || !chainable(next) || chain_of[next] != kNoChain) break;
+      position[next] = static_cast<std::uint32_t>(run.size());
+      run.push_back(next);
+    }
+    std::size_t length = run.size();
+    for (std::size_t i = 0; i + 1 < run.size(); ++i) {
+      bool inside = true;
+      for (const std::uint32_t s : p.succs_of(run[i])) inside &= position[s] != kNoChain;
+      const std::uint32_t after = next_on_stream[run[i]];
+      inside &= after == kNoChain || position[after] != kNoChain;
+      if (!inside) {
+        length = i + 1;
+        break;
+      }
+    }
+    for (const std::uint32_t t : run) position[t] = kNoChain;
+    if (length < 2) continue;
+    for (std::size_t i = 0; i < length; ++i) {
+      chain_of[run[i]] = static_cast<std::uint32_t>(out.size());
+      index[run[i]] = static_cast<std::uint32_t>(i);
+      out.tasks.push_back(run[i]);
+    }
+    out.offsets.push_back(static_cast<std::uint32_t>(out.tasks.size()));
+  }
+  out.at.resize(n);
+  for (std::uint32_t t = 0; t < n; ++t) out.at[t] = ChainPosition{chain_of[t], index[t]};
+  return out;
+}
+}  // namespace
+
+TEST_CASE("find_task_chains finds the chains its rules define on random programs") {
+  // Random programs: compute tasks and collectives on two slots (one linkable)
+  // and sends, on four streams, with random earlier dependencies.
+  std::size_t chained = 0;
+  for (std::uint32_t seed = 1; seed <= 300; ++seed) {
+    std::mt19937 rng(seed);
+    ProgramBuilder b("random");
+    const std::uint8_t streams[] = {b.add_stream("compute"), b.add_stream("tp"), b.add_stream("dp"),
+                                    b.add_stream("pp")};
+    const std::uint32_t slots[] = {b.add_comm_slot("tp"), b.add_comm_slot("pp")};
+    const auto label = b.add_label("x");
+    const auto op = b.add_op(gemm(1e9));
+    const int n = 5 + static_cast<int>(rng() % 120);
+    for (int i = 0; i < n; ++i) {
+      std::vector<TaskId> deps;
+      // Mostly the previous task (long runs), sometimes a few random earlier ones.
+      if (i > 0 && rng() % 4 != 0) deps.push_back(static_cast<TaskId>(i - 1));
+      for (int k = static_cast<int>(rng() % 3); i > 0 && k > 0; --k) deps.push_back(static_cast<TaskId>(rng() % i));
+      std::sort(deps.begin(), deps.end());
+      deps.erase(std::unique(deps.begin(), deps.end()), deps.end());
+      const std::uint8_t stream = streams[rng() % 5 == 0 ? 1 + rng() % 3 : 0];
+      switch (rng() % 6) {
+        case 0:
+          b.collective(stream, slots[rng() % 2], CollectiveKind::AllReduce, CommClass::TP, 1000, label, 0, deps);
+          break;
+        case 1:
+          b.send(stream, slots[1], CommClass::PP, 1000, label, 0, deps);
+          break;
+        default:
+          b.compute(stream, op, label, 0, deps);
+      }
+    }
+    const ProgramTemplate p = std::move(b).finish();
+    const std::uint8_t linkable[] = {1, 0};
+    const TaskChains got = find_task_chains(p, linkable);
+    const TaskChains want = chains_by_the_rules(p, linkable);
+    CAPTURE(seed);
+    CHECK(got.offsets == want.offsets);
+    CHECK(got.tasks == want.tasks);
+    REQUIRE(got.at.size() == want.at.size());
+    for (std::size_t t = 0; t < got.at.size(); ++t) {
+      CHECK(got.at[t].chain == want.at[t].chain);
+      CHECK(got.at[t].index == want.at[t].index);
+    }
+    chained += got.tasks.size();
+  }
+  CHECK(chained > 1000);  // the programs do have chains
+}

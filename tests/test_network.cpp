@@ -165,6 +165,43 @@ TEST_CASE("with scale-up links in one node kind, members on the same nodes have 
   CHECK_FALSE(AnalyticalNetwork(slowed_cluster, profiles).shape_reads_nodes_only());  // two GPU types
 }
 
+TEST_CASE("with shapes that read nodes only, a one-to-one map of nodes and of leaf groups keeps every shape") {
+  // The planner's replica images (models/planner.cpp): members moved to other
+  // nodes, member by member, by a map that is one to one on nodes and on leaf
+  // groups have the same shape; a map that joins two leaf groups does not.
+  const std::vector<CalibrationProfile> profiles{ideal_profile(2e-6, 5e-6)};
+  auto same = [](const CommShape& x, const CommShape& y) {
+    return x.size == y.size && x.nodes == y.nodes && x.max_per_node == y.max_per_node &&
+           x.uniform_per_node == y.uniform_per_node && x.scaleup_bw == y.scaleup_bw && x.nvls_bw == y.nvls_bw &&
+           x.network_bw == y.network_bw && x.scaleup_latency == y.scaleup_latency &&
+           x.network_latency == y.network_latency && x.base_latency == y.base_latency &&
+           x.scaleup_link_bw == y.scaleup_link_bw && x.datacenters == y.datacenters && x.per_dc_size == y.per_dc_size &&
+           x.per_dc_nodes == y.per_dc_nodes && x.wan_bw == y.wan_bw && x.wan_latency == y.wan_latency;
+  };
+  for (const FabricKind kind : {FabricKind::FatTree, FabricKind::RailOptimized}) {
+    ClusterSpec spec = toy_cluster(8, 8);  // 8 nodes of 8 GPUs, 4 nodes per leaf: leaf groups {0-3}, {4-7}
+    spec.fabric.kind = kind;
+    spec.fabric.link_latency = 1e-6;
+    spec.fabric.nodes_per_leaf = 4;
+    spec.fabric.spines = 2;
+    spec.fabric.oversubscription = 4;
+    const Cluster cluster(spec);
+    const AnalyticalNetwork net(cluster, profiles);
+    REQUIRE(net.shape_reads_nodes_only());
+    CHECK(net.leaf_group_of_node(3) == 0);
+    CHECK(net.leaf_group_of_node(4) == 1);
+    // Nodes 0 -> 3 and 5 -> 6 (leaf groups kept), nodes 1 -> 6 and 4 -> 2
+    // (leaf groups swapped): within and across leaves, as pipeline links
+    // of a replica on another node of each stage's leaf.
+    CHECK(same(net.shape({3, 51}), net.shape({0, 40})));
+    CHECK(same(net.shape({50, 17}), net.shape({10, 33})));
+    CHECK(same(net.shape({24, 25, 26, 27}), net.shape({0, 1, 2, 3})));
+    CHECK(same(net.shape({24, 25, 48, 49}), net.shape({0, 1, 40, 41})));
+    // Nodes 0 and 4 (two leaf groups) onto nodes 0 and 1 (one): not one to one on leaf groups.
+    CHECK_FALSE(same(net.shape({0, 32}), net.shape({0, 8})));
+  }
+}
+
 TEST_CASE("across datacenters: inside each first, then the WAN at its per-GPU share, then inside again") {
   // 2 datacenters x 2 nodes x 2 GPUs; 12.5 GB/s of WAN shared by the 4 GPUs of
   // a datacenter: 3.125 GB/s each; WAN latency 10 ms, fabric links 1 us.

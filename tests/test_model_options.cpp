@@ -1311,6 +1311,29 @@ TEST_CASE("framework megatron-legacy: Megatron-LM's pre-Core model kernels, with
   const std::string e = load_error(text, {"training.persist_layer_norm=true"});
   CHECK(e.find("options.json: /training/persist_layer_norm:") != std::string::npos);
   CHECK(e.find("megatron-legacy") != std::string::npos);
+  // The 2020-2022 code has LayerNorm, a GeLU MLP and learned positions only, no FP8, no
+  // cuDNN attention and no CUDA graphs: anything else is an input error naming the key.
+  auto legacy_error = [&](const std::string& set) { return load_error(text, {legacy[0], set}); };
+  CHECK(legacy_error("model.norm=\"rmsnorm\"").find("options.json: /model/norm: megatron-legacy models LayerNorm") !=
+        std::string::npos);
+  CHECK(legacy_error("model.mlp=\"swiglu\"").find("options.json: /model/mlp:") != std::string::npos);
+  CHECK(legacy_error("model.position=\"rope\"").find("options.json: /model/position:") != std::string::npos);
+  CHECK(legacy_error("training.precision=\"fp8\"").find("options.json: /training/precision:") != std::string::npos);
+  CHECK(legacy_error("training.attention=\"cudnn\"").find("options.json: /training/attention:") != std::string::npos);
+  CHECK(legacy_error("training.cuda_graphs=\"layers\"").find("options.json: /training/cuda_graphs:") !=
+        std::string::npos);
+  const std::string llama = load_error(R"({"model": "llama2-7b", "cluster": {"node": "dgx-a100", "nodes": 1},
+    "parallel": {"tp": 8, "micro_batch": 1, "global_batch": 8},
+    "training": {"seq_len": 4096, "precision": "bf16", "attention": "unfused", "framework": "megatron-legacy"}})",
+                                       {});
+  CHECK(llama.find("/model/norm:") != std::string::npos);
+  CHECK(llama.find("/model/mlp:") != std::string::npos);
+  CHECK(llama.find("/model/position:") != std::string::npos);
+  // The persistent kernel is a LayerNorm's: an RMSNorm model with it is an error of its own.
+  CHECK(load_error(text, {persist[0], persist[1], "model.norm=\"rmsnorm\""})
+            .find("options.json: /training/persist_layer_norm: Megatron-LM's persistent LayerNorm needs a LayerNorm") !=
+        std::string::npos);
+  CHECK(legacy_error("training.attention=\"flash\"").empty());
 }
 
 TEST_CASE("selective recomputation: Megatron-Core reruns its fused attention core, legacy Megatron only unfused") {

@@ -1294,11 +1294,18 @@ TEST_CASE("framework megatron-legacy: Megatron-LM's pre-Core model kernels, with
   // It costs time against the default lists.
   CHECK(run({}, text).iteration_time_s < run(legacy, text).iteration_time_s);
   // From October 2021 apex.contrib's persistent LayerNorm for the listed hidden sizes (GPT-3
-  // 1.3B: 2048): the fused bytes in 2 kernels; an unlisted size falls back to apex's 3.
+  // 1.3B: 2048) in 2 kernels: ln_bwd_kernel reads dz and x and writes dx (fp16: 3 x 2 B per
+  // element of the 2 x 2048 tokens), and ctas_per_col = 108 SMs / 1 CTA per row fp32 partial
+  // dgamma and dbeta rows go out and back in (16 B per row and column); an unlisted size
+  // falls back to apex's 3 kernels.
   const std::vector<std::string> persist = {legacy[0], "training.persist_layer_norm=true"};
   const ComputeOp fast = first_op(text, persist, "norm1.bwd");
-  CHECK(fast.bytes == doctest::Approx(first_op(text, {}, "norm1.bwd").bytes));
+  CHECK(fast.bytes == doctest::Approx((3.0 * 2 * 4096 + 16.0 * 108) * 2048));
   CHECK(fast.kernels == 2);
+  // A row split over 5 CTAs (hidden 12800): 108 / 5 = 21 partial rows.
+  const std::vector<std::string> wide = {"model.hidden=12800", "model.heads=100", "model.kv_heads=100"};
+  CHECK(first_op(text, {persist[0], persist[1], wide[0], wide[1], wide[2]}, "norm1.bwd").bytes ==
+        doctest::Approx((3.0 * 2 * 4096 + 16.0 * 21) * 12800));
   const ComputeOp fallback =
       first_op(text, {persist[0], persist[1], "model.hidden=2560", "model.heads=20", "model.kv_heads=20"}, "norm1.bwd");
   CHECK(fallback.kernels == 3);

@@ -234,6 +234,9 @@ double windowed_pair_share(double s, double w) {
 struct KernelRecipe {
   double norm = 1, norm_bwd = 1;  // RMSNorm/LayerNorm
   int norm_kernels = 1, norm_bwd_kernels = 1;
+  // Bytes per hidden column the norm's backward moves whatever the token count (apex's
+  // persistent LayerNorm: its partial weight-gradient rows, written and read back).
+  double norm_bwd_partial_bytes = 0;
   double rope = 1, rope_bwd = 1;
   int rope_kernels = 1;
   double swiglu = 1, swiglu_bwd = 1;  // SwiGLU activation (GeLU is one kernel everywhere)
@@ -294,12 +297,26 @@ void megatron_compiled_cross_entropy(KernelRecipe& r, double act_bytes) {
 }
 
 // Hidden sizes Megatron-LM's MixedFusedLayerNorm runs with apex.contrib's persistent
-// kernel (`persist_ln_hidden_sizes`, megatron/model/fused_layer_norm.py, from October 2021).
-bool persistent_layer_norm_size(int hidden) {
-  static constexpr int kSizes[] = {1024,  1536,  2048,  2304,  3072,  3840,  4096,  5120,  6144,  8192,  10240, 12288,
-                                   12800, 15360, 16384, 18432, 20480, 24576, 25600, 30720, 32768, 40960, 49152, 65536};
-  return std::find(std::begin(kSizes), std::end(kSizes), hidden) != std::end(kSizes);
+// kernel (`persist_ln_hidden_sizes`, megatron/model/fused_layer_norm.py, from October 2021),
+// with the CTAs apex's 16-bit backward launcher splits one row over (CTAS_PER_ROW of its
+// REGISTER_BWD_LAUNCHER lines, apex/contrib/csrc/layer_norm/ln_bwd_semi_cuda_kernel.cu);
+// 0 for a size the list does not hold.
+int persistent_layer_norm_ctas_per_row(int hidden) {
+  static constexpr std::pair<int, int> kSizes[] = {
+      {1024, 1},  {1536, 1},  {2048, 1},  {2304, 1},  {3072, 1},  {3840, 1},  {4096, 1},  {5120, 1},
+      {6144, 1},  {8192, 2},  {10240, 2}, {12288, 4}, {12800, 5}, {15360, 4}, {16384, 4}, {18432, 4},
+      {20480, 4}, {24576, 4}, {25600, 5}, {30720, 4}, {32768, 4}, {40960, 4}, {49152, 8}, {65536, 8}};
+  for (const auto& [h, ctas] : kSizes) {
+    if (h == hidden) return ctas;
+  }
+  return 0;
 }
+
+// The SMs ln_bwd_kernel's grid is sized for (below): an A100's 108, the GPU the code of
+// 2021-2022 ran on (NVIDIA A100 Tensor Core GPU Architecture whitepaper). The step lists
+// are built without the platform's GPU, which the simulator's GPU specs do not give SM
+// counts for; docs/frameworks.md states the approximation.
+constexpr int kPersistentLayerNormSms = 108;
 
 KernelRecipe recipe_of(const TrainingSpec& tr, double act_bytes, const TransformerSpec& m) {
   const bool rmsnorm = m.rmsnorm;
@@ -349,11 +366,20 @@ KernelRecipe recipe_of(const TrainingSpec& tr, double act_bytes, const Transform
     // (reads dY and X, writes dX): 5 B per 1-byte element instead of the fused 4.
     r.norm_bwd = 5.0 / 4, r.norm_bwd_kernels = 3;
     // Megatron-LM from October 2021 runs apex.contrib's persistent FastLayerNorm instead
-    // for the hidden sizes it was built for (training.persist_layer_norm): ln_bwd_kernel
-    // (reads dY and X, writes dX and partial weight gradients) and ln_bwd_finalize_kernel,
-    // the fused lists' bytes in 2 kernels (apex/contrib/csrc/layer_norm/ln_bwd_semi_cuda_kernel.cu).
-    if (f == Framework::MegatronLegacy && tr.persist_layer_norm && !rmsnorm && persistent_layer_norm_size(m.hidden)) {
-      r.norm_bwd = 1, r.norm_bwd_kernels = 2;
+    // for the hidden sizes it was built for (training.persist_layer_norm), in 2 kernels
+    // (apex/contrib/csrc/layer_norm/ln_bwd_kernels.cuh, ln_bwd_semi_cuda_kernel.cu, ln_api.cpp):
+    // ln_bwd_kernel reads dz and x and writes dx (3 element-sizes per element; the per-row
+    // fp32 mean and rsigma are negligible), and each of its ctas_per_col CTA rows writes fp32
+    // partial dgamma and dbeta rows [ctas_per_col, hidden] that ln_bwd_finalize_kernel reads
+    // back: 16 B per partial row and hidden column. ln_api.cpp sizes ctas_per_col as
+    // multiProcessorCount * (CTAs resident per SM) / CTAS_PER_ROW; the residency comes from
+    // cudaOccupancyMaxActiveBlocksPerMultiprocessor on the compiled kernel, whose register use
+    // is not known here: one CTA per SM, the fewest the persistent grid can have (a lower bound
+    // on the partial-sum traffic), on kPersistentLayerNormSms SMs.
+    const int ctas_per_row = persistent_layer_norm_ctas_per_row(m.hidden);
+    if (f == Framework::MegatronLegacy && tr.persist_layer_norm && !rmsnorm && ctas_per_row > 0) {
+      r.norm_bwd = 3.0 / 4, r.norm_bwd_kernels = 2;
+      r.norm_bwd_partial_bytes = 16.0 * (kPersistentLayerNormSms / ctas_per_row);
     }
     // ParallelAttention splits the fused QKV output with torch.split
     // (split_tensor_along_last_dim, megatron/core/tensor_parallel/utils.py), whose
@@ -1019,7 +1045,7 @@ void parallel_block_layer(const TransformerSpec& m, const ParallelSpec& p, const
     L.set_pass(Pass::BackwardWeight);
     L.gemm("block.in.wgrad", D.gemm_dtype, D.h, in_n, D.tokens, maybe(p.tp_grad_overlap || D.sp ? in : rs));
     L.set_pass(Pass::BackwardInput);
-    L.memory("norm1.bwd", act_norm * 4 * R.norm_bwd, maybe(rs), R.norm_bwd_kernels);
+    L.memory("norm1.bwd", act_norm * 4 * R.norm_bwd + R.norm_bwd_partial_bytes * D.h, maybe(rs), R.norm_bwd_kernels);
     if (R.casts_sharded) L.memory("fsdp.weight.cast.bwd", cast_bytes, {}, cast_kernels);
   }
 }
@@ -1173,7 +1199,7 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     L.set_pass(Pass::BackwardWeight);
     L.gemm("mlp.up.wgrad", D.gemm_dtype, D.h, D.f_t * D.up_mult, D.tokens, maybe(wg2));
     L.set_pass(Pass::BackwardInput);
-    L.memory("norm2.bwd", act_norm * 4 * R.norm_bwd, maybe(rs2), R.norm_bwd_kernels);
+    L.memory("norm2.bwd", act_norm * 4 * R.norm_bwd + R.norm_bwd_partial_bytes * D.h, maybe(rs2), R.norm_bwd_kernels);
     // Attention block, in reverse.
     residual_backward(L, "attn.residual.bwd", D, R, act_norm);
     const int g2 = D.sp ? L.comm("tp.ag.attn.grad", CollectiveKind::AllGather, CommClass::TP, act) : -1;
@@ -1219,7 +1245,7 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
       L.gemm("attn.qkv.wgrad", D.gemm_dtype, D.h, (D.a_t + 2 * D.g_t) * D.d, D.tokens, maybe(wg1));
     }
     L.set_pass(Pass::BackwardInput);
-    L.memory("norm1.bwd", act_norm * 4 * R.norm_bwd, maybe(rs1), R.norm_bwd_kernels);
+    L.memory("norm1.bwd", act_norm * 4 * R.norm_bwd + R.norm_bwd_partial_bytes * D.h, maybe(rs1), R.norm_bwd_kernels);
     if (R.casts_sharded) L.memory("fsdp.weight.cast.bwd", cast_bytes, {}, cast_kernels);  // re-gather for backward
   }
 
@@ -1272,7 +1298,8 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     B.set_pass(Pass::BackwardWeight);
     B.gemm("head.wgrad", D.attn_dtype, D.h, v_t, D.tokens, maybe(p.tp_grad_overlap || D.sp ? in : rs));
     B.set_pass(Pass::BackwardInput);
-    B.memory("final.norm.bwd", act_norm * 4 * R.norm_bwd, maybe(rs), R.norm_bwd_kernels);
+    B.memory("final.norm.bwd", act_norm * 4 * R.norm_bwd + R.norm_bwd_partial_bytes * D.h, maybe(rs),
+             R.norm_bwd_kernels);
   }
 
   dense.grad_elements = m.params_per_layer() / p.tp;

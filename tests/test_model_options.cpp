@@ -1294,11 +1294,18 @@ TEST_CASE("framework megatron-legacy: Megatron-LM's pre-Core model kernels, with
   // It costs time against the default lists.
   CHECK(run({}, text).iteration_time_s < run(legacy, text).iteration_time_s);
   // From October 2021 apex.contrib's persistent LayerNorm for the listed hidden sizes (GPT-3
-  // 1.3B: 2048): the fused bytes in 2 kernels; an unlisted size falls back to apex's 3.
+  // 1.3B: 2048) in 2 kernels: ln_bwd_kernel reads dz and x and writes dx (fp16: 3 x 2 B per
+  // element of the 2 x 2048 tokens), and ctas_per_col = 108 SMs / 1 CTA per row fp32 partial
+  // dgamma and dbeta rows go out and back in (16 B per row and column); an unlisted size
+  // falls back to apex's 3 kernels.
   const std::vector<std::string> persist = {legacy[0], "training.persist_layer_norm=true"};
   const ComputeOp fast = first_op(text, persist, "norm1.bwd");
-  CHECK(fast.bytes == doctest::Approx(first_op(text, {}, "norm1.bwd").bytes));
+  CHECK(fast.bytes == doctest::Approx((3.0 * 2 * 4096 + 16.0 * 108) * 2048));
   CHECK(fast.kernels == 2);
+  // A row split over 5 CTAs (hidden 12800): 108 / 5 = 21 partial rows.
+  const std::vector<std::string> wide = {"model.hidden=12800", "model.heads=100", "model.kv_heads=100"};
+  CHECK(first_op(text, {persist[0], persist[1], wide[0], wide[1], wide[2]}, "norm1.bwd").bytes ==
+        doctest::Approx((3.0 * 2 * 4096 + 16.0 * 21) * 12800));
   const ComputeOp fallback =
       first_op(text, {persist[0], persist[1], "model.hidden=2560", "model.heads=20", "model.kv_heads=20"}, "norm1.bwd");
   CHECK(fallback.kernels == 3);
@@ -1311,6 +1318,29 @@ TEST_CASE("framework megatron-legacy: Megatron-LM's pre-Core model kernels, with
   const std::string e = load_error(text, {"training.persist_layer_norm=true"});
   CHECK(e.find("options.json: /training/persist_layer_norm:") != std::string::npos);
   CHECK(e.find("megatron-legacy") != std::string::npos);
+  // The 2020-2022 code has LayerNorm, a GeLU MLP and learned positions only, no FP8, no
+  // cuDNN attention and no CUDA graphs: anything else is an input error naming the key.
+  auto legacy_error = [&](const std::string& set) { return load_error(text, {legacy[0], set}); };
+  CHECK(legacy_error("model.norm=\"rmsnorm\"").find("options.json: /model/norm: megatron-legacy models LayerNorm") !=
+        std::string::npos);
+  CHECK(legacy_error("model.mlp=\"swiglu\"").find("options.json: /model/mlp:") != std::string::npos);
+  CHECK(legacy_error("model.position=\"rope\"").find("options.json: /model/position:") != std::string::npos);
+  CHECK(legacy_error("training.precision=\"fp8\"").find("options.json: /training/precision:") != std::string::npos);
+  CHECK(legacy_error("training.attention=\"cudnn\"").find("options.json: /training/attention:") != std::string::npos);
+  CHECK(legacy_error("training.cuda_graphs=\"layers\"").find("options.json: /training/cuda_graphs:") !=
+        std::string::npos);
+  const std::string llama = load_error(R"({"model": "llama2-7b", "cluster": {"node": "dgx-a100", "nodes": 1},
+    "parallel": {"tp": 8, "micro_batch": 1, "global_batch": 8},
+    "training": {"seq_len": 4096, "precision": "bf16", "attention": "unfused", "framework": "megatron-legacy"}})",
+                                       {});
+  CHECK(llama.find("/model/norm:") != std::string::npos);
+  CHECK(llama.find("/model/mlp:") != std::string::npos);
+  CHECK(llama.find("/model/position:") != std::string::npos);
+  // The persistent kernel is a LayerNorm's: an RMSNorm model with it is an error of its own.
+  CHECK(load_error(text, {persist[0], persist[1], "model.norm=\"rmsnorm\""})
+            .find("options.json: /training/persist_layer_norm: Megatron-LM's persistent LayerNorm needs a LayerNorm") !=
+        std::string::npos);
+  CHECK(legacy_error("training.attention=\"flash\"").empty());
 }
 
 TEST_CASE("selective recomputation: Megatron-Core reruns its fused attention core, legacy Megatron only unfused") {

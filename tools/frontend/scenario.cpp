@@ -824,6 +824,36 @@ void check_consistency(Scenario& s, Diagnostics& d) {
             "the fused QKV split's backward is modelled for the eager and fsdp2 kernel lists (deepspeed and "
             "megatron-legacy charge it already); set training.framework to eager or fsdp2, or leave qkv_split off");
   }
+  // megatron-legacy is Megatron-LM's model code of 2020-2022 (docs/frameworks.md): GPT with
+  // LayerNorm (apex's fused or persistent kernels), a GeLU MLP and learned positions, in fp16,
+  // bf16 or fp32 without Transformer Engine. RMSNorm (Sept 2023, plain PyTorch), SwiGLU and RoPE
+  // (2023, unfused), FP8 (Transformer Engine), cuDNN / FlashAttention-3 / Triton attention and
+  // CUDA graphs came later or never; their kernel lists here are other frameworks'.
+  if (fw == Framework::MegatronLegacy) {
+    const std::string pre_core = " (Megatron-LM's pre-Core code)";
+    if (s.model.rmsnorm) d.error("/model/norm", "megatron-legacy models LayerNorm only" + pre_core);
+    if (s.model.mlp != MlpKind::Gelu) d.error("/model/mlp", "megatron-legacy models a GeLU MLP only" + pre_core);
+    if (s.model.rope || s.model.alibi) {
+      d.error("/model/position", "megatron-legacy models learned position embeddings only" + pre_core);
+    }
+    if (s.training.precision == Dtype::FP8) {
+      d.error("/training/precision",
+              "megatron-legacy runs fp32, fp16 or bf16; FP8 came with Transformer Engine" + pre_core);
+    }
+    const AttentionKind a = s.training.attention;
+    if (a != AttentionKind::Flash && a != AttentionKind::Unfused) {
+      d.error("/training/attention", "megatron-legacy runs \"unfused\" or \"flash\" attention" + pre_core);
+    }
+    if (s.training.cuda_graphs != CudaGraphScope::None) {
+      d.error("/training/cuda_graphs", "megatron-legacy launches its kernels eagerly: expected \"none\"" + pre_core);
+    }
+  }
+  // apex.contrib's persistent kernel is a LayerNorm (gamma and beta); RMSNorm has no such path.
+  if (s.training.persist_layer_norm && s.model.rmsnorm) {
+    d.error("/training/persist_layer_norm",
+            "Megatron-LM's persistent LayerNorm needs a LayerNorm model "
+            "(\"norm\": \"layernorm\"), found \"rmsnorm\"");
+  }
   // PyTorch 1.13's padded gradient copy is a step of FSDP1's eager reduce path (torch.compile
   // and FSDP2 came with 2.0 and later).
   if (s.training.fsdp_pad_copy && (s.training.framework != Framework::Eager || s.parallel.zero < 3)) {

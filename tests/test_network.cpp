@@ -126,16 +126,20 @@ TEST_CASE("scale-up kind none: the GPUs of a node talk through their NICs") {
   CHECK(net.p2p_seconds(net.shape({0, 1}), 1e9) == doctest::Approx(0.1));
 }
 
+namespace {
+// Every field of two analytical shapes equal.
+bool same(const CommShape& x, const CommShape& y) {
+  return x.size == y.size && x.nodes == y.nodes && x.max_per_node == y.max_per_node &&
+         x.uniform_per_node == y.uniform_per_node && x.scaleup_bw == y.scaleup_bw && x.nvls_bw == y.nvls_bw &&
+         x.network_bw == y.network_bw && x.scaleup_latency == y.scaleup_latency &&
+         x.network_latency == y.network_latency && x.base_latency == y.base_latency &&
+         x.scaleup_link_bw == y.scaleup_link_bw && x.datacenters == y.datacenters && x.per_dc_size == y.per_dc_size &&
+         x.per_dc_nodes == y.per_dc_nodes && x.wan_bw == y.wan_bw && x.wan_latency == y.wan_latency;
+}
+}  // namespace
+
 TEST_CASE("with scale-up links in one node kind, members on the same nodes have one shape whatever their rails") {
   const std::vector<CalibrationProfile> profiles{ideal_profile(2e-6, 5e-6)};
-  auto same = [](const CommShape& x, const CommShape& y) {
-    return x.size == y.size && x.nodes == y.nodes && x.max_per_node == y.max_per_node &&
-           x.uniform_per_node == y.uniform_per_node && x.scaleup_bw == y.scaleup_bw && x.nvls_bw == y.nvls_bw &&
-           x.network_bw == y.network_bw && x.scaleup_latency == y.scaleup_latency &&
-           x.network_latency == y.network_latency && x.base_latency == y.base_latency &&
-           x.scaleup_link_bw == y.scaleup_link_bw && x.datacenters == y.datacenters && x.per_dc_size == y.per_dc_size &&
-           x.per_dc_nodes == y.per_dc_nodes && x.wan_bw == y.wan_bw && x.wan_latency == y.wan_latency;
-  };
   for (const FabricKind kind : {FabricKind::FatTree, FabricKind::RailOptimized}) {
     ClusterSpec spec = toy_cluster(8, 8);
     spec.fabric.kind = kind;
@@ -170,14 +174,6 @@ TEST_CASE("with shapes that read nodes only, a one-to-one map of nodes and of le
   // nodes, member by member, by a map that is one to one on nodes and on leaf
   // groups have the same shape; a map that joins two leaf groups does not.
   const std::vector<CalibrationProfile> profiles{ideal_profile(2e-6, 5e-6)};
-  auto same = [](const CommShape& x, const CommShape& y) {
-    return x.size == y.size && x.nodes == y.nodes && x.max_per_node == y.max_per_node &&
-           x.uniform_per_node == y.uniform_per_node && x.scaleup_bw == y.scaleup_bw && x.nvls_bw == y.nvls_bw &&
-           x.network_bw == y.network_bw && x.scaleup_latency == y.scaleup_latency &&
-           x.network_latency == y.network_latency && x.base_latency == y.base_latency &&
-           x.scaleup_link_bw == y.scaleup_link_bw && x.datacenters == y.datacenters && x.per_dc_size == y.per_dc_size &&
-           x.per_dc_nodes == y.per_dc_nodes && x.wan_bw == y.wan_bw && x.wan_latency == y.wan_latency;
-  };
   for (const FabricKind kind : {FabricKind::FatTree, FabricKind::RailOptimized}) {
     ClusterSpec spec = toy_cluster(8, 8);  // 8 nodes of 8 GPUs, 4 nodes per leaf: leaf groups {0-3}, {4-7}
     spec.fabric.kind = kind;

@@ -1340,7 +1340,13 @@ TEST_CASE("framework megatron-legacy: Megatron-LM's pre-Core model kernels, with
   CHECK(load_error(text, {persist[0], persist[1], "model.norm=\"rmsnorm\""})
             .find("options.json: /training/persist_layer_norm: Megatron-LM's persistent LayerNorm needs a LayerNorm") !=
         std::string::npos);
-  CHECK(legacy_error("training.attention=\"flash\"").empty());
+  CHECK(legacy_error("training.attention=\"flash\"").find("options.json: /training/attention:") != std::string::npos);
+  // Without an attention key the framework runs its own unfused core.
+  std::string no_attention = text;
+  no_attention.replace(no_attention.find(R"("attention": "unfused", )"), 24, "");
+  CHECK(load_scenario_text(no_attention, "options.json", "", legacy, catalog()).training.attention ==
+        AttentionKind::Unfused);
+  CHECK(load_scenario_text(no_attention, "options.json", "", ds, catalog()).training.attention == AttentionKind::Flash);
 }
 
 TEST_CASE("selective recomputation: Megatron-Core reruns its fused attention core, legacy Megatron only unfused") {

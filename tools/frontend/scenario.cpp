@@ -743,10 +743,12 @@ std::vector<CalibrationProfile> read_calibration(ObjectReader& top, const Catalo
 // Megatron-Core with Transformer Engine runs cuDNN fused attention where cuDNN
 // supports the GPU (Hopper, Blackwell): the default when the scenario names that
 // framework but no attention kernel, and every GPU's profile has cuDNN curves.
+// Megatron-LM's pre-Core model code runs its unfused attention core.
 void default_attention_of_framework(ObjectReader& top, Scenario& s) {
   const nlohmann::json* t = top.raw("training");
-  if (s.training.framework != Framework::MegatronTe || t == nullptr || !t->is_object() || t->contains("attention"))
-    return;
+  if (t == nullptr || !t->is_object() || t->contains("attention")) return;
+  if (s.training.framework == Framework::MegatronLegacy) s.training.attention = AttentionKind::Unfused;
+  if (s.training.framework != Framework::MegatronTe) return;
   const auto cudnn = static_cast<std::size_t>(AttentionKernel::Cudnn);
   const bool all = !s.profiles.empty() && std::all_of(s.profiles.begin(), s.profiles.end(), [&](const auto& p) {
     return !p.attention_kernels[cudnn].forward.curve.empty();
@@ -827,7 +829,7 @@ void check_consistency(Scenario& s, Diagnostics& d) {
   // megatron-legacy is Megatron-LM's model code of 2020-2022 (docs/frameworks.md): GPT with
   // LayerNorm (apex's fused or persistent kernels), a GeLU MLP and learned positions, in fp16,
   // bf16 or fp32 without Transformer Engine. RMSNorm (Sept 2023, plain PyTorch), SwiGLU and RoPE
-  // (2023, unfused), FP8 (Transformer Engine), cuDNN / FlashAttention-3 / Triton attention and
+  // (2023, unfused), FP8 (Transformer Engine), FlashAttention, cuDNN and Triton attention and
   // CUDA graphs came later or never; their kernel lists here are other frameworks'.
   if (fw == Framework::MegatronLegacy) {
     const std::string pre_core = " (Megatron-LM's pre-Core code)";
@@ -840,9 +842,10 @@ void check_consistency(Scenario& s, Diagnostics& d) {
       d.error("/training/precision",
               "megatron-legacy runs fp32, fp16 or bf16; FP8 came with Transformer Engine" + pre_core);
     }
-    const AttentionKind a = s.training.attention;
-    if (a != AttentionKind::Flash && a != AttentionKind::Unfused) {
-      d.error("/training/attention", "megatron-legacy runs \"unfused\" or \"flash\" attention" + pre_core);
+    if (s.training.attention != AttentionKind::Unfused) {
+      d.error(
+          "/training/attention",
+          "megatron-legacy runs \"unfused\" attention (FusedScaleMaskSoftmax between two batched GEMMs)" + pre_core);
     }
     if (s.training.cuda_graphs != CudaGraphScope::None) {
       d.error("/training/cuda_graphs", "megatron-legacy launches its kernels eagerly: expected \"none\"" + pre_core);

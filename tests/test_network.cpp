@@ -136,18 +136,22 @@ bool same(const CommShape& x, const CommShape& y) {
          x.scaleup_link_bw == y.scaleup_link_bw && x.datacenters == y.datacenters && x.per_dc_size == y.per_dc_size &&
          x.per_dc_nodes == y.per_dc_nodes && x.wan_bw == y.wan_bw && x.wan_latency == y.wan_latency;
 }
+// 8 nodes of 8 GPUs on a two-level fabric of `kind`, `nodes_per_leaf` nodes under each leaf.
+ClusterSpec leaf_fabric(FabricKind kind, int nodes_per_leaf) {
+  ClusterSpec spec = toy_cluster(8, 8);
+  spec.fabric.kind = kind;
+  spec.fabric.link_latency = 1e-6;
+  spec.fabric.nodes_per_leaf = nodes_per_leaf;
+  spec.fabric.spines = 2;
+  spec.fabric.oversubscription = 4;
+  return spec;
+}
 }  // namespace
 
 TEST_CASE("with scale-up links in one node kind, members on the same nodes have one shape whatever their rails") {
   const std::vector<CalibrationProfile> profiles{ideal_profile(2e-6, 5e-6)};
   for (const FabricKind kind : {FabricKind::FatTree, FabricKind::RailOptimized}) {
-    ClusterSpec spec = toy_cluster(8, 8);
-    spec.fabric.kind = kind;
-    spec.fabric.link_latency = 1e-6;
-    spec.fabric.nodes_per_leaf = 2;
-    spec.fabric.spines = 2;
-    spec.fabric.oversubscription = 4;
-    const Cluster cluster(spec);
+    const Cluster cluster(leaf_fabric(kind, 2));
     const AnalyticalNetwork net(cluster, profiles);
     REQUIRE(net.shape_reads_nodes_only());
     // A pipeline link's pairs (node 0 to node 2, another leaf) on every rail,
@@ -175,13 +179,7 @@ TEST_CASE("with shapes that read nodes only, a one-to-one map of nodes and of le
   // groups have the same shape; a map that joins two leaf groups does not.
   const std::vector<CalibrationProfile> profiles{ideal_profile(2e-6, 5e-6)};
   for (const FabricKind kind : {FabricKind::FatTree, FabricKind::RailOptimized}) {
-    ClusterSpec spec = toy_cluster(8, 8);  // 8 nodes of 8 GPUs, 4 nodes per leaf: leaf groups {0-3}, {4-7}
-    spec.fabric.kind = kind;
-    spec.fabric.link_latency = 1e-6;
-    spec.fabric.nodes_per_leaf = 4;
-    spec.fabric.spines = 2;
-    spec.fabric.oversubscription = 4;
-    const Cluster cluster(spec);
+    const Cluster cluster(leaf_fabric(kind, 4));  // 8 nodes of 8 GPUs; with 4 per leaf: leaf groups {0-3}, {4-7}
     const AnalyticalNetwork net(cluster, profiles);
     REQUIRE(net.shape_reads_nodes_only());
     CHECK(net.leaf_group_of_node(3) == 0);

@@ -1580,10 +1580,7 @@ std::vector<std::vector<int>> runtime_receive_posts(const TransformerSpec& model
                                                     const TrainingSpec& train, const ModelSteps& steps,
                                                     const Platform& platform, const Placement& placement,
                                                     const PipelineSchedule& sched) {
-  const bool zb = par.schedule == ScheduleKind::ZeroBubbleH1 || par.schedule == ScheduleKind::ZeroBubbleH2 ||
-                  par.schedule == ScheduleKind::ZeroBubble1p || par.schedule == ScheduleKind::ZeroBubble2p ||
-                  par.schedule == ScheduleKind::ZeroBubbleV;
-  if (!zb || par.pp < 2) return {};
+  if (!is_zero_bubble_schedule(par.schedule) || par.pp < 2) return {};
   PassTimes t = stage_pass_times(model, par, train, steps, platform, placement);
   if (par.schedule == ScheduleKind::ZeroBubbleV) {
     t.forward /= 2;

@@ -91,6 +91,11 @@ int ParallelSpec::first_layer_of_virtual_stage(int v, int model_layers) const {
   return first;
 }
 
+bool is_zero_bubble_schedule(ScheduleKind s) {
+  return s == ScheduleKind::ZeroBubbleH1 || s == ScheduleKind::ZeroBubbleH2 || s == ScheduleKind::ZeroBubble1p ||
+         s == ScheduleKind::ZeroBubble2p || s == ScheduleKind::ZeroBubbleV;
+}
+
 const char* to_string(ScheduleKind s) {
   switch (s) {
     case ScheduleKind::GPipe:

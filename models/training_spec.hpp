@@ -149,6 +149,8 @@ struct PipelineSchedule {
 };
 enum class Recompute : std::uint8_t { None, Selective, Full };
 const char* to_string(ScheduleKind s);
+// The schedules the Zero Bubble runtime runs: ZB-H1, ZB-H2, ZB-1p, ZB-2p and ZB-V.
+bool is_zero_bubble_schedule(ScheduleKind s);
 const char* to_string(Recompute r);
 
 struct ParallelSpec {

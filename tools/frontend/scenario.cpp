@@ -780,10 +780,7 @@ void check_consistency(Scenario& s, Diagnostics& d) {
   // The Zero Bubble runtime's receive placement applies to the schedules it runs.
   if (s.training.zb_receives_sorted) {
     const ScheduleKind k = s.parallel.schedule;
-    const bool zb = k == ScheduleKind::ZeroBubbleH1 || k == ScheduleKind::ZeroBubbleH2 ||
-                    k == ScheduleKind::ZeroBubble1p || k == ScheduleKind::ZeroBubble2p ||
-                    k == ScheduleKind::ZeroBubbleV;
-    if (!zb) {
+    if (!is_zero_bubble_schedule(k)) {
       d.error("/training/zb_receives",
               "\"sorted\" is the Zero Bubble runtime's receive placement: expected a schedule "
               "zb-h1, zb-h2, zb-1p, zb-2p or zb-v, found \"" +

@@ -1329,6 +1329,11 @@ TEST_CASE("framework megatron-legacy: Megatron-LM's pre-Core model kernels, with
   CHECK(legacy_error("training.attention=\"cudnn\"").find("options.json: /training/attention:") != std::string::npos);
   CHECK(legacy_error("training.cuda_graphs=\"layers\"").find("options.json: /training/cuda_graphs:") !=
         std::string::npos);
+  // Nor grouped-query attention, sliding windows or MoE layers.
+  CHECK(legacy_error("model.kv_heads=8").find("options.json: /model/kv_heads: megatron-legacy") != std::string::npos);
+  CHECK(legacy_error("model.sliding_window=1024").find("options.json: /model/sliding_window:") != std::string::npos);
+  CHECK(load_error(text, {legacy[0], "model.bias=false", R"(model.moe={"experts": 8, "top_k": 2, "expert_ffn": 4096})"})
+            .find("options.json: /model/moe: megatron-legacy") != std::string::npos);
   const std::string llama = load_error(R"({"model": "llama2-7b", "cluster": {"node": "dgx-a100", "nodes": 1},
     "parallel": {"tp": 8, "micro_batch": 1, "global_batch": 8},
     "training": {"seq_len": 4096, "precision": "bf16", "attention": "unfused", "framework": "megatron-legacy"}})",

@@ -847,6 +847,18 @@ void check_consistency(Scenario& s, Diagnostics& d) {
     if (s.training.cuda_graphs != CudaGraphScope::None) {
       d.error("/training/cuda_graphs", "megatron-legacy launches its kernels eagerly: expected \"none\"" + pre_core);
     }
+    // Grouped-query attention (num_query_groups) came with the 2023 Llama support; sliding
+    // windows and latent attention never reached the legacy model, and its SwitchMLP (top-1
+    // experts, late 2022) is not modelled.
+    if (s.model.kv_heads > 0 && s.model.kv_heads != s.model.heads) {
+      d.error("/model/kv_heads", "megatron-legacy models multi-head attention only (kv_heads = heads)" + pre_core);
+    }
+    if (s.model.sliding_window > 0) {
+      d.error("/model/sliding_window", "megatron-legacy models full causal attention only" + pre_core);
+    }
+    if (s.model.moe.enabled())
+      d.error("/model/moe", "megatron-legacy models dense MLPs only (its SwitchMLP is not modelled)");
+    if (s.model.mla.enabled()) d.error("/model/mla", "megatron-legacy models multi-head attention only" + pre_core);
   }
   // apex.contrib's persistent kernel is a LayerNorm (gamma and beta); RMSNorm has no such path.
   if (s.training.persist_layer_norm && s.model.rmsnorm) {

@@ -1270,8 +1270,32 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
   {
     StepList L(&out.embedding_forward, Pass::Forward, D.act_bytes);
     L.memory("embed.lookup", act * (m.rope || m.alibi ? 2 : 3) / (D.sp ? D.t : 1.0));
+    // PyTorch's dense embedding backward (embedding_dense_backward_cuda, ATen
+    // Embedding.cu and EmbeddingBackwardKernel.cu) returns a whole [rows, hidden] gradient
+    // in the activation dtype: `at::zeros` of the table, then, above 3,072 tokens, the
+    // indices radix-sorted and segmented, each token's row summed into fp32 partials
+    // (compute_grad_weight: reads 2 B, writes 4 B) and the sums scattered into the table
+    // (sum_and_scatter: reads 4 B, writes 2 B), about 14 launches; at most 3,072 tokens
+    // one kernel reads each token's row and writes its sum. Learned positions are a second
+    // table (max_seq_len rows, whole on every TP rank) with the same backward.
+    // Megatron's gradient hooks then add that .grad into main_grad (the reduction dtype)
+    // (`param.main_grad.add_(param.grad.data)`: Megatron-LM's DistributedDataParallel
+    // since 2020, Megatron-Core's _make_param_hook) every micro-batch, where the linear
+    // layers' weight gradients accumulate inside their GEMMs (docs/frameworks.md,
+    // "The embedding's gradient").
     StepList B(&out.embedding_backward, Pass::BackwardWeight, D.act_bytes);
-    B.memory("embed.grad", D.tokens * D.h * (D.act_bytes + 4 + 4));  // scatter-add into fp32 grads
+    const bool learned = !(m.rope || m.alibi);
+    const double tables = static_cast<double>(m.vocab) / p.tp * D.h + (learned ? m.max_seq_len * D.h : 0.0);
+    const int table_count = learned ? 2 : 1;
+    B.memory("embed.grad.zero", tables * D.act_bytes, {}, table_count);
+    const bool sorted = D.tokens > 3072;
+    B.memory("embed.grad", table_count * D.tokens * D.h * (sorted ? 2 * D.act_bytes + 8 : 2 * D.act_bytes), {},
+             table_count * (sorted ? 14 : 1));
+    const Framework f = tr.framework;
+    if (tr.grad_accumulation == GradAccumulation::Fused &&
+        (f == Framework::Default || f == Framework::MegatronTe || f == Framework::MegatronLegacy)) {
+      B.memory("embed.grad.main", tables * (D.act_bytes + 2.0 * tr.grad_reduce_bytes), {}, table_count);
+    }
   }
   // ---------------- final norm, LM head and loss (last stage) ----------------
   // The output layer sits outside the FP8 region of FP8 recipes (Megatron-core enters

@@ -1247,6 +1247,44 @@ TEST_CASE("Megatron-DeepSpeed's backward: apex LayerNorm gradient, the QKV split
         doctest::Approx(8.0 * elements));
 }
 
+TEST_CASE("the embedding's gradient: PyTorch's dense table, added into Megatron's main_grad") {
+  // GPT-3 1.3B (vocab 51200, hidden 2048, learned positions over 2048 tokens) on TP 2, 2 x 2048
+  // tokens per micro-batch: embedding_dense_backward zero-fills each whole table in fp16
+  // (25,600 x 2048 word rows on this TP rank and all 2048 position rows), sums the 4096
+  // tokens' rows through fp32 partials (2 + 4 B in, 4 + 2 B out, the sorted path above 3,072
+  // tokens), and Megatron's hook adds each table into the fp32 main_grad (2 + 4 + 4 B).
+  const std::string text = R"({
+    "model": "gpt3-1.3b",
+    "cluster": {"node": "dgx-a100", "nodes": 1},
+    "parallel": {"tp": 2, "pp": 2, "dp": 2, "micro_batch": 2, "global_batch": 16, "schedule": "1f1b"},
+    "training": {"seq_len": 2048, "precision": "fp16", "attention": "unfused"}
+  })";
+  const double tables = (51200.0 / 2 + 2048) * 2048;
+  const ComputeOp zero = first_op(text, {}, "embed.grad.zero");
+  CHECK(zero.bytes == doctest::Approx(tables * 2));
+  CHECK(zero.kernels == 2);
+  const ComputeOp scatter = first_op(text, {}, "embed.grad");
+  CHECK(scatter.bytes == doctest::Approx(2 * 4096.0 * 2048 * 12));
+  CHECK(scatter.kernels == 28);
+  CHECK(first_op(text, {}, "embed.grad.main").bytes == doctest::Approx(tables * 10));
+  // A bf16 reduction keeps main_grad in bf16; one micro-batch of 2048 tokens takes the
+  // unsorted kernel; RoPE has no position table.
+  CHECK(first_op(text, {"training.grad_reduce=\"bf16\""}, "embed.grad.main").bytes == doctest::Approx(tables * 6));
+  CHECK(first_op(text, {"parallel.micro_batch=1"}, "embed.grad").kernels == 2);
+  CHECK(first_op(text, {"model.position=\"rope\""}, "embed.grad.zero").bytes ==
+        doctest::Approx(51200.0 / 2 * 2048 * 2));
+  // The hook is Megatron's: DeepSpeed accumulates in its own pass, eager PyTorch in
+  // AccumulateGrad (training.grad_accumulation), so neither adds the table here.
+  for (const char* fw : {"deepspeed", "eager"}) {
+    const ProgramTemplate p = stage_program(text, {std::string("training.framework=\"") + fw + "\""});
+    CHECK(tasks_ending(p, "embed.grad.main").empty());
+    CHECK_FALSE(tasks_ending(p, "embed.grad.zero").empty());
+  }
+  CHECK(tasks_ending(stage_program(text, {"training.grad_accumulation=\"autograd\""}), "embed.grad.main").empty());
+  // Only the first stage embeds.
+  CHECK(tasks_ending(stage_program(text, {}, 1), "embed.grad.zero").empty());
+}
+
 TEST_CASE("framework megatron-legacy: Megatron-LM's pre-Core model kernels, without DeepSpeed's engine") {
   // Megatron-LM's megatron/model/ of 2020-2022 (the April 2021 code of Narayanan et al.):
   // MixedFusedLayerNorm (the apex kernels), split_tensor_along_last_dim (torch.split),
@@ -1262,15 +1300,21 @@ TEST_CASE("framework megatron-legacy: Megatron-LM's pre-Core model kernels, with
   })";
   const std::vector<std::string> legacy = {"training.framework=\"megatron-legacy\""};
   const std::vector<std::string> ds = {"training.framework=deepspeed"};
-  // Every kernel of the layers, the embedding and the head is DeepSpeed's (last stage: the loss).
+  // Every kernel of the layers, the embedding and the head is DeepSpeed's (last stage: the
+  // loss), but for Megatron's hook adding the embedding's gradient into main_grad, where
+  // DeepSpeed accumulates every gradient in a pass of its own.
   for (int stage : {0, 1}) {
-    const ProgramTemplate a = stage_program(text, legacy, stage);
-    const ProgramTemplate b = stage_program(text, ds, stage);
-    REQUIRE(a.ops.size() == b.ops.size());
-    for (std::size_t i = 0; i < a.ops.size(); ++i) {
-      CHECK(a.ops[i].name == b.ops[i].name);
-      CHECK(a.ops[i].bytes == doctest::Approx(b.ops[i].bytes));
-      CHECK(a.ops[i].kernels == b.ops[i].kernels);
+    std::vector<ComputeOp> a = stage_program(text, legacy, stage).ops;
+    const std::vector<ComputeOp> b = stage_program(text, ds, stage).ops;
+    const auto main_grad =
+        std::find_if(a.begin(), a.end(), [](const ComputeOp& op) { return op.name == "embed.grad.main"; });
+    CHECK((main_grad != a.end()) == (stage == 0));
+    if (main_grad != a.end()) a.erase(main_grad);
+    REQUIRE(a.size() == b.size());
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      CHECK(a[i].name == b[i].name);
+      CHECK(a[i].bytes == doctest::Approx(b[i].bytes));
+      CHECK(a[i].kernels == b[i].kernels);
     }
   }
   // ... and not the default lists': the loss (38 B per fp16 logit, not 10), apex's

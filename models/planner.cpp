@@ -152,6 +152,7 @@ class StageProgramBuilder {
       offload_op_ = b_.add_op(ComputeOp{"offload.d2h", OpKind::HostCopy, Dtype::BF16, 0, bytes, 0, 0, 0, 1});
       reload_op_ = b_.add_op(ComputeOp{"offload.h2d", OpKind::HostCopy, Dtype::BF16, 0, bytes, 0, 0, 0, 1});
     }
+    fp8_weight_cast_ = fp8_weight_cast(train);
     dp_group_ = par.dp * par.cp;
     const double bucket_elems =
         par.dp_bucket_bytes > 0 ? par.dp_bucket_bytes / train.grad_reduce_bytes : default_bucket_elements(dp_group_);
@@ -801,6 +802,22 @@ class StageProgramBuilder {
       if (prefetch_params_ && first_of_chunk) deps.push_back(param_bucket_of_layer_[layer]);
       TaskId first = kNone;
       dedupe_in_place(deps);
+      if (first_of_chunk && fp8_weight_cast_.kernels_per_layer > 0) {
+        // Transformer Engine's once-per-step FP8 weight cast (fp8_weight_cast), in the
+        // layer's first forward of the step, after its parameters are gathered.
+        const ComputeOp cast{"fp8.weight.cast",
+                             OpKind::MemoryBound,
+                             Dtype::BF16,
+                             0,
+                             layer_steps(layer).grad_elements * fp8_weight_cast_.bytes_per_element,
+                             0,
+                             0,
+                             0,
+                             fp8_weight_cast_.kernels_per_layer};
+        const TaskId c = b_.compute(s_.compute, b_.add_op(cast),
+                                    label(layer_prefix('F', layer).text() + "fp8.weight.cast"), u.microbatch, deps);
+        deps.assign(1, c);
+      }
       last =
           emit(layer_steps(layer, u.microbatch).forward, layer_prefix('F', layer), u.microbatch, deps, false, &first);
       prev_layer_first = first;
@@ -1393,6 +1410,7 @@ class StageProgramBuilder {
   // Activation offload: the copy of (micro-batch, chunk, layer)'s activations to the host.
   std::map<std::tuple<int, int, int>, TaskId> offloaded_;
   std::uint32_t offload_op_ = 0, reload_op_ = 0;
+  Fp8WeightCast fp8_weight_cast_;
   std::unordered_map<std::string, std::uint32_t> labels_;
   std::unordered_map<const char*, std::uint32_t> literal_labels_;
   std::unordered_map<const Step*, std::uint32_t> ops_;

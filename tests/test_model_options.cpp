@@ -1062,6 +1062,42 @@ TEST_CASE("FP8 recipes and the NeMo 24.07 runs: the quantisation is a few percen
   CHECK(casts / all < 0.08);
 }
 
+TEST_CASE("FP8 weight casts: Transformer Engine quantises each layer's weights once per step, not per micro-batch") {
+  // docs/frameworks.md, "FP8 weight casts": Megatron-Core marks the step's first micro-batch
+  // (is_first_microbatch), on which TE casts every GEMM weight to FP8 with its transpose.
+  const std::string file =
+      std::string(TRAINSIM_SOURCE_DIR) + "/scenarios/validation/nemo2407_h100_fp8_GPT3-5B_64gpu.json";
+  const Scenario s = load_scenario_file(file, {}, catalog());
+  REQUIRE(s.training.framework == Framework::MegatronTe);
+  const Cluster cluster(s.cluster);
+  const TrainingPlan plan = plan_training(s.model, s.parallel, s.training, cluster, PlanOptions{});
+  const ProgramTemplate& prog = plan.setup.programs.at(0);
+  const ModelSteps steps = build_model_steps(s.model, s.parallel, s.training);
+  const double layer_params = steps.of(LayerKind::Dense).grad_elements;
+  int casts = 0;
+  for (const Task& t : prog.tasks) {
+    if (t.kind != TaskKind::Compute) continue;
+    const ComputeOp& op = prog.ops[t.ref];
+    if (op.name != "fp8.weight.cast") continue;
+    ++casts;
+    CHECK(t.microbatch == 0);                              // the first micro-batch only (8 run per step)
+    CHECK(op.bytes == doctest::Approx(4 * layer_params));  // read 2 B, write FP8 + its transpose
+    CHECK(op.kernels == 4);                                // QKV, projection, MLP input and output
+  }
+  CHECK(casts == s.model.layers);
+  // Not in BF16, and not where no TE module keeps the FP8 copy.
+  for (const char* set : {"training.precision=bf16", "training.framework=default"}) {
+    const Scenario o = load_scenario_file(file, {set}, catalog());
+    const TrainingPlan p = plan_training(o.model, o.parallel, o.training, cluster, PlanOptions{});
+    for (const ComputeOp& op : p.setup.programs.at(0).ops) CHECK(op.name != "fp8.weight.cast");
+  }
+  CHECK(fp8_weight_cast(s.training).bytes_per_element == 4);
+  TrainingSpec current = s.training;
+  current.fp8_recipe = Fp8Recipe::Current;
+  CHECK(fp8_weight_cast(current).bytes_per_element == 6);  // the recipe's amax pass as well
+  CHECK(fp8_weight_cast(current).kernels_per_layer == 12);
+}
+
 TEST_CASE("FP8 backward GEMMs run with the split accumulator, forward GEMMs with fast accumulation") {
   // Transformer Engine's _2X_ACC_DGRAD / _2X_ACC_WGRAD: the dgrad and wgrad GEMMs of an FP8
   // run cost 1 / fp8_split_accumulator_speed of the fast-accumulation curve (docs/frameworks.md).

@@ -280,6 +280,21 @@ class StageProgramBuilder {
       layers.clear();
       elems = expert_elems = 0;
     };
+    if (layer_buckets()) {
+      // NeMo's apex buckets: the first layer's holds every parameter outside the layers
+      // (the optimizer step starts its gather), then one bucket per layer.
+      for (int c = 0; c < chunks_; ++c) {
+        if (first_vstage(c)) elems += cur_->embedding_grad_elements;
+        if (last_vstage(c)) elems += cur_->head_grad_elements;
+        for (int l = 0; l < layers_[c]; ++l) {
+          elems += layer_steps(first_layer_[c] + l).grad_elements;
+          expert_elems += layer_steps(first_layer_[c] + l).expert_grad_elements;
+          layers.push_back(first_layer_[c] + l);
+          flush();
+        }
+      }
+      return;
+    }
     for (int c = 0; c < chunks_; ++c) {
       if (first_vstage(c)) elems += cur_->embedding_grad_elements;
       for (int l = 0; l < layers_[c]; ++l) {
@@ -1073,6 +1088,10 @@ class StageProgramBuilder {
   void head_grads_done(TaskId last, int mb) {
     tied_ready_ = last;
     if (edp_group_ > 1) expert_bucket_elems_ += cur_->head_expert_grad_elements;
+    if (layer_buckets()) {
+      held_elems_ += cur_->head_grad_elements;  // reduced with the first layer's bucket
+      return;
+    }
     add_grads(cur_->head_grad_elements, last, mb);
   }
 
@@ -1095,8 +1114,28 @@ class StageProgramBuilder {
       }
     } else if (reduce_grads) {
       if (edp_group_ > 1) expert_bucket_elems_ += expert;
+      if (layer_buckets()) {
+        // One bucket per layer; the first layer's waits for the embedding's gradient
+        // (finish_weight_gradients) with the held parameters outside the layers.
+        bucket_elems_ += layer_steps(layer).grad_elements;
+        if (layer != first_layer_[0]) {
+          flush_bucket(last, mb);
+        } else {
+          bucket_elems_ += held_elems_;
+          held_elems_ = 0;
+        }
+        return;
+      }
       add_grads(layer_steps(layer).grad_elements, last, mb);
     }
+  }
+
+  // NeMo's apex DistributedFusedAdam (training.apex_distributed_adam, docs/frameworks.md):
+  // one bucket per transformer layer, with every parameter outside the layers (embedding,
+  // LM head, final norm) in the first layer's bucket (configure_optimizers in NeMo's
+  // megatron_gpt_model.py: buckets.reverse(); buckets[-1].extend(the rest)).
+  bool layer_buckets() const {
+    return train_.apex_distributed_adam && zero_sharded_optimizer() && par_.dp_overlap && chunks_ == 1;
   }
 
   // Parameters outside the layers on virtual stage v: the embedding (first)
@@ -1411,6 +1450,7 @@ class StageProgramBuilder {
   std::map<std::tuple<int, int, int>, TaskId> offloaded_;
   std::uint32_t offload_op_ = 0, reload_op_ = 0;
   Fp8WeightCast fp8_weight_cast_;
+  double held_elems_ = 0;  // parameters outside the layers held for the first layer's bucket
   std::unordered_map<std::string, std::uint32_t> labels_;
   std::unordered_map<const char*, std::uint32_t> literal_labels_;
   std::unordered_map<const Step*, std::uint32_t> ops_;

@@ -35,6 +35,21 @@ Fp8Quantize fp8_quantize_cost(Fp8Recipe r) {
   return {4.0, 1};
 }
 
+Fp8WeightCast fp8_weight_cast(const TrainingSpec& tr) {
+  if (tr.framework != Framework::MegatronTe || tr.precision != Dtype::FP8) return {};
+  // Transformer Engine 1.x (transformer_engine/pytorch/module/linear.py and
+  // layernorm_linear.py: update_fp8_weights = is_first_microbatch is None or
+  // is_first_microbatch): on the first micro-batch the module casts its weight into the
+  // cached FP8 copy and its transpose (fp8_cast_transpose_fused: read 2 B, write 1 + 1 B
+  // under delayed scaling, the recipe's quantisation as fp8_quantize_cost counts it); on
+  // the others it reuses them. Megatron-Core's TE wrappers pass is_first_microbatch
+  // (TELinear.forward, megatron/core/transformer/custom_layers/transformer_engine.py,
+  // core_r0.8.0), set once per step by the schedule's forward_step
+  // (model.set_is_first_microbatch(), megatron/core/pipeline_parallel/schedules.py).
+  const Fp8Quantize q = fp8_quantize_cost(tr.fp8_recipe);
+  return {q.bytes_per_element, 4 * q.kernels};
+}
+
 FsdpGradientPasses fsdp_gradient_passes(const TrainingSpec& tr, const ParallelSpec& p) {
   const bool fsdp1 = tr.framework == Framework::Eager || tr.framework == Framework::TorchCompile;
   if (!fsdp1 || p.zero < 3 || p.dp <= 1) return {};

@@ -81,6 +81,19 @@ struct Fp8Quantize {
 };
 Fp8Quantize fp8_quantize_cost(Fp8Recipe r);
 
+// Transformer Engine keeps the FP8 copy of each GEMM weight (row-wise and transposed)
+// for a whole step: Megatron-Core marks the step's first micro-batch
+// (set_is_first_microbatch), on which the modules quantise their 16-bit weights; the
+// later micro-batches reuse the copies (docs/frameworks.md, "FP8 weight casts"). The
+// cost of that once-per-step cast of one layer's weights: HBM bytes per weight element
+// and launches per layer (four GEMM weights: QKV, projection, MLP input and output).
+// Zero where the framework keeps no such cache (`megatron-te` in FP8 only).
+struct Fp8WeightCast {
+  double bytes_per_element = 0;
+  int kernels_per_layer = 0;
+};
+Fp8WeightCast fp8_weight_cast(const TrainingSpec& train);
+
 // PyTorch FSDP (FSDP1: the `eager` and `torch-compile` frameworks under ZeRO-3 with
 // more than one data-parallel rank) turns each sharded unit's gradient into its
 // reduce-scatter input in passes over the unit's unsharded elements, per micro-batch:

@@ -152,6 +152,7 @@ class StageProgramBuilder {
       offload_op_ = b_.add_op(ComputeOp{"offload.d2h", OpKind::HostCopy, Dtype::BF16, 0, bytes, 0, 0, 0, 1});
       reload_op_ = b_.add_op(ComputeOp{"offload.h2d", OpKind::HostCopy, Dtype::BF16, 0, bytes, 0, 0, 0, 1});
     }
+    fp8_weight_cast_ = fp8_weight_cast(train);
     dp_group_ = par.dp * par.cp;
     const double bucket_elems =
         par.dp_bucket_bytes > 0 ? par.dp_bucket_bytes / train.grad_reduce_bytes : default_bucket_elements(dp_group_);
@@ -279,6 +280,21 @@ class StageProgramBuilder {
       layers.clear();
       elems = expert_elems = 0;
     };
+    if (layer_buckets()) {
+      // NeMo's apex buckets: the first layer's holds every parameter outside the layers
+      // (the optimizer step starts its gather), then one bucket per layer.
+      for (int c = 0; c < chunks_; ++c) {
+        if (first_vstage(c)) elems += cur_->embedding_grad_elements;
+        if (last_vstage(c)) elems += cur_->head_grad_elements;
+        for (int l = 0; l < layers_[c]; ++l) {
+          elems += layer_steps(first_layer_[c] + l).grad_elements;
+          expert_elems += layer_steps(first_layer_[c] + l).expert_grad_elements;
+          layers.push_back(first_layer_[c] + l);
+          flush();
+        }
+      }
+      return;
+    }
     for (int c = 0; c < chunks_; ++c) {
       if (first_vstage(c)) elems += cur_->embedding_grad_elements;
       for (int l = 0; l < layers_[c]; ++l) {
@@ -801,6 +817,22 @@ class StageProgramBuilder {
       if (prefetch_params_ && first_of_chunk) deps.push_back(param_bucket_of_layer_[layer]);
       TaskId first = kNone;
       dedupe_in_place(deps);
+      if (first_of_chunk && fp8_weight_cast_.kernels_per_layer > 0) {
+        // Transformer Engine's once-per-step FP8 weight cast (fp8_weight_cast), in the
+        // layer's first forward of the step, after its parameters are gathered.
+        const ComputeOp cast{"fp8.weight.cast",
+                             OpKind::MemoryBound,
+                             Dtype::BF16,
+                             0,
+                             layer_steps(layer).grad_elements * fp8_weight_cast_.bytes_per_element,
+                             0,
+                             0,
+                             0,
+                             fp8_weight_cast_.kernels_per_layer};
+        const TaskId c = b_.compute(s_.compute, b_.add_op(cast),
+                                    label(layer_prefix('F', layer).text() + "fp8.weight.cast"), u.microbatch, deps);
+        deps.assign(1, c);
+      }
       last =
           emit(layer_steps(layer, u.microbatch).forward, layer_prefix('F', layer), u.microbatch, deps, false, &first);
       prev_layer_first = first;
@@ -1056,6 +1088,10 @@ class StageProgramBuilder {
   void head_grads_done(TaskId last, int mb) {
     tied_ready_ = last;
     if (edp_group_ > 1) expert_bucket_elems_ += cur_->head_expert_grad_elements;
+    if (layer_buckets()) {
+      held_elems_ += cur_->head_grad_elements;  // reduced with the first layer's bucket
+      return;
+    }
     add_grads(cur_->head_grad_elements, last, mb);
   }
 
@@ -1078,8 +1114,28 @@ class StageProgramBuilder {
       }
     } else if (reduce_grads) {
       if (edp_group_ > 1) expert_bucket_elems_ += expert;
+      if (layer_buckets()) {
+        // One bucket per layer; the first layer's waits for the embedding's gradient
+        // (finish_weight_gradients) with the held parameters outside the layers.
+        bucket_elems_ += layer_steps(layer).grad_elements;
+        if (layer != first_layer_[0]) {
+          flush_bucket(last, mb);
+        } else {
+          bucket_elems_ += held_elems_;
+          held_elems_ = 0;
+        }
+        return;
+      }
       add_grads(layer_steps(layer).grad_elements, last, mb);
     }
+  }
+
+  // NeMo's apex DistributedFusedAdam (training.apex_distributed_adam, docs/frameworks.md):
+  // one bucket per transformer layer, with every parameter outside the layers (embedding,
+  // LM head, final norm) in the first layer's bucket (configure_optimizers in NeMo's
+  // megatron_gpt_model.py: buckets.reverse(); buckets[-1].extend(the rest)).
+  bool layer_buckets() const {
+    return train_.apex_distributed_adam && zero_sharded_optimizer() && par_.dp_overlap && chunks_ == 1;
   }
 
   // Parameters outside the layers on virtual stage v: the embedding (first)
@@ -1393,6 +1449,8 @@ class StageProgramBuilder {
   // Activation offload: the copy of (micro-batch, chunk, layer)'s activations to the host.
   std::map<std::tuple<int, int, int>, TaskId> offloaded_;
   std::uint32_t offload_op_ = 0, reload_op_ = 0;
+  Fp8WeightCast fp8_weight_cast_;
+  double held_elems_ = 0;  // parameters outside the layers held for the first layer's bucket
   std::unordered_map<std::string, std::uint32_t> labels_;
   std::unordered_map<const char*, std::uint32_t> literal_labels_;
   std::unordered_map<const Step*, std::uint32_t> ops_;

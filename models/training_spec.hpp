@@ -355,6 +355,10 @@ struct TrainingSpec {
   // reduce-scatter (F.pad in _post_backward_hook, a clone when no padding is needed);
   // releases from 2.0 copy only when padding is needed (docs/frameworks.md).
   bool fsdp_pad_copy = false;
+  // NeMo's apex DistributedFusedAdam buckets (docs/frameworks.md, "NeMo's distributed
+  // Adam"): one gradient / parameter bucket per transformer layer, and every parameter
+  // outside the layers (embedding, LM head, final norm) in the first layer's bucket.
+  bool apex_distributed_adam = false;
   Fp8Recipe fp8_recipe = Fp8Recipe::Delayed;  // precision fp8 only
   CudaGraphScope cuda_graphs = CudaGraphScope::None;
   GradAccumulation grad_accumulation = GradAccumulation::Fused;

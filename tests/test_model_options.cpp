@@ -1062,6 +1062,85 @@ TEST_CASE("FP8 recipes and the NeMo 24.07 runs: the quantisation is a few percen
   CHECK(casts / all < 0.08);
 }
 
+TEST_CASE("FP8 weight casts: Transformer Engine quantises each layer's weights once per step, not per micro-batch") {
+  // docs/frameworks.md, "FP8 weight casts": Megatron-Core marks the step's first micro-batch
+  // (is_first_microbatch), on which TE casts every GEMM weight to FP8 with its transpose.
+  const std::string file =
+      std::string(TRAINSIM_SOURCE_DIR) + "/scenarios/validation/nemo2407_h100_fp8_GPT3-5B_64gpu.json";
+  const Scenario s = load_scenario_file(file, {}, catalog());
+  REQUIRE(s.training.framework == Framework::MegatronTe);
+  const Cluster cluster(s.cluster);
+  const TrainingPlan plan = plan_training(s.model, s.parallel, s.training, cluster, PlanOptions{});
+  const ProgramTemplate& prog = plan.setup.programs.at(0);
+  const ModelSteps steps = build_model_steps(s.model, s.parallel, s.training);
+  const double layer_params = steps.of(LayerKind::Dense).grad_elements;
+  int casts = 0;
+  for (const Task& t : prog.tasks) {
+    if (t.kind != TaskKind::Compute) continue;
+    const ComputeOp& op = prog.ops[t.ref];
+    if (op.name != "fp8.weight.cast") continue;
+    ++casts;
+    CHECK(t.microbatch == 0);                              // the first micro-batch only (8 run per step)
+    CHECK(op.bytes == doctest::Approx(4 * layer_params));  // read 2 B, write FP8 + its transpose
+    CHECK(op.kernels == 4);                                // QKV, projection, MLP input and output
+  }
+  CHECK(casts == s.model.layers);
+  // Not in BF16, and not where no TE module keeps the FP8 copy.
+  for (const char* set : {"training.precision=bf16", "training.framework=default"}) {
+    const Scenario o = load_scenario_file(file, {set}, catalog());
+    const TrainingPlan p = plan_training(o.model, o.parallel, o.training, cluster, PlanOptions{});
+    for (const ComputeOp& op : p.setup.programs.at(0).ops) CHECK(op.name != "fp8.weight.cast");
+  }
+  CHECK(fp8_weight_cast(s.training).bytes_per_element == 4);
+  TrainingSpec current = s.training;
+  current.fp8_recipe = Fp8Recipe::Current;
+  CHECK(fp8_weight_cast(current).bytes_per_element == 6);  // the recipe's amax pass as well
+  CHECK(fp8_weight_cast(current).kernels_per_layer == 12);
+}
+
+TEST_CASE("NeMo's distributed Adam: a bucket per layer, everything outside the layers in the first layer's") {
+  // docs/frameworks.md, "NeMo's distributed Adam": Nemotron-8B's untied output layer is
+  // reduce-scattered with layer 0 after the embedding's backward, and gathered first.
+  const std::string file =
+      std::string(TRAINSIM_SOURCE_DIR) + "/scenarios/validation/nemo2407_h100_fp8_Nemotron-8B_64gpu.json";
+  const Scenario s = load_scenario_file(file, {}, catalog());
+  REQUIRE(s.training.apex_distributed_adam);
+  const Scenario m = load_scenario_file(file, {"training.apex_distributed_adam=false"}, catalog());
+  const Cluster cluster(s.cluster);
+  const ModelSteps steps = build_model_steps(s.model, s.parallel, s.training);
+  const double layer = steps.of(LayerKind::Dense).grad_elements;
+  const double outside = steps.embedding_grad_elements + steps.head_grad_elements;
+  REQUIRE(steps.head_grad_elements > layer);  // 256k x 4096 / tp 2 against one layer
+  auto dp = [&cluster](const Scenario& sc, CollectiveKind kind) {
+    const TrainingPlan plan = plan_training(sc.model, sc.parallel, sc.training, cluster, PlanOptions{});
+    std::vector<double> bytes;
+    for (const Task& t : plan.setup.programs.at(0).tasks)
+      if (t.kind == TaskKind::Collective && t.comm_class == CommClass::DP && t.collective == kind)
+        bytes.push_back(static_cast<double>(t.bytes));
+    return bytes;
+  };
+  const std::vector<double> rs = dp(s, CollectiveKind::ReduceScatter), ag = dp(s, CollectiveKind::AllGather);
+  REQUIRE(rs.size() == static_cast<std::size_t>(s.model.layers));
+  for (std::size_t i = 0; i + 1 < rs.size(); ++i) CHECK(rs[i] == doctest::Approx(4 * layer).epsilon(1e-6));
+  CHECK(rs.back() == doctest::Approx(4 * (layer + outside)).epsilon(1e-6));  // fp32 gradients
+  REQUIRE(ag.size() == static_cast<std::size_t>(s.model.layers));
+  CHECK(ag.front() == doctest::Approx(2 * (layer + outside)).epsilon(1e-6));  // bf16 parameters
+  // Megatron-Core's size-based buckets reduce the output layer's gradients first, as they come.
+  const std::vector<double> rs_m = dp(m, CollectiveKind::ReduceScatter);
+  CHECK(rs_m.front() >= 4 * steps.head_grad_elements);
+  CHECK(simulate(s).iteration_time_s > simulate(m).iteration_time_s);
+  // Only for a sharded optimizer with overlap and without virtual pipeline stages.
+  for (const char* bad : {"parallel.zero=0", "parallel.dp_overlap=false"}) {
+    std::string error;
+    try {
+      load_scenario_file(file, {bad}, catalog());
+    } catch (const InputError& e) {
+      error = e.what();
+    }
+    CHECK(error.find("/training/apex_distributed_adam") != std::string::npos);
+  }
+}
+
 TEST_CASE("FP8 backward GEMMs run with the split accumulator, forward GEMMs with fast accumulation") {
   // Transformer Engine's _2X_ACC_DGRAD / _2X_ACC_WGRAD: the dgrad and wgrad GEMMs of an FP8
   // run cost 1 / fp8_split_accumulator_speed of the fast-accumulation curve (docs/frameworks.md).

@@ -609,6 +609,7 @@ TrainingSpec read_training(ObjectReader& top, const TransformerSpec& model) {
   }
   t.launch_blocking = r.boolean("launch_blocking", false);
   t.fsdp_pad_copy = r.boolean("fsdp_pad_copy", false);
+  t.apex_distributed_adam = r.boolean("apex_distributed_adam", false);
   t.grad_reduce_bytes = r.choice("grad_reduce", "fp32", {"fp32", "bf16", "fp16"}) == "fp32" ? 4 : 2;
   t.dropout = r.boolean("dropout", true);
   t.post_validation = r.choice("optimizer_sync", "all-reduce", {"all-reduce", "post-validation"}) == "post-validation";
@@ -872,6 +873,14 @@ void check_consistency(Scenario& s, Diagnostics& d) {
     d.error("/training/fsdp_pad_copy",
             "PyTorch 1.13's padded gradient copy is modelled for FSDP1 under ZeRO-3 with the eager kernel lists "
             "(\"framework\": \"eager\", \"zero\": 3)");
+  }
+  // apex's DistributedFusedAdam is a ZeRO-2 optimizer with overlapped synchronisation;
+  // NeMo buckets it by layer without virtual pipeline stages, by virtual stage with them.
+  if (s.training.apex_distributed_adam &&
+      (s.parallel.zero < 1 || s.parallel.zero > 2 || !s.parallel.dp_overlap || s.parallel.vpp > 1)) {
+    d.error("/training/apex_distributed_adam",
+            "apex's DistributedFusedAdam buckets are modelled for a sharded optimizer (\"zero\": 1 or 2) with "
+            "\"dp_overlap\": true and no virtual pipeline stages (\"vpp\": 1)");
   }
   // Autograd's accumulation runs on the whole .grad of each parameter; FSDP reduce-
   // scatters every micro-batch's gradient and DeepSpeed accumulates in its own pass.

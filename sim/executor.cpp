@@ -572,18 +572,32 @@ void Executor::build_chains() {
 // only if its later tasks wait for no task outside it and each of its streams
 // is free with the chain's next task on it at its head (the running task's
 // stream is the chain's own: its tasks there are followed by the chain's).
-bool Executor::chain_can_start(std::uint32_t rank, std::uint32_t chain, std::uint32_t from) const {
+bool Executor::chain_can_start(std::uint32_t rank, std::uint32_t chain, std::uint32_t from) {
   const ProgramTemplate& p = *program_of_rank_[rank];
   const TaskChains& tc = chains_of_program_[setup_->ranks[rank].program];
   const auto tasks = tc.chain(chain);
+  // Tasks of the chain waiting for something outside it from `from` on.
+  auto waits_outside = [&](std::size_t i) {
+    std::uint32_t inner = 0;
+    for (const std::uint32_t d : p.deps_of(tasks[i]))
+      inner += tc.at[d].chain == chain && tc.at[d].index >= from ? 1 : 0;
+    return remaining_deps_[task_at(rank, tasks[i])] != inner;
+  };
+  // The task that stopped the last try of this chain on this rank, if it
+  // still waits, stops this one (the chain is tried again as each of its
+  // tasks starts, and a task far along it often waits for a transfer).
+  ChainRun& cr = chain_run_[rank];
+  if (cr.blocked_chain == chain && cr.blocked_at > from && waits_outside(cr.blocked_at)) return false;
   std::uint64_t seen[4] = {};
   const std::uint8_t first = p.tasks[tasks[from]].stream;
   seen[first / 64] |= std::uint64_t{1} << (first % 64);
   for (std::size_t i = from + 1; i < tasks.size(); ++i) {
     const std::uint32_t task = tasks[i];
-    std::uint32_t inner = 0;
-    for (const std::uint32_t d : p.deps_of(task)) inner += tc.at[d].chain == chain && tc.at[d].index >= from ? 1 : 0;
-    if (remaining_deps_[task_at(rank, task)] != inner) return false;
+    if (waits_outside(i)) {
+      cr.blocked_chain = chain;
+      cr.blocked_at = static_cast<std::uint32_t>(i);
+      return false;
+    }
     const std::uint8_t s = p.tasks[task].stream;
     if (seen[s / 64] >> (s % 64) & 1) continue;
     seen[s / 64] |= std::uint64_t{1} << (s % 64);
@@ -669,31 +683,36 @@ void Executor::advance_chain(std::uint32_t rank, Time now, bool through) {
   ChainRun& cr = chain_run_[rank];
   const ProgramTemplate& p = *program_of_rank_[rank];
   const auto tasks = chains_of_program_[setup_->ranks[rank].program].chain(cr.chain);
-  std::uint32_t i = cr.pos;
-  while (i + 1 < tasks.size() && (cr.end < now || (through && cr.end == now))) {
+  const int tl = timeline_of_rank_[rank];
+  std::vector<Interval>* intervals = tl >= 0 ? &result_.timelines[tl].intervals : nullptr;
+  std::uint32_t i = cr.pos, completed = 0;
+  Time end = cr.end;
+  while (i + 1 < tasks.size() && (end < now || (through && end == now))) {
     const Task& done = p.tasks[tasks[i]];
     const std::size_t si = stream_at(rank, done.stream);
-    record(rank, tasks[i], stream_start_[si], cr.end, category_of(p, done));
-    ++events_;
-    ++done_count_[rank];
+    // The interval record() would keep.
+    if (intervals != nullptr && stream_start_[si] < end)
+      intervals->push_back(Interval{stream_start_[si], end, tasks[i], done.stream, category_of(p, done)});
+    ++completed;
     stream_busy_[si] = 0;
     ++stream_pos_[si];
     // Its dependents are later tasks of the chain, some past its last one.
     for (const std::uint32_t s : p.succs_of(tasks[i])) --remaining_deps_[task_at(rank, s)];
     if (done.kind == TaskKind::Compute) {
-      compute_done_at_[si] = cr.end;
+      compute_done_at_[si] = end;
       compute_done_serial_[si] = ++serials_;
     } else if (contention_) {
       --comm_active_[rank];
     }
-    const Time start = cr.end;
+    const Time start = end;
     const std::uint32_t next = tasks[++i];
     const Task& t = p.tasks[next];
     const std::size_t sj = stream_at(rank, t.stream);
     if (p.stream(t.stream)[stream_pos_[sj]] != next) {
       order_tie_ = true;  // not at its stream's head: never seen, but the full path is exact
-      return;
+      break;
     }
+    end = cr.predicted[i];
     stream_busy_[sj] = 1;
     stream_start_[sj] = start;
     if (t.kind == TaskKind::Compute) {
@@ -702,14 +721,16 @@ void Executor::advance_chain(std::uint32_t rank, Time now, bool through) {
         run_since_[sj] = start;
         run_slow_[sj] = cr.level;
         run_factor_[sj] = cr.factor;
-        run_end_[sj] = cr.predicted[i];
+        run_end_[sj] = end;
       }
     } else if (contention_) {
       ++comm_active_[rank];
     }
     cr.pos = i;
-    cr.end = cr.predicted[i];
+    cr.end = end;
   }
+  events_ += completed;
+  done_count_[rank] += completed;
 }
 
 // Two posts on one slot of a rank at one instant from independent events:

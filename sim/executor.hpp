@@ -193,9 +193,11 @@ class Executor {
     std::vector<Time> predicted;              // the end of each task of the chain as now expected
     std::uint8_t level = 0;                   // the contention level and window factor the projection used
     double factor = 1;
+    // Where chain_can_start last found a task of a chain waiting for a task outside it.
+    std::uint32_t blocked_chain = kNoChain, blocked_at = 0;
   };
   void build_chains();
-  bool chain_can_start(std::uint32_t rank, std::uint32_t chain, std::uint32_t from) const;
+  bool chain_can_start(std::uint32_t rank, std::uint32_t chain, std::uint32_t from);
   void schedule(std::uint32_t rank, std::uint32_t task, Time end, Time now);
   void reproject(std::uint32_t rank, Time now);
   void sync(std::uint32_t rank, Time now);

@@ -7,8 +7,9 @@ TaskChains find_task_chains(const ProgramTemplate& p, std::span<const std::uint8
   TaskChains out;
   out.at.assign(n, ChainPosition{});
   out.offsets.push_back(0);
-  // The tasks before and after each one on its stream (kNoChain at the ends).
-  std::vector<std::uint32_t> next_on_stream(n, kNoChain), prev_on_stream(n, kNoChain);
+  // The tasks before and after each one on its stream: kNoChain after the
+  // last; before the first `n`, a task that counts as done (state below).
+  std::vector<std::uint32_t> next_on_stream(n, kNoChain), prev_on_stream(n, n);
   for (std::uint32_t s = 0; s < p.streams.size(); ++s) {
     const auto on_stream = p.stream(s);
     for (std::size_t i = 1; i < on_stream.size(); ++i) {
@@ -23,7 +24,8 @@ TaskChains find_task_chains(const ProgramTemplate& p, std::span<const std::uint8
   // Per task, one byte read where the rules below ask "in the run being built"
   // or "in an earlier chain".
   constexpr std::uint8_t kFree = 0, kInRun = 1, kChained = 2;
-  std::vector<std::uint8_t> state(n, kFree);
+  std::vector<std::uint8_t> state(n + 1, kFree);
+  state[n] = kChained;
   std::vector<std::uint32_t> run;
   for (std::uint32_t first = 0; first < n; ++first) {
     if (state[first] == kChained || !chainable(first)) continue;
@@ -34,7 +36,7 @@ TaskChains find_task_chains(const ProgramTemplate& p, std::span<const std::uint8
     // dependencies and stream predecessor are done. Tasks from before the run
     // (created earlier or in an earlier chain) count as done: the executor
     // checks that they are when the run starts.
-    auto done = [&](std::uint32_t d) { return d < first || d == kNoChain || state[d] != kFree; };
+    auto done = [&](std::uint32_t d) { return d < first || state[d] != kFree; };
     auto ready = [&](std::uint32_t u) {
       if (state[u] == kInRun || !done(prev_on_stream[u])) return false;
       for (const std::uint32_t d : p.deps_of(u))
@@ -44,14 +46,15 @@ TaskChains find_task_chains(const ProgramTemplate& p, std::span<const std::uint8
     for (;;) {
       const std::uint32_t t = run.back();
       std::uint32_t next = kNoChain, count = 0;
+      // A second ready task ends the run: the rest need not be looked at.
       for (const std::uint32_t u : p.succs_of(t)) {
         if (ready(u)) {
           next = u;
-          ++count;
+          if (++count > 1) break;
         }
       }
       const std::uint32_t after = next_on_stream[t];
-      if (after != kNoChain && after != next && ready(after)) {
+      if (count < 2 && after != kNoChain && after != next && ready(after)) {
         next = after;
         ++count;
       }

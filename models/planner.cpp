@@ -239,6 +239,9 @@ class StageProgramBuilder {
   // The Zero Bubble runtime's receive placement (receive_posts): per unit of
   // this rank, the unit after which its input receive is posted.
   void set_receive_posts(const std::vector<int>* posts) { receive_posts_ = posts; }
+  // Off: every step list emitted step by step, without pass templates (the
+  // reference the templates are compared with).
+  void set_pass_templates(bool on) { use_templates_ = on; }
   // Where this stage's traffic matrices (ModelSteps::traffic) start in the run's table.
   void set_matrix_base(std::uint32_t base) { matrix_base_ = base; }
 
@@ -442,6 +445,11 @@ class StageProgramBuilder {
       for (const Step& st : steps) list_ids.labels.push_back(label(text + st.name));
       list_ids.ops.assign(steps.size(), kNone);
     }
+    if (filter != PassFilter::WeightOnly && use_templates_) {
+      const PassTemplate*& t = list_ids.templates[filter == PassFilter::All ? 0 : 1];
+      if (t == nullptr) t = &pass_template(steps, filter);
+      return stamp(*t, steps, list_ids.labels, list_ids.ops, mb, entry, recomputed, first_compute, ids);
+    }
     const std::vector<std::uint32_t>& step_label = list_ids.labels;
     TaskId last_compute = entry.empty() ? kNone : entry.back();
     TaskId before_last = last_compute;
@@ -476,8 +484,125 @@ class StageProgramBuilder {
     }
     return last_compute;
   }
+  // The emission of a step list under a filter that starts from no earlier
+  // ids (All, InputOnly) depends on the entry and the micro-batch only through
+  // a few places, so it is worked out once per list and filter (a layer pass's
+  // template) and stamped per layer and micro-batch: per emitted step its
+  // task's fields, its dependencies inside the pass (positions among the
+  // emitted steps, sorted: they follow every task before the pass), and
+  // whether it also waits for the whole entry (the first step) or for the
+  // entry's last task (a collective issued before any computation of the
+  // pass). The tasks, their order and their sorted dependencies are those the
+  // step-by-step emission gives (tests/test_models.cpp compares the two).
+  struct PassItem {
+    Task proto;  // label and micro-batch set per emission; a computation's op per prefix
+    std::uint32_t step = 0;
+    std::uint32_t deps_begin = 0, deps_end = 0;  // into PassTemplate::deps
+    std::uint8_t entry = 0;                      // 0: none, 1: the whole entry, 2: the entry's last task
+    double model_flops = 0;                      // computations
+  };
+  struct PassTemplate {
+    std::vector<PassItem> items;
+    std::vector<std::uint32_t> deps;  // positions among the items
+    int first_compute = -1, last_compute = -1;
+  };
+  const PassTemplate& pass_template(const std::vector<Step>& steps, PassFilter filter) {
+    auto [it, fresh] = templates_.try_emplace({&steps, filter == PassFilter::All ? 0 : 1});
+    PassTemplate& t = it->second;
+    if (!fresh) return t;  // made under another prefix
+    std::vector<int> pos(steps.size(), -1);
+    int last = -1, before_last = -1;  // positions; -1: the entry's last task
+    for (std::size_t j = 0; j < steps.size(); ++j) {
+      const Step& s = steps[j];
+      if (!emitted(s, filter)) continue;
+      const int p = static_cast<int>(t.items.size());
+      PassItem item;
+      item.step = static_cast<std::uint32_t>(j);
+      item.entry = p == 0 ? 1 : 0;
+      item.deps_begin = static_cast<std::uint32_t>(t.deps.size());
+      for (int w : s.waits) {
+        if (pos[w] >= 0) t.deps.push_back(static_cast<std::uint32_t>(pos[w]));
+      }
+      Task& proto = item.proto;
+      if (s.is_comm) {
+        const int after = s.overlap_previous ? before_last : last;
+        if (after >= 0) {
+          t.deps.push_back(static_cast<std::uint32_t>(after));
+        } else if (p > 0) {
+          item.entry = 2;
+        }
+        proto.kind = TaskKind::Collective;
+        proto.stream = comm_stream(s.comm_class);
+        proto.collective = s.collective;
+        proto.comm_class = s.comm_class;
+        proto.ref = comm_slot(s);
+        proto.bytes = task_bytes(s.bytes);
+        proto.matrix = s.matrix >= 0 ? matrix_base_ + static_cast<std::uint32_t>(s.matrix) : kNoMatrix;
+      } else {
+        proto.kind = TaskKind::Compute;
+        proto.stream = s_.compute;
+        item.model_flops = s.model_flops;
+        before_last = last;
+        last = p;
+        if (t.first_compute < 0) t.first_compute = p;
+      }
+      const auto begin = t.deps.begin() + item.deps_begin;
+      std::sort(begin, t.deps.end());
+      t.deps.erase(std::unique(begin, t.deps.end()), t.deps.end());
+      item.deps_end = static_cast<std::uint32_t>(t.deps.size());
+      pos[j] = p;
+      t.items.push_back(item);
+    }
+    t.last_compute = last;
+    return t;
+  }
+  // `labels`, `ops`: the list's label and op ids under this prefix (StepListIds).
+  TaskId stamp(const PassTemplate& t, const std::vector<Step>& steps, const std::vector<std::uint32_t>& labels,
+               std::vector<std::uint32_t>& ops, int mb, std::span<const TaskId> entry, bool recomputed,
+               TaskId* first_compute, std::vector<TaskId>& ids) {
+    const auto base = static_cast<TaskId>(b_.size());
+    const TaskId entry_last = entry.empty() ? kNone : entry.back();
+    std::vector<TaskId>& deps = emit_deps_;
+    constexpr std::uint32_t kSmall = 16;
+    TaskId small[kSmall];  // a step's dependencies without the whole entry, the usual case
+    for (const PassItem& item : t.items) {
+      std::span<const TaskId> d;
+      if (item.entry == 1 || item.deps_end - item.deps_begin >= kSmall) {
+        deps.clear();
+        if (item.entry == 1) {
+          deps.assign(entry.begin(), entry.end());
+          dedupe_in_place(deps);
+        } else if (item.entry == 2 && entry_last != kNone) {
+          deps.push_back(entry_last);
+        }
+        for (std::uint32_t k = item.deps_begin; k < item.deps_end; ++k) deps.push_back(base + t.deps[k]);
+        d = deps;
+      } else {
+        std::uint32_t n = 0;
+        if (item.entry == 2 && entry_last != kNone) small[n++] = entry_last;
+        for (std::uint32_t k = item.deps_begin; k < item.deps_end; ++k) small[n++] = base + t.deps[k];
+        d = std::span<const TaskId>(small, n);
+      }
+      Task proto = item.proto;
+      if (proto.kind == TaskKind::Compute) {
+        std::uint32_t& op = ops[item.step];
+        if (op == kNone) op = op_id(steps[item.step]);  // in first-use order, as step by step
+        proto.ref = op;
+        hw_flops_ += item.model_flops;
+        if (!recomputed) model_flops_ += item.model_flops;
+      }
+      ids[item.step] = b_.append(proto, labels[item.step], mb, d);
+    }
+    if (first_compute != nullptr && *first_compute == kNone && t.first_compute >= 0) {
+      *first_compute = base + static_cast<TaskId>(t.first_compute);
+    }
+    return t.last_compute >= 0 ? base + static_cast<TaskId>(t.last_compute) : entry_last;
+  }
   static void dedupe_in_place(std::vector<TaskId>& v) {
-    if (v.size() > 1) {
+    if (v.size() == 2) {  // the usual case, without a call to sort
+      if (v[1] < v[0]) std::swap(v[0], v[1]);
+      if (v[1] == v[0]) v.pop_back();
+    } else if (v.size() > 2) {
       std::sort(v.begin(), v.end());
       v.erase(std::unique(v.begin(), v.end()), v.end());
     }
@@ -1466,10 +1591,14 @@ class StageProgramBuilder {
       return std::hash<const void*>()(k.steps) * 31 ^ (layer << 8 | static_cast<unsigned char>(k.prefix.pass));
     }
   };
-  // Per step: its label id, and its op id once first emitted (kNone before).
+  // Per step: its label id, and its op id once first emitted (kNone before);
+  // the list's pass templates under the filters All and InputOnly once made.
   struct StepListIds {
     std::vector<std::uint32_t> labels, ops;
+    const PassTemplate* templates[2] = {nullptr, nullptr};
   };
+  std::map<std::pair<const std::vector<Step>*, int>, PassTemplate> templates_;
+  bool use_templates_ = true;
   std::unordered_map<StepListKey, StepListIds, StepListKeyHash> step_ids_;
   std::vector<TaskId> emit_deps_, emit_ids_;  // emit's scratch
   double hw_flops_ = 0, model_flops_ = 0;
@@ -1965,6 +2094,7 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
       builder.set_matrix_base(matrix_base[s]);
       if (!seq_steps.empty()) builder.set_sequence_chunks(&seq_steps);
       if (!count_receive_posts[k].empty()) builder.set_receive_posts(&count_receive_posts[k][s]);
+      builder.set_pass_templates(options.pass_templates);
       builder.plan_param_prefetch();
       double hw = 0, mf = 0;
       plan.setup.programs.push_back(builder.build(&hw, &mf));

@@ -38,6 +38,9 @@ struct PlanOptions {
   // more on a multi-megabyte pipeline message does not split a class; the
   // iteration time moves by far less, docs/architecture.md). 0 = exact.
   double equivalence_tolerance = 0.01;
+  // Stage programs stamped from one template per layer pass (models/planner.cpp);
+  // off: emitted step by step. The same programs either way (a test compares them).
+  bool pass_templates = true;
 };
 
 struct StagePlan {

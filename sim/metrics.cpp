@@ -1,6 +1,8 @@
 #include "sim/metrics.hpp"
 
 #include <algorithm>
+#include <span>
+#include <vector>
 
 namespace trainsim {
 
@@ -15,36 +17,40 @@ bool edge_before(const Edge& a, const Edge& b) { return a.t < b.t; }
 
 // Sorts edges that are grouped into runs, each already in time order as a rule
 // (one run per stream: a stream runs one task at a time), by merging the runs
-// pairwise; a run out of order is sorted first, so any input sorts correctly.
-void sort_runs(std::vector<Edge>& edges, std::vector<std::size_t>& bounds, std::vector<Edge>& scratch) {
+// two at a time, the two shortest first (a stream of pipeline transfers holds
+// a few dozen edges, the compute stream thousands: each long run is copied
+// about once instead of once per round of pairwise merges); a run out of
+// order is sorted first, so any input sorts correctly. Edges of one time may
+// come out in another order than a full sort's: the sweep does not depend on
+// it (EdgeSweep). Returns the sorted edges (in `edges` or in `merged`).
+std::span<const Edge> sort_runs(std::vector<Edge>& edges, const std::vector<std::size_t>& bounds,
+                                std::vector<std::vector<Edge>>& merged) {
+  std::vector<std::span<Edge>> runs;
   for (std::size_t r = 0; r + 1 < bounds.size(); ++r) {
-    const auto first = edges.begin() + static_cast<std::ptrdiff_t>(bounds[r]);
-    const auto last = edges.begin() + static_cast<std::ptrdiff_t>(bounds[r + 1]);
-    if (!std::is_sorted(first, last, edge_before)) std::sort(first, last, edge_before);
+    const std::span<Edge> run(edges.data() + bounds[r], bounds[r + 1] - bounds[r]);
+    if (run.empty()) continue;
+    if (!std::is_sorted(run.begin(), run.end(), edge_before)) std::sort(run.begin(), run.end(), edge_before);
+    runs.push_back(run);
   }
-  scratch.resize(edges.size());
-  std::vector<std::size_t> merged;
-  while (bounds.size() > 2) {
-    merged.clear();
-    std::size_t r = 0;
-    for (; r + 2 < bounds.size(); r += 2) {
-      merged.push_back(bounds[r]);
-      std::merge(edges.begin() + static_cast<std::ptrdiff_t>(bounds[r]),
-                 edges.begin() + static_cast<std::ptrdiff_t>(bounds[r + 1]),
-                 edges.begin() + static_cast<std::ptrdiff_t>(bounds[r + 1]),
-                 edges.begin() + static_cast<std::ptrdiff_t>(bounds[r + 2]),
-                 scratch.begin() + static_cast<std::ptrdiff_t>(bounds[r]), edge_before);
+  if (runs.empty()) return {};
+  merged.reserve(runs.size());
+  while (runs.size() > 1) {
+    std::size_t a = 0, b = 1;  // the two shortest runs, a the shorter
+    if (runs[b].size() < runs[a].size()) std::swap(a, b);
+    for (std::size_t r = 2; r < runs.size(); ++r) {
+      if (runs[r].size() < runs[a].size()) {
+        b = a;
+        a = r;
+      } else if (runs[r].size() < runs[b].size()) {
+        b = r;
+      }
     }
-    if (r + 1 < bounds.size()) {  // an odd run left over: copied as it is
-      merged.push_back(bounds[r]);
-      std::copy(edges.begin() + static_cast<std::ptrdiff_t>(bounds[r]),
-                edges.begin() + static_cast<std::ptrdiff_t>(bounds[r + 1]),
-                scratch.begin() + static_cast<std::ptrdiff_t>(bounds[r]));
-    }
-    merged.push_back(edges.size());
-    edges.swap(scratch);
-    bounds.swap(merged);
+    std::vector<Edge>& out = merged.emplace_back(runs[a].size() + runs[b].size());
+    std::merge(runs[a].begin(), runs[a].end(), runs[b].begin(), runs[b].end(), out.begin(), edge_before);
+    runs[std::min(a, b)] = out;
+    runs.erase(runs.begin() + static_cast<std::ptrdiff_t>(std::max(a, b)));
   }
+  return runs.front();
 }
 
 // Attributes [prev, t) to what is active as the edges are visited in time
@@ -92,10 +98,11 @@ class EdgeSweep {
 
 // Edges are visited in time order. Ends are recorded in time order by the
 // executor (an interval is recorded when it ends) and starts in time order per
-// stream: merging those runs gives the order a full sort would, at a fraction
-// of its cost (a run out of order is sorted first).
+// stream: merging those runs gives a full sort's order (up to the order among
+// edges of one time, which the sweep ignores) at a fraction of its cost (a run
+// out of order is sorted first).
 TimeBreakdown breakdown(const std::vector<Interval>& intervals, Time end) {
-  std::vector<Edge> starts(intervals.size()), ends(intervals.size()), scratch;
+  std::vector<Edge> starts_by_stream(intervals.size()), ends(intervals.size());
   std::vector<std::size_t> bounds;
   {
     std::size_t per_stream[256] = {};
@@ -110,11 +117,12 @@ TimeBreakdown breakdown(const std::vector<Interval>& intervals, Time end) {
     bounds.push_back(at);
     for (std::size_t i = 0; i < intervals.size(); ++i) {
       const Interval& iv = intervals[i];
-      starts[per_stream[iv.stream]++] = Edge{iv.start, iv.category};
+      starts_by_stream[per_stream[iv.stream]++] = Edge{iv.start, iv.category};
       ends[i] = Edge{iv.end, iv.category};
     }
   }
-  sort_runs(starts, bounds, scratch);
+  std::vector<std::vector<Edge>> merged;
+  const std::span<const Edge> starts = sort_runs(starts_by_stream, bounds, merged);
   if (!std::is_sorted(ends.begin(), ends.end(), edge_before)) std::sort(ends.begin(), ends.end(), edge_before);
   EdgeSweep sweep(end);
   std::size_t s = 0, e = 0;

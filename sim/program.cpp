@@ -54,7 +54,10 @@ const char* to_string(CommClass c) {
   return "?";
 }
 
-ProgramBuilder::ProgramBuilder(std::string name) { program_.name = std::move(name); }
+ProgramBuilder::ProgramBuilder(std::string name) {
+  program_.name = std::move(name);
+  program_.dep_offsets.push_back(0);
+}
 
 std::uint8_t ProgramBuilder::add_stream(const std::string& name) {
   program_.streams.push_back(name);
@@ -82,8 +85,7 @@ Task& ProgramBuilder::add(std::span<const TaskId> deps) {
     TRAINSIM_CHECK(d < id, "task " + std::to_string(id) + " depends on later task " + std::to_string(d));
   }
   Task& task = program_.tasks.emplace_back();
-  if (program_.dep_offsets.empty()) program_.dep_offsets.push_back(0);
-  program_.deps.insert(program_.deps.end(), deps.begin(), deps.end());
+  for (TaskId d : deps) program_.deps.push_back(d);  // a few each: cheaper than a range insert
   program_.dep_offsets.push_back(static_cast<std::uint32_t>(program_.deps.size()));
   return task;
 }
@@ -130,6 +132,12 @@ TaskId ProgramBuilder::recv(std::uint8_t stream, std::uint32_t slot, CommClass c
                             std::uint32_t label, int microbatch, std::span<const TaskId> deps) {
   set_task(add(deps), TaskKind::Recv, stream, CollectiveKind::AllReduce, cls, slot, label, microbatch, bytes,
            kNoMatrix);
+  return last_id();
+}
+
+TaskId ProgramBuilder::append(const Task& proto, std::uint32_t label, int microbatch, std::span<const TaskId> deps) {
+  set_task(add(deps), proto.kind, proto.stream, proto.collective, proto.comm_class, proto.ref, label, microbatch,
+           proto.bytes, proto.matrix);
   return last_id();
 }
 

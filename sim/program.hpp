@@ -93,6 +93,9 @@ class ProgramBuilder {
               int microbatch, std::span<const TaskId> deps);
   TaskId recv(std::uint8_t stream, std::uint32_t slot, CommClass cls, std::uint64_t bytes, std::uint32_t label,
               int microbatch, std::span<const TaskId> deps);
+  // A task with `proto`'s kind, stream, collective, class, ref, bytes and
+  // matrix, and this label and micro-batch (a stamped step of a layer pass).
+  TaskId append(const Task& proto, std::uint32_t label, int microbatch, std::span<const TaskId> deps);
   std::size_t size() const { return program_.tasks.size(); }
   const Task& task(TaskId id) const { return program_.tasks[id]; }
   // Queues the tasks [first, first + order.size()) on their streams in `order`

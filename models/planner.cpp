@@ -493,7 +493,7 @@ class StageProgramBuilder {
   // whether it also waits for the whole entry (the first step) or for the
   // entry's last task (a collective issued before any computation of the
   // pass). The tasks, their order and their sorted dependencies are those the
-  // step-by-step emission gives (tests/test_models.cpp compares the two).
+  // step-by-step emission gives (tests/test_pass_templates.cpp compares the two).
   struct PassItem {
     Task proto;  // label and micro-batch set per emission; a computation's op per prefix
     std::uint32_t step = 0;
@@ -949,7 +949,8 @@ class StageProgramBuilder {
                              OpKind::MemoryBound,
                              Dtype::BF16,
                              0,
-                             layer_steps(layer).grad_elements * fp8_weight_cast_.bytes_per_element,
+                             (layer_steps(layer).grad_elements + layer_steps(layer).expert_grad_elements) *
+                                 fp8_weight_cast_.bytes_per_element,
                              0,
                              0,
                              0,

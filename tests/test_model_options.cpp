@@ -1129,16 +1129,29 @@ TEST_CASE("NeMo's distributed Adam: a bucket per layer, everything outside the l
   const std::vector<double> rs_m = dp(m, CollectiveKind::ReduceScatter);
   CHECK(rs_m.front() >= 4 * steps.head_grad_elements);
   CHECK(simulate(s).iteration_time_s > simulate(m).iteration_time_s);
-  // Only for a sharded optimizer with overlap and without virtual pipeline stages.
-  for (const char* bad : {"parallel.zero=0", "parallel.dp_overlap=false"}) {
+  // Only for a sharded optimizer with overlap, without virtual pipeline stages, on
+  // Megatron's kernel lists and one model chunk per rank.
+  for (const std::vector<std::string>& bad : std::vector<std::vector<std::string>>{
+           {"parallel.zero=0"}, {"parallel.dp_overlap=false"}, {"parallel.schedule=\"dualpipe-v\""}}) {
+    CAPTURE(bad.front());
     std::string error;
     try {
-      load_scenario_file(file, {bad}, catalog());
+      load_scenario_file(file, bad, catalog());
     } catch (const InputError& e) {
       error = e.what();
     }
     CHECK(error.find("/training/apex_distributed_adam") != std::string::npos);
   }
+  std::string eager;
+  try {
+    load_scenario_file(std::string(TRAINSIM_SOURCE_DIR) + "/scenarios/validation/nemo2407_h100_fp8_GPT3-5B_64gpu.json",
+                       {"training.framework=\"eager\""}, catalog());
+  } catch (const InputError& e) {
+    eager = e.what();
+  }
+  CHECK(
+      eager.find("/training/apex_distributed_adam: NeMo's DistributedFusedAdam buckets are modelled with Megatron's") !=
+      std::string::npos);
 }
 
 TEST_CASE("FP8 backward GEMMs run with the split accumulator, forward GEMMs with fast accumulation") {
@@ -1455,6 +1468,10 @@ TEST_CASE("framework megatron-legacy: Megatron-LM's pre-Core model kernels, with
   // Nor grouped-query attention, sliding windows or MoE layers.
   CHECK(legacy_error("model.kv_heads=8").find("options.json: /model/kv_heads: megatron-legacy") != std::string::npos);
   CHECK(legacy_error("model.sliding_window=1024").find("options.json: /model/sliding_window:") != std::string::npos);
+  CHECK(
+      load_error(text, {legacy[0], "model.bias=false",
+                        R"(model.mla={"kv_lora_rank": 512, "qk_nope_dim": 128, "qk_rope_dim": 64, "v_head_dim": 128})"})
+          .find("options.json: /model/mla: megatron-legacy") != std::string::npos);
   CHECK(load_error(text, {legacy[0], "model.bias=false", R"(model.moe={"experts": 8, "top_k": 2, "expert_ffn": 4096})"})
             .find("options.json: /model/moe: megatron-legacy") != std::string::npos);
   const std::string llama = load_error(R"({"model": "llama2-7b", "cluster": {"node": "dgx-a100", "nodes": 1},

@@ -857,8 +857,9 @@ void check_consistency(Scenario& s, Diagnostics& d) {
     if (s.model.sliding_window > 0) {
       d.error("/model/sliding_window", "megatron-legacy models full causal attention only" + pre_core);
     }
-    if (s.model.moe.enabled())
-      d.error("/model/moe", "megatron-legacy models dense MLPs only (its SwitchMLP is not modelled)");
+    if (s.model.moe.enabled()) {
+      d.error("/model/moe", "megatron-legacy models dense MLPs only (its SwitchMLP is not modelled)" + pre_core);
+    }
     if (s.model.mla.enabled()) d.error("/model/mla", "megatron-legacy models multi-head attention only" + pre_core);
   }
   // apex.contrib's persistent kernel is a LayerNorm (gamma and beta); RMSNorm has no such path.
@@ -876,11 +877,36 @@ void check_consistency(Scenario& s, Diagnostics& d) {
   }
   // apex's DistributedFusedAdam is a ZeRO-2 optimizer with overlapped synchronisation;
   // NeMo buckets it by layer without virtual pipeline stages, by virtual stage with them.
-  if (s.training.apex_distributed_adam &&
-      (s.parallel.zero < 1 || s.parallel.zero > 2 || !s.parallel.dp_overlap || s.parallel.vpp > 1)) {
-    d.error("/training/apex_distributed_adam",
-            "apex's DistributedFusedAdam buckets are modelled for a sharded optimizer (\"zero\": 1 or 2) with "
-            "\"dp_overlap\": true and no virtual pipeline stages (\"vpp\": 1)");
+  if (s.training.apex_distributed_adam) {
+    if (s.parallel.zero < 1 || s.parallel.zero > 2 || !s.parallel.dp_overlap || s.parallel.vpp > 1) {
+      d.error("/training/apex_distributed_adam",
+              "apex's DistributedFusedAdam buckets are modelled for a sharded optimizer (\"zero\": 1 or 2) with "
+              "\"dp_overlap\": true and no virtual pipeline stages (\"vpp\": 1)");
+    }
+    // NeMo's GPT model on Megatron's kernels, one model chunk per rank (the V and
+    // bidirectional schedules place two), every stage holding layers.
+    const Framework f = s.training.framework;
+    const ScheduleKind k = s.parallel.schedule;
+    const bool one_chunk = k == ScheduleKind::GPipe || k == ScheduleKind::OneFOneB || k == ScheduleKind::ZeroBubbleH1 ||
+                           k == ScheduleKind::ZeroBubbleH2 || k == ScheduleKind::ZeroBubble1p ||
+                           k == ScheduleKind::ZeroBubble2p;
+    if (f != Framework::MegatronTe && f != Framework::Default) {
+      d.error("/training/apex_distributed_adam",
+              "NeMo's DistributedFusedAdam buckets are modelled with Megatron's kernel lists (\"framework\": "
+              "\"megatron-te\" or \"default\")");
+    }
+    if (!one_chunk) {
+      d.error("/training/apex_distributed_adam",
+              "NeMo's DistributedFusedAdam buckets are modelled for one model chunk per rank (gpipe, 1f1b or the "
+              "zb-h1/zb-h2/zb-1p/zb-2p schedules)");
+    }
+    for (const int n : s.parallel.stage_layers) {
+      if (n == 0) {
+        d.error("/training/apex_distributed_adam",
+                "NeMo's DistributedFusedAdam buckets need layers on every pipeline stage (a stage_layers entry is 0)");
+        break;
+      }
+    }
   }
   // Autograd's accumulation runs on the whole .grad of each parameter; FSDP reduce-
   // scatters every micro-batch's gradient and DeepSpeed accumulates in its own pass.

@@ -1295,7 +1295,7 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     // table (max_seq_len rows, whole on every TP rank) with the same backward.
     // Megatron's gradient hooks then add that .grad into main_grad (the reduction dtype)
     // (`param.main_grad.add_(param.grad.data)`: Megatron-LM's DistributedDataParallel
-    // since 2020, Megatron-Core's _make_param_hook) every micro-batch, where the linear
+    // with contiguous buffers, Megatron-Core's _make_param_hook) every micro-batch, where the linear
     // layers' weight gradients accumulate inside their GEMMs (docs/frameworks.md,
     // "The embedding's gradient").
     StepList B(&out.embedding_backward, Pass::BackwardWeight, D.act_bytes);

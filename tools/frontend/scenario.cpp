@@ -887,9 +887,8 @@ void check_consistency(Scenario& s, Diagnostics& d) {
     // bidirectional schedules place two), every stage holding layers.
     const Framework f = s.training.framework;
     const ScheduleKind k = s.parallel.schedule;
-    const bool one_chunk = k == ScheduleKind::GPipe || k == ScheduleKind::OneFOneB || k == ScheduleKind::ZeroBubbleH1 ||
-                           k == ScheduleKind::ZeroBubbleH2 || k == ScheduleKind::ZeroBubble1p ||
-                           k == ScheduleKind::ZeroBubble2p;
+    const bool one_chunk = k == ScheduleKind::GPipe || k == ScheduleKind::OneFOneB ||
+                           (is_zero_bubble_schedule(k) && k != ScheduleKind::ZeroBubbleV);
     if (f != Framework::MegatronTe && f != Framework::Default) {
       d.error("/training/apex_distributed_adam",
               "NeMo's DistributedFusedAdam buckets are modelled with Megatron's kernel lists (\"framework\": "

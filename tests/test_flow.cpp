@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <array>
 #include <set>
 #include <string>
 #include <vector>
@@ -330,6 +331,42 @@ TEST_CASE("two rings sharing a 4:1 oversubscribed uplink take the max-min time")
   CHECK(an.collective_seconds(an.shape({0, 4}), CollectiveKind::AllReduce, 1e9) == doctest::Approx(0.2));
   REQUIRE(an.warnings().size() == 1);
   CHECK(an.warnings()[0].find("oversubscription 4:1") != std::string::npos);
+}
+
+TEST_CASE("a middle stage's batched pipeline exchange shares its GPU's one NIC in each direction") {
+  // 3 nodes x 2 GPUs, 10 GB/s NICs, one per GPU (rail 0: GPUs 0, 2, 4). GPU 2
+  // is a middle pipeline stage: Megatron-LM's steady-state exchange without
+  // overlap_p2p_comm (send_forward_backward_recv_forward_backward, one
+  // batch_isend_irecv) sends to both neighbours and receives from both at
+  // once, and NCCL sends a GPU's p2p traffic to any peer through its local
+  // NIC (ncclTopoGetLocalNet: one NIC per GPU gives every channel that NIC).
+  ClusterSpec spec = toy_cluster(3, 2);
+  spec.fabric.link_latency = 0;
+  const Cluster cluster(spec);
+  const std::vector<CalibrationProfile> profiles{ideal_profile(0, 0)};
+  Topology topo(cluster);
+  FlowCollectives fc(cluster, topo, profiles);
+  // One 1 GB message alone: 1 GB / 10 GB/s = 100 ms, as the analytical model
+  // charges every message whatever else its GPU sends.
+  CHECK(fc.measure(fc.plan_p2p(2, 4, 1e9, 1)).to_seconds() == doctest::Approx(0.1).epsilon(1e-6));
+  const AnalyticalNetwork an(cluster, profiles);
+  CHECK(an.p2p_seconds(an.shape({2, 4}), 1e9) == doctest::Approx(0.1));
+  auto together = [&](const std::vector<std::array<int, 2>>& pairs) {
+    std::vector<PlanId> ids;
+    for (const auto& pr : pairs) ids.push_back(fc.add_plan(fc.plan_p2p(pr[0], pr[1], 1e9, 1)));
+    const Time t0 = fc.network().now();
+    for (std::size_t i = 0; i < ids.size(); ++i) fc.start(t0, ids[i], i);
+    std::vector<double> at = run_all(fc, ids.size());
+    for (double& t : at) t -= t0.to_seconds();
+    return at;
+  };
+  // The exchange: two messages leave GPU 2's NIC and two enter it; each
+  // direction of the NIC carries 2 GB: 200 ms for all four.
+  for (double t : together({{2, 4}, {2, 0}, {0, 2}, {4, 2}})) CHECK(t == doctest::Approx(0.2).epsilon(1e-6));
+  // Not an artefact of the links: the two directions of one pair are full
+  // duplex (100 ms each), and another rail's exchange uses its own NIC.
+  for (double t : together({{0, 2}, {2, 0}})) CHECK(t == doctest::Approx(0.1).epsilon(1e-6));
+  for (double t : together({{2, 4}, {3, 5}})) CHECK(t == doctest::Approx(0.1).epsilon(1e-6));
 }
 
 TEST_CASE("routing: queue pairs per connection under ECMP, a bundle of up-links under adaptive routing") {

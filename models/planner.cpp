@@ -269,10 +269,14 @@ class StageProgramBuilder {
   void plan_param_prefetch() {
     if (!(zero_sharded_optimizer() && par_.dp_overlap) || deepspeed_bf16_optimizer()) return;
     param_bucket_of_layer_.assign(model_.layers, kNone);
+    param_bucket_of_chunk_.assign(static_cast<std::size_t>(chunks_), kNone);
     double elems = 0, expert_elems = 0;
     std::vector<int> layers;
-    auto flush = [&]() {
-      if (layers.empty()) return;
+    // A chunk without layers (`stage_layers` entry 0) that holds the embedding or
+    // the LM head gathers those parameters on its own: its embedding or head
+    // forward waits for them, as a layer waits for its bucket.
+    auto flush = [&](int chunk = -1) {
+      if (layers.empty() && (chunk < 0 || (elems <= 0 && expert_elems <= 0))) return;
       TaskId t = b_.collective(s_.dp, slot_dp_, CollectiveKind::AllGather, CommClass::DP, task_bytes(elems * kActBytes),
                                label("dp.ag.params"), -1, {});
       if (expert_elems > 0 && edp_group_ > 1) {
@@ -280,6 +284,7 @@ class StageProgramBuilder {
                           task_bytes(expert_elems * kActBytes), label("edp.ag.params"), -1, {});
       }
       for (int l : layers) param_bucket_of_layer_[l] = t;
+      if (layers.empty()) param_bucket_of_chunk_[static_cast<std::size_t>(chunk)] = t;
       layers.clear();
       elems = expert_elems = 0;
     };
@@ -310,7 +315,7 @@ class StageProgramBuilder {
         elems += cur_->head_grad_elements;
         expert_elems += cur_->head_expert_grad_elements;
       }
-      flush();
+      flush(layers_[c] == 0 ? c : -1);
     }
   }
 
@@ -927,9 +932,13 @@ class StageProgramBuilder {
                             task_bytes(outer_elements(v) * kActBytes), label("dp.ag.params outer"), u.microbatch,
                             dedupe(entry));
     }
+    // The gather of a chunk without layers: its embedding or head parameters.
+    const TaskId own_params =
+        prefetch_params_ && first_of_chunk ? param_bucket_of_chunk_[static_cast<std::size_t>(u.chunk)] : kNone;
     if (embedding_of(v)) {
       std::vector<TaskId> deps = entry;
       if (outer != kNone) deps.push_back(outer);
+      if (own_params != kNone) deps.push_back(own_params);
       last = emit(cur_->embedding_forward, StepPrefix{'F'}, u.microbatch, deps, false);
     }
     if (last != kNone) entry = {last};
@@ -972,6 +981,7 @@ class StageProgramBuilder {
     if (head_of(v)) {
       deps.assign(entry.begin(), entry.end());
       if (outer != kNone) deps.push_back(outer);
+      if (own_params != kNone) deps.push_back(own_params);
       last = emit(cur_->head_forward, StepPrefix{'F'}, u.microbatch, dedupe(deps), false);
     }
     if (last == kNone && !entry.empty()) last = entry.back();
@@ -1531,6 +1541,7 @@ class StageProgramBuilder {
   std::vector<double> pending_buckets_;
   std::vector<TaskId> dp_tasks_;
   std::vector<TaskId> param_bucket_of_layer_;
+  std::vector<TaskId> param_bucket_of_chunk_;  // per chunk without layers: the gather of its other parameters
   bool prefetch_params_ = false;
   TaskId last_compute_ = kNone;
   std::vector<TaskId> blocking_sends_;  // sends the next unit waits for (no p2p overlap)

@@ -407,6 +407,28 @@ TEST_CASE("ZeRO-3: the next layer's gather is issued before this layer's reduce-
   CHECK(run({}, text).iteration_time_s < run({"parallel.backward_prefetch=post"}, text).iteration_time_s);
 }
 
+TEST_CASE("distributed optimizer: a pipeline stage without layers gathers its head's parameters before its forward") {
+  // Megatron-Core's overlapped parameter gather buckets a stage's parameters
+  // layer by layer; a stage that holds only the LM head (stage_layers entry 0)
+  // still all-gathers the head's updated shard before the head's first forward.
+  const std::string text = R"({
+    "model": "gpt3-1.3b",
+    "cluster": {"node": "dgx-a100", "nodes": 2},
+    "parallel": {"pp": 2, "dp": 8, "zero": 1, "micro_batch": 1, "global_batch": 32, "stage_layers": [24, 0]},
+    "training": {"seq_len": 2048, "precision": "bf16"}
+  })";
+  const ProgramTemplate head_stage = stage_program(text, {}, 1);
+  const auto gathers = tasks_ending(head_stage, "dp.ag.params");
+  REQUIRE(gathers.size() == 1);
+  const Scenario s = load_scenario_text(text, "options.json", "", {}, catalog());
+  CHECK(static_cast<double>(head_stage.tasks[gathers[0]].bytes) ==
+        doctest::Approx(static_cast<double>(s.model.vocab) * s.model.hidden * 2));  // the head's bf16 weight
+  const auto norm = tasks_ending(head_stage, "final.norm");
+  REQUIRE_FALSE(norm.empty());
+  const auto deps = head_stage.deps_of(norm.front());
+  CHECK(std::find(deps.begin(), deps.end(), gathers[0]) != deps.end());
+}
+
 TEST_CASE("FSDP1 under ZeRO-3: each unit's flat gradient is catted, cast and divided before its reduce-scatter") {
   const std::string text = R"({
     "model": "gpt3-1.3b",

@@ -698,6 +698,97 @@ void attention_core_backward(StepList& L, const Dims& A, AttentionKind kind, std
   L.gemm("attn.qk.wgrad", A.attn_dtype, A.s_full, A.d, A.s_local, {}, heads);
 }
 
+// Ring context parallelism as Transformer Engine runs it (AttnFuncWithCPAndKVP2P,
+// transformer_engine/pytorch/attention.py, v2.2; Megatron-Core's default cp_comm_type
+// "p2p"), for even sequence shares of a causal sequence without a window: one fused attention
+// kernel per ring step instead of one over the gathered K and V. With load balancing
+// each rank holds two half-chunks of the sequence; step 0 is causal over its own K and
+// V, every other step non-causal over half of the queries (the K/V block of a later
+// rank) or half of the K/V block (an earlier rank): each step runs the same FLOPs,
+// 1/ring of a causal kernel over the whole sequence.
+bool ring_steps_apply(const Dims& A, AttentionKind kind) {
+  return A.ring > 1 && kind != AttentionKind::Unfused && A.causal == 0.5 && A.kv_seq == A.s_full &&
+         A.s_local * A.ring == A.s_full && A.window_exec_share == 1 && A.window_model_share == 1;
+}
+
+// The ring's K/V exchange of one step (the next block sent to the next rank while the
+// current step runs) as an all-gather of the ring whose per-GPU traffic is `blocks` K/V
+// blocks (b x s/ring x 2 x g x d): ring-1 such all-gathers move what one all-gather of the
+// whole sequence moves, over the same neighbour links, each paying its own hop latencies.
+int ring_exchange(StepList& L, const char* name, CollectiveKind kind, const Dims& A, double blocks,
+                  std::vector<int> waits, bool overlap_previous, Step::CpGroup group) {
+  const double kv_all = A.b * A.kv_seq * 2 * A.g_t * A.d * A.act_bytes;
+  const double bytes = blocks * kv_all / (A.ring - 1);
+  return L.comm(name, kind, CommClass::CP, bytes, std::move(waits), overlap_previous, false, -1, group);
+}
+
+// Forward of the ring (ring_steps_apply), on the last rank of the ring (every
+// non-causal step over all its queries and half a K/V block: the most correction
+// traffic). `waits`: what the first step needs.
+void ring_attention_forward(StepList& L, const Dims& A, AttentionKind kind, std::vector<int> waits,
+                            Step::CpGroup group) {
+  const int n = A.ring;
+  const double e = A.act_bytes;
+  const double s_kv = A.s_local;  // K/V tokens of one ring rank (two half-chunks)
+  const double block = A.b * s_kv * 2 * A.g_t * A.d * e;
+  const double q_bytes = A.tokens * A.a_t * A.d * e, out_bytes = A.tokens * A.a_t * A.d_out * e;
+  const double step_exec = 4 * A.b * A.s_local * s_kv * A.a_t * A.d * 0.5;
+  const double step_model = 4 * A.b * A.s_local * A.s_model * A.a_t * A.d / n;
+  // p2p_comm_buffers[0] = torch.cat of K and V: read and write the rank's block.
+  L.memory("attn.cp.kv.cat", 2 * block, std::move(waits));
+  int prev = -1;
+  for (int i = 0; i < n; ++i) {
+    // Step i posts the send/recv of block i+1 on its stream once block i has arrived;
+    // steps alternate on two streams, so the transfer waits for step i-2, not i-1.
+    const int next = i < n - 1 ? ring_exchange(L, "cp.p2p.kv", CollectiveKind::AllGather, A, 1, maybe(prev),
+                                               /*overlap_previous=*/i > 0, group)
+                               : -1;
+    const double kv_tokens = i == 0 ? s_kv : s_kv / 2;  // the last rank: half of each earlier block
+    const double bytes = (q_bytes + out_bytes + A.b * kv_tokens * 2 * A.g_t * A.d * e);
+    L.attention("attn.core", A.attn_dtype, step_exec, step_model, bytes, maybe(prev), false, kind);
+    prev = next;
+  }
+  // flash_attn_fwd_softmax_lse_correction per step after the first (the running LSE in
+  // fp64, the step's in fp32: read 8 + 4, write 8 B per query and head), then the output
+  // corrections after the loop: the first step's output scaled into `out` (read + write),
+  // every later one scaled and added (read the step's output, read + write `out`).
+  const double lse = A.tokens * A.a_t;
+  L.memory("attn.cp.lse.correction", (n - 1) * lse * 20, {}, n - 1);
+  L.memory("attn.cp.out.correction", 2 * out_bytes + (n - 1) * 3 * out_bytes + n * lse * 8, {}, n);
+}
+
+// Backward of the ring on the same rank: one stream; step i sends the K/V block it
+// works on with the dK/dV accumulated for it (the first only K/V, the last only dK/dV)
+// while its kernel runs, adds its dQ into dq, then waits for the block's dK/dV from the
+// next rank and adds its own into it (all in the activation dtype).
+void ring_attention_backward(StepList& L, const Dims& A, AttentionKind kind, std::vector<int> waits,
+                             Step::CpGroup group) {
+  const int n = A.ring;
+  const double e = A.act_bytes;
+  const double s_kv = A.s_local;
+  const double block = A.b * s_kv * 2 * A.g_t * A.d * e;
+  const double q_bytes = A.tokens * A.a_t * A.d * e;
+  const double step_exec = 4 * A.b * A.s_local * s_kv * A.a_t * A.d * 0.5;
+  const double step_model = 4 * A.b * A.s_local * A.s_model * A.a_t * A.d / n;
+  // p2p_comm_buffers[0][0].copy_(kv): the saved local K/V into the send buffer.
+  L.memory("attn.cp.kv.copy", 2 * block, std::move(waits));
+  int prev = -1;
+  for (int i = 0; i < n; ++i) {
+    const bool first = i == 0, last = i == n - 1;
+    const int xfer = ring_exchange(L, last ? "cp.p2p.dkv" : "cp.p2p.kv", CollectiveKind::AllGather, A,
+                                   first || last ? 1 : 2, maybe(prev), false, group);
+    // The reverse of the forward: the last step is the causal one over the rank's own
+    // block; the others run all queries over half of a K/V block.
+    const double kv_tokens = last ? s_kv : s_kv / 2;
+    const double bytes = 2 * q_bytes * 2 + A.b * kv_tokens * 4 * A.g_t * A.d * e;
+    L.attention("attn.core.bwd", A.attn_dtype, 2.5 * step_exec, 2 * step_model, bytes, maybe(prev), true, kind);
+    L.memory("attn.cp.dq.acc", (first ? 2 : 3) * q_bytes);  // dq.copy_ / dq.add_
+    const double dkv = last ? block : block / 2;            // dkv[:, 0].copy_ / add_, the last dkv.add_
+    L.memory("attn.cp.dkv.acc", (first ? 2 : 3) * dkv, {xfer});
+    prev = xfer;
+  }
+}
+
 std::vector<int> maybe2(int a, int b) {
   std::vector<int> v = maybe(a);
   if (b >= 0) v.push_back(b);
@@ -1031,9 +1122,15 @@ void parallel_block_layer(const TransformerSpec& m, const ParallelSpec& p, const
       L.memory("attn.rope", D.tokens * (D.a_t + D.g_t) * D.d * D.act_bytes * 2 * R.rope, core_waits, R.rope_kernels);
       core_waits.clear();
     }
-    const int kv = D.ring > 1 ? L.comm("cp.ag.kv", CollectiveKind::AllGather, CommClass::CP, kv_bytes) : -1;
+    const bool ring_steps = ring_steps_apply(D, tr.attention);
+    const int kv =
+        D.ring > 1 && !ring_steps ? L.comm("cp.ag.kv", CollectiveKind::AllGather, CommClass::CP, kv_bytes) : -1;
     if (kv >= 0) core_waits.push_back(kv);
-    attention_core_forward(L, D, tr.attention, core_waits);
+    if (ring_steps) {
+      ring_attention_forward(L, D, tr.attention, core_waits, Step::CpGroup::All);
+    } else {
+      attention_core_forward(L, D, tr.attention, core_waits);
+    }
     L.memory("mlp.act", D.tokens * D.f_t * D.act_bytes * (D.swiglu ? 3 * R.swiglu : 2), {},
              D.swiglu ? R.swiglu_kernels : 1);
     L.gemm("attn.proj", D.gemm_dtype, D.tokens, D.h, D.a_t * D.d_out);
@@ -1050,8 +1147,15 @@ void parallel_block_layer(const TransformerSpec& m, const ParallelSpec& p, const
     L.set_pass(Pass::BackwardWeight);
     L.gemm("attn.proj.wgrad", D.gemm_dtype, D.h, D.a_t * D.d_out, D.tokens, after(g));
     L.set_pass(Pass::BackwardInput);
-    attention_core_backward(L, D, tr.attention, {});
-    const int rkv = D.ring > 1 ? L.comm("cp.rs.kv.grad", CollectiveKind::ReduceScatter, CommClass::CP, kv_bytes) : -1;
+    const bool ring_steps = ring_steps_apply(D, tr.attention);
+    if (ring_steps) {
+      ring_attention_backward(L, D, tr.attention, {}, Step::CpGroup::All);
+    } else {
+      attention_core_backward(L, D, tr.attention, {});
+    }
+    const int rkv = D.ring > 1 && !ring_steps
+                        ? L.comm("cp.rs.kv.grad", CollectiveKind::ReduceScatter, CommClass::CP, kv_bytes)
+                        : -1;
     if (m.rope)
       L.memory("attn.rope.bwd", D.tokens * (D.a_t + D.g_t) * D.d * D.act_bytes * 2 * R.rope_bwd, {}, R.rope_kernels);
     const int in = D.sp ? L.comm("tp.ag.block.input", CollectiveKind::AllGather, CommClass::TP, act) : -1;
@@ -1105,6 +1209,7 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     out_bytes = um.out_bytes;
   }
   const bool hybrid = D.ulysses > 1 && D.ring > 1;
+  const bool ring_steps = ring_steps_apply(A, tr.attention);
   const Step::CpGroup ulysses_group = hybrid ? Step::CpGroup::Ulysses : Step::CpGroup::All;
   const Step::CpGroup ring_group = hybrid ? Step::CpGroup::Ring : Step::CpGroup::All;
   auto cp_step = [&](StepList& L, const char* name, CollectiveKind kind, double bytes, Step::CpGroup g,
@@ -1172,11 +1277,16 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     }
     const int a2a =
         D.ulysses > 1 ? cp_step(L, "cp.a2a.qkv", CollectiveKind::AllToAll, qkv_bytes, ulysses_group, {}, um.qkv) : -1;
-    const int kv =
-        D.ring > 1 ? cp_step(L, "cp.ag.kv", CollectiveKind::AllGather, kv_bytes, ring_group, maybe(a2a)) : -1;
+    const int kv = D.ring > 1 && !ring_steps
+                       ? cp_step(L, "cp.ag.kv", CollectiveKind::AllGather, kv_bytes, ring_group, maybe(a2a))
+                       : -1;
     if (a2a >= 0) core_waits.push_back(a2a);
     if (kv >= 0) core_waits.push_back(kv);
-    attention_core_forward(L, A, tr.attention, core_waits);
+    if (ring_steps) {
+      ring_attention_forward(L, A, tr.attention, core_waits, ring_group);
+    } else {
+      attention_core_forward(L, A, tr.attention, core_waits);
+    }
     const int a2a_out =
         D.ulysses > 1 ? cp_step(L, "cp.a2a.out", CollectiveKind::AllToAll, out_bytes, ulysses_group, {}, um.out) : -1;
     L.gemm("attn.proj", D.gemm_dtype, D.tokens / rs_split, D.h, D.a_t * D.d_out, maybe(a2a_out), rs_split, -1,
@@ -1227,9 +1337,14 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     const int gout = D.ulysses > 1 ? cp_step(L, "cp.a2a.out.grad", CollectiveKind::AllToAll, out_bytes, ulysses_group,
                                              {}, um.out_grad)
                                    : -1;
-    attention_core_backward(L, A, tr.attention, maybe(gout));
-    const int rkv_ring =
-        D.ring > 1 ? cp_step(L, "cp.rs.kv.grad", CollectiveKind::ReduceScatter, kv_bytes, ring_group, {}) : -1;
+    if (ring_steps) {
+      ring_attention_backward(L, A, tr.attention, maybe(gout), ring_group);
+    } else {
+      attention_core_backward(L, A, tr.attention, maybe(gout));
+    }
+    const int rkv_ring = D.ring > 1 && !ring_steps
+                             ? cp_step(L, "cp.rs.kv.grad", CollectiveKind::ReduceScatter, kv_bytes, ring_group, {})
+                             : -1;
     // Ulysses: dQ, dK and dV go back from head to sequence shards.
     const int rkv = D.ulysses > 1 ? cp_step(L, "cp.a2a.qkv.grad", CollectiveKind::AllToAll, qkv_bytes, ulysses_group,
                                             maybe(rkv_ring), um.qkv_grad)
@@ -1278,7 +1393,12 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     // _checkpointed_attention_forward when recompute_granularity is "selective",
     // megatron/core/transformer/attention.py, core_r0.8.0).
     StepList L(&dense.recompute, Pass::Forward, D.act_bytes, tr.fp8_recipe);
-    attention_core_forward(L, A, tr.attention, {});
+    if (ring_steps) {
+      // The checkpointed core is AttnFuncWithCPAndKVP2P.forward: its ring runs again.
+      ring_attention_forward(L, A, tr.attention, {}, ring_group);
+    } else {
+      attention_core_forward(L, A, tr.attention, {});
+    }
   }
 
   // ---------------- embedding (first stage) ----------------

@@ -34,10 +34,11 @@ const char* kSmall = R"({
 
 }  // namespace
 
-TEST_CASE("long context: in one node Ulysses moves less than the ring's K and V gather and runs faster") {
-  // 131072 tokens on CP 8 (one DGX H100). Per GPU and layer, the ring gathers K and V
-  // of the whole sequence (8 KV heads of 128: 537 MB, 7/8 of it received); Ulysses
-  // sends its 16384 tokens' Q, K, V and output (4096 + 2048 + 4096 values: 335 MB).
+TEST_CASE("long context: in one node the ring hides its exchange behind its steps, Ulysses still runs faster") {
+  // 131072 tokens on CP 8 (one DGX H100). Per GPU and layer, the ring passes 7 K/V blocks
+  // of 16384 tokens (8 KV heads of 128), each under the attention step before it; Ulysses
+  // sends its 16384 tokens' Q, K, V and output (4096 + 2048 + 4096 values: 335 MB) before
+  // and after one attention kernel over the whole sequence for 4 heads.
   const std::vector<std::string> node = {"cluster.nodes=1", "parallel.cp=8"};
   auto with = [&](std::vector<std::string> sets) {
     sets.insert(sets.end(), node.begin(), node.end());
@@ -45,10 +46,14 @@ TEST_CASE("long context: in one node Ulysses moves less than the ring's K and V 
   };
   const JobReport ring = with({});
   const JobReport ulysses = with({R"(parallel.cp_kind="ulysses")"});
-  CHECK(exposed_cp(ulysses) < 0.8 * exposed_cp(ring));
+  CHECK(exposed_cp(ring) < 0.01 * ring.iteration_time_s);
+  CHECK(exposed_cp(ulysses) > exposed_cp(ring));
   CHECK(ulysses.iteration_time_s < ring.iteration_time_s);
-  // The same attention work whichever way the sequence is split: compute agrees within 1%.
-  CHECK(ulysses.breakdown.compute_s == doctest::Approx(ring.breakdown.compute_s).epsilon(0.01));
+  // The same attention FLOPs whichever way the sequence is split; the ring's eight
+  // kernels of an eighth each, its output corrections and gradient accumulations
+  // take more compute time (within 2%).
+  CHECK(ring.breakdown.compute_s > ulysses.breakdown.compute_s);
+  CHECK(ulysses.breakdown.compute_s == doctest::Approx(ring.breakdown.compute_s).epsilon(0.02));
   // Ring CP holds the gathered K and V of one layer and their gradient: more memory.
   CHECK(ring.peak_memory_gib > ulysses.peak_memory_gib + 0.5);
 }
@@ -56,14 +61,15 @@ TEST_CASE("long context: in one node Ulysses moves less than the ring's K and V 
 TEST_CASE("long context: across two nodes the hybrid (Ulysses in a node, ring across) is fastest") {
   // USP (arXiv:2405.07719) recommends the Ulysses degree up to the GPUs of a node and
   // the ring across nodes. Across nodes, Ulysses' all-to-all sends half of every GPU's
-  // Q, K, V and output through that GPU's own NIC, where the gather of 8 KV heads
-  // spreads over all 8 NICs of the node.
+  // Q, K, V and output through that GPU's own NIC; the ring of 16 runs sixteen
+  // attention steps of a sixteenth each, the hybrid's ring of 2 two of a half.
   const JobReport ring = run({});
   const JobReport ulysses = run({R"(parallel.cp_kind="ulysses")"});
   const JobReport hybrid = run({R"(parallel.cp_kind="hybrid")", "parallel.cp_ulysses=8"});
   CHECK(hybrid.iteration_time_s < ring.iteration_time_s);
   CHECK(hybrid.iteration_time_s < ulysses.iteration_time_s);
-  CHECK(exposed_cp(hybrid) < exposed_cp(ring));
+  CHECK(exposed_cp(hybrid) < exposed_cp(ulysses));
+  CHECK(hybrid.breakdown.compute_s < ring.breakdown.compute_s);
 }
 
 TEST_CASE("long context: the flow fidelity runs every CP kind and agrees on the order") {

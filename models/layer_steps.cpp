@@ -61,6 +61,19 @@ MemoryKernel fp8_cast_kernel(const TrainingSpec& tr) {
   return te && per_tensor ? MemoryKernel::TeCastTranspose : MemoryKernel::Generic;
 }
 
+bool te_norm_fp8_output(const TrainingSpec& tr) {
+  // Transformer Engine 1.x `_LayerNormLinear.forward` (transformer_engine/pytorch/module/
+  // layernorm_linear.py, v1.8): under FP8 (and not return_layernorm_output, as Megatron-Core's
+  // TELayerNormColumnParallelLinear builds it) the norm output is allocated as uint8 and the
+  // norm kernel writes it in FP8 (_apply_normalization(..., fp8_out=True), the amax recorded
+  // under delayed scaling); sequence parallelism all-gathers that FP8 tensor
+  // (gather_along_first_dim(ln_out, ...)), the GEMM reads it with no cast, and the backward
+  // re-gathers the saved FP8 shard and transposes it for the weight gradient
+  // (tex.fp8_transpose: read 1 B, write 1 B). Delayed scaling only: current scaling needs the
+  // norm output's amax before its scale exists.
+  return tr.framework == Framework::MegatronTe && tr.precision == Dtype::FP8 && tr.fp8_recipe == Fp8Recipe::Delayed;
+}
+
 FsdpGradientPasses fsdp_gradient_passes(const TrainingSpec& tr, const ParallelSpec& p) {
   const bool fsdp1 = tr.framework == Framework::Eager || tr.framework == Framework::TorchCompile;
   if (!fsdp1 || p.zero < 3 || p.dp <= 1) return {};
@@ -120,8 +133,10 @@ class StepList {
   // `model_flops` < 0: the GEMM's own FLOPs (MoE experts count balanced routing instead).
   // `count` GEMMs of m x n x k in `kernels` launches (a batched GEMM is one launch; a GEMM
   // split into chunks is one launch per chunk).
+  // `fp8_input`: the input arrives in FP8 already (Transformer Engine's LayerNormLinear,
+  // te_norm_fp8_output), so no quantisation runs in front of the GEMM.
   int gemm(const std::string& name, Dtype dtype, double m, double n, double k, std::vector<int> waits = {},
-           double count = 1, double model_flops = -1, int kernels = 1) {
+           double count = 1, double model_flops = -1, int kernels = 1, bool fp8_input = false) {
     ComputeOp op;
     op.name = name;
     op.kind = OpKind::Gemm;
@@ -144,7 +159,7 @@ class StepList {
     // Transformer Engine's _2X_ACC_FPROP = False, _2X_ACC_DGRAD = _2X_ACC_WGRAD = True,
     // torchao's Float8LinearConfig likewise (docs/frameworks.md, "FP8 recipes").
     op.split_accumulator = dtype == Dtype::FP8 && (wgrad || ends_with(".dgrad"));
-    if (dtype == Dtype::FP8 && !wgrad) {
+    if (dtype == Dtype::FP8 && !wgrad && !fp8_input) {
       // Transformer Engine quantises the 16-bit input (activation, or output gradient
       // for dgrad) to FP8 with the copy the weight-gradient GEMM reads, as the recipe
       // says (fp8_quantize_cost). Weights are cast once per step (cached).
@@ -838,6 +853,9 @@ void build_moe_layer(const TransformerSpec& m, const ParallelSpec& p, const Trai
 
   // ---------------- forward ----------------
   append_slice(dense.forward, 0, index_of(dense.forward, "norm2") + 1, &moe->forward);
+  // The MoE block's pre-MLP norm is a norm of its own (TENorm before the router), which
+  // writes 16 bits where the dense block's LayerNormLinear writes FP8 (te_norm_fp8_output).
+  if (te_norm_fp8_output(tr) && !m.parallel_block) moe->forward.back().op.bytes *= 2.0 / (1.0 + 1.0 / D.act_bytes);
   {
     StepList L(&moe->forward, Pass::Forward, D.act_bytes, tr.fp8_recipe, fp8_cast_kernel(tr));
     L.gemm("moe.router", D.attn_dtype, rt.tokens_in, E, h);
@@ -1170,18 +1188,29 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
   const int cast_kernels = weight_cast_kernels(R, D.swiglu);
   const double head_cast_bytes = static_cast<double>(m.vocab) * m.hidden / p.tp * (4 + 2) * cast_share;
 
+  // Transformer Engine's LayerNormLinear in FP8 (te_norm_fp8_output): the norms in front of
+  // the QKV projection (not under MLA, whose projections are built apart) and of the MLP input
+  // projection write FP8 (read 16 bits, write 1 B per element), the sequence-parallel
+  // all-gathers of those outputs move FP8, forward and backward, the GEMMs read them without
+  // a cast, and each weight gradient reads an FP8 transpose of the gathered copy (2 B per
+  // element, Transformer Engine's tiled transpose, charged at its cast-transpose's rate).
+  const bool ln_fp8 = te_norm_fp8_output(tr) && !m.parallel_block;
+  const bool ln_fp8_attn = ln_fp8 && !m.mla.enabled();
+  const double fp8_norm = act_norm * (1.0 + 1.0 / D.act_bytes) * R.norm, fp8_act = act / D.act_bytes;
+
   if (m.parallel_block) parallel_block_layer(m, p, tr, D, R, &dense);
   // ---------------- forward of one layer ----------------
   if (!m.parallel_block) {
     StepList L(&dense.forward, Pass::Forward, D.act_bytes, tr.fp8_recipe, fp8_cast_kernel(tr));
     if (R.weight_casts) L.memory("amp.weight.cast", cast_bytes, {}, cast_kernels);
-    L.memory("norm1", act_norm * 2 * R.norm, {}, R.norm_kernels, R.norm_impl);
-    const int ag1 = D.sp ? L.comm("tp.ag.attn", CollectiveKind::AllGather, CommClass::TP, act) : -1;
+    L.memory("norm1", ln_fp8_attn ? fp8_norm : act_norm * 2 * R.norm, {}, R.norm_kernels, R.norm_impl);
+    const int ag1 =
+        D.sp ? L.comm("tp.ag.attn", CollectiveKind::AllGather, CommClass::TP, ln_fp8_attn ? fp8_act : act) : -1;
     if (m.mla.enabled()) {
       mla_projections_forward(L, m, D, gate(ag1));
     } else {
       L.gemm("attn.qkv", D.gemm_dtype, D.tokens / ag_split, (D.a_t + 2 * D.g_t) * D.d, D.h, gate(ag1), ag_split, -1,
-             ag_split);
+             ag_split, ln_fp8_attn);
     }
     std::vector<int> core_waits = after(ag1);
     if (bias && R.bias_add) {
@@ -1205,9 +1234,10 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
            rs_split);
     const int r1 = D.tp_comm ? L.comm("tp.attn.out", tp_out_kind, CommClass::TP, act, {}, ov) : -1;
     L.memory("attn.residual", residual, maybe(r1), residual_kernels);  // bias-dropout-add (+ mask)
-    L.memory("norm2", act_norm * 2 * R.norm, {}, R.norm_kernels, R.norm_impl);
-    const int ag2 = D.sp ? L.comm("tp.ag.mlp", CollectiveKind::AllGather, CommClass::TP, act) : -1;
-    L.gemm("mlp.up", D.gemm_dtype, D.tokens / ag_split, D.f_t * D.up_mult, D.h, gate(ag2), ag_split, -1, ag_split);
+    L.memory("norm2", ln_fp8 ? fp8_norm : act_norm * 2 * R.norm, {}, R.norm_kernels, R.norm_impl);
+    const int ag2 = D.sp ? L.comm("tp.ag.mlp", CollectiveKind::AllGather, CommClass::TP, ln_fp8 ? fp8_act : act) : -1;
+    L.gemm("mlp.up", D.gemm_dtype, D.tokens / ag_split, D.f_t * D.up_mult, D.h, gate(ag2), ag_split, -1, ag_split,
+           ln_fp8);
     L.memory("mlp.act", D.tokens * D.f_t * D.act_bytes * (D.swiglu ? 3 * R.swiglu : 2), after(ag2),
              D.swiglu ? R.swiglu_kernels : 1);
     L.gemm("mlp.down", D.gemm_dtype, D.tokens / rs_split, D.h, D.f_t, {}, rs_split, -1, rs_split);
@@ -1227,14 +1257,16 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     // the up projection's over the activation's input gradient.
     if (bias && R.bias_grad) L.memory("mlp.bias.grad", act_norm + D.tokens * D.f_t * D.act_bytes, {}, 2);
     if (bias && R.bias_grad_up) L.memory("mlp.bias.grad", D.tokens * D.f_t * D.up_mult * D.act_bytes);
-    const int in2 = D.sp ? L.comm("tp.ag.mlp.input", CollectiveKind::AllGather, CommClass::TP, act) : -1;
+    const int in2 =
+        D.sp ? L.comm("tp.ag.mlp.input", CollectiveKind::AllGather, CommClass::TP, ln_fp8 ? fp8_act : act) : -1;
     L.gemm("mlp.up.dgrad", D.gemm_dtype, D.tokens, D.h, D.f_t * D.up_mult);
     const int rs2 = D.tp_comm ? L.comm("tp.mlp.in.grad", tp_in_kind, CommClass::TP, act) : -1;
     // Without async TP all-reduce the weight-gradient GEMM waits for the input gradient's
     // all-reduce (same total as running it after the GEMM, as the 2021 code did).
     const int wg2 = p.tp_grad_overlap || D.sp ? in2 : rs2;
     L.set_pass(Pass::BackwardWeight);
-    L.gemm("mlp.up.wgrad", D.gemm_dtype, D.h, D.f_t * D.up_mult, D.tokens, maybe(wg2));
+    if (ln_fp8) L.memory("mlp.up.fp8transpose", D.tokens * D.h * 2.0, maybe(wg2), 1, fp8_cast_kernel(tr));
+    L.gemm("mlp.up.wgrad", D.gemm_dtype, D.h, D.f_t * D.up_mult, D.tokens, ln_fp8 ? std::vector<int>{} : maybe(wg2));
     L.set_pass(Pass::BackwardInput);
     L.memory("norm2.bwd", act_norm * 4 * R.norm_bwd + R.norm_bwd_partial_bytes * D.h, maybe(rs2), R.norm_bwd_kernels,
              R.norm_bwd_impl);
@@ -1259,7 +1291,8 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
                                   : rkv_ring;
     if (m.rope)
       L.memory("attn.rope.bwd", D.tokens * (D.a_t + D.g_t) * D.d * D.act_bytes * 2 * R.rope_bwd, {}, R.rope_kernels);
-    const int in1 = D.sp ? L.comm("tp.ag.attn.input", CollectiveKind::AllGather, CommClass::TP, act) : -1;
+    const int in1 =
+        D.sp ? L.comm("tp.ag.attn.input", CollectiveKind::AllGather, CommClass::TP, ln_fp8_attn ? fp8_act : act) : -1;
     std::vector<int> qkv_waits = maybe(rkv);
     if (R.qkv_split_grad && !m.mla.enabled()) {
       L.memory("attn.qkv.split.bwd", qkv_out * 2, qkv_waits);
@@ -1280,7 +1313,9 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     if (m.mla.enabled()) {
       mla_projections_wgrad(L, m, D, maybe(wg1));
     } else {
-      L.gemm("attn.qkv.wgrad", D.gemm_dtype, D.h, (D.a_t + 2 * D.g_t) * D.d, D.tokens, maybe(wg1));
+      if (ln_fp8_attn) L.memory("attn.qkv.fp8transpose", D.tokens * D.h * 2.0, maybe(wg1), 1, fp8_cast_kernel(tr));
+      L.gemm("attn.qkv.wgrad", D.gemm_dtype, D.h, (D.a_t + 2 * D.g_t) * D.d, D.tokens,
+             ln_fp8_attn ? std::vector<int>{} : maybe(wg1));
     }
     L.set_pass(Pass::BackwardInput);
     L.memory("norm1.bwd", act_norm * 4 * R.norm_bwd + R.norm_bwd_partial_bytes * D.h, maybe(rs1), R.norm_bwd_kernels,

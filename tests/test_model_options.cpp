@@ -1045,8 +1045,9 @@ TEST_CASE("FP8 recipes and the NeMo 24.07 runs: the quantisation is about a tent
   const double t_delayed = simulate(delayed).iteration_time_s, t_current = simulate(current).iteration_time_s;
   CHECK(t_current > t_delayed);
   CHECK(t_current < 1.10 * t_delayed);
-  // The casts' share of the stage's kernel time: 8-14% (11.1% with delayed scaling; 6.3% at the
-  // memory-bound curve, before Transformer Engine's measured cast-transpose rate, docs/calibration.md).
+  // The casts' share of the stage's kernel time: 8-14% (about 10% with delayed scaling, whose
+  // LayerNormLinear inputs arrive in FP8 from the norm; 6.3% at the memory-bound curve, before
+  // Transformer Engine's measured cast-transpose rate, docs/calibration.md).
   const Cluster cluster(delayed.cluster);
   const ComputeCostModel costs(cluster, delayed.profiles);
   const TrainingPlan plan = plan_training(delayed.model, delayed.parallel, delayed.training, cluster, PlanOptions{});
@@ -1611,7 +1612,8 @@ TEST_CASE("memory kernels: apex's LayerNorm and TE's cast-transpose run at their
   REQUIRE(n.profiles.at(0).launch_overhead.value == launch);
   int casts = 0, weight_casts = 0;
   for (const ComputeOp& op : plan.setup.programs.at(0).ops) {
-    const bool cast = op.name.ends_with(".fp8cast") || op.name == "fp8.weight.cast";
+    const bool cast =
+        op.name.ends_with(".fp8cast") || op.name.ends_with(".fp8transpose") || op.name == "fp8.weight.cast";
     CHECK((op.memory_kernel == MemoryKernel::TeCastTranspose) == cast);
     if (!cast) continue;
     ++casts;
@@ -1634,4 +1636,77 @@ TEST_CASE("memory kernels: apex's LayerNorm and TE's cast-transpose run at their
   TrainingSpec other = n.training;
   other.framework = Framework::Default;
   CHECK(fp8_cast_kernel(other) == MemoryKernel::Generic);
+}
+
+TEST_CASE(
+    "Transformer Engine's LayerNormLinear in FP8: the norm writes FP8, SP gathers FP8, wgrad reads its transpose") {
+  // docs/frameworks.md, "FP8 recipes": transformer_engine/pytorch/module/layernorm_linear.py (v1.8).
+  const std::string text = R"({
+    "model": "gpt3-1.3b",
+    "cluster": {"node": "dgx-h100", "nodes": 1},
+    "parallel": {"tp": 2, "dp": 4, "micro_batch": 2, "global_batch": 64, "sequence_parallel": true},
+    "training": {"seq_len": 2048, "precision": "fp8", "framework": "megatron-te"}
+  })";
+  const double tokens = 2.0 * 2048, hidden = 2048;
+  const double local = tokens / 2 * hidden;  // this rank's share of the block's activations under SP
+  auto comm_bytes = [&](const std::vector<std::string>& sets, const std::string& name) {
+    const Scenario s = load_scenario_text(text, "options.json", "", sets, catalog());
+    const ModelSteps steps = build_model_steps(s.model, s.parallel, s.training);
+    const LayerSteps& l = steps.of(LayerKind::Dense);
+    for (const auto* list : {&l.forward, &l.backward}) {
+      for (const Step& st : *list) {
+        if (st.is_comm && st.name == name) return st.bytes;
+      }
+    }
+    FAIL("no transfer " << name);
+    return 0.0;
+  };
+  const std::vector<std::string> bf16 = {"training.precision=bf16"};
+  // The norms in front of the QKV and MLP input projections read 16 bits and write FP8.
+  CHECK(first_op(text, {}, "norm1").bytes == doctest::Approx(3.0 * local));
+  CHECK(first_op(text, {}, "norm2").bytes == doctest::Approx(3.0 * local));
+  CHECK(first_op(text, bf16, "norm1").bytes == doctest::Approx(4.0 * local));
+  // Their sequence-parallel all-gathers, forward and the backward's re-gathers, move FP8.
+  for (const char* ag : {"tp.ag.attn", "tp.ag.mlp", "tp.ag.attn.input", "tp.ag.mlp.input"}) {
+    CHECK(comm_bytes({}, ag) == doctest::Approx(0.5 * comm_bytes(bf16, ag)));
+  }
+  CHECK(comm_bytes({}, "tp.ag.mlp.grad") == doctest::Approx(comm_bytes(bf16, "tp.ag.mlp.grad")));  // a gradient
+  // No cast in front of those GEMMs; the weight gradient reads an FP8 transpose (1 + 1 B per
+  // element of the gathered input); the other FP8 GEMM inputs keep their cast-transpose.
+  auto has = [&](const std::vector<std::string>& sets, const std::string& name) {
+    const Scenario s = load_scenario_text(text, "options.json", "", sets, catalog());
+    const TrainingPlan plan = plan_training(s.model, s.parallel, s.training, Cluster(s.cluster), PlanOptions{});
+    const auto& ops = plan.setup.programs.at(0).ops;
+    return std::any_of(ops.begin(), ops.end(), [&](const ComputeOp& op) { return op.name == name; });
+  };
+  for (const char* gemm : {"attn.qkv", "mlp.up"}) {
+    CHECK_FALSE(has({}, std::string(gemm) + ".fp8cast"));
+    const ComputeOp t = first_op(text, {}, std::string(gemm) + ".fp8transpose");
+    CHECK(t.bytes == doctest::Approx(2.0 * tokens * hidden));
+    CHECK(t.memory_kernel == MemoryKernel::TeCastTranspose);
+    CHECK_FALSE(has(bf16, std::string(gemm) + ".fp8transpose"));
+    // Current scaling quantises the 16-bit norm output after its amax pass, as before.
+    CHECK(has({"training.fp8_recipe=current"}, std::string(gemm) + ".fp8cast"));
+    CHECK_FALSE(has({"training.fp8_recipe=current"}, std::string(gemm) + ".fp8transpose"));
+  }
+  CHECK(first_op(text, {}, "mlp.down.fp8cast").bytes == doctest::Approx(4.0 * tokens * 8192 / 2));
+  CHECK(te_norm_fp8_output(load_scenario_text(text, "options.json", "", {}, catalog()).training));
+  // A mixture-of-experts layer's pre-MLP norm is a norm of its own, writing 16 bits.
+  const std::string moe = R"(model.moe={"experts": 4, "top_k": 2, "expert_ffn": 1024})";
+  const Scenario ms = load_scenario_text(text, "options.json", "", {moe, "model.bias=false"}, catalog());
+  const ModelSteps msteps = build_model_steps(ms.model, ms.parallel, ms.training);
+  const LayerSteps& ml = msteps.of(LayerKind::Moe);
+  int norms = 0;
+  for (const Step& st : ml.forward) {
+    if (st.is_comm) continue;
+    if (st.name == "norm1") {
+      CHECK(st.op.bytes == doctest::Approx(3.0 * local));
+      ++norms;
+    }
+    if (st.name == "norm2") {
+      CHECK(st.op.bytes == doctest::Approx(4.0 * local));
+      ++norms;
+    }
+  }
+  CHECK(norms == 2);
 }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "calibration/attention_kernel.hpp"
+#include "calibration/memory_kernel.hpp"
 #include "topologies/embedded_file.hpp"
 #include "topologies/hardware.hpp"
 
@@ -98,6 +99,14 @@ struct CalibrationProfile {
   std::array<AttentionKernelCurves, kNumAttentionKernels> attention_kernels;
   // Memory-bound kernels: achieved / spec HBM bandwidth vs bytes moved.
   CurveEntry memory_bound;
+  // Achieved bandwidth of a framework's memory-bound kernel implementation as a share of
+  // the `memory_bound` curve at the same bytes per kernel, indexed by MemoryKernel
+  // (optional; 1 = runs at the curve; Generic is always 1).
+  std::array<ValueEntry, kNumMemoryKernels> memory_kernels = [] {
+    std::array<ValueEntry, kNumMemoryKernels> a{};
+    for (ValueEntry& e : a) e.value = 1.0;
+    return a;
+  }();
   ValueEntry launch_overhead;  // seconds per kernel
   // Share of the GPU's compute throughput left to kernels while a collective or
   // send/recv kernel runs beside them (NCCL's CTAs occupy SMs): (SMs - channels) / SMs.

@@ -93,6 +93,20 @@ void read_attention_kernels(ObjectReader& parent, CalibrationProfile& p) {
   r.finish();  // unknown family names are errors
 }
 
+// `memory_kernels`: {"apex-layer-norm-forward": {"value": 0.7, "kind": ..., "source": ...}, ...}.
+void read_memory_kernels(ObjectReader& parent, CalibrationProfile& p) {
+  const nlohmann::json* v = parent.raw("memory_kernels");
+  if (v == nullptr) return;
+  ObjectReader r(*v, parent.at("memory_kernels"), parent.diagnostics());
+  if (!r.valid()) return;
+  for (std::size_t i = 0; i < kNumMemoryKernels; ++i) {
+    const std::string key(memory_kernel_key(static_cast<MemoryKernel>(i)));
+    if (key.empty() || r.raw(key.c_str()) == nullptr) continue;
+    p.memory_kernels[i] = read_value(r, key.c_str(), std::nullopt, 0.05, 1.5, true);
+  }
+  r.finish();  // unknown implementation names are errors
+}
+
 LinkCalibration read_link(ObjectReader& parent, const char* key) {
   LinkCalibration l;
   const nlohmann::json* v = parent.raw(key);
@@ -135,6 +149,7 @@ CalibrationProfile read_profile(ObjectReader& r) {
   p.triton_attention_speed = read_value(r, "triton_attention_speed", std::nullopt, 0.05, 1, false);
   read_attention_kernels(r, p);
   p.memory_bound = read_curve(r, "memory_bound", true);
+  read_memory_kernels(r, p);
   p.launch_overhead = read_value(r, "launch_overhead", Quantity::Time, 0, 1e-3, true);
   p.compute_share_during_comm = read_value(r, "compute_share_during_comm", std::nullopt, 0.05, 1, false);
   if (r.raw("compute_share_during_comm") == nullptr) p.compute_share_during_comm = ValueEntry{1.0, {}};  // none
@@ -268,6 +283,13 @@ nlohmann::ordered_json profile_to_json(const CalibrationProfile& p) {
   }
   if (!kernels.empty()) j["attention_kernels"] = std::move(kernels);
   j["memory_bound"] = curve_to_json(p.memory_bound);
+  nlohmann::ordered_json memory_kernels = nlohmann::ordered_json::object();
+  for (std::size_t i = 0; i < kNumMemoryKernels; ++i) {
+    if (!present(p.memory_kernels[i])) continue;
+    memory_kernels[std::string(memory_kernel_key(static_cast<MemoryKernel>(i)))] =
+        value_to_json(p.memory_kernels[i], std::nullopt);
+  }
+  if (!memory_kernels.empty()) j["memory_kernels"] = std::move(memory_kernels);
   j["launch_overhead"] = value_to_json(p.launch_overhead, Quantity::Time);
   if (present(p.compute_share_during_comm))
     j["compute_share_during_comm"] = value_to_json(p.compute_share_during_comm, std::nullopt);

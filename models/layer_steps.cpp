@@ -47,7 +47,31 @@ Fp8WeightCast fp8_weight_cast(const TrainingSpec& tr) {
   // core_r0.8.0), set once per step by the schedule's forward_step
   // (model.set_is_first_microbatch(), megatron/core/pipeline_parallel/schedules.py).
   const Fp8Quantize q = fp8_quantize_cost(tr.fp8_recipe);
-  return {q.bytes_per_element, 4 * q.kernels};
+  return {q.bytes_per_element, 4 * q.kernels, fp8_cast_kernel(tr)};
+}
+
+MemoryKernel fp8_cast_kernel(const TrainingSpec& tr) {
+  // Transformer Engine quantises a 16-bit tensor for an FP8 GEMM under DelayedScaling with one
+  // cast-transpose kernel (fp8_cast_transpose_fused / cast_transpose, amax recorded in the
+  // kernel; transformer_engine/common/transpose/cast_transpose.cu); Float8CurrentScaling runs
+  // the same kernel after its amax pass, which is charged at the same rate (no figure of its
+  // own). MXFP8 and block scaling run other quantisers, with no figure: the curve.
+  const bool te = tr.framework == Framework::MegatronTe && tr.precision == Dtype::FP8;
+  const bool per_tensor = tr.fp8_recipe == Fp8Recipe::Delayed || tr.fp8_recipe == Fp8Recipe::Current;
+  return te && per_tensor ? MemoryKernel::TeCastTranspose : MemoryKernel::Generic;
+}
+
+bool te_norm_fp8_output(const TrainingSpec& tr) {
+  // Transformer Engine 1.x `_LayerNormLinear.forward` (transformer_engine/pytorch/module/
+  // layernorm_linear.py, v1.8): under FP8 (and not return_layernorm_output, as Megatron-Core's
+  // TELayerNormColumnParallelLinear builds it) the norm output is allocated as uint8 and the
+  // norm kernel writes it in FP8 (_apply_normalization(..., fp8_out=True), the amax recorded
+  // under delayed scaling); sequence parallelism all-gathers that FP8 tensor
+  // (gather_along_first_dim(ln_out, ...)), the GEMM reads it with no cast, and the backward
+  // re-gathers the saved FP8 shard and transposes it for the weight gradient
+  // (tex.fp8_transpose: read 1 B, write 1 B). Delayed scaling only: current scaling needs the
+  // norm output's amax before its scale exists.
+  return tr.framework == Framework::MegatronTe && tr.precision == Dtype::FP8 && tr.fp8_recipe == Fp8Recipe::Delayed;
 }
 
 FsdpGradientPasses fsdp_gradient_passes(const TrainingSpec& tr, const ParallelSpec& p) {
@@ -100,15 +124,19 @@ constexpr int kUserbufferPipelineSplits = 4;
 class StepList {
  public:
   // `act_bytes`: bytes of one activation element (activation_element_bytes).
-  StepList(std::vector<Step>* out, Pass pass, double act_bytes, Fp8Recipe recipe = Fp8Recipe::Delayed)
-      : out_(out), pass_(pass), act_bytes_(act_bytes), recipe_(recipe) {}
+  // `cast_kernel`: the implementation of the FP8 quantisation in front of FP8 GEMMs (fp8_cast_kernel).
+  StepList(std::vector<Step>* out, Pass pass, double act_bytes, Fp8Recipe recipe = Fp8Recipe::Delayed,
+           MemoryKernel cast_kernel = MemoryKernel::Generic)
+      : out_(out), pass_(pass), act_bytes_(act_bytes), recipe_(recipe), cast_kernel_(cast_kernel) {}
   void set_pass(Pass p) { pass_ = p; }
 
   // `model_flops` < 0: the GEMM's own FLOPs (MoE experts count balanced routing instead).
   // `count` GEMMs of m x n x k in `kernels` launches (a batched GEMM is one launch; a GEMM
   // split into chunks is one launch per chunk).
+  // `fp8_input`: the input arrives in FP8 already (Transformer Engine's LayerNormLinear,
+  // te_norm_fp8_output), so no quantisation runs in front of the GEMM.
   int gemm(const std::string& name, Dtype dtype, double m, double n, double k, std::vector<int> waits = {},
-           double count = 1, double model_flops = -1, int kernels = 1) {
+           double count = 1, double model_flops = -1, int kernels = 1, bool fp8_input = false) {
     ComputeOp op;
     op.name = name;
     op.kind = OpKind::Gemm;
@@ -131,20 +159,22 @@ class StepList {
     // Transformer Engine's _2X_ACC_FPROP = False, _2X_ACC_DGRAD = _2X_ACC_WGRAD = True,
     // torchao's Float8LinearConfig likewise (docs/frameworks.md, "FP8 recipes").
     op.split_accumulator = dtype == Dtype::FP8 && (wgrad || ends_with(".dgrad"));
-    if (dtype == Dtype::FP8 && !wgrad) {
+    if (dtype == Dtype::FP8 && !wgrad && !fp8_input) {
       // Transformer Engine quantises the 16-bit input (activation, or output gradient
       // for dgrad) to FP8 with the copy the weight-gradient GEMM reads, as the recipe
       // says (fp8_quantize_cost). Weights are cast once per step (cached).
       const Fp8Quantize q = fp8_quantize_cost(recipe_);
-      memory(name + ".fp8cast", m * k * count * q.bytes_per_element, std::move(waits), q.kernels);
+      memory(name + ".fp8cast", m * k * count * q.bytes_per_element, std::move(waits), q.kernels, cast_kernel_);
       waits = {};
     }
     return add_compute(std::move(op), flops, std::move(waits));
   }
-  int memory(const std::string& name, double bytes, std::vector<int> waits = {}, int kernels = 1) {
+  int memory(const std::string& name, double bytes, std::vector<int> waits = {}, int kernels = 1,
+             MemoryKernel impl = MemoryKernel::Generic) {
     ComputeOp op;
     op.name = name;
     op.kind = OpKind::MemoryBound;
+    op.memory_kernel = impl;
     op.dtype = Dtype::BF16;
     op.bytes = bytes;
     op.kernels = kernels;
@@ -198,6 +228,7 @@ class StepList {
   Pass pass_;
   double act_bytes_;
   Fp8Recipe recipe_;
+  MemoryKernel cast_kernel_;
 };
 
 std::vector<int> maybe(int idx) { return idx >= 0 ? std::vector<int>{idx} : std::vector<int>{}; }
@@ -249,6 +280,8 @@ double windowed_pair_share(double s, double w) {
 struct KernelRecipe {
   double norm = 1, norm_bwd = 1;  // RMSNorm/LayerNorm
   int norm_kernels = 1, norm_bwd_kernels = 1;
+  // The norm kernels' implementation, for a measured speed of its own (MemoryKernel).
+  MemoryKernel norm_impl = MemoryKernel::Generic, norm_bwd_impl = MemoryKernel::Generic;
   // Bytes per hidden column the norm's backward moves whatever the token count (apex's
   // persistent LayerNorm: its partial weight-gradient rows, written and read back).
   double norm_bwd_partial_bytes = 0;
@@ -380,6 +413,7 @@ KernelRecipe recipe_of(const TrainingSpec& tr, double act_bytes, const Transform
     // (reads dY and X), cuComputeGradGammaBeta (the partial sums) and cuComputeGradInput
     // (reads dY and X, writes dX): 5 B per 1-byte element instead of the fused 4.
     r.norm_bwd = 5.0 / 4, r.norm_bwd_kernels = 3;
+    r.norm_impl = MemoryKernel::ApexLayerNormForward, r.norm_bwd_impl = MemoryKernel::ApexLayerNormBackward;
     // Megatron-LM from October 2021 runs apex.contrib's persistent FastLayerNorm instead
     // for the hidden sizes it was built for (training.persist_layer_norm), in 2 kernels
     // (apex/contrib/csrc/layer_norm/ln_bwd_kernels.cuh, ln_bwd_semi_cuda_kernel.cu, ln_api.cpp):
@@ -395,6 +429,8 @@ KernelRecipe recipe_of(const TrainingSpec& tr, double act_bytes, const Transform
     if (f == Framework::MegatronLegacy && tr.persist_layer_norm && !rmsnorm && ctas_per_row > 0) {
       r.norm_bwd = 3.0 / 4, r.norm_bwd_kernels = 2;
       r.norm_bwd_partial_bytes = 16.0 * (kPersistentLayerNormSms / ctas_per_row);
+      // The persistent kernels have no speed of their own: the curve (docs/calibration.md).
+      r.norm_impl = MemoryKernel::Generic, r.norm_bwd_impl = MemoryKernel::Generic;
     }
     // ParallelAttention splits the fused QKV output with torch.split
     // (split_tensor_along_last_dim, megatron/core/tensor_parallel/utils.py), whose
@@ -908,8 +944,11 @@ void build_moe_layer(const TransformerSpec& m, const ParallelSpec& p, const Trai
 
   // ---------------- forward ----------------
   append_slice(dense.forward, 0, index_of(dense.forward, "norm2") + 1, &moe->forward);
+  // The MoE block's pre-MLP norm is a norm of its own (TENorm before the router), which
+  // writes 16 bits where the dense block's LayerNormLinear writes FP8 (te_norm_fp8_output).
+  if (te_norm_fp8_output(tr) && !m.parallel_block) moe->forward.back().op.bytes *= 2.0 / (1.0 + 1.0 / D.act_bytes);
   {
-    StepList L(&moe->forward, Pass::Forward, D.act_bytes, tr.fp8_recipe);
+    StepList L(&moe->forward, Pass::Forward, D.act_bytes, tr.fp8_recipe, fp8_cast_kernel(tr));
     L.gemm("moe.router", D.attn_dtype, rt.tokens_in, E, h);
     L.memory("moe.router.topk", rt.tokens_in * E * 4 * 3);  // fp32 scores: softmax / sigmoid, top-k
     if (!allgather) L.memory("moe.permute", permute_bytes);
@@ -942,7 +981,7 @@ void build_moe_layer(const TransformerSpec& m, const ParallelSpec& p, const Trai
 
   // ---------------- backward ----------------
   {
-    StepList L(&moe->backward, Pass::BackwardInput, D.act_bytes, tr.fp8_recipe);
+    StepList L(&moe->backward, Pass::BackwardInput, D.act_bytes, tr.fp8_recipe, fp8_cast_kernel(tr));
     const auto tp_in_kind = D.sp ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce;
     // The same fork as the dense MLP's: the framework's kernels, not the fused lists'.
     residual_backward(L, "mlp.residual.bwd", D, recipe_of(tr, D.act_bytes, m), act_norm);
@@ -1112,9 +1151,9 @@ void parallel_block_layer(const TransformerSpec& m, const ParallelSpec& p, const
   const double cast_bytes = m.params_per_layer() / p.tp * (4 + D.act_bytes) * (R.casts_sharded ? 1.0 / p.dp : 1.0);
   const int cast_kernels = weight_cast_kernels(R, D.swiglu);
   {
-    StepList L(&out->forward, Pass::Forward, D.act_bytes, tr.fp8_recipe);
+    StepList L(&out->forward, Pass::Forward, D.act_bytes, tr.fp8_recipe, fp8_cast_kernel(tr));
     if (R.weight_casts) L.memory("amp.weight.cast", cast_bytes, {}, cast_kernels);
-    L.memory("norm1", act_norm * 2 * R.norm, {}, R.norm_kernels);
+    L.memory("norm1", act_norm * 2 * R.norm, {}, R.norm_kernels, R.norm_impl);
     const int ag = D.sp ? L.comm("tp.ag.block", CollectiveKind::AllGather, CommClass::TP, act) : -1;
     L.gemm("block.in", D.gemm_dtype, D.tokens, in_n, D.h, gate(ag));
     std::vector<int> core_waits = after(ag);
@@ -1139,7 +1178,7 @@ void parallel_block_layer(const TransformerSpec& m, const ParallelSpec& p, const
     L.memory("block.residual", residual, maybe(r), residual_kernels);
   }
   {
-    StepList L(&out->backward, Pass::BackwardInput, D.act_bytes, tr.fp8_recipe);
+    StepList L(&out->backward, Pass::BackwardInput, D.act_bytes, tr.fp8_recipe, fp8_cast_kernel(tr));
     L.memory("block.residual.bwd", act_norm * 2);
     const int g = D.sp ? L.comm("tp.ag.block.grad", CollectiveKind::AllGather, CommClass::TP, act) : -1;
     mlp_down_backward(L, D, R, g, ov);
@@ -1164,7 +1203,8 @@ void parallel_block_layer(const TransformerSpec& m, const ParallelSpec& p, const
     L.set_pass(Pass::BackwardWeight);
     L.gemm("block.in.wgrad", D.gemm_dtype, D.h, in_n, D.tokens, maybe(p.tp_grad_overlap || D.sp ? in : rs));
     L.set_pass(Pass::BackwardInput);
-    L.memory("norm1.bwd", act_norm * 4 * R.norm_bwd + R.norm_bwd_partial_bytes * D.h, maybe(rs), R.norm_bwd_kernels);
+    L.memory("norm1.bwd", act_norm * 4 * R.norm_bwd + R.norm_bwd_partial_bytes * D.h, maybe(rs), R.norm_bwd_kernels,
+             R.norm_bwd_impl);
     if (R.casts_sharded) L.memory("fsdp.weight.cast.bwd", cast_bytes, {}, cast_kernels);
   }
 }
@@ -1253,18 +1293,29 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
   const int cast_kernels = weight_cast_kernels(R, D.swiglu);
   const double head_cast_bytes = static_cast<double>(m.vocab) * m.hidden / p.tp * (4 + 2) * cast_share;
 
+  // Transformer Engine's LayerNormLinear in FP8 (te_norm_fp8_output): the norms in front of
+  // the QKV projection (not under MLA, whose projections are built apart) and of the MLP input
+  // projection write FP8 (read 16 bits, write 1 B per element), the sequence-parallel
+  // all-gathers of those outputs move FP8, forward and backward, the GEMMs read them without
+  // a cast, and each weight gradient reads an FP8 transpose of the gathered copy (2 B per
+  // element, Transformer Engine's tiled transpose, charged at its cast-transpose's rate).
+  const bool ln_fp8 = te_norm_fp8_output(tr) && !m.parallel_block;
+  const bool ln_fp8_attn = ln_fp8 && !m.mla.enabled();
+  const double fp8_norm = act_norm * (1.0 + 1.0 / D.act_bytes) * R.norm, fp8_act = act / D.act_bytes;
+
   if (m.parallel_block) parallel_block_layer(m, p, tr, D, R, &dense);
   // ---------------- forward of one layer ----------------
   if (!m.parallel_block) {
-    StepList L(&dense.forward, Pass::Forward, D.act_bytes, tr.fp8_recipe);
+    StepList L(&dense.forward, Pass::Forward, D.act_bytes, tr.fp8_recipe, fp8_cast_kernel(tr));
     if (R.weight_casts) L.memory("amp.weight.cast", cast_bytes, {}, cast_kernels);
-    L.memory("norm1", act_norm * 2 * R.norm, {}, R.norm_kernels);
-    const int ag1 = D.sp ? L.comm("tp.ag.attn", CollectiveKind::AllGather, CommClass::TP, act) : -1;
+    L.memory("norm1", ln_fp8_attn ? fp8_norm : act_norm * 2 * R.norm, {}, R.norm_kernels, R.norm_impl);
+    const int ag1 =
+        D.sp ? L.comm("tp.ag.attn", CollectiveKind::AllGather, CommClass::TP, ln_fp8_attn ? fp8_act : act) : -1;
     if (m.mla.enabled()) {
       mla_projections_forward(L, m, D, gate(ag1));
     } else {
       L.gemm("attn.qkv", D.gemm_dtype, D.tokens / ag_split, (D.a_t + 2 * D.g_t) * D.d, D.h, gate(ag1), ag_split, -1,
-             ag_split);
+             ag_split, ln_fp8_attn);
     }
     std::vector<int> core_waits = after(ag1);
     if (bias && R.bias_add) {
@@ -1293,9 +1344,10 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
            rs_split);
     const int r1 = D.tp_comm ? L.comm("tp.attn.out", tp_out_kind, CommClass::TP, act, {}, ov) : -1;
     L.memory("attn.residual", residual, maybe(r1), residual_kernels);  // bias-dropout-add (+ mask)
-    L.memory("norm2", act_norm * 2 * R.norm, {}, R.norm_kernels);
-    const int ag2 = D.sp ? L.comm("tp.ag.mlp", CollectiveKind::AllGather, CommClass::TP, act) : -1;
-    L.gemm("mlp.up", D.gemm_dtype, D.tokens / ag_split, D.f_t * D.up_mult, D.h, gate(ag2), ag_split, -1, ag_split);
+    L.memory("norm2", ln_fp8 ? fp8_norm : act_norm * 2 * R.norm, {}, R.norm_kernels, R.norm_impl);
+    const int ag2 = D.sp ? L.comm("tp.ag.mlp", CollectiveKind::AllGather, CommClass::TP, ln_fp8 ? fp8_act : act) : -1;
+    L.gemm("mlp.up", D.gemm_dtype, D.tokens / ag_split, D.f_t * D.up_mult, D.h, gate(ag2), ag_split, -1, ag_split,
+           ln_fp8);
     L.memory("mlp.act", D.tokens * D.f_t * D.act_bytes * (D.swiglu ? 3 * R.swiglu : 2), after(ag2),
              D.swiglu ? R.swiglu_kernels : 1);
     L.gemm("mlp.down", D.gemm_dtype, D.tokens / rs_split, D.h, D.f_t, {}, rs_split, -1, rs_split);
@@ -1305,7 +1357,7 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
 
   // ---------------- backward of one layer ----------------
   if (!m.parallel_block) {
-    StepList L(&dense.backward, Pass::BackwardInput, D.act_bytes, tr.fp8_recipe);
+    StepList L(&dense.backward, Pass::BackwardInput, D.act_bytes, tr.fp8_recipe, fp8_cast_kernel(tr));
     const auto tp_in_kind = D.sp ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce;
     // MLP block, in reverse.
     residual_backward(L, "mlp.residual.bwd", D, R, act_norm);
@@ -1315,16 +1367,19 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     // the up projection's over the activation's input gradient.
     if (bias && R.bias_grad) L.memory("mlp.bias.grad", act_norm + D.tokens * D.f_t * D.act_bytes, {}, 2);
     if (bias && R.bias_grad_up) L.memory("mlp.bias.grad", D.tokens * D.f_t * D.up_mult * D.act_bytes);
-    const int in2 = D.sp ? L.comm("tp.ag.mlp.input", CollectiveKind::AllGather, CommClass::TP, act) : -1;
+    const int in2 =
+        D.sp ? L.comm("tp.ag.mlp.input", CollectiveKind::AllGather, CommClass::TP, ln_fp8 ? fp8_act : act) : -1;
     L.gemm("mlp.up.dgrad", D.gemm_dtype, D.tokens, D.h, D.f_t * D.up_mult);
     const int rs2 = D.tp_comm ? L.comm("tp.mlp.in.grad", tp_in_kind, CommClass::TP, act) : -1;
     // Without async TP all-reduce the weight-gradient GEMM waits for the input gradient's
     // all-reduce (same total as running it after the GEMM, as the 2021 code did).
     const int wg2 = p.tp_grad_overlap || D.sp ? in2 : rs2;
     L.set_pass(Pass::BackwardWeight);
-    L.gemm("mlp.up.wgrad", D.gemm_dtype, D.h, D.f_t * D.up_mult, D.tokens, maybe(wg2));
+    if (ln_fp8) L.memory("mlp.up.fp8transpose", D.tokens * D.h * 2.0, maybe(wg2), 1, fp8_cast_kernel(tr));
+    L.gemm("mlp.up.wgrad", D.gemm_dtype, D.h, D.f_t * D.up_mult, D.tokens, ln_fp8 ? std::vector<int>{} : maybe(wg2));
     L.set_pass(Pass::BackwardInput);
-    L.memory("norm2.bwd", act_norm * 4 * R.norm_bwd + R.norm_bwd_partial_bytes * D.h, maybe(rs2), R.norm_bwd_kernels);
+    L.memory("norm2.bwd", act_norm * 4 * R.norm_bwd + R.norm_bwd_partial_bytes * D.h, maybe(rs2), R.norm_bwd_kernels,
+             R.norm_bwd_impl);
     // Attention block, in reverse.
     residual_backward(L, "attn.residual.bwd", D, R, act_norm);
     const int g2 = D.sp ? L.comm("tp.ag.attn.grad", CollectiveKind::AllGather, CommClass::TP, act) : -1;
@@ -1351,7 +1406,8 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
                                   : rkv_ring;
     if (m.rope)
       L.memory("attn.rope.bwd", D.tokens * (D.a_t + D.g_t) * D.d * D.act_bytes * 2 * R.rope_bwd, {}, R.rope_kernels);
-    const int in1 = D.sp ? L.comm("tp.ag.attn.input", CollectiveKind::AllGather, CommClass::TP, act) : -1;
+    const int in1 =
+        D.sp ? L.comm("tp.ag.attn.input", CollectiveKind::AllGather, CommClass::TP, ln_fp8_attn ? fp8_act : act) : -1;
     std::vector<int> qkv_waits = maybe(rkv);
     if (R.qkv_split_grad && !m.mla.enabled()) {
       L.memory("attn.qkv.split.bwd", qkv_out * 2, qkv_waits);
@@ -1372,10 +1428,13 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     if (m.mla.enabled()) {
       mla_projections_wgrad(L, m, D, maybe(wg1));
     } else {
-      L.gemm("attn.qkv.wgrad", D.gemm_dtype, D.h, (D.a_t + 2 * D.g_t) * D.d, D.tokens, maybe(wg1));
+      if (ln_fp8_attn) L.memory("attn.qkv.fp8transpose", D.tokens * D.h * 2.0, maybe(wg1), 1, fp8_cast_kernel(tr));
+      L.gemm("attn.qkv.wgrad", D.gemm_dtype, D.h, (D.a_t + 2 * D.g_t) * D.d, D.tokens,
+             ln_fp8_attn ? std::vector<int>{} : maybe(wg1));
     }
     L.set_pass(Pass::BackwardInput);
-    L.memory("norm1.bwd", act_norm * 4 * R.norm_bwd + R.norm_bwd_partial_bytes * D.h, maybe(rs1), R.norm_bwd_kernels);
+    L.memory("norm1.bwd", act_norm * 4 * R.norm_bwd + R.norm_bwd_partial_bytes * D.h, maybe(rs1), R.norm_bwd_kernels,
+             R.norm_bwd_impl);
     if (R.casts_sharded) L.memory("fsdp.weight.cast.bwd", cast_bytes, {}, cast_kernels);  // re-gather for backward
   }
 
@@ -1392,7 +1451,7 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     // Transformer Engine's fused kernels included (Attention.forward calls
     // _checkpointed_attention_forward when recompute_granularity is "selective",
     // megatron/core/transformer/attention.py, core_r0.8.0).
-    StepList L(&dense.recompute, Pass::Forward, D.act_bytes, tr.fp8_recipe);
+    StepList L(&dense.recompute, Pass::Forward, D.act_bytes, tr.fp8_recipe, fp8_cast_kernel(tr));
     if (ring_steps) {
       // The checkpointed core is AttnFuncWithCPAndKVP2P.forward: its ring runs again.
       ring_attention_forward(L, A, tr.attention, {}, ring_group);
@@ -1439,7 +1498,7 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     const double v_t = static_cast<double>(m.vocab) / p.tp;
     StepList L(&out.head_forward, Pass::Forward, D.act_bytes);
     if (R.weight_casts) L.memory("amp.head.cast", head_cast_bytes);
-    L.memory("final.norm", act_norm * 2 * R.norm, {}, R.norm_kernels);
+    L.memory("final.norm", act_norm * 2 * R.norm, {}, R.norm_kernels, R.norm_impl);
     const int ag = D.sp ? L.comm("tp.ag.head", CollectiveKind::AllGather, CommClass::TP, act) : -1;
     L.gemm("head.logits", D.attn_dtype, D.tokens, v_t, D.h, maybe(ag));
     L.memory("loss.xent", D.tokens * v_t * (D.act_bytes + 4 + 4) * R.xent, {}, R.xent_kernels);
@@ -1458,7 +1517,7 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     B.gemm("head.wgrad", D.attn_dtype, D.h, v_t, D.tokens, maybe(p.tp_grad_overlap || D.sp ? in : rs));
     B.set_pass(Pass::BackwardInput);
     B.memory("final.norm.bwd", act_norm * 4 * R.norm_bwd + R.norm_bwd_partial_bytes * D.h, maybe(rs),
-             R.norm_bwd_kernels);
+             R.norm_bwd_kernels, R.norm_bwd_impl);
   }
 
   dense.grad_elements = m.params_per_layer() / p.tp;

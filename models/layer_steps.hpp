@@ -91,8 +91,20 @@ Fp8Quantize fp8_quantize_cost(Fp8Recipe r);
 struct Fp8WeightCast {
   double bytes_per_element = 0;
   int kernels_per_layer = 0;
+  MemoryKernel kernel = MemoryKernel::Generic;  // fp8_cast_kernel
 };
 Fp8WeightCast fp8_weight_cast(const TrainingSpec& train);
+
+// The implementation of the FP8 quantisation kernels, for the profile's measured speed
+// of it (`memory_kernels`): Transformer Engine's cast-transpose under delayed or current
+// scaling (the `megatron-te` framework), else the memory-bound curve as it is.
+MemoryKernel fp8_cast_kernel(const TrainingSpec& train);
+
+// Transformer Engine's LayerNormLinear (the QKV and MLP input projections of the
+// `megatron-te` layers) in FP8 under delayed scaling: the norm writes its output in FP8,
+// sequence parallelism all-gathers it in FP8, the GEMM reads it without a cast, and the
+// backward transposes the FP8 copy for the weight gradient (docs/frameworks.md, "FP8 recipes").
+bool te_norm_fp8_output(const TrainingSpec& train);
 
 // PyTorch FSDP (FSDP1: the `eager` and `torch-compile` frameworks under ZeRO-3 with
 // more than one data-parallel rank) turns each sharded unit's gradient into its

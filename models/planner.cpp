@@ -954,16 +954,17 @@ class StageProgramBuilder {
       if (first_of_chunk && fp8_weight_cast_.kernels_per_layer > 0) {
         // Transformer Engine's once-per-step FP8 weight cast (fp8_weight_cast), in the
         // layer's first forward of the step, after its parameters are gathered.
-        const ComputeOp cast{"fp8.weight.cast",
-                             OpKind::MemoryBound,
-                             Dtype::BF16,
-                             0,
-                             (layer_steps(layer).grad_elements + layer_steps(layer).expert_grad_elements) *
-                                 fp8_weight_cast_.bytes_per_element,
-                             0,
-                             0,
-                             0,
-                             fp8_weight_cast_.kernels_per_layer};
+        ComputeOp cast{"fp8.weight.cast",
+                       OpKind::MemoryBound,
+                       Dtype::BF16,
+                       0,
+                       (layer_steps(layer).grad_elements + layer_steps(layer).expert_grad_elements) *
+                           fp8_weight_cast_.bytes_per_element,
+                       0,
+                       0,
+                       0,
+                       fp8_weight_cast_.kernels_per_layer};
+        cast.memory_kernel = fp8_weight_cast_.kernel;
         const TaskId c = b_.compute(s_.compute, b_.add_op(cast),
                                     label(layer_prefix('F', layer).text() + "fp8.weight.cast"), u.microbatch, deps);
         deps.assign(1, c);

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "calibration/attention_kernel.hpp"
+#include "calibration/memory_kernel.hpp"
 #include "topologies/hardware.hpp"
 
 namespace trainsim {
@@ -45,6 +46,9 @@ struct ComputeOp {
   // An FP8 GEMM with the split accumulator (cuBLASLt FAST_ACCUM off): FP8 training runs
   // its backward GEMMs so; the profile's fp8_split_accumulator_speed prices it.
   bool split_accumulator = false;
+  // A memory-bound op: which framework kernel it is, so that the profile's measured speed of
+  // that implementation (`memory_kernels`) scales the `memory_bound` curve; Generic: the curve.
+  MemoryKernel memory_kernel = MemoryKernel::Generic;
 };
 
 }  // namespace trainsim

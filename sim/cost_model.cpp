@@ -20,7 +20,10 @@ double ComputeCostModel::seconds(const ComputeOp& op, int gpu_type, double compu
   }
   const CalibrationProfile& p = profiles_[gpu_type];
   // The bandwidth curve is per kernel: an op of several launches moves bytes / kernels in each.
-  const double mem_bw = gpu.memory_bandwidth * p.memory_bound.curve.at(op.bytes / std::max(op.kernels, 1));
+  // A framework kernel with a measured speed of its own (`memory_kernels`) runs at that share of the curve.
+  const double kernel_speed = p.memory_kernels[static_cast<std::size_t>(op.memory_kernel)].value;
+  const double mem_bw =
+      gpu.memory_bandwidth * p.memory_bound.curve.at(op.bytes / std::max(op.kernels, 1)) * kernel_speed;
   const double mem_time = op.bytes > 0 ? op.bytes / mem_bw : 0.0;
   double compute_time = 0;
   switch (op.kind) {

@@ -1055,10 +1055,10 @@ TEST_CASE("Megatron-Core's cross-entropy: unfused in fp32 by default, three comp
         std::string::npos);
 }
 
-TEST_CASE("FP8 recipes and the NeMo 24.07 runs: the quantisation is a few percent of the step, whatever the recipe") {
-  // docs/validation.md: NeMo 24.07 trains with delayed scaling; even current scaling's
-  // extra amax pass would add under 5% to GPT3-5B on 64 H100, far from its -20% error
-  // before the split accumulator of the backward GEMMs (next test case).
+TEST_CASE("FP8 recipes and the NeMo 24.07 runs: the quantisation is about a tenth of the kernel time, any recipe") {
+  // docs/validation.md: NeMo 24.07 trains with delayed scaling; current scaling's extra amax
+  // pass (charged at the cast-transpose's measured rate) would add under 10% to GPT3-5B on
+  // 64 H100.
   const std::string file =
       std::string(TRAINSIM_SOURCE_DIR) + "/scenarios/validation/nemo2407_h100_fp8_GPT3-5B_64gpu.json";
   const Scenario delayed = load_scenario_file(file, {}, catalog());
@@ -1066,8 +1066,10 @@ TEST_CASE("FP8 recipes and the NeMo 24.07 runs: the quantisation is a few percen
   const Scenario current = load_scenario_file(file, {"training.fp8_recipe=current"}, catalog());
   const double t_delayed = simulate(delayed).iteration_time_s, t_current = simulate(current).iteration_time_s;
   CHECK(t_current > t_delayed);
-  CHECK(t_current < 1.05 * t_delayed);
-  // The casts' share of the stage's kernel time: 3-8% (6.3% with delayed scaling).
+  CHECK(t_current < 1.10 * t_delayed);
+  // The casts' share of the stage's kernel time: 8-14% (about 10% with delayed scaling, whose
+  // LayerNormLinear inputs arrive in FP8 from the norm; 6.3% at the memory-bound curve, before
+  // Transformer Engine's measured cast-transpose rate, docs/calibration.md).
   const Cluster cluster(delayed.cluster);
   const ComputeCostModel costs(cluster, delayed.profiles);
   const TrainingPlan plan = plan_training(delayed.model, delayed.parallel, delayed.training, cluster, PlanOptions{});
@@ -1080,8 +1082,8 @@ TEST_CASE("FP8 recipes and the NeMo 24.07 runs: the quantisation is a few percen
     all += s;
     if (op.name.find(".fp8cast") != std::string::npos) casts += s;
   }
-  CHECK(casts / all > 0.03);
-  CHECK(casts / all < 0.08);
+  CHECK(casts / all > 0.08);
+  CHECK(casts / all < 0.14);
 }
 
 TEST_CASE("FP8 weight casts: Transformer Engine quantises each layer's weights once per step, not per micro-batch") {
@@ -1568,4 +1570,165 @@ TEST_CASE("TP communication overlap: userbuffers split the ring-exchange and pip
   }
   // A chunk runs lower on the GEMM curve than the whole GEMM.
   CHECK(kernel_seconds(ov, "mlp.up") > kernel_seconds(sp, "mlp.up"));
+}
+
+TEST_CASE("memory kernels: apex's LayerNorm and TE's cast-transpose run at their measured share of the curve") {
+  // docs/calibration.md, "Memory-bound kernels": an op names the framework kernel it runs,
+  // and the profile's `memory_kernels` figure for it scales the memory-bound curve.
+  const std::string text = R"({
+    "model": "gpt3-1.3b",
+    "cluster": {"node": "dgx-a100", "nodes": 1},
+    "parallel": {"tp": 2, "dp": 4, "micro_batch": 2, "global_batch": 64},
+    "training": {"seq_len": 2048, "precision": "fp16", "attention": "unfused", "grad_reduce": "fp16"}
+  })";
+  const std::vector<std::string> legacy = {"training.framework=\"megatron-legacy\""};
+  // apex's fused_layer_norm_cuda in Megatron-LM's and Megatron-DeepSpeed's model code; not
+  // the persistent kernel of October 2021 (no figure of its own) nor the other lists.
+  for (const std::vector<std::string>& fw : {legacy, std::vector<std::string>{"training.framework=deepspeed"}}) {
+    CHECK(first_op(text, fw, "norm1").memory_kernel == MemoryKernel::ApexLayerNormForward);
+    CHECK(first_op(text, fw, "final.norm").memory_kernel == MemoryKernel::ApexLayerNormForward);
+    CHECK(first_op(text, fw, "norm2.bwd").memory_kernel == MemoryKernel::ApexLayerNormBackward);
+    CHECK(first_op(text, fw, "mlp.residual").memory_kernel == MemoryKernel::Generic);
+  }
+  CHECK(first_op(text, {legacy[0], "training.persist_layer_norm=true"}, "norm1.bwd").memory_kernel ==
+        MemoryKernel::Generic);
+  CHECK(first_op(text, {}, "norm1").memory_kernel == MemoryKernel::Generic);
+  CHECK(first_op(text, {"training.framework=eager"}, "norm1.bwd").memory_kernel == MemoryKernel::Generic);
+
+  // The A100 profiles charge apex's forward at 0.70 and its backward at 0.79 of the curve
+  // (apex pull 1037); without the profile entry the same op runs at the curve.
+  const Scenario s = load_scenario_text(text, "options.json", "", legacy, catalog());
+  const Cluster cluster(s.cluster);
+  const ComputeCostModel costs(cluster, s.profiles);
+  const double launch = s.profiles.at(0).launch_overhead.value;
+  auto gpu_seconds = [&](const ComputeCostModel& m, ComputeOp op, MemoryKernel k) {
+    op.memory_kernel = k;
+    op.host_dispatch_seconds = 0;
+    return m.seconds(op, 0) - op.kernels * launch;
+  };
+  for (const auto& [name, speed] : {std::pair<const char*, double>{"norm1", 0.70}, {"norm1.bwd", 0.79}}) {
+    const ComputeOp op = first_op(text, legacy, name);
+    CHECK(gpu_seconds(costs, op, MemoryKernel::Generic) / gpu_seconds(costs, op, op.memory_kernel) ==
+          doctest::Approx(speed));
+  }
+  const std::string bare = with_edited_a100_profile(text, "trainsim_test_memory_kernels.json", [](nlohmann::json& p) {
+    REQUIRE(p.contains("memory_kernels"));
+    p.erase("memory_kernels");
+  });
+  const Scenario b = load_scenario_text(bare, "options.json", "", legacy, catalog());
+  const Cluster bare_cluster(b.cluster);
+  const ComputeCostModel bare_costs(bare_cluster, b.profiles);
+  const ComputeOp norm = first_op(text, legacy, "norm1.bwd");
+  CHECK(gpu_seconds(bare_costs, norm, norm.memory_kernel) ==
+        doctest::Approx(gpu_seconds(costs, norm, MemoryKernel::Generic)));
+  CHECK(run(legacy, bare).iteration_time_s < run(legacy, text).iteration_time_s);
+
+  // Transformer Engine's FP8 cast-transpose (delayed scaling) in front of each FP8 GEMM and
+  // in the once-per-step weight cast: 0.48 of the H100 curve (TransformerEngine pull 101).
+  const std::string file =
+      std::string(TRAINSIM_SOURCE_DIR) + "/scenarios/validation/nemo2407_h100_fp8_GPT3-5B_64gpu.json";
+  const Scenario n = load_scenario_file(file, {}, catalog());
+  const Cluster h100(n.cluster);
+  const ComputeCostModel h100_costs(h100, n.profiles);
+  const TrainingPlan plan = plan_training(n.model, n.parallel, n.training, h100, PlanOptions{});
+  REQUIRE(n.profiles.at(0).launch_overhead.value == launch);
+  int casts = 0, weight_casts = 0;
+  for (const ComputeOp& op : plan.setup.programs.at(0).ops) {
+    const bool cast =
+        op.name.ends_with(".fp8cast") || op.name.ends_with(".fp8transpose") || op.name == "fp8.weight.cast";
+    CHECK((op.memory_kernel == MemoryKernel::TeCastTranspose) == cast);
+    if (!cast) continue;
+    ++casts;
+    weight_casts += op.name == "fp8.weight.cast";
+    CHECK(gpu_seconds(h100_costs, op, MemoryKernel::Generic) / gpu_seconds(h100_costs, op, op.memory_kernel) ==
+          doctest::Approx(0.48));
+  }
+  CHECK(casts > 0);
+  CHECK(weight_casts > 0);
+  // Current scaling runs the same cast-transpose after its amax pass; MXFP8 and block scaling
+  // run other quantisers: the curve.
+  TrainingSpec current = n.training;
+  current.fp8_recipe = Fp8Recipe::Current;
+  CHECK(fp8_cast_kernel(n.training) == MemoryKernel::TeCastTranspose);
+  CHECK(fp8_cast_kernel(current) == MemoryKernel::TeCastTranspose);
+  for (Fp8Recipe r : {Fp8Recipe::Mxfp8, Fp8Recipe::Blockwise}) {
+    current.fp8_recipe = r;
+    CHECK(fp8_cast_kernel(current) == MemoryKernel::Generic);
+  }
+  TrainingSpec other = n.training;
+  other.framework = Framework::Default;
+  CHECK(fp8_cast_kernel(other) == MemoryKernel::Generic);
+}
+
+TEST_CASE(
+    "Transformer Engine's LayerNormLinear in FP8: the norm writes FP8, SP gathers FP8, wgrad reads its transpose") {
+  // docs/frameworks.md, "FP8 recipes": transformer_engine/pytorch/module/layernorm_linear.py (v1.8).
+  const std::string text = R"({
+    "model": "gpt3-1.3b",
+    "cluster": {"node": "dgx-h100", "nodes": 1},
+    "parallel": {"tp": 2, "dp": 4, "micro_batch": 2, "global_batch": 64, "sequence_parallel": true},
+    "training": {"seq_len": 2048, "precision": "fp8", "framework": "megatron-te"}
+  })";
+  const double tokens = 2.0 * 2048, hidden = 2048;
+  const double local = tokens / 2 * hidden;  // this rank's share of the block's activations under SP
+  auto comm_bytes = [&](const std::vector<std::string>& sets, const std::string& name) {
+    const Scenario s = load_scenario_text(text, "options.json", "", sets, catalog());
+    const ModelSteps steps = build_model_steps(s.model, s.parallel, s.training);
+    const LayerSteps& l = steps.of(LayerKind::Dense);
+    for (const auto* list : {&l.forward, &l.backward}) {
+      for (const Step& st : *list) {
+        if (st.is_comm && st.name == name) return st.bytes;
+      }
+    }
+    FAIL("no transfer " << name);
+    return 0.0;
+  };
+  const std::vector<std::string> bf16 = {"training.precision=bf16"};
+  // The norms in front of the QKV and MLP input projections read 16 bits and write FP8.
+  CHECK(first_op(text, {}, "norm1").bytes == doctest::Approx(3.0 * local));
+  CHECK(first_op(text, {}, "norm2").bytes == doctest::Approx(3.0 * local));
+  CHECK(first_op(text, bf16, "norm1").bytes == doctest::Approx(4.0 * local));
+  // Their sequence-parallel all-gathers, forward and the backward's re-gathers, move FP8.
+  for (const char* ag : {"tp.ag.attn", "tp.ag.mlp", "tp.ag.attn.input", "tp.ag.mlp.input"}) {
+    CHECK(comm_bytes({}, ag) == doctest::Approx(0.5 * comm_bytes(bf16, ag)));
+  }
+  CHECK(comm_bytes({}, "tp.ag.mlp.grad") == doctest::Approx(comm_bytes(bf16, "tp.ag.mlp.grad")));  // a gradient
+  // No cast in front of those GEMMs; the weight gradient reads an FP8 transpose (1 + 1 B per
+  // element of the gathered input); the other FP8 GEMM inputs keep their cast-transpose.
+  auto has = [&](const std::vector<std::string>& sets, const std::string& name) {
+    const Scenario s = load_scenario_text(text, "options.json", "", sets, catalog());
+    const TrainingPlan plan = plan_training(s.model, s.parallel, s.training, Cluster(s.cluster), PlanOptions{});
+    const auto& ops = plan.setup.programs.at(0).ops;
+    return std::any_of(ops.begin(), ops.end(), [&](const ComputeOp& op) { return op.name == name; });
+  };
+  for (const char* gemm : {"attn.qkv", "mlp.up"}) {
+    CHECK_FALSE(has({}, std::string(gemm) + ".fp8cast"));
+    const ComputeOp t = first_op(text, {}, std::string(gemm) + ".fp8transpose");
+    CHECK(t.bytes == doctest::Approx(2.0 * tokens * hidden));
+    CHECK(t.memory_kernel == MemoryKernel::TeCastTranspose);
+    CHECK_FALSE(has(bf16, std::string(gemm) + ".fp8transpose"));
+    // Current scaling quantises the 16-bit norm output after its amax pass, as before.
+    CHECK(has({"training.fp8_recipe=current"}, std::string(gemm) + ".fp8cast"));
+    CHECK_FALSE(has({"training.fp8_recipe=current"}, std::string(gemm) + ".fp8transpose"));
+  }
+  CHECK(first_op(text, {}, "mlp.down.fp8cast").bytes == doctest::Approx(4.0 * tokens * 8192 / 2));
+  CHECK(te_norm_fp8_output(load_scenario_text(text, "options.json", "", {}, catalog()).training));
+  // A mixture-of-experts layer's pre-MLP norm is a norm of its own, writing 16 bits.
+  const std::string moe = R"(model.moe={"experts": 4, "top_k": 2, "expert_ffn": 1024})";
+  const Scenario ms = load_scenario_text(text, "options.json", "", {moe, "model.bias=false"}, catalog());
+  const ModelSteps msteps = build_model_steps(ms.model, ms.parallel, ms.training);
+  const LayerSteps& ml = msteps.of(LayerKind::Moe);
+  int norms = 0;
+  for (const Step& st : ml.forward) {
+    if (st.is_comm) continue;
+    if (st.name == "norm1") {
+      CHECK(st.op.bytes == doctest::Approx(3.0 * local));
+      ++norms;
+    }
+    if (st.name == "norm2") {
+      CHECK(st.op.bytes == doctest::Approx(4.0 * local));
+      ++norms;
+    }
+  }
+  CHECK(norms == 2);
 }

@@ -75,6 +75,17 @@ TEST_CASE("a profile file written and loaded again is unchanged") {
   CHECK(j["memory_reserved"]["value"] == "1.5GiB");
 }
 
+TEST_CASE("memory kernel speeds are read per implementation, 1 where a profile has none") {
+  Diagnostics d("h100");
+  const CalibrationProfile p = read_text(h100_text(), d);
+  REQUIRE(d.ok());
+  CHECK(p.memory_kernels[static_cast<std::size_t>(MemoryKernel::TeCastTranspose)].value == 0.48);
+  CHECK(p.memory_kernels[static_cast<std::size_t>(MemoryKernel::TeCastTranspose)].provenance.kind == "derived");
+  CHECK(p.memory_kernels[static_cast<std::size_t>(MemoryKernel::Generic)].value == 1.0);
+  CHECK(p.memory_kernels[static_cast<std::size_t>(MemoryKernel::ApexLayerNormForward)].value == 1.0);
+  CHECK(profile_to_json(p)["memory_kernels"].size() == 1);
+}
+
 TEST_CASE("a bad profile value names the file and its JSON pointer") {
   const std::string text = h100_text();
   SUBCASE("a time without a unit") {
@@ -99,6 +110,23 @@ TEST_CASE("a bad profile value names the file and its JSON pointer") {
     const std::string bad = replaced(text, "\"busbw_efficiency\": {\n      \"value\": 0.8",
                                      "\"busbw_efficiency\": {\n      \"value\": 1.8");
     CHECK(first_error(bad).starts_with("error: bad.json: /scaleup/busbw_efficiency/value: expected a number in "));
+  }
+  SUBCASE("an unknown memory kernel implementation") {
+    const std::string bad = replaced(text, "\"te-cast-transpose\":", "\"te-cast-transpos\":");
+    Diagnostics d("bad.json");
+    read_text(bad, d);
+    bool named = false;
+    for (const Diagnostic& x : d.items()) {
+      named |= x.pointer == "/memory_kernels/te-cast-transpos" &&
+               x.message == "unknown key \"te-cast-transpos\" (did you mean \"te-cast-transpose\"?)";
+    }
+    CHECK(named);
+  }
+  SUBCASE("a memory kernel speed out of range") {
+    const std::string bad = replaced(text, "\"te-cast-transpose\": {\n      \"value\": 0.48",
+                                     "\"te-cast-transpose\": {\n      \"value\": 0");
+    CHECK(first_error(bad).starts_with(
+        "error: bad.json: /memory_kernels/te-cast-transpose/value: expected a number in "));
   }
   SUBCASE("a file that is missing") {
     try {

@@ -328,13 +328,16 @@ CollectivePlan FlowCollectives::plan_collective(const std::vector<int>& members,
       break;
     }
     case FlowAlgorithm::Pairwise: {
+      // Inside one domain the measured curve sets the pairs' efficiency and
+      // holds the latency, as the analytical all-to-all there reads it.
       const double each = bytes / n;
+      const double eff = su_curve ? lv.su_curve->at(bytes) : 0.0;
       for (int i = 0; i < n; ++i) {
         for (int j = 0; j < n; ++j) {
-          if (i != j) add_gpu_flow(p, members[i], members[j], each, tag, lv);
+          if (i != j) add_gpu_flow(p, members[i], members[j], each, tag, lv, eff);
         }
       }
-      finish_phase(p, 0, lv.base + (n - 1) * max_alpha(p, 0, lv));
+      finish_phase(p, 0, su_curve ? 0.0 : lv.base + (n - 1) * max_alpha(p, 0, lv));
       break;
     }
     case FlowAlgorithm::Auto:
@@ -435,12 +438,30 @@ CollectivePlan FlowCollectives::plan_all_to_all_v(const std::vector<int>& member
   CollectivePlan p;
   p.algorithm = FlowAlgorithm::Pairwise;
   const Level lv = level_of(members);
+  // Inside one domain, as the analytical model: the measured curve at the
+  // uniform buffer that loads a member as much as the busiest one is loaded
+  // (n-1 of its n shares leave it) sets the efficiency and holds the latency.
+  const bool su_curve = n > 1 && lv.su_curve != nullptr && layout_of(members).per_node.size() == 1;
+  double eff = 0.0;
+  if (su_curve) {
+    double busiest = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      double out = 0, in = 0;
+      for (std::size_t j = 0; j < n; ++j) {
+        if (j == i) continue;
+        out += std::max(0.0, bytes[i * n + j]);
+        in += std::max(0.0, bytes[j * n + i]);
+      }
+      busiest = std::max({busiest, out, in});
+    }
+    eff = lv.su_curve->at(busiest * static_cast<double>(n) / (static_cast<double>(n) - 1));
+  }
   for (std::size_t i = 0; i < n; ++i) {
     for (std::size_t j = 0; j < n; ++j) {
-      if (i != j && bytes[i * n + j] > 0) add_gpu_flow(p, members[i], members[j], bytes[i * n + j], tag, lv);
+      if (i != j && bytes[i * n + j] > 0) add_gpu_flow(p, members[i], members[j], bytes[i * n + j], tag, lv, eff);
     }
   }
-  const double lat = p.flows.empty() ? 0.0 : lv.base + (static_cast<double>(n) - 1) * max_alpha(p, 0, lv);
+  const double lat = p.flows.empty() || su_curve ? 0.0 : lv.base + (static_cast<double>(n) - 1) * max_alpha(p, 0, lv);
   finish_phase(p, 0, lat);
   return p;
 }

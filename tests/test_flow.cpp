@@ -264,6 +264,34 @@ TEST_CASE("all-to-all: pairwise flows; all-to-all-v with per-pair sizes") {
   CHECK(fc.measure(v).to_seconds() == doctest::Approx(0.2).epsilon(1e-6));
 }
 
+TEST_CASE("all-to-all inside one node reads the measured scale-up curve at both fidelities") {
+  // One toy node of 8 GPUs (100 GB/s links) whose profile has a measured bus-bandwidth
+  // curve (30% at 1 MB, 80% from 1 GB; it holds the latency), hop latency 2 us, base 5 us.
+  const Cluster cluster(toy_cluster(1, 8));
+  std::vector<CalibrationProfile> profiles{ideal_profile(2e-6, 5e-6)};
+  profiles[0].scaleup.busbw_curve.curve = EfficiencyCurve({{1e6, 0.3}, {1e9, 0.8}});
+  Topology topo(cluster);
+  FlowCollectives fc(cluster, topo, profiles);
+  const AnalyticalNetwork an(cluster, profiles);
+  const std::vector<int> all = iota(0, 8);
+  const CommShape shape = an.shape(all);
+  // Uniform, 1 GB per GPU: 7/8 GB leaves each GPU at 80% of 100 GB/s = 10.9375 ms,
+  // as the ring reduce-scatter of the same buffer (no hop latencies: the curve has them).
+  const double analytical = an.collective_seconds(shape, CollectiveKind::AllToAll, 1e9);
+  CHECK(analytical == doctest::Approx(0.875 / 80).epsilon(1e-9));
+  CHECK(analytical == doctest::Approx(an.collective_seconds(shape, CollectiveKind::ReduceScatter, 1e9)));
+  CHECK(fc.measure(fc.plan_collective(all, CollectiveKind::AllToAll, 1e9, 0)).to_seconds() ==
+        doctest::Approx(analytical).epsilon(1e-6));
+  // Per-pair sizes: GPU 3 receives four times what the others do; its link in takes
+  // 7 x 0.4 GB, the load of a 3.2 GB uniform buffer (curve 80%): 35 ms at both fidelities.
+  std::vector<double> skewed(8 * 8, 0.0);
+  for (int i = 0; i < 8; ++i) {
+    for (int j = 0; j < 8; ++j) skewed[i * 8 + j] = i == j ? 0.0 : (j == 3 ? 4e8 : 1e8);
+  }
+  CHECK(an.all_to_all_v_seconds(shape, all, skewed) == doctest::Approx(2.8 / 80).epsilon(1e-9));
+  CHECK(fc.measure(fc.plan_all_to_all_v(all, skewed, 0)).to_seconds() == doctest::Approx(2.8 / 80).epsilon(1e-6));
+}
+
 TEST_CASE("all-to-all-v: the analytical time from per-rank bytes per link class agrees with the flows") {
   // Two toy nodes of 8 GPUs (100 GB/s NVLink, 10 GB/s NICs, rail-optimized), no latencies.
   ClusterSpec spec = toy_cluster(2, 8);

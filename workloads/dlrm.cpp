@@ -121,7 +121,7 @@ ShardingPlan plan_sharding(const DlrmSpec& s, int ranks, const ShardingCosts& c)
     t += 2 * over_all(CollectiveKind::AllToAll, *std::max_element(x.sent.begin(), x.sent.end()));
     t += over_all(CollectiveKind::ReduceScatter, x.row_wise) + over_all(CollectiveKind::AllGather, x.row_wise);
     t += over_all(CollectiveKind::AllReduce, x.replicated);
-    t += over_node(CollectiveKind::ReduceScatter, hier) + over_node(CollectiveKind::AllGather, hier);
+    t += 2 * over_node(CollectiveKind::AllToAll, hier);
     t += 2 * over_rail(CollectiveKind::AllToAll, hier / per_node);
     return t;
   };
@@ -284,7 +284,7 @@ ShardingPlan plan_sharding(const DlrmSpec& s, int ranks, const ShardingCosts& c)
   // shards of one table on a node (HugeCTR's hier_auto planner). Returns the estimate, or the
   // table that fits on no node.
   auto exchange = [&](double partials) {
-    return over_node(CollectiveKind::ReduceScatter, partials) + over_node(CollectiveKind::AllGather, partials) +
+    return 2 * over_node(CollectiveKind::AllToAll, partials) +
            2 * over_rail(CollectiveKind::AllToAll, partials / per_node);
   };
   auto shard_weight = [&](int t, int k) {
@@ -438,8 +438,10 @@ WorkloadPlan DlrmWorkload::plan(const Platform& platform, const Placement& place
       pooled_rw += traffic(s, t, t.dim).pooled_bytes;
     }
   }
-  // The busiest node's partial sums set the pace of the hierarchical exchange: reduce-scattered
-  // inside the node (each rank keeps the samples of its rail), then an all-to-all along the rail.
+  // The busiest node's partial sums set the pace of the hierarchical exchange: an all-to-all inside
+  // the node (every rank writes each partial sum straight into the rank that keeps the samples of
+  // its rail, HugeCTR's peer-access IntraModelForward; backward, IntraModelBackward reads the
+  // gradients back), then an all-to-all along the rail.
   const double partials = *std::max_element(node_partials.begin(), node_partials.end());
   // The busiest rank's pooled output (the all-to-all's pace): table-wise and column-wise shards.
   std::vector<double> sent(ranks, 0);
@@ -497,7 +499,7 @@ WorkloadPlan DlrmWorkload::plan(const Platform& platform, const Placement& place
     if (partials > 0) {
       TaskId h = emb;
       if (per_node > 1)
-        h = coll_on(node_slot, a2a, CollectiveKind::ReduceScatter, CommClass::EP, partials, "embeddings.node.fwd", {h});
+        h = coll_on(node_slot, a2a, CollectiveKind::AllToAll, CommClass::EP, partials, "embeddings.node.fwd", {h});
       if (nodes > 1)
         h = coll_on(rail_slot, a2a, CollectiveKind::AllToAll, CommClass::EP, partials / per_node, "embeddings.rail.fwd",
                     {h});
@@ -556,7 +558,7 @@ WorkloadPlan DlrmWorkload::plan(const Platform& platform, const Placement& place
         h = coll_on(rail_slot, a2a, CollectiveKind::AllToAll, CommClass::EP, partials / per_node, "embeddings.rail.bwd",
                     {h});
       if (per_node > 1)
-        h = coll_on(node_slot, a2a, CollectiveKind::AllGather, CommClass::EP, partials, "embeddings.node.bwd", {h});
+        h = coll_on(node_slot, a2a, CollectiveKind::AllToAll, CommClass::EP, partials, "embeddings.node.bwd", {h});
       emb_grads.push_back(h);
     }
     for (std::size_t i = bottom.size(); i-- > 0;) {

@@ -272,9 +272,11 @@ class StageProgramBuilder {
     param_bucket_of_chunk_.assign(static_cast<std::size_t>(chunks_), kNone);
     double elems = 0, expert_elems = 0;
     std::vector<int> layers;
-    // A chunk without layers (`stage_layers` entry 0) that holds the embedding or
-    // the LM head gathers those parameters on its own: its embedding or head
-    // forward waits for them, as a layer waits for its bucket.
+    // Parameters left after a chunk's last bucket (the LM head, added after the
+    // layers, when the last layer closed a bucket; the embedding or head of a chunk
+    // without layers, `stage_layers` entry 0) are gathered in a bucket of their own,
+    // as Megatron-Core's buffer closes a bucket once it reaches the bucket size: the
+    // chunk's embedding or head forward waits for it, as a layer waits for its bucket.
     auto flush = [&](int chunk = -1) {
       if (layers.empty() && (chunk < 0 || (elems <= 0 && expert_elems <= 0))) return;
       TaskId t = b_.collective(s_.dp, slot_dp_, CollectiveKind::AllGather, CommClass::DP, task_bytes(elems * kActBytes),
@@ -315,7 +317,7 @@ class StageProgramBuilder {
         elems += cur_->head_grad_elements;
         expert_elems += cur_->head_expert_grad_elements;
       }
-      flush(layers_[c] == 0 ? c : -1);
+      flush(c);
     }
   }
 
@@ -1542,7 +1544,8 @@ class StageProgramBuilder {
   std::vector<double> pending_buckets_;
   std::vector<TaskId> dp_tasks_;
   std::vector<TaskId> param_bucket_of_layer_;
-  std::vector<TaskId> param_bucket_of_chunk_;  // per chunk without layers: the gather of its other parameters
+  // Per chunk: the gather of the parameters left after its last layer bucket (kNone if none).
+  std::vector<TaskId> param_bucket_of_chunk_;
   bool prefetch_params_ = false;
   TaskId last_compute_ = kNone;
   std::vector<TaskId> blocking_sends_;  // sends the next unit waits for (no p2p overlap)

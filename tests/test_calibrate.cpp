@@ -290,6 +290,11 @@ TEST_CASE("a fitted profile, loaded like a scenario's calibration.profiles entry
     REQUIRE(share != std::string::npos);
     CHECK(rep.substr(share, rep.find('\n', share) - share).find(" 1.000 ") != std::string::npos);
     CHECK(rep.find("triton_attention_speed") != std::string::npos);
+    // A fit keeps the base profile's framework-kernel shares of the memory-bound curve.
+    const auto cast = rep.find("memory_kernels.te-cast-transpose");
+    REQUIRE(cast != std::string::npos);
+    CHECK(rep.substr(cast, rep.find('\n', cast) - cast).find(" 0.48 ") != std::string::npos);
+    CHECK(rep.substr(cast, rep.find('\n', cast) - cast).find(" 1.000 ") != std::string::npos);
     const std::string vs = calibration_report(fast_profile, base_profile, catalog());
     // bf16 at 137 GFLOP: 1.25 x the base fit.
     const auto pos = vs.find("gemm bf16 @ 137 GFLOP");

@@ -785,13 +785,13 @@ std::string compare_profiles(const CalibrationProfile& a, const CalibrationProfi
       << "  A: " << name_a << " (" << a.gpu << ")\n"
       << "  B: " << name_b << " (" << b.gpu << ")\n";
   char line[256];
-  std::snprintf(line, sizeof line, "%-38s %12s %12s %8s  %s\n", "component", "A", "B", "B/A", "B kind");
+  std::snprintf(line, sizeof line, "%-42s %12s %12s %8s  %s\n", "component", "A", "B", "B/A", "B kind");
   out << line;
   auto row = [&](const std::string& name, std::optional<double> va, std::optional<double> vb, const std::string& kind) {
     const std::string sa = va ? fmt("%.4g", *va) : "-";
     const std::string sb = vb ? fmt("%.4g", *vb) : "-";
     const std::string ratio = va && vb && *va != 0 ? fmt("%.3f", *vb / *va) : "-";
-    std::snprintf(line, sizeof line, "%-38s %12s %12s %8s  %s\n", name.c_str(), sa.c_str(), sb.c_str(), ratio.c_str(),
+    std::snprintf(line, sizeof line, "%-42s %12s %12s %8s  %s\n", name.c_str(), sa.c_str(), sb.c_str(), ratio.c_str(),
                   kind.c_str());
     out << line;
   };
@@ -843,6 +843,12 @@ std::string compare_profiles(const CalibrationProfile& a, const CalibrationProfi
   for (const auto& [label, bytes] : {std::pair{"1 MB", 1e6}, std::pair{"100 MB", 1e8}, std::pair{"1 GB", 1e9}}) {
     row(std::string("  memory_bound @ ") + label, curve_at(a.memory_bound, bytes), curve_at(b.memory_bound, bytes),
         kind_of(b.memory_bound));
+  }
+  // Framework kernels' shares of that curve (1: at the curve, the default).
+  for (std::size_t i = 1; i < kNumMemoryKernels; ++i) {
+    const ValueEntry &ka = a.memory_kernels[i], &kb = b.memory_kernels[i];
+    row("  memory_kernels." + std::string(memory_kernel_key(static_cast<MemoryKernel>(i))), ka.value, kb.value,
+        kb.provenance.kind.empty() ? "-" : kb.provenance.kind);
   }
   out << "Per kernel\n";
   row("  launch_overhead (us)", a.launch_overhead.value * 1e6, b.launch_overhead.value * 1e6,

@@ -35,8 +35,14 @@ Fp8Quantize fp8_quantize_cost(Fp8Recipe r) {
   return {4.0, 1};
 }
 
+namespace {
+// Megatron-Core on Transformer Engine training in FP8: the runs whose FP8 casts and
+// norms are Transformer Engine's kernels.
+bool te_fp8(const TrainingSpec& tr) { return tr.framework == Framework::MegatronTe && tr.precision == Dtype::FP8; }
+}  // namespace
+
 Fp8WeightCast fp8_weight_cast(const TrainingSpec& tr) {
-  if (tr.framework != Framework::MegatronTe || tr.precision != Dtype::FP8) return {};
+  if (!te_fp8(tr)) return {};
   // Transformer Engine 1.x (transformer_engine/pytorch/module/linear.py and
   // layernorm_linear.py: update_fp8_weights = is_first_microbatch is None or
   // is_first_microbatch): on the first micro-batch the module casts its weight into the
@@ -56,9 +62,8 @@ MemoryKernel fp8_cast_kernel(const TrainingSpec& tr) {
   // kernel; transformer_engine/common/transpose/cast_transpose.cu); Float8CurrentScaling runs
   // the same kernel after its amax pass, which is charged at the same rate (no figure of its
   // own). MXFP8 and block scaling run other quantisers, with no figure: the curve.
-  const bool te = tr.framework == Framework::MegatronTe && tr.precision == Dtype::FP8;
   const bool per_tensor = tr.fp8_recipe == Fp8Recipe::Delayed || tr.fp8_recipe == Fp8Recipe::Current;
-  return te && per_tensor ? MemoryKernel::TeCastTranspose : MemoryKernel::Generic;
+  return te_fp8(tr) && per_tensor ? MemoryKernel::TeCastTranspose : MemoryKernel::Generic;
 }
 
 bool te_norm_fp8_output(const TrainingSpec& tr) {
@@ -71,7 +76,7 @@ bool te_norm_fp8_output(const TrainingSpec& tr) {
   // re-gathers the saved FP8 shard and transposes it for the weight gradient
   // (tex.fp8_transpose: read 1 B, write 1 B). Delayed scaling only: current scaling needs the
   // norm output's amax before its scale exists.
-  return tr.framework == Framework::MegatronTe && tr.precision == Dtype::FP8 && tr.fp8_recipe == Fp8Recipe::Delayed;
+  return te_fp8(tr) && tr.fp8_recipe == Fp8Recipe::Delayed;
 }
 
 FsdpGradientPasses fsdp_gradient_passes(const TrainingSpec& tr, const ParallelSpec& p) {
@@ -751,12 +756,25 @@ bool ring_steps_apply(const Dims& A, AttentionKind kind) {
 // current step runs) as an all-gather of the ring whose per-GPU traffic is `blocks` K/V
 // blocks (b x s/ring x 2 x g x d): ring-1 such all-gathers move what one all-gather of the
 // whole sequence moves, over the same neighbour links, each paying its own hop latencies.
-int ring_exchange(StepList& L, const char* name, CollectiveKind kind, const Dims& A, double blocks,
-                  std::vector<int> waits, bool overlap_previous, Step::CpGroup group) {
+int ring_exchange(StepList& L, const char* name, const Dims& A, double blocks, std::vector<int> waits,
+                  bool overlap_previous, Step::CpGroup group) {
   const double kv_all = A.b * A.kv_seq * 2 * A.g_t * A.d * A.act_bytes;
   const double bytes = blocks * kv_all / (A.ring - 1);
-  return L.comm(name, kind, CommClass::CP, bytes, std::move(waits), overlap_previous, false, -1, group);
+  return L.comm(name, CollectiveKind::AllGather, CommClass::CP, bytes, std::move(waits), overlap_previous, false, -1,
+                group);
 }
+
+// One ring step's sizes on a rank: its K/V block (two half-chunks of s/ring tokens), its
+// queries' bytes, and the FLOPs a step runs and counts (1/ring of the whole causal kernel).
+struct RingStep {
+  double s_kv, block, q_bytes, exec, model;
+  explicit RingStep(const Dims& A)
+      : s_kv(A.s_local),
+        block(A.b * s_kv * 2 * A.g_t * A.d * A.act_bytes),
+        q_bytes(A.tokens * A.a_t * A.d * A.act_bytes),
+        exec(4 * A.b * A.s_local * s_kv * A.a_t * A.d * 0.5),
+        model(4 * A.b * A.s_local * A.s_model * A.a_t * A.d / A.ring) {}
+};
 
 // Forward of the ring (ring_steps_apply), on the last rank of the ring (every
 // non-causal step over all its queries and half a K/V block: the most correction
@@ -765,23 +783,19 @@ void ring_attention_forward(StepList& L, const Dims& A, AttentionKind kind, std:
                             Step::CpGroup group) {
   const int n = A.ring;
   const double e = A.act_bytes;
-  const double s_kv = A.s_local;  // K/V tokens of one ring rank (two half-chunks)
-  const double block = A.b * s_kv * 2 * A.g_t * A.d * e;
-  const double q_bytes = A.tokens * A.a_t * A.d * e, out_bytes = A.tokens * A.a_t * A.d_out * e;
-  const double step_exec = 4 * A.b * A.s_local * s_kv * A.a_t * A.d * 0.5;
-  const double step_model = 4 * A.b * A.s_local * A.s_model * A.a_t * A.d / n;
+  const RingStep st(A);
+  const double out_bytes = A.tokens * A.a_t * A.d_out * e;
   // p2p_comm_buffers[0] = torch.cat of K and V: read and write the rank's block.
-  L.memory("attn.cp.kv.cat", 2 * block, std::move(waits));
+  L.memory("attn.cp.kv.cat", 2 * st.block, std::move(waits));
   int prev = -1;
   for (int i = 0; i < n; ++i) {
     // Step i posts the send/recv of block i+1 on its stream once block i has arrived;
     // steps alternate on two streams, so the transfer waits for step i-2, not i-1.
-    const int next = i < n - 1 ? ring_exchange(L, "cp.p2p.kv", CollectiveKind::AllGather, A, 1, maybe(prev),
-                                               /*overlap_previous=*/i > 0, group)
-                               : -1;
-    const double kv_tokens = i == 0 ? s_kv : s_kv / 2;  // the last rank: half of each earlier block
-    const double bytes = (q_bytes + out_bytes + A.b * kv_tokens * 2 * A.g_t * A.d * e);
-    L.attention("attn.core", A.attn_dtype, step_exec, step_model, bytes, maybe(prev), false, kind);
+    const int next =
+        i < n - 1 ? ring_exchange(L, "cp.p2p.kv", A, 1, maybe(prev), /*overlap_previous=*/i > 0, group) : -1;
+    const double kv_tokens = i == 0 ? st.s_kv : st.s_kv / 2;  // the last rank: half of each earlier block
+    const double bytes = (st.q_bytes + out_bytes + A.b * kv_tokens * 2 * A.g_t * A.d * e);
+    L.attention("attn.core", A.attn_dtype, st.exec, st.model, bytes, maybe(prev), false, kind);
     prev = next;
   }
   // flash_attn_fwd_softmax_lse_correction per step after the first (the running LSE in
@@ -800,26 +814,21 @@ void ring_attention_forward(StepList& L, const Dims& A, AttentionKind kind, std:
 void ring_attention_backward(StepList& L, const Dims& A, AttentionKind kind, std::vector<int> waits,
                              Step::CpGroup group) {
   const int n = A.ring;
-  const double e = A.act_bytes;
-  const double s_kv = A.s_local;
-  const double block = A.b * s_kv * 2 * A.g_t * A.d * e;
-  const double q_bytes = A.tokens * A.a_t * A.d * e;
-  const double step_exec = 4 * A.b * A.s_local * s_kv * A.a_t * A.d * 0.5;
-  const double step_model = 4 * A.b * A.s_local * A.s_model * A.a_t * A.d / n;
+  const RingStep st(A);
   // p2p_comm_buffers[0][0].copy_(kv): the saved local K/V into the send buffer.
-  L.memory("attn.cp.kv.copy", 2 * block, std::move(waits));
+  L.memory("attn.cp.kv.copy", 2 * st.block, std::move(waits));
   int prev = -1;
   for (int i = 0; i < n; ++i) {
     const bool first = i == 0, last = i == n - 1;
-    const int xfer = ring_exchange(L, last ? "cp.p2p.dkv" : "cp.p2p.kv", CollectiveKind::AllGather, A,
-                                   first || last ? 1 : 2, maybe(prev), false, group);
+    const int xfer =
+        ring_exchange(L, last ? "cp.p2p.dkv" : "cp.p2p.kv", A, first || last ? 1 : 2, maybe(prev), false, group);
     // The reverse of the forward: the last step is the causal one over the rank's own
     // block; the others run all queries over half of a K/V block.
-    const double kv_tokens = last ? s_kv : s_kv / 2;
-    const double bytes = 2 * q_bytes * 2 + A.b * kv_tokens * 4 * A.g_t * A.d * e;
-    L.attention("attn.core.bwd", A.attn_dtype, 2.5 * step_exec, 2 * step_model, bytes, maybe(prev), true, kind);
-    L.memory("attn.cp.dq.acc", (first ? 2 : 3) * q_bytes);  // dq.copy_ / dq.add_
-    const double dkv = last ? block : block / 2;            // dkv[:, 0].copy_ / add_, the last dkv.add_
+    const double kv_tokens = last ? st.s_kv : st.s_kv / 2;
+    const double bytes = 2 * st.q_bytes * 2 + A.b * kv_tokens * 4 * A.g_t * A.d * A.act_bytes;
+    L.attention("attn.core.bwd", A.attn_dtype, 2.5 * st.exec, 2 * st.model, bytes, maybe(prev), true, kind);
+    L.memory("attn.cp.dq.acc", (first ? 2 : 3) * st.q_bytes);  // dq.copy_ / dq.add_
+    const double dkv = last ? st.block : st.block / 2;         // dkv[:, 0].copy_ / add_, the last dkv.add_
     L.memory("attn.cp.dkv.acc", (first ? 2 : 3) * dkv, {xfer});
     prev = xfer;
   }
@@ -946,7 +955,7 @@ void build_moe_layer(const TransformerSpec& m, const ParallelSpec& p, const Trai
   append_slice(dense.forward, 0, index_of(dense.forward, "norm2") + 1, &moe->forward);
   // The MoE block's pre-MLP norm is a norm of its own (TENorm before the router), which
   // writes 16 bits where the dense block's LayerNormLinear writes FP8 (te_norm_fp8_output).
-  if (te_norm_fp8_output(tr) && !m.parallel_block) moe->forward.back().op.bytes *= 2.0 / (1.0 + 1.0 / D.act_bytes);
+  moe->forward[index_of(moe->forward, "norm2")].op.bytes = act_norm * 2 * recipe_of(tr, D.act_bytes, m).norm;
   {
     StepList L(&moe->forward, Pass::Forward, D.act_bytes, tr.fp8_recipe, fp8_cast_kernel(tr));
     L.gemm("moe.router", D.attn_dtype, rt.tokens_in, E, h);

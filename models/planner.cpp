@@ -277,8 +277,8 @@ class StageProgramBuilder {
     // without layers, `stage_layers` entry 0) are gathered in a bucket of their own,
     // as Megatron-Core's buffer closes a bucket once it reaches the bucket size: the
     // chunk's embedding or head forward waits for it, as a layer waits for its bucket.
-    auto flush = [&](int chunk = -1) {
-      if (layers.empty() && (chunk < 0 || (elems <= 0 && expert_elems <= 0))) return;
+    auto flush = [&](int chunk) {
+      if (layers.empty() && elems <= 0 && expert_elems <= 0) return;
       TaskId t = b_.collective(s_.dp, slot_dp_, CollectiveKind::AllGather, CommClass::DP, task_bytes(elems * kActBytes),
                                label("dp.ag.params"), -1, {});
       if (expert_elems > 0 && edp_group_ > 1) {
@@ -300,7 +300,7 @@ class StageProgramBuilder {
           elems += layer_steps(first_layer_[c] + l).grad_elements;
           expert_elems += layer_steps(first_layer_[c] + l).expert_grad_elements;
           layers.push_back(first_layer_[c] + l);
-          flush();
+          flush(c);
         }
       }
       return;
@@ -311,7 +311,7 @@ class StageProgramBuilder {
         elems += layer_steps(first_layer_[c] + l).grad_elements;
         expert_elems += layer_steps(first_layer_[c] + l).expert_grad_elements;
         layers.push_back(first_layer_[c] + l);
-        if (elems * kActBytes >= bucket_bytes_ / train_.grad_reduce_bytes * kActBytes) flush();
+        if (elems * kActBytes >= bucket_bytes_ / train_.grad_reduce_bytes * kActBytes) flush(c);
       }
       if (last_vstage(c)) {
         elems += cur_->head_grad_elements;

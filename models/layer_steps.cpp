@@ -461,6 +461,17 @@ KernelRecipe recipe_of(const TrainingSpec& tr, double act_bytes, const Transform
   r.weight_casts = true;
   r.casts_sharded = f == Framework::Fsdp2;
   r.residual_fork_sum = true;
+  if (tr.xentropy_loss) {
+    // flash-attention's CrossEntropyLoss (flash_attn/losses/cross_entropy.py, v1.0.x) over
+    // xentropy_cuda_lib (csrc/xentropy/xentropy_kernel.cu): cunn_SoftMaxXEntropyForward
+    // reads each row of the 16-bit logits twice (max and sum, then the sum of exponentials)
+    // and writes one fp32 loss and log-sum-exp per row; the backward kernel reads the
+    // logits once and writes the 16-bit gradient. Around them, on [tokens] vectors only:
+    // masked_fill_, the mean's sum, (target != ignore_index).sum() and the division;
+    // backward: the division's gradient, grad_loss.contiguous() and masked_fill_.
+    r.xent = 2 * act_bytes / (act_bytes + 4 + 4), r.xent_kernels = 6;
+    r.xent_bwd = 2 * act_bytes / (4 + act_bytes), r.xent_bwd_kernels = 4;
+  }
   return r;
 }
 
@@ -1527,6 +1538,18 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     B.set_pass(Pass::BackwardInput);
     B.memory("final.norm.bwd", act_norm * 4 * R.norm_bwd + R.norm_bwd_partial_bytes * D.h, maybe(rs),
              R.norm_bwd_kernels, R.norm_bwd_impl);
+    // The trainer's training metrics, after the micro-batch's backward (Composer's
+    // Trainer._train_microbatch -> _eval_train_metrics: under torch.no_grad() and the
+    // autocast context, each metric's update runs torch.nn.CrossEntropyLoss(reduction='sum')
+    // on the logits the forward kept). Autocast runs cross_entropy in fp32: the cast of the
+    // 16-bit logits, log_softmax and nll_loss, the eager list's loss forward (18 B per
+    // 16-bit logit, 12 B without the cast in fp32 training); then four launches on scalars
+    // and [tokens] vectors ((target != ignore_index).sum() and the two state additions).
+    StepList M(&out.head_after_backward, Pass::BackwardInput, D.act_bytes);
+    const double metric_bytes = D.act_bytes < 4 ? 18 : 12;
+    for (int i = 0; i < tr.metric_cross_entropies; ++i) {
+      M.memory("metric.xent", D.tokens * v_t * metric_bytes, {}, 3 + 4);
+    }
   }
 
   dense.grad_elements = m.params_per_layer() / p.tp;
@@ -1573,6 +1596,7 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
   issue(out.embedding_backward, all_captured);
   issue(out.head_forward, all_captured);
   issue(out.head_backward, all_captured);
+  issue(out.head_after_backward, all_captured);
   return out;
 }
 

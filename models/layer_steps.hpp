@@ -57,6 +57,9 @@ struct ModelSteps {
   std::vector<std::vector<double>> traffic;
   std::vector<Step> embedding_forward, embedding_backward;  // first pipeline stage
   std::vector<Step> head_forward, head_backward;            // last stage: final norm, LM head, loss
+  // Last stage, after the micro-batch's whole backward on the stage: the trainer's
+  // training-metric cross-entropies over the logits (TrainingSpec::metric_cross_entropies).
+  std::vector<Step> head_after_backward;
   double embedding_grad_elements = 0, head_grad_elements = 0;
   double head_expert_grad_elements = 0;  // routed experts of multi-token prediction blocks, reduced over edp
 };

@@ -1076,6 +1076,12 @@ class StageProgramBuilder {
     }
     if (last == kNone && !entry.empty()) last = entry.back();  // a chunk without layers passes its input on
     if (whole) last = finish_weight_gradients(v, last, u.microbatch, reduce_grads, "B ");
+    if (head_of(v) && !cur_->head_after_backward.empty()) {
+      // The trainer's training metrics, issued once the micro-batch's backward has been.
+      std::vector<TaskId> after;
+      if (last != kNone) after.push_back(last);
+      last = emit(cur_->head_after_backward, StepPrefix{'B'}, u.microbatch, after, false);
+    }
     last_compute_ = last;
     bwd_end_ = last;
     if (deepspeed()) ds_chain_ = last;

@@ -355,6 +355,15 @@ struct TrainingSpec {
   // reduce-scatter (F.pad in _post_backward_hook, a clone when no padding is needed);
   // releases from 2.0 copy only when padding is needed (docs/frameworks.md).
   bool fsdp_pad_copy = false;
+  // The loss as the fused softmax-cross-entropy CUDA kernel of flash-attention's
+  // `xentropy_cuda_lib` (training.loss_kernel "xentropy"; read with the eager and fsdp2
+  // lists): one kernel reading the 16-bit logits twice, its backward one reading them
+  // and writing the gradient (docs/frameworks.md, "The loss and the training metrics").
+  bool xentropy_loss = false;
+  // Cross-entropies the trainer computes over each micro-batch's logits for its training
+  // metrics, after the micro-batch's backward, without autograd, under autocast (Composer's
+  // LanguageCrossEntropy and LanguagePerplexity: 2; docs/frameworks.md, same section).
+  int metric_cross_entropies = 0;
   // NeMo's apex DistributedFusedAdam buckets (docs/frameworks.md, "NeMo's distributed
   // Adam"): one gradient / parameter bucket per transformer layer, and every parameter
   // outside the layers (embedding, LM head, final norm) in the first layer's bucket.

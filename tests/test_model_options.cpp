@@ -1747,3 +1747,76 @@ TEST_CASE(
   }
   CHECK(norms == 2);
 }
+
+TEST_CASE("llm-foundry's fused xentropy loss and Composer's two metric cross-entropies after each backward") {
+  // flash-attention's CrossEntropyLoss over xentropy_cuda_lib (two reads of the 16-bit
+  // logits; backward a read and a write) and Composer's LanguageCrossEntropy and
+  // LanguagePerplexity updates under autocast (docs/frameworks.md, "The loss and the
+  // training metrics").
+  const std::string text = R"({
+    "model": {"name": "xent-test", "layers": 2, "hidden": 2048, "heads": 16, "ffn_hidden": 8192, "vocab": 50368},
+    "cluster": {"node": "dgx-h100", "nodes": 1},
+    "parallel": {"dp": 8, "zero": 3, "micro_batch": 2, "global_batch": 32},
+    "training": {"seq_len": 2048, "precision": "bf16", "attention": "flash", "framework": "eager"}
+  })";
+  const double logits = 2.0 * 2048 * 50368;
+  auto op_of = [](const ProgramTemplate& p, std::uint32_t task) -> const ComputeOp& {
+    return p.ops[p.tasks[task].ref];
+  };
+  auto first = [&](const ProgramTemplate& p, const std::string& name) -> const ComputeOp& {
+    const auto t = tasks_ending(p, name);
+    REQUIRE_FALSE(t.empty());
+    return op_of(p, t[0]);
+  };
+  const ProgramTemplate base = stage_program(text, {});
+  CHECK(first(base, "loss.xent").bytes == doctest::Approx(18.0 * logits));
+  CHECK(first(base, "loss.xent.bwd").bytes == doctest::Approx(22.0 * logits));
+  CHECK(tasks_ending(base, "metric.xent").empty());
+  const ProgramTemplate fused = stage_program(text, {"training.loss_kernel=\"xentropy\""});
+  CHECK(first(fused, "loss.xent").bytes == doctest::Approx(4.0 * logits));
+  CHECK(first(fused, "loss.xent").kernels == 6);
+  CHECK(first(fused, "loss.xent.bwd").bytes == doctest::Approx(4.0 * logits));
+  CHECK(first(fused, "loss.xent.bwd").kernels == 4);
+  CHECK(first(fused, "mlp.up").flops == first(base, "mlp.up").flops);
+  // FP32 logits: the same passes at 4 B an element.
+  const ProgramTemplate fused32 =
+      stage_program(text, {"training.loss_kernel=\"xentropy\"", "training.precision=\"tf32\""});
+  CHECK(first(fused32, "loss.xent").bytes == doctest::Approx(8.0 * logits));
+  CHECK(first(fused32, "loss.xent.bwd").bytes == doctest::Approx(8.0 * logits));
+
+  // Two metrics per micro-batch, two micro-batches (32 / (8 x 2)), each the eager
+  // loss's forward over the logits; fp32 logits skip autocast's cast.
+  const ProgramTemplate metrics = stage_program(text, {"training.metric_cross_entropies=2"});
+  const auto m = tasks_ending(metrics, "metric.xent");
+  REQUIRE(m.size() == 4);
+  CHECK(op_of(metrics, m[0]).bytes == doctest::Approx(18.0 * logits));
+  CHECK(op_of(metrics, m[0]).kernels == 7);
+  const ProgramTemplate metrics32 =
+      stage_program(text, {"training.metric_cross_entropies=1", "training.precision=\"tf32\""});
+  REQUIRE(tasks_ending(metrics32, "metric.xent").size() == 2);
+  CHECK(op_of(metrics32, tasks_ending(metrics32, "metric.xent")[0]).bytes == doctest::Approx(12.0 * logits));
+  // They follow the micro-batch's whole backward (the embedding's gradient and FSDP's
+  // passes over the root unit) and come before the next micro-batch's forward.
+  const auto outer = tasks_ending(metrics, "fsdp.grad.passes outer");
+  const auto head = tasks_ending(metrics, "final.norm");
+  REQUIRE(outer.size() == 2);
+  REQUIRE(head.size() == 2);
+  const auto deps = metrics.deps_of(m[0]);
+  CHECK(std::find(deps.begin(), deps.end(), outer[0]) != deps.end());
+  CHECK(m[1] > m[0]);
+  CHECK(head[1] > m[1]);
+  // Each costs time: the step is slower with the metrics and faster with the fused loss.
+  const double t = run({}, text).iteration_time_s;
+  CHECK(run({"training.metric_cross_entropies=2"}, text).iteration_time_s > t);
+  CHECK(run({"training.loss_kernel=\"xentropy\""}, text).iteration_time_s < t);
+  // Steps of the model's own PyTorch code: an input error with the fused lists.
+  const std::pair<const char*, const char*> keys[] = {{"training.loss_kernel=\"xentropy\"", "loss_kernel:"},
+                                                      {"training.metric_cross_entropies=2", "metric_cross_entropies:"}};
+  for (const auto& [set, key] : keys) {
+    const std::string e = load_error(text, {"training.framework=\"megatron-te\"", set});
+    CHECK(e.find(std::string("options.json: /training/") + key) != std::string::npos);
+  }
+  CHECK(load_error(text, {"training.loss_kernel=\"apex\""}).find("/training/loss_kernel:") != std::string::npos);
+  CHECK(load_error(text, {"training.metric_cross_entropies=17"}).find("/training/metric_cross_entropies:") !=
+        std::string::npos);
+}

@@ -609,6 +609,23 @@ TrainingSpec read_training(ObjectReader& top, const TransformerSpec& model) {
   }
   t.launch_blocking = r.boolean("launch_blocking", false);
   t.fsdp_pad_copy = r.boolean("fsdp_pad_copy", false);
+  // The loss kernel and the trainer's metric cross-entropies (docs/frameworks.md, "The
+  // loss and the training metrics"): steps of the model's own PyTorch code.
+  const bool own_loss = t.framework == Framework::Eager || t.framework == Framework::Fsdp2;
+  if (r.has("loss_kernel") && !own_loss) {
+    r.error("loss_kernel",
+            "a loss kernel of the model's own PyTorch code needs \"framework\": \"eager\" or "
+            "\"fsdp2\" (found \"" +
+                fw + "\")");
+  }
+  t.xentropy_loss = r.choice("loss_kernel", "framework", {"framework", "xentropy"}) == "xentropy";
+  if (r.has("metric_cross_entropies") && !own_loss) {
+    r.error("metric_cross_entropies",
+            "training-metric cross-entropies of a PyTorch trainer need \"framework\": "
+            "\"eager\" or \"fsdp2\" (found \"" +
+                fw + "\")");
+  }
+  t.metric_cross_entropies = static_cast<int>(r.integer("metric_cross_entropies", 0, 0, 16));
   t.apex_distributed_adam = r.boolean("apex_distributed_adam", false);
   t.grad_reduce_bytes = r.choice("grad_reduce", "fp32", {"fp32", "bf16", "fp16"}) == "fp32" ? 4 : 2;
   t.dropout = r.boolean("dropout", true);

@@ -1485,6 +1485,16 @@ class StageProgramBuilder {
     ComputeOp step{"optimizer.step", OpKind::MemoryBound, Dtype::FP32, 0, steps * step_bytes, 0, 0, 0, 1};
     const TaskId n = b_.compute(s_.compute, b_.add_op(norm), label("optimizer.grad_norm"), -1, dedupe(deps));
     std::vector<TaskId> before_step{n};
+    if (train_.framework == Framework::Eager) {
+      // PyTorch's clipping multiplies every gradient by the clamped coefficient whatever
+      // its value (no host check): FullyShardedDataParallel.clip_grad_norm_ each local
+      // flat-parameter shard (`grad.detach().mul_(clip_coef_clamped)`, one launch per FSDP
+      // unit: the layers and the root), torch.nn.utils.clip_grad_norm_ every gradient in
+      // a foreach launch; read and write 4 B (docs/frameworks.md, "Gradient clipping").
+      const int launches = par_.zero >= 3 ? std::accumulate(layers_.begin(), layers_.end(), 1) : 1;
+      ComputeOp clip{"optimizer.grad_clip", OpKind::MemoryBound, Dtype::FP32, 0, steps * params * 8, 0, 0, 0, launches};
+      before_step.assign(1, b_.compute(s_.compute, b_.add_op(clip), label("optimizer.grad_clip"), -1, before_step));
+    }
     if (muon) emit_muon_orthogonalisation(before_step);
     const TaskId st = b_.compute(s_.compute, b_.add_op(step), label("optimizer.step"), -1, dedupe(before_step));
     if (zero_sharded_optimizer() && !prefetch_params_) {

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <functional>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -1819,4 +1820,34 @@ TEST_CASE("llm-foundry's fused xentropy loss and Composer's two metric cross-ent
   CHECK(load_error(text, {"training.loss_kernel=\"apex\""}).find("/training/loss_kernel:") != std::string::npos);
   CHECK(load_error(text, {"training.metric_cross_entropies=17"}).find("/training/metric_cross_entropies:") !=
         std::string::npos);
+}
+
+TEST_CASE("eager PyTorch's gradient clipping multiplies every local gradient after the norm") {
+  // FullyShardedDataParallel.clip_grad_norm_ / torch.nn.utils.clip_grad_norm_ scale the
+  // gradients by the clamped coefficient unconditionally (docs/frameworks.md, "Gradient clipping").
+  const std::string text = R"({
+    "model": {"name": "clip-test", "layers": 4, "hidden": 2048, "heads": 16, "ffn_hidden": 8192, "vocab": 50368},
+    "cluster": {"node": "dgx-h100", "nodes": 1},
+    "parallel": {"dp": 8, "zero": 3, "micro_batch": 2, "global_batch": 32},
+    "training": {"seq_len": 2048, "precision": "bf16", "attention": "flash", "framework": "eager"}
+  })";
+  auto op = [&](const std::vector<std::string>& sets, const std::string& name) -> std::optional<ComputeOp> {
+    const ProgramTemplate p = stage_program(text, sets);
+    const auto t = tasks_ending(p, name);
+    if (t.empty()) return std::nullopt;
+    return p.ops[p.tasks[t[0]].ref];
+  };
+  const std::optional<ComputeOp> clip = op({}, "optimizer.grad_clip");
+  const std::optional<ComputeOp> norm = op({}, "optimizer.grad_norm");
+  REQUIRE(clip.has_value());
+  REQUIRE(norm.has_value());
+  CHECK(clip->bytes == doctest::Approx(2 * norm->bytes));  // read + write 4 B against the norm's read
+  CHECK(clip->kernels == 4 + 1);                           // one per FSDP unit: the layers and the root
+  const std::optional<ComputeOp> ddp = op({"parallel.zero=1"}, "optimizer.grad_clip");
+  REQUIRE(ddp.has_value());
+  CHECK(ddp->kernels == 1);
+  // Megatron's clipping scales only when the norm exceeds the threshold (a host check);
+  // fsdp2 and torch-compile are left with the norm alone (docs/frameworks.md).
+  CHECK_FALSE(op({"training.framework=\"megatron-te\""}, "optimizer.grad_clip").has_value());
+  CHECK_FALSE(op({"training.framework=\"fsdp2\""}, "optimizer.grad_clip").has_value());
 }

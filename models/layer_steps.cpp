@@ -79,6 +79,18 @@ bool te_norm_fp8_output(const TrainingSpec& tr) {
   return te_fp8(tr) && tr.fp8_recipe == Fp8Recipe::Delayed;
 }
 
+bool te_fp8_gradient_gather(const TrainingSpec& tr) {
+  // Transformer Engine 1.x `TransformerEngineBaseModule.grad_output_preprocess`
+  // (transformer_engine/pytorch/module/base.py, v1.8), row-parallel under sequence parallelism
+  // in FP8: "unfused bgrad, cast, transpose for efficient gather": cast_to_fp8 of the local
+  // gradient, gather_along_first_dim of the FP8 tensor, tex.fp8_transpose of the gathered one;
+  // with userbuffers the cast writes into the communicator's buffer, the dgrad GEMM's ring
+  // exchange moves FP8 chunks and `_Linear.backward` transposes the gathered tensor before the
+  // weight gradient (transformer_engine/pytorch/module/linear.py). Delayed scaling, as for the
+  // norm's FP8 output: the scale exists before the cast.
+  return te_norm_fp8_output(tr);
+}
+
 FsdpGradientPasses fsdp_gradient_passes(const TrainingSpec& tr, const ParallelSpec& p) {
   const bool fsdp1 = tr.framework == Framework::Eager || tr.framework == Framework::TorchCompile;
   if (!fsdp1 || p.zero < 3 || p.dp <= 1) return {};
@@ -1127,14 +1139,22 @@ void residual_backward(StepList& L, const char* name, const Dims& D, const Kerne
 // the down projection's data and weight gradients, then the activation's backward.
 // `g` is the gradient's all-gather under sequence parallelism (-1 without); with TP
 // overlap (`ov`) it runs alongside the dgrad and the wgrad waits for it. Sequential
-// and parallel blocks share these steps.
-void mlp_down_backward(StepList& L, const Dims& D, const KernelRecipe& R, int g, bool ov) {
+// and parallel blocks share these steps. `fp8_grad`: the gathered gradient arrives in FP8
+// (te_fp8_gradient_gather): the data-gradient GEMM reads it without a cast and the weight
+// gradient reads its FP8 transpose (`transpose_kernel`).
+void mlp_down_backward(StepList& L, const Dims& D, const KernelRecipe& R, int g, bool ov, bool fp8_grad = false,
+                       MemoryKernel transpose_kernel = MemoryKernel::Generic) {
   // With TP overlap the output gradient's all-gather is a ring exchange: tp chunks (fc2_dgrad).
   const int split = ov ? static_cast<int>(D.t) : 1;
   L.gemm("mlp.down.dgrad", D.gemm_dtype, D.tokens / split, D.f_t, D.h, ov ? std::vector<int>{} : maybe(g), split, -1,
-         split);
+         split, fp8_grad);
   L.set_pass(Pass::BackwardWeight);
-  L.gemm("mlp.down.wgrad", D.gemm_dtype, D.h, D.f_t, D.tokens, ov ? maybe(g) : std::vector<int>{});
+  std::vector<int> wgrad_waits = ov ? maybe(g) : std::vector<int>{};
+  if (fp8_grad) {
+    L.memory("mlp.down.grad.fp8transpose", D.tokens * D.h * 2.0, std::move(wgrad_waits), 1, transpose_kernel);
+    wgrad_waits = {};
+  }
+  L.gemm("mlp.down.wgrad", D.gemm_dtype, D.h, D.f_t, D.tokens, std::move(wgrad_waits));
   L.set_pass(Pass::BackwardInput);
   L.memory("mlp.act.bwd", D.tokens * D.f_t * D.act_bytes * (D.swiglu ? 5 * R.swiglu_bwd : 3), {},
            D.swiglu ? R.swiglu_bwd_kernels : 1);
@@ -1311,6 +1331,14 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
   const bool ln_fp8 = te_norm_fp8_output(tr) && !m.parallel_block;
   const bool ln_fp8_attn = ln_fp8 && !m.mla.enabled();
   const double fp8_norm = act_norm * (1.0 + 1.0 / D.act_bytes) * R.norm, fp8_act = act / D.act_bytes;
+  // Transformer Engine's row-parallel Linear (the attention and MLP output projections) under
+  // FP8 with sequence parallelism (te_fp8_gradient_gather): the backward casts the rank's shard
+  // of the output gradient to FP8 (read 16 bits, write 1 B per element; no figure of its own:
+  // the curve), all-gathers the FP8 tensor (or exchanges FP8 chunks in the userbuffers ring),
+  // the data-gradient GEMM reads it without a cast, and the weight gradient reads an FP8
+  // transpose of the gathered tensor (read 1 B, write 1 B).
+  const bool grad_fp8 = te_fp8_gradient_gather(tr) && D.sp && !m.mla.enabled();
+  const double grad_shard_cast = D.tokens_norm * D.h * (D.act_bytes + 1.0);
 
   if (m.parallel_block) parallel_block_layer(m, p, tr, D, R, &dense);
   // ---------------- forward of one layer ----------------
@@ -1370,8 +1398,10 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     const auto tp_in_kind = D.sp ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce;
     // MLP block, in reverse.
     residual_backward(L, "mlp.residual.bwd", D, R, act_norm);
-    const int g1 = D.sp ? L.comm("tp.ag.mlp.grad", CollectiveKind::AllGather, CommClass::TP, act) : -1;
-    mlp_down_backward(L, D, R, g1, ov);
+    if (grad_fp8) L.memory("mlp.down.grad.fp8cast", grad_shard_cast);
+    const int g1 =
+        D.sp ? L.comm("tp.ag.mlp.grad", CollectiveKind::AllGather, CommClass::TP, grad_fp8 ? fp8_act : act) : -1;
+    mlp_down_backward(L, D, R, g1, ov, grad_fp8, fp8_cast_kernel(tr));
     // MLP bias gradients: the down projection's over the block output's gradient,
     // the up projection's over the activation's input gradient.
     if (bias && R.bias_grad) L.memory("mlp.bias.grad", act_norm + D.tokens * D.f_t * D.act_bytes, {}, 2);
@@ -1391,11 +1421,16 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
              R.norm_bwd_impl);
     // Attention block, in reverse.
     residual_backward(L, "attn.residual.bwd", D, R, act_norm);
-    const int g2 = D.sp ? L.comm("tp.ag.attn.grad", CollectiveKind::AllGather, CommClass::TP, act) : -1;
-    L.gemm("attn.proj.dgrad", D.gemm_dtype, D.tokens / ag_split, D.a_t * D.d_out, D.h, gate(g2), ag_split, -1,
-           ag_split);
+    if (grad_fp8) L.memory("attn.proj.grad.fp8cast", grad_shard_cast);
+    const int g2 =
+        D.sp ? L.comm("tp.ag.attn.grad", CollectiveKind::AllGather, CommClass::TP, grad_fp8 ? fp8_act : act) : -1;
+    L.gemm("attn.proj.dgrad", D.gemm_dtype, D.tokens / ag_split, D.a_t * D.d_out, D.h, gate(g2), ag_split, -1, ag_split,
+           grad_fp8);
     L.set_pass(Pass::BackwardWeight);
-    L.gemm("attn.proj.wgrad", D.gemm_dtype, D.h, D.a_t * D.d_out, D.tokens, after(g2));
+    if (grad_fp8) {
+      L.memory("attn.proj.grad.fp8transpose", D.tokens * D.h * 2.0, after(g2), 1, fp8_cast_kernel(tr));
+    }
+    L.gemm("attn.proj.wgrad", D.gemm_dtype, D.h, D.a_t * D.d_out, D.tokens, grad_fp8 ? std::vector<int>{} : after(g2));
     L.set_pass(Pass::BackwardInput);
     // Ulysses: the output gradient goes from sequence to head shards.
     const int gout = D.ulysses > 1 ? cp_step(L, "cp.a2a.out.grad", CollectiveKind::AllToAll, out_bytes, ulysses_group,

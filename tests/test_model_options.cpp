@@ -1707,7 +1707,8 @@ TEST_CASE(
   for (const char* ag : {"tp.ag.attn", "tp.ag.mlp", "tp.ag.attn.input", "tp.ag.mlp.input"}) {
     CHECK(comm_bytes({}, ag) == doctest::Approx(0.5 * comm_bytes(bf16, ag)));
   }
-  CHECK(comm_bytes({}, "tp.ag.mlp.grad") == doctest::Approx(comm_bytes(bf16, "tp.ag.mlp.grad")));  // a gradient
+  // The output projections' gradient gathers move FP8 as well (the next test).
+  CHECK(comm_bytes({}, "tp.ag.mlp.grad") == doctest::Approx(0.5 * comm_bytes(bf16, "tp.ag.mlp.grad")));
   // No cast in front of those GEMMs; the weight gradient reads an FP8 transpose (1 + 1 B per
   // element of the gathered input); the other FP8 GEMM inputs keep their cast-transpose.
   auto has = [&](const std::vector<std::string>& sets, const std::string& name) {
@@ -1746,4 +1747,54 @@ TEST_CASE(
     }
   }
   CHECK(norms == 2);
+}
+
+TEST_CASE("Transformer Engine's row-parallel Linear in FP8 with SP: cast the gradient shard, gather FP8, transpose") {
+  // transformer_engine/pytorch/module/base.py grad_output_preprocess and module/linear.py (v1.8).
+  const std::string text = R"({
+    "model": {"preset": "gpt3-1.3b", "bias": false},
+    "cluster": {"node": "dgx-h100", "nodes": 1},
+    "parallel": {"tp": 2, "dp": 4, "micro_batch": 2, "global_batch": 64, "sequence_parallel": true},
+    "training": {"seq_len": 2048, "precision": "fp8", "framework": "megatron-te"}
+  })";
+  const double tokens = 2.0 * 2048, hidden = 2048;
+  auto steps_of = [&](const std::vector<std::string>& sets) {
+    const Scenario s = load_scenario_text(text, "options.json", "", sets, catalog());
+    return build_model_steps(s.model, s.parallel, s.training).of(LayerKind::Dense).backward;
+  };
+  auto find = [](const std::vector<Step>& list, const std::string& name) -> const Step* {
+    for (const Step& st : list) {
+      if (st.name == name) return &st;
+    }
+    return nullptr;
+  };
+  const std::vector<Step> fp8 = steps_of({}), bf16 = steps_of({"training.precision=bf16"});
+  const std::vector<Step> ov = steps_of({"parallel.tp_comm_overlap=true"});
+  const std::vector<Step> no_sp = steps_of({"parallel.sequence_parallel=false"});
+  for (const std::string proj : {"attn.proj", "mlp.down"}) {
+    const std::string gather = proj == "attn.proj" ? "tp.ag.attn.grad" : "tp.ag.mlp.grad";
+    // The rank's shard is cast (read 2 B, write 1 B) before the gather, which moves 1 B per element.
+    const Step* cast = find(fp8, proj + ".grad.fp8cast");
+    REQUIRE(cast != nullptr);
+    CHECK(cast->op.bytes == doctest::Approx(3.0 * tokens / 2 * hidden));
+    CHECK(find(fp8, gather)->bytes == doctest::Approx(tokens * hidden));
+    CHECK(find(bf16, gather)->bytes == doctest::Approx(2.0 * tokens * hidden));
+    // No cast in front of the data-gradient GEMM; the weight gradient reads the FP8 transpose
+    // of the gathered gradient (1 + 1 B per element), at the cast-transpose's rate.
+    CHECK(find(fp8, proj + ".dgrad.fp8cast") == nullptr);
+    CHECK(find(no_sp, proj + ".dgrad.fp8cast") != nullptr);
+    const Step* t = find(fp8, proj + ".grad.fp8transpose");
+    REQUIRE(t != nullptr);
+    CHECK(t->op.bytes == doctest::Approx(2.0 * tokens * hidden));
+    CHECK(t->op.memory_kernel == MemoryKernel::TeCastTranspose);
+    // Userbuffers' ring exchange moves the FP8 chunks too.
+    CHECK(find(ov, proj + ".grad.fp8cast") != nullptr);
+    CHECK(find(ov, proj + ".grad.fp8transpose") != nullptr);
+    // Without SP, in BF16, or under current scaling: nothing of this.
+    for (const std::vector<Step>* other : {&bf16, &no_sp}) {
+      CHECK(find(*other, proj + ".grad.fp8cast") == nullptr);
+      CHECK(find(*other, proj + ".grad.fp8transpose") == nullptr);
+    }
+    CHECK(find(steps_of({"training.fp8_recipe=current"}), proj + ".grad.fp8cast") == nullptr);
+  }
 }

@@ -409,6 +409,7 @@ KernelRecipe recipe_of(const TrainingSpec& tr, double act_bytes, const Transform
   r.bias_grad_up = f == Framework::MegatronTe;
   if (f == Framework::TorchCompile) r.weight_casts = true;  // Inductor fuses the pointwise chains, not the casts
   if (f == Framework::MegatronTe) {
+    r.residual_fork_sum = true;
     if (tr.cross_entropy_loss_fusion) {
       megatron_compiled_cross_entropy(r, act_bytes);
     } else {

@@ -628,7 +628,8 @@ TEST_CASE("host dispatch: a kernel shorter than its host issue cost waits for th
 
 TEST_CASE("host dispatch in a plan: tiny kernels are host-bound, a large step is unchanged") {
   // megatron-te runs the default kernel lists (the base sets its attention) but for its loss
-  // (Megatron-Core's cross-entropy, below): otherwise only host dispatch differs.
+  // (Megatron-Core's cross-entropy, below) and its residual forks' gradient sums: otherwise
+  // only host dispatch differs.
   // Without linear biases: Transformer Engine fuses the bias kernels the default lists run.
   const std::string no_bias = R"(model={"preset": "gpt3-1.3b", "bias": false})";
   const Scenario def = load_scenario_text(kBase, "options.json", "", {no_bias}, catalog());
@@ -645,6 +646,8 @@ TEST_CASE("host dispatch in a plan: tiny kernels are host-bound, a large step is
   for (std::size_t i = 0; i < od.size(); ++i) {
     CHECK(od[i].host_dispatch_seconds == 0);
     if (ot[i].name.rfind("loss.xent", 0) == 0) continue;
+    // Megatron-Core's residual forks: autograd's sum of the two gradients (test below).
+    if (ot[i].name.find("residual.bwd") != std::string::npos) continue;
     CHECK(costs.seconds(ot[i], 0) == std::max(costs.seconds(od[i], 0), ot[i].kernels * issue));
   }
   // Every kernel of this 1.3B step at 4096 tokens outlasts its host issue cost: the same
@@ -1376,6 +1379,30 @@ TEST_CASE("Megatron-DeepSpeed's backward: apex LayerNorm gradient, the QKV split
         doctest::Approx(12.0 * elements));
   CHECK(first_op(text, {moe, "parallel.tp=1", "parallel.dp=8"}, "mlp.residual.bwd").bytes ==
         doctest::Approx(8.0 * elements));
+}
+
+TEST_CASE("Megatron-Core's residual forks: autograd sums the norm's and the residual's gradients") {
+  // megatron/core/transformer/transformer_layer.py (core_r0.8.0): `residual = hidden_states`
+  // beside the attention (whose TE LayerNormLinear reads the same tensor) and beside the MLP;
+  // autograd adds the two gradients reaching each fork (InputBuffer::add: read 2 + write 1),
+  // and with hidden dropout the compiled bias-dropout-add's backward reads the mask (2 + 1 + 2 B).
+  const std::string text = R"({
+    "model": {"name": "fork-test", "layers": 2, "hidden": 1024, "heads": 16, "ffn_hidden": 4096, "vocab": 50304},
+    "cluster": {"node": "dgx-h100", "nodes": 1},
+    "parallel": {"tp": 1, "dp": 8, "micro_batch": 2, "global_batch": 64},
+    "training": {"seq_len": 2048, "precision": "bf16", "framework": "megatron-te", "dropout": false}
+  })";
+  const double elements = 2.0 * 2048 * 1024;  // the block's activations: tokens x hidden
+  for (const char* name : {"attn.residual.bwd", "mlp.residual.bwd"}) {
+    const ComputeOp plain = first_op(text, {}, name);
+    CHECK(plain.bytes == doctest::Approx(6.0 * elements));
+    CHECK(plain.kernels == 1);
+    const ComputeOp dropout = first_op(text, {"training.dropout=true"}, name);
+    CHECK(dropout.bytes == doctest::Approx(11.0 * elements));
+    CHECK(dropout.kernels == 2);
+    // The default lists keep one read + write of the gradient.
+    CHECK(first_op(text, {"training.framework=default"}, name).bytes == doctest::Approx(4.0 * elements));
+  }
 }
 
 TEST_CASE("the embedding's gradient: PyTorch's dense table, added into Megatron's main_grad") {

@@ -315,6 +315,10 @@ struct KernelRecipe {
   bool residual_fork_sum = false;
   // The backward of torch.split on the fused QKV output: a cat of dQ, dK and dV.
   bool qkv_split_grad = false;
+  // Megatron-Core's fused RoPE in front of Transformer Engine's attention: V copied into the
+  // batch-major layout, and with more than one sequence per micro-batch the attention output's
+  // and its gradient's copies (`megatron-te` with RoPE; recipe_of).
+  bool rope_bshd_copies = false;
   // Linear-layer biases (TransformerSpec::bias): the QKV bias added by its own kernel
   // after the GEMM, and every bias gradient as a column sum of its output gradient.
   bool bias_add = false, bias_grad = false;
@@ -408,6 +412,23 @@ KernelRecipe recipe_of(const TrainingSpec& tr, double act_bytes, const Transform
   // sum_to, torch/csrc/autograd/engine.cpp): one reduction reading that gradient.
   r.bias_grad_up = f == Framework::MegatronTe;
   if (f == Framework::TorchCompile) r.weight_casts = true;  // Inductor fuses the pointwise chains, not the casts
+  if (f == Framework::MegatronTe && m.rope && !m.mla.enabled()) {
+    // Megatron-Core core_r0.8.0 with `apply_rope_fusion` (every RoPE recipe of NeMo 24.07 but
+    // Nemotron-340B's): apply_rotary_pos_emb calls apex's fused_apply_rotary_pos_emb with
+    // transpose_output_memory=True, whose outputs are batch-major ([b, s, h, d] memory), and
+    // TEDotProductAttention.forward then switches to qkv_format 'bshd' and runs
+    // `x.transpose(0, 1).contiguous()` on query, key and value: a no-op for the rotated query
+    // and key, a copy of V, which is still a strided view of the QKV GEMM's output
+    // (megatron/core/transformer/custom_layers/transformer_engine.py). It returns the output
+    // transposed back to [s, b, h]: not contiguous when b > 1, so Transformer Engine's
+    // prepare_forward copies it in front of the projection (`inp.contiguous()`,
+    // transformer_engine/pytorch/module/base.py, v1.8), and FusedAttnFunc.backward copies the
+    // transposed output gradient (`d_out = d_out.contiguous()`, attention.py). In the backward
+    // dQ and dK come from the RoPE backward as tensors of their own, so Transformer Engine's
+    // _SplitAlongDim.backward cannot return their common buffer and cats dQ, dK and dV.
+    r.rope_bshd_copies = true;
+    r.qkv_split_grad = true;
+  }
   if (f == Framework::MegatronTe) {
     r.residual_fork_sum = true;
     if (tr.cross_entropy_loss_fusion) {
@@ -1364,6 +1385,8 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
       L.memory("attn.rope", D.tokens * (D.a_t + D.g_t) * D.d * D.act_bytes * 2 * R.rope, core_waits, R.rope_kernels);
       core_waits.clear();
     }
+    // Megatron-Core's batch-major layout around Transformer Engine's attention (recipe_of).
+    if (R.rope_bshd_copies) L.memory("attn.v.copy", D.tokens * D.g_t * D.d * D.act_bytes * 2);
     const int a2a =
         D.ulysses > 1 ? cp_step(L, "cp.a2a.qkv", CollectiveKind::AllToAll, qkv_bytes, ulysses_group, {}, um.qkv) : -1;
     const int kv = D.ring > 1 && !ring_steps
@@ -1376,6 +1399,7 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     } else {
       attention_core_forward(L, A, tr.attention, core_waits);
     }
+    if (R.rope_bshd_copies && D.b > 1) L.memory("attn.out.copy", D.tokens * D.a_t * D.d_out * D.act_bytes * 2);
     const int a2a_out =
         D.ulysses > 1 ? cp_step(L, "cp.a2a.out", CollectiveKind::AllToAll, out_bytes, ulysses_group, {}, um.out) : -1;
     L.gemm("attn.proj", D.gemm_dtype, D.tokens / rs_split, D.h, D.a_t * D.d_out, maybe(a2a_out), rs_split, -1,
@@ -1437,10 +1461,15 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     const int gout = D.ulysses > 1 ? cp_step(L, "cp.a2a.out.grad", CollectiveKind::AllToAll, out_bytes, ulysses_group,
                                              {}, um.out_grad)
                                    : -1;
+    std::vector<int> core_bwd_waits = maybe(gout);
+    if (R.rope_bshd_copies && D.b > 1) {
+      L.memory("attn.out.grad.copy", D.tokens * D.a_t * D.d_out * D.act_bytes * 2, std::move(core_bwd_waits));
+      core_bwd_waits = {};
+    }
     if (ring_steps) {
-      ring_attention_backward(L, A, tr.attention, maybe(gout), ring_group);
+      ring_attention_backward(L, A, tr.attention, std::move(core_bwd_waits), ring_group);
     } else {
-      attention_core_backward(L, A, tr.attention, maybe(gout));
+      attention_core_backward(L, A, tr.attention, std::move(core_bwd_waits));
     }
     const int rkv_ring = D.ring > 1 && !ring_steps
                              ? cp_step(L, "cp.rs.kv.grad", CollectiveKind::ReduceScatter, kv_bytes, ring_group, {})

@@ -1776,6 +1776,44 @@ TEST_CASE(
   CHECK(norms == 2);
 }
 
+TEST_CASE("Megatron-Core's fused RoPE before Transformer Engine's attention: V, output and split copies") {
+  // megatron/core/transformer/custom_layers/transformer_engine.py (core_r0.8.0) TEDotProductAttention.forward
+  // with apply_rope_fusion; Transformer Engine v1.8 prepare_forward, FusedAttnFunc.backward, _SplitAlongDim.
+  const std::string text = R"({
+    "model": {"name": "rope-test", "layers": 2, "hidden": 2048, "heads": 16, "kv_heads": 4, "ffn_hidden": 8192,
+              "vocab": 32000, "mlp": "swiglu", "norm": "rmsnorm", "position": "rope", "bias": false},
+    "cluster": {"node": "dgx-h100", "nodes": 1},
+    "parallel": {"tp": 1, "dp": 8, "micro_batch": 2, "global_batch": 64},
+    "training": {"seq_len": 2048, "precision": "bf16", "framework": "megatron-te"}
+  })";
+  const double tokens = 2.0 * 2048, d = 128;
+  const double v = tokens * 4 * d * 2, out = tokens * 16 * d * 2, qkv = tokens * (16 + 2 * 4) * d * 2;
+  auto has = [&](const std::vector<std::string>& sets, const std::string& name) {
+    const Scenario s = load_scenario_text(text, "options.json", "", sets, catalog());
+    const TrainingPlan plan = plan_training(s.model, s.parallel, s.training, Cluster(s.cluster), PlanOptions{});
+    const auto& ops = plan.setup.programs.at(0).ops;
+    return std::any_of(ops.begin(), ops.end(), [&](const ComputeOp& op) { return op.name == name; });
+  };
+  // V is copied into the batch-major layout (read + write); the rotated Q and K already are.
+  CHECK(first_op(text, {}, "attn.v.copy").bytes == doctest::Approx(2.0 * v));
+  // Two sequences per micro-batch: the output transposed back is copied before the projection,
+  // and its gradient before the attention's backward.
+  CHECK(first_op(text, {}, "attn.out.copy").bytes == doctest::Approx(2.0 * out));
+  CHECK(first_op(text, {}, "attn.out.grad.copy").bytes == doctest::Approx(2.0 * out));
+  // dQ and dK come from the RoPE backward: _SplitAlongDim cats them with dV (read + write).
+  CHECK(first_op(text, {}, "attn.qkv.split.bwd").bytes == doctest::Approx(2.0 * qkv));
+  // One sequence per micro-batch: the transposes are views, V's copy and the cat remain.
+  CHECK_FALSE(has({"parallel.micro_batch=1"}, "attn.out.copy"));
+  CHECK_FALSE(has({"parallel.micro_batch=1"}, "attn.out.grad.copy"));
+  CHECK(has({"parallel.micro_batch=1"}, "attn.v.copy"));
+  CHECK(has({"parallel.micro_batch=1"}, "attn.qkv.split.bwd"));
+  // Learned positions: Q, K and V stay adjacent views of the QKV output (the sbh3d layout).
+  for (const char* name : {"attn.v.copy", "attn.out.copy", "attn.out.grad.copy", "attn.qkv.split.bwd"}) {
+    CHECK_FALSE(has({"model.position=learned"}, name));
+    CHECK_FALSE(has({"training.framework=default"}, name));
+  }
+}
+
 TEST_CASE("Transformer Engine's row-parallel Linear in FP8 with SP: cast the gradient shard, gather FP8, transpose") {
   // transformer_engine/pytorch/module/base.py grad_output_preprocess and module/linear.py (v1.8).
   const std::string text = R"({

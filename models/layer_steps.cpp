@@ -79,6 +79,18 @@ bool te_norm_fp8_output(const TrainingSpec& tr) {
   return te_fp8(tr) && tr.fp8_recipe == Fp8Recipe::Delayed;
 }
 
+bool te_fp8_gradient_gather(const TrainingSpec& tr) {
+  // Transformer Engine 1.x `TransformerEngineBaseModule.grad_output_preprocess`
+  // (transformer_engine/pytorch/module/base.py, v1.8), row-parallel under sequence parallelism
+  // in FP8: "unfused bgrad, cast, transpose for efficient gather": cast_to_fp8 of the local
+  // gradient, gather_along_first_dim of the FP8 tensor, tex.fp8_transpose of the gathered one;
+  // with userbuffers the cast writes into the communicator's buffer, the dgrad GEMM's ring
+  // exchange moves FP8 chunks and `_Linear.backward` transposes the gathered tensor before the
+  // weight gradient (transformer_engine/pytorch/module/linear.py). Delayed scaling, as for the
+  // norm's FP8 output: the scale exists before the cast.
+  return te_norm_fp8_output(tr);
+}
+
 FsdpGradientPasses fsdp_gradient_passes(const TrainingSpec& tr, const ParallelSpec& p) {
   const bool fsdp1 = tr.framework == Framework::Eager || tr.framework == Framework::TorchCompile;
   if (!fsdp1 || p.zero < 3 || p.dp <= 1) return {};
@@ -303,6 +315,10 @@ struct KernelRecipe {
   bool residual_fork_sum = false;
   // The backward of torch.split on the fused QKV output: a cat of dQ, dK and dV.
   bool qkv_split_grad = false;
+  // Megatron-Core's fused RoPE in front of Transformer Engine's attention: V copied into the
+  // batch-major layout, and with more than one sequence per micro-batch the attention output's
+  // and its gradient's copies (`megatron-te` with RoPE; recipe_of).
+  bool rope_bshd_copies = false;
   // Linear-layer biases (TransformerSpec::bias): the QKV bias added by its own kernel
   // after the GEMM, and every bias gradient as a column sum of its output gradient.
   bool bias_add = false, bias_grad = false;
@@ -396,7 +412,25 @@ KernelRecipe recipe_of(const TrainingSpec& tr, double act_bytes, const Transform
   // sum_to, torch/csrc/autograd/engine.cpp): one reduction reading that gradient.
   r.bias_grad_up = f == Framework::MegatronTe;
   if (f == Framework::TorchCompile) r.weight_casts = true;  // Inductor fuses the pointwise chains, not the casts
+  if (f == Framework::MegatronTe && m.rope && !m.mla.enabled()) {
+    // Megatron-Core core_r0.8.0 with `apply_rope_fusion` (every RoPE recipe of NeMo 24.07 but
+    // Nemotron-340B's): apply_rotary_pos_emb calls apex's fused_apply_rotary_pos_emb with
+    // transpose_output_memory=True, whose outputs are batch-major ([b, s, h, d] memory), and
+    // TEDotProductAttention.forward then switches to qkv_format 'bshd' and runs
+    // `x.transpose(0, 1).contiguous()` on query, key and value: a no-op for the rotated query
+    // and key, a copy of V, which is still a strided view of the QKV GEMM's output
+    // (megatron/core/transformer/custom_layers/transformer_engine.py). It returns the output
+    // transposed back to [s, b, h]: not contiguous when b > 1, so Transformer Engine's
+    // prepare_forward copies it in front of the projection (`inp.contiguous()`,
+    // transformer_engine/pytorch/module/base.py, v1.8), and FusedAttnFunc.backward copies the
+    // transposed output gradient (`d_out = d_out.contiguous()`, attention.py). In the backward
+    // dQ and dK come from the RoPE backward as tensors of their own, so Transformer Engine's
+    // _SplitAlongDim.backward cannot return their common buffer and cats dQ, dK and dV.
+    r.rope_bshd_copies = true;
+    r.qkv_split_grad = true;
+  }
   if (f == Framework::MegatronTe) {
+    r.residual_fork_sum = true;
     if (tr.cross_entropy_loss_fusion) {
       megatron_compiled_cross_entropy(r, act_bytes);
     } else {
@@ -1138,14 +1172,22 @@ void residual_backward(StepList& L, const char* name, const Dims& D, const Kerne
 // the down projection's data and weight gradients, then the activation's backward.
 // `g` is the gradient's all-gather under sequence parallelism (-1 without); with TP
 // overlap (`ov`) it runs alongside the dgrad and the wgrad waits for it. Sequential
-// and parallel blocks share these steps.
-void mlp_down_backward(StepList& L, const Dims& D, const KernelRecipe& R, int g, bool ov) {
+// and parallel blocks share these steps. `fp8_grad`: the gathered gradient arrives in FP8
+// (te_fp8_gradient_gather): the data-gradient GEMM reads it without a cast and the weight
+// gradient reads its FP8 transpose (`transpose_kernel`).
+void mlp_down_backward(StepList& L, const Dims& D, const KernelRecipe& R, int g, bool ov, bool fp8_grad = false,
+                       MemoryKernel transpose_kernel = MemoryKernel::Generic) {
   // With TP overlap the output gradient's all-gather is a ring exchange: tp chunks (fc2_dgrad).
   const int split = ov ? static_cast<int>(D.t) : 1;
   L.gemm("mlp.down.dgrad", D.gemm_dtype, D.tokens / split, D.f_t, D.h, ov ? std::vector<int>{} : maybe(g), split, -1,
-         split);
+         split, fp8_grad);
   L.set_pass(Pass::BackwardWeight);
-  L.gemm("mlp.down.wgrad", D.gemm_dtype, D.h, D.f_t, D.tokens, ov ? maybe(g) : std::vector<int>{});
+  std::vector<int> wgrad_waits = ov ? maybe(g) : std::vector<int>{};
+  if (fp8_grad) {
+    L.memory("mlp.down.grad.fp8transpose", D.tokens * D.h * 2.0, std::move(wgrad_waits), 1, transpose_kernel);
+    wgrad_waits = {};
+  }
+  L.gemm("mlp.down.wgrad", D.gemm_dtype, D.h, D.f_t, D.tokens, std::move(wgrad_waits));
   L.set_pass(Pass::BackwardInput);
   L.memory("mlp.act.bwd", D.tokens * D.f_t * D.act_bytes * (D.swiglu ? 5 * R.swiglu_bwd : 3), {},
            D.swiglu ? R.swiglu_bwd_kernels : 1);
@@ -1322,6 +1364,14 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
   const bool ln_fp8 = te_norm_fp8_output(tr) && !m.parallel_block;
   const bool ln_fp8_attn = ln_fp8 && !m.mla.enabled();
   const double fp8_norm = act_norm * (1.0 + 1.0 / D.act_bytes) * R.norm, fp8_act = act / D.act_bytes;
+  // Transformer Engine's row-parallel Linear (the attention and MLP output projections) under
+  // FP8 with sequence parallelism (te_fp8_gradient_gather): the backward casts the rank's shard
+  // of the output gradient to FP8 (read 16 bits, write 1 B per element; no figure of its own:
+  // the curve), all-gathers the FP8 tensor (or exchanges FP8 chunks in the userbuffers ring),
+  // the data-gradient GEMM reads it without a cast, and the weight gradient reads an FP8
+  // transpose of the gathered tensor (read 1 B, write 1 B).
+  const bool grad_fp8 = te_fp8_gradient_gather(tr) && D.sp && !m.mla.enabled();
+  const double grad_shard_cast = D.tokens_norm * D.h * (D.act_bytes + 1.0);
 
   if (m.parallel_block) parallel_block_layer(m, p, tr, D, R, &dense);
   // ---------------- forward of one layer ----------------
@@ -1346,6 +1396,8 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
       L.memory("attn.rope", D.tokens * (D.a_t + D.g_t) * D.d * D.act_bytes * 2 * R.rope, core_waits, R.rope_kernels);
       core_waits.clear();
     }
+    // Megatron-Core's batch-major layout around Transformer Engine's attention (recipe_of).
+    if (R.rope_bshd_copies) L.memory("attn.v.copy", D.tokens * D.g_t * D.d * D.act_bytes * 2);
     const int a2a =
         D.ulysses > 1 ? cp_step(L, "cp.a2a.qkv", CollectiveKind::AllToAll, qkv_bytes, ulysses_group, {}, um.qkv) : -1;
     const int kv = D.ring > 1 && !ring_steps
@@ -1358,6 +1410,7 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     } else {
       attention_core_forward(L, A, tr.attention, core_waits);
     }
+    if (R.rope_bshd_copies && D.b > 1) L.memory("attn.out.copy", D.tokens * D.a_t * D.d_out * D.act_bytes * 2);
     const int a2a_out =
         D.ulysses > 1 ? cp_step(L, "cp.a2a.out", CollectiveKind::AllToAll, out_bytes, ulysses_group, {}, um.out) : -1;
     L.gemm("attn.proj", D.gemm_dtype, D.tokens / rs_split, D.h, D.a_t * D.d_out, maybe(a2a_out), rs_split, -1,
@@ -1381,8 +1434,10 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     const auto tp_in_kind = D.sp ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce;
     // MLP block, in reverse.
     residual_backward(L, "mlp.residual.bwd", D, R, act_norm);
-    const int g1 = D.sp ? L.comm("tp.ag.mlp.grad", CollectiveKind::AllGather, CommClass::TP, act) : -1;
-    mlp_down_backward(L, D, R, g1, ov);
+    if (grad_fp8) L.memory("mlp.down.grad.fp8cast", grad_shard_cast);
+    const int g1 =
+        D.sp ? L.comm("tp.ag.mlp.grad", CollectiveKind::AllGather, CommClass::TP, grad_fp8 ? fp8_act : act) : -1;
+    mlp_down_backward(L, D, R, g1, ov, grad_fp8, fp8_cast_kernel(tr));
     // MLP bias gradients: the down projection's over the block output's gradient,
     // the up projection's over the activation's input gradient.
     if (bias && R.bias_grad) L.memory("mlp.bias.grad", act_norm + D.tokens * D.f_t * D.act_bytes, {}, 2);
@@ -1402,20 +1457,30 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
              R.norm_bwd_impl);
     // Attention block, in reverse.
     residual_backward(L, "attn.residual.bwd", D, R, act_norm);
-    const int g2 = D.sp ? L.comm("tp.ag.attn.grad", CollectiveKind::AllGather, CommClass::TP, act) : -1;
-    L.gemm("attn.proj.dgrad", D.gemm_dtype, D.tokens / ag_split, D.a_t * D.d_out, D.h, gate(g2), ag_split, -1,
-           ag_split);
+    if (grad_fp8) L.memory("attn.proj.grad.fp8cast", grad_shard_cast);
+    const int g2 =
+        D.sp ? L.comm("tp.ag.attn.grad", CollectiveKind::AllGather, CommClass::TP, grad_fp8 ? fp8_act : act) : -1;
+    L.gemm("attn.proj.dgrad", D.gemm_dtype, D.tokens / ag_split, D.a_t * D.d_out, D.h, gate(g2), ag_split, -1, ag_split,
+           grad_fp8);
     L.set_pass(Pass::BackwardWeight);
-    L.gemm("attn.proj.wgrad", D.gemm_dtype, D.h, D.a_t * D.d_out, D.tokens, after(g2));
+    if (grad_fp8) {
+      L.memory("attn.proj.grad.fp8transpose", D.tokens * D.h * 2.0, after(g2), 1, fp8_cast_kernel(tr));
+    }
+    L.gemm("attn.proj.wgrad", D.gemm_dtype, D.h, D.a_t * D.d_out, D.tokens, grad_fp8 ? std::vector<int>{} : after(g2));
     L.set_pass(Pass::BackwardInput);
     // Ulysses: the output gradient goes from sequence to head shards.
     const int gout = D.ulysses > 1 ? cp_step(L, "cp.a2a.out.grad", CollectiveKind::AllToAll, out_bytes, ulysses_group,
                                              {}, um.out_grad)
                                    : -1;
+    std::vector<int> core_bwd_waits = maybe(gout);
+    if (R.rope_bshd_copies && D.b > 1) {
+      L.memory("attn.out.grad.copy", D.tokens * D.a_t * D.d_out * D.act_bytes * 2, std::move(core_bwd_waits));
+      core_bwd_waits = {};
+    }
     if (ring_steps) {
-      ring_attention_backward(L, A, tr.attention, maybe(gout), ring_group);
+      ring_attention_backward(L, A, tr.attention, std::move(core_bwd_waits), ring_group);
     } else {
-      attention_core_backward(L, A, tr.attention, maybe(gout));
+      attention_core_backward(L, A, tr.attention, std::move(core_bwd_waits));
     }
     const int rkv_ring = D.ring > 1 && !ring_steps
                              ? cp_step(L, "cp.rs.kv.grad", CollectiveKind::ReduceScatter, kv_bytes, ring_group, {})

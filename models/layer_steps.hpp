@@ -109,6 +109,13 @@ MemoryKernel fp8_cast_kernel(const TrainingSpec& train);
 // backward transposes the FP8 copy for the weight gradient (docs/frameworks.md, "FP8 recipes").
 bool te_norm_fp8_output(const TrainingSpec& train);
 
+// Transformer Engine's row-parallel Linear (the attention and MLP output projections of the
+// `megatron-te` layers) in FP8 under delayed scaling with sequence parallelism: the backward
+// casts the local output gradient to FP8 before gathering it, the gather (or the userbuffers
+// ring exchange) moves FP8, and the weight gradient reads an FP8 transpose of the gathered
+// tensor (docs/frameworks.md, "FP8 recipes").
+bool te_fp8_gradient_gather(const TrainingSpec& train);
+
 // PyTorch FSDP (FSDP1: the `eager` and `torch-compile` frameworks under ZeRO-3 with
 // more than one data-parallel rank) turns each sharded unit's gradient into its
 // reduce-scatter input in passes over the unit's unsharded elements, per micro-batch:

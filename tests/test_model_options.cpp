@@ -629,7 +629,8 @@ TEST_CASE("host dispatch: a kernel shorter than its host issue cost waits for th
 
 TEST_CASE("host dispatch in a plan: tiny kernels are host-bound, a large step is unchanged") {
   // megatron-te runs the default kernel lists (the base sets its attention) but for its loss
-  // (Megatron-Core's cross-entropy, below): otherwise only host dispatch differs.
+  // (Megatron-Core's cross-entropy, below) and its residual forks' gradient sums: otherwise
+  // only host dispatch differs.
   // Without linear biases: Transformer Engine fuses the bias kernels the default lists run.
   const std::string no_bias = R"(model={"preset": "gpt3-1.3b", "bias": false})";
   const Scenario def = load_scenario_text(kBase, "options.json", "", {no_bias}, catalog());
@@ -646,6 +647,8 @@ TEST_CASE("host dispatch in a plan: tiny kernels are host-bound, a large step is
   for (std::size_t i = 0; i < od.size(); ++i) {
     CHECK(od[i].host_dispatch_seconds == 0);
     if (ot[i].name.rfind("loss.xent", 0) == 0) continue;
+    // Megatron-Core's residual forks: autograd's sum of the two gradients (test below).
+    if (ot[i].name.find("residual.bwd") != std::string::npos) continue;
     CHECK(costs.seconds(ot[i], 0) == std::max(costs.seconds(od[i], 0), ot[i].kernels * issue));
   }
   // Every kernel of this 1.3B step at 4096 tokens outlasts its host issue cost: the same
@@ -1379,6 +1382,30 @@ TEST_CASE("Megatron-DeepSpeed's backward: apex LayerNorm gradient, the QKV split
         doctest::Approx(8.0 * elements));
 }
 
+TEST_CASE("Megatron-Core's residual forks: autograd sums the norm's and the residual's gradients") {
+  // megatron/core/transformer/transformer_layer.py (core_r0.8.0): `residual = hidden_states`
+  // beside the attention (whose TE LayerNormLinear reads the same tensor) and beside the MLP;
+  // autograd adds the two gradients reaching each fork (InputBuffer::add: read 2 + write 1),
+  // and with hidden dropout the compiled bias-dropout-add's backward reads the mask (2 + 1 + 2 B).
+  const std::string text = R"({
+    "model": {"name": "fork-test", "layers": 2, "hidden": 1024, "heads": 16, "ffn_hidden": 4096, "vocab": 50304},
+    "cluster": {"node": "dgx-h100", "nodes": 1},
+    "parallel": {"tp": 1, "dp": 8, "micro_batch": 2, "global_batch": 64},
+    "training": {"seq_len": 2048, "precision": "bf16", "framework": "megatron-te", "dropout": false}
+  })";
+  const double elements = 2.0 * 2048 * 1024;  // the block's activations: tokens x hidden
+  for (const char* name : {"attn.residual.bwd", "mlp.residual.bwd"}) {
+    const ComputeOp plain = first_op(text, {}, name);
+    CHECK(plain.bytes == doctest::Approx(6.0 * elements));
+    CHECK(plain.kernels == 1);
+    const ComputeOp dropout = first_op(text, {"training.dropout=true"}, name);
+    CHECK(dropout.bytes == doctest::Approx(11.0 * elements));
+    CHECK(dropout.kernels == 2);
+    // The default lists keep one read + write of the gradient.
+    CHECK(first_op(text, {"training.framework=default"}, name).bytes == doctest::Approx(4.0 * elements));
+  }
+}
+
 TEST_CASE("the embedding's gradient: PyTorch's dense table, added into Megatron's main_grad") {
   // GPT-3 1.3B (vocab 51200, hidden 2048, learned positions over 2048 tokens) on TP 2, 2 x 2048
   // tokens per micro-batch: embedding_dense_backward zero-fills each whole table in fp16
@@ -1708,7 +1735,8 @@ TEST_CASE(
   for (const char* ag : {"tp.ag.attn", "tp.ag.mlp", "tp.ag.attn.input", "tp.ag.mlp.input"}) {
     CHECK(comm_bytes({}, ag) == doctest::Approx(0.5 * comm_bytes(bf16, ag)));
   }
-  CHECK(comm_bytes({}, "tp.ag.mlp.grad") == doctest::Approx(comm_bytes(bf16, "tp.ag.mlp.grad")));  // a gradient
+  // The output projections' gradient gathers move FP8 as well (the next test).
+  CHECK(comm_bytes({}, "tp.ag.mlp.grad") == doctest::Approx(0.5 * comm_bytes(bf16, "tp.ag.mlp.grad")));
   // No cast in front of those GEMMs; the weight gradient reads an FP8 transpose (1 + 1 B per
   // element of the gathered input); the other FP8 GEMM inputs keep their cast-transpose.
   auto has = [&](const std::vector<std::string>& sets, const std::string& name) {
@@ -1850,4 +1878,92 @@ TEST_CASE("eager PyTorch's gradient clipping multiplies every local gradient aft
   // fsdp2 and torch-compile are left with the norm alone (docs/frameworks.md).
   CHECK_FALSE(op({"training.framework=\"megatron-te\""}, "optimizer.grad_clip").has_value());
   CHECK_FALSE(op({"training.framework=\"fsdp2\""}, "optimizer.grad_clip").has_value());
+}
+
+TEST_CASE("Megatron-Core's fused RoPE before Transformer Engine's attention: V, output and split copies") {
+  // megatron/core/transformer/custom_layers/transformer_engine.py (core_r0.8.0) TEDotProductAttention.forward
+  // with apply_rope_fusion; Transformer Engine v1.8 prepare_forward, FusedAttnFunc.backward, _SplitAlongDim.
+  const std::string text = R"({
+    "model": {"name": "rope-test", "layers": 2, "hidden": 2048, "heads": 16, "kv_heads": 4, "ffn_hidden": 8192,
+              "vocab": 32000, "mlp": "swiglu", "norm": "rmsnorm", "position": "rope", "bias": false},
+    "cluster": {"node": "dgx-h100", "nodes": 1},
+    "parallel": {"tp": 1, "dp": 8, "micro_batch": 2, "global_batch": 64},
+    "training": {"seq_len": 2048, "precision": "bf16", "framework": "megatron-te"}
+  })";
+  const double tokens = 2.0 * 2048, d = 128;
+  const double v = tokens * 4 * d * 2, out = tokens * 16 * d * 2, qkv = tokens * (16 + 2 * 4) * d * 2;
+  auto has = [&](const std::vector<std::string>& sets, const std::string& name) {
+    const Scenario s = load_scenario_text(text, "options.json", "", sets, catalog());
+    const TrainingPlan plan = plan_training(s.model, s.parallel, s.training, Cluster(s.cluster), PlanOptions{});
+    const auto& ops = plan.setup.programs.at(0).ops;
+    return std::any_of(ops.begin(), ops.end(), [&](const ComputeOp& op) { return op.name == name; });
+  };
+  // V is copied into the batch-major layout (read + write); the rotated Q and K already are.
+  CHECK(first_op(text, {}, "attn.v.copy").bytes == doctest::Approx(2.0 * v));
+  // Two sequences per micro-batch: the output transposed back is copied before the projection,
+  // and its gradient before the attention's backward.
+  CHECK(first_op(text, {}, "attn.out.copy").bytes == doctest::Approx(2.0 * out));
+  CHECK(first_op(text, {}, "attn.out.grad.copy").bytes == doctest::Approx(2.0 * out));
+  // dQ and dK come from the RoPE backward: _SplitAlongDim cats them with dV (read + write).
+  CHECK(first_op(text, {}, "attn.qkv.split.bwd").bytes == doctest::Approx(2.0 * qkv));
+  // One sequence per micro-batch: the transposes are views, V's copy and the cat remain.
+  CHECK_FALSE(has({"parallel.micro_batch=1"}, "attn.out.copy"));
+  CHECK_FALSE(has({"parallel.micro_batch=1"}, "attn.out.grad.copy"));
+  CHECK(has({"parallel.micro_batch=1"}, "attn.v.copy"));
+  CHECK(has({"parallel.micro_batch=1"}, "attn.qkv.split.bwd"));
+  // Learned positions: Q, K and V stay adjacent views of the QKV output (the sbh3d layout).
+  for (const char* name : {"attn.v.copy", "attn.out.copy", "attn.out.grad.copy", "attn.qkv.split.bwd"}) {
+    CHECK_FALSE(has({"model.position=learned"}, name));
+    CHECK_FALSE(has({"training.framework=default"}, name));
+  }
+}
+
+TEST_CASE("Transformer Engine's row-parallel Linear in FP8 with SP: cast the gradient shard, gather FP8, transpose") {
+  // transformer_engine/pytorch/module/base.py grad_output_preprocess and module/linear.py (v1.8).
+  const std::string text = R"({
+    "model": {"preset": "gpt3-1.3b", "bias": false},
+    "cluster": {"node": "dgx-h100", "nodes": 1},
+    "parallel": {"tp": 2, "dp": 4, "micro_batch": 2, "global_batch": 64, "sequence_parallel": true},
+    "training": {"seq_len": 2048, "precision": "fp8", "framework": "megatron-te"}
+  })";
+  const double tokens = 2.0 * 2048, hidden = 2048;
+  auto steps_of = [&](const std::vector<std::string>& sets) {
+    const Scenario s = load_scenario_text(text, "options.json", "", sets, catalog());
+    return build_model_steps(s.model, s.parallel, s.training).of(LayerKind::Dense).backward;
+  };
+  auto find = [](const std::vector<Step>& list, const std::string& name) -> const Step* {
+    for (const Step& st : list) {
+      if (st.name == name) return &st;
+    }
+    return nullptr;
+  };
+  const std::vector<Step> fp8 = steps_of({}), bf16 = steps_of({"training.precision=bf16"});
+  const std::vector<Step> ov = steps_of({"parallel.tp_comm_overlap=true"});
+  const std::vector<Step> no_sp = steps_of({"parallel.sequence_parallel=false"});
+  for (const std::string proj : {"attn.proj", "mlp.down"}) {
+    const std::string gather = proj == "attn.proj" ? "tp.ag.attn.grad" : "tp.ag.mlp.grad";
+    // The rank's shard is cast (read 2 B, write 1 B) before the gather, which moves 1 B per element.
+    const Step* cast = find(fp8, proj + ".grad.fp8cast");
+    REQUIRE(cast != nullptr);
+    CHECK(cast->op.bytes == doctest::Approx(3.0 * tokens / 2 * hidden));
+    CHECK(find(fp8, gather)->bytes == doctest::Approx(tokens * hidden));
+    CHECK(find(bf16, gather)->bytes == doctest::Approx(2.0 * tokens * hidden));
+    // No cast in front of the data-gradient GEMM; the weight gradient reads the FP8 transpose
+    // of the gathered gradient (1 + 1 B per element), at the cast-transpose's rate.
+    CHECK(find(fp8, proj + ".dgrad.fp8cast") == nullptr);
+    CHECK(find(no_sp, proj + ".dgrad.fp8cast") != nullptr);
+    const Step* t = find(fp8, proj + ".grad.fp8transpose");
+    REQUIRE(t != nullptr);
+    CHECK(t->op.bytes == doctest::Approx(2.0 * tokens * hidden));
+    CHECK(t->op.memory_kernel == MemoryKernel::TeCastTranspose);
+    // Userbuffers' ring exchange moves the FP8 chunks too.
+    CHECK(find(ov, proj + ".grad.fp8cast") != nullptr);
+    CHECK(find(ov, proj + ".grad.fp8transpose") != nullptr);
+    // Without SP, in BF16, or under current scaling: nothing of this.
+    for (const std::vector<Step>* other : {&bf16, &no_sp}) {
+      CHECK(find(*other, proj + ".grad.fp8cast") == nullptr);
+      CHECK(find(*other, proj + ".grad.fp8transpose") == nullptr);
+    }
+    CHECK(find(steps_of({"training.fp8_recipe=current"}), proj + ".grad.fp8cast") == nullptr);
+  }
 }

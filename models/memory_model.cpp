@@ -228,6 +228,9 @@ double optimizer_bytes_per_param(const TrainingSpec& tr) {
   // copy), plus: SGD its momentum (Muon too, + AdamW's v for the embedding and
   // head, elsewhere); Adam (fused or not) and LAMB m and v; Adafactor (factored, no first
   // moment) only row and column statistics, negligible next to the matrix.
+  // bf16 Adam state (apex DistributedFusedAdam with dtype bf16 and store_params false):
+  // m and v in bf16, the 16-bit weights are the parameters themselves.
+  if (tr.bf16_optimizer_state) return 4.0;
   const double master = activation_element_bytes(tr) >= 4 ? 0.0 : 4.0;
   if (tr.optimizer == "sgd" || tr.optimizer == "muon") return master + 4.0;
   if (tr.optimizer == "adafactor") return master;

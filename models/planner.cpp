@@ -1477,11 +1477,22 @@ class StageProgramBuilder {
     if (mixed && train_.grad_reduce_bytes == 2) extra_bytes += 6;
     if (train_.precision == Dtype::FP16) extra_bytes += 8;
     if (mixed && par_.zero < 3) extra_bytes += 6;
+    // bf16 Adam state (training.optimizer_dtype, NeMo's optim.dtype bf16 with apex's
+    // DistributedFusedAdam, store_params false): the fused update reads the reduced gradient
+    // shard, the 16-bit parameter, m and v and writes the parameter, m and v (2 B each, the
+    // gradient in its reduction dtype); no fp32 main-gradient copy and no master-to-16-bit
+    // copy, and the gradient norm reads the reduced gradients themselves.
+    const bool bf16_state = train_.bf16_optimizer_state;
+    if (bf16_state) {
+      update_bytes = train_.grad_reduce_bytes + 12.0;
+      extra_bytes = 0;
+    }
+    const double norm_bytes = bf16_state ? train_.grad_reduce_bytes : 4.0;
     const double muon_params = muon ? local_layer_params() / shard : 0.0;
     const double step_bytes = params * (update_bytes + extra_bytes) - muon_params * (update_bytes - 26.0);
     // PipeDream steps after every micro-batch (models/pipedream.hpp): its steps, together.
     const double steps = optimizer_steps_per_iteration(par_.schedule, sched_.microbatches);
-    ComputeOp norm{"optimizer.grad_norm", OpKind::MemoryBound, Dtype::FP32, 0, steps * params * 4, 0, 0, 0, 1};
+    ComputeOp norm{"optimizer.grad_norm", OpKind::MemoryBound, Dtype::FP32, 0, steps * params * norm_bytes, 0, 0, 0, 1};
     ComputeOp step{"optimizer.step", OpKind::MemoryBound, Dtype::FP32, 0, steps * step_bytes, 0, 0, 0, 1};
     const TaskId n = b_.compute(s_.compute, b_.add_op(norm), label("optimizer.grad_norm"), -1, dedupe(deps));
     std::vector<TaskId> before_step{n};

@@ -322,6 +322,9 @@ struct TrainingSpec {
   int seq_len = 2048;
   Dtype precision = Dtype::BF16;   // GEMM dtype (fp8: GEMMs in FP8, the rest in BF16)
   std::string optimizer = "adam";  // adam | adam-unfused | sgd | lamb | adafactor | muon (docs/frameworks.md)
+  // Adam's state in bf16 with no fp32 master copy (training.optimizer_dtype "bf16": NeMo's
+  // distributed_fused_adam with optim.dtype bf16, docs/frameworks.md, "Optimizers").
+  bool bf16_optimizer_state = false;
   AttentionKind attention = AttentionKind::Flash;
   int grad_reduce_bytes = 4;  // bytes per gradient element in DP reduction (Megatron-LM default: fp32)
   bool dropout = true;        // hidden/attention dropout (kernels and masks); off in Llama-style recipes

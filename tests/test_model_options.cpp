@@ -1967,3 +1967,48 @@ TEST_CASE("Transformer Engine's row-parallel Linear in FP8 with SP: cast the gra
     CHECK(find(steps_of({"training.fp8_recipe=current"}), proj + ".grad.fp8cast") == nullptr);
   }
 }
+
+TEST_CASE("bf16 Adam state: no master copy, a 14 B update, 4 B of state per parameter") {
+  // docs/frameworks.md, "Optimizers": NeMo's distributed_fused_adam with optim.dtype bf16
+  // (store_params false) runs apex's fused Adam over 16-bit parameters, m and v.
+  const std::string text = R"({
+    "model": "gpt3-1.3b",
+    "cluster": {"node": "dgx-h100", "nodes": 1},
+    "parallel": {"tp": 2, "dp": 4, "zero": 1, "micro_batch": 2, "global_batch": 64},
+    "training": {"seq_len": 2048, "precision": "fp8", "framework": "megatron-te", "grad_reduce": "bf16"}
+  })";
+  const std::vector<std::string> bf16{"training.optimizer_dtype=\"bf16\""};
+  auto op_bytes = [&](const std::vector<std::string>& sets, const char* name) {
+    const ProgramTemplate p = stage_program(text, sets);
+    const auto t = tasks_ending(p, name);
+    REQUIRE(t.size() == 1);
+    return p.ops[p.tasks[t[0]].ref].bytes;
+  };
+  // fp32 state: the 28 B update, the bf16 gradient's copy into fp32 (6 B) and the master's
+  // copy to the 16-bit weights (6 B); the gradient norm reads fp32 gradients.
+  const double params = op_bytes({}, "optimizer.grad_norm") / 4;
+  CHECK(params > 1e7);
+  CHECK(op_bytes({}, "optimizer.step") == doctest::Approx(40 * params).epsilon(1e-9));
+  CHECK(op_bytes(bf16, "optimizer.step") == doctest::Approx(14 * params).epsilon(1e-9));
+  CHECK(op_bytes(bf16, "optimizer.grad_norm") == doctest::Approx(2 * params).epsilon(1e-9));
+  // A gradient reduced in fp32 is read at 4 B.
+  std::vector<std::string> fp32_reduce = bf16;
+  fp32_reduce.push_back("training.grad_reduce=\"fp32\"");
+  CHECK(op_bytes(fp32_reduce, "optimizer.step") == doctest::Approx(16 * params).epsilon(1e-9));
+  // State: m and v in bf16, no master copy.
+  const Scenario s = load_scenario_text(text, "options.json", "", bf16, catalog());
+  CHECK(s.training.bf16_optimizer_state);
+  CHECK(optimizer_bytes_per_param(s.training) == 4.0);
+  const JobReport fp32_state = run({}, text), bf16_state = run(bf16, text);
+  CHECK(bf16_state.per_stage.at(0).memory.optimizer ==
+        doctest::Approx(fp32_state.per_stage.at(0).memory.optimizer / 3.0));
+  CHECK(bf16_state.iteration_time_s < fp32_state.iteration_time_s);
+  // Adam over 16-bit weights only.
+  CHECK(load_error(text, {"training.optimizer_dtype=\"bf16\"", "training.optimizer=\"sgd\""})
+            .find("options.json: /training/optimizer_dtype:") != std::string::npos);
+  CHECK(load_error(text, {"training.optimizer_dtype=\"bf16\"", "training.precision=\"fp32\"",
+                          "training.framework=\"default\""})
+            .find("/training/optimizer_dtype:") != std::string::npos);
+  CHECK(load_error(text, {"training.optimizer_dtype=\"fp16\""}).find("/training/optimizer_dtype:") !=
+        std::string::npos);
+}

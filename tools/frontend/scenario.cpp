@@ -574,6 +574,17 @@ TrainingSpec read_training(ObjectReader& top, const TransformerSpec& model) {
             "Muon is modelled for dense layers with (grouped-query) attention; this model has routed "
             "experts or latent attention");
   }
+  // NeMo's distributed_fused_adam with optim.dtype bf16 (docs/frameworks.md, "Optimizers"):
+  // fused Adam over 16-bit weights only.
+  t.bf16_optimizer_state = r.choice("optimizer_dtype", "fp32", {"fp32", "bf16"}) == "bf16";
+  if (t.bf16_optimizer_state && t.optimizer != "adam") {
+    r.error("optimizer_dtype",
+            "bf16 optimizer state is modelled for \"optimizer\": \"adam\" (found \"" + t.optimizer + "\")");
+  }
+  if (t.bf16_optimizer_state && t.precision != Dtype::BF16 && t.precision != Dtype::FP8) {
+    r.error("optimizer_dtype",
+            "bf16 optimizer state needs bf16 weights: \"precision\": \"bf16\" or \"fp8\" (found \"" + prec + "\")");
+  }
   const std::string attn =
       r.choice("attention", "flash", {"flash", "flash-attention-3", "cudnn", "flash-triton", "unfused"});
   t.attention = attn == "flash"               ? AttentionKind::Flash

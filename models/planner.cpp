@@ -900,6 +900,41 @@ class StageProgramBuilder {
                           : b_.recv(link.stream, link.slot, CommClass::PP, shape.bytes, label(what), mb, deps);
     }
   }
+  // DeepSpeed's PipelineEngine with TP > 1 keeps and sends 1/tp of each activation and
+  // input gradient (PartitionedTensor, deepspeed/runtime/utils.py, 2022) and rebuilds the
+  // whole tensor with PartitionedTensor.full(): a zero fill of the full buffer, the copy of
+  // the rank's part into it, an all-gather over the TP group into a list of the parts (which
+  // PyTorch's ProcessGroupNCCL::allgather runs into a flat buffer of its own and copies back
+  // part by part), then a clone of the result: 5 full sizes plus 2 parts of memory traffic
+  // in 3 + tp kernels, beside the all-gather. `part_copies` more clones of one part (read +
+  // write) come with it (the received part's clone in _exec_recv_activations and the
+  // input's clone in _exec_forward_pass). docs/frameworks.md, "DeepSpeed's engine".
+  // The engine audited is DeepSpeed's of 2022, before v0.8.3 (its TrainSchedule is
+  // `deepspeed-1f1b-legacy`); later releases rebuild with all_gather_into_tensor into the
+  // flat buffer (no part copy, no copy-back), which is not modelled.
+  bool deepspeed_partitioned() const {
+    return train_.framework == Framework::DeepSpeed && par_.schedule == ScheduleKind::DeepSpeed1F1BLegacy &&
+           par_.pp > 1 && par_.pp_scatter_gather && par_.tp > 1;
+  }
+  double deepspeed_full_bytes() const {
+    return par_.micro_batch * par_.cp_local_tokens(train_.seq_len) / par_.seq_chunks * model_.hidden *
+           activation_element_bytes(train_);
+  }
+  TaskId deepspeed_pass_copies(const char* name, double bytes, int kernels, int mb, std::vector<TaskId> deps) {
+    ComputeOp copy{name, OpKind::MemoryBound, Dtype::BF16, 0, bytes, 0, 0, 0, kernels};
+    copy.host_dispatch_seconds = issue_host_seconds(train_);
+    copy.launch_blocking = train_.launch_blocking;
+    return b_.compute(s_.compute, b_.add_op(copy), label(name), mb, dedupe(deps));
+  }
+  TaskId deepspeed_full(const char* gather, const char* copies, int part_copies, int mb,
+                        const std::vector<TaskId>& deps) {
+    const double full = deepspeed_full_bytes(), part = full / par_.tp;
+    const TaskId g = b_.collective(s_.tp, slot_tp_, CollectiveKind::AllGather, CommClass::TP, task_bytes(full),
+                                   label(gather), mb, dedupe(deps));
+    return deepspeed_pass_copies(copies, 5 * full + 2 * part + part_copies * 2 * part, 3 + par_.tp + part_copies, mb,
+                                 {g});
+  }
+
   LinkShape link_shape(int from, int to) const {
     if (links_ == nullptr) return LinkShape{1, 1, activation_message_bytes()};
     const auto it = links_->find({from, to});
@@ -923,6 +958,10 @@ class StageProgramBuilder {
         megatron_batched_take_receives(entry);
       } else if (!deepspeed() && !megatron_interleaved_p2p_) {
         post_recvs(SlotRole::PipelineForward, from, "F recv activations", u.microbatch, entry, recv_after);
+      }
+      // The received part cloned twice, then rebuilt whole (deepspeed_full).
+      if (deepspeed_partitioned() && from != stage_) {
+        entry = {deepspeed_full("F pp.full.allgather activations", "F pp.full activations", 2, u.microbatch, entry)};
       }
     }
     TaskId last = kNone;
@@ -988,6 +1027,12 @@ class StageProgramBuilder {
       last = emit(cur_->head_forward, StepPrefix{'F'}, u.microbatch, dedupe(deps), false);
     }
     if (last == kNone && !entry.empty()) last = entry.back();
+    // _exec_forward_pass partitions the output before it is sent: a clone of the rank's part.
+    if (deepspeed_partitioned() && !head_of(v) && sched_.chunk_stage[sched_.next_chunk(v)] != stage_) {
+      const double part = deepspeed_full_bytes() / par_.tp;
+      last = deepspeed_pass_copies("F pp.partition activations", 2 * part, 1, u.microbatch,
+                                   last == kNone ? std::vector<TaskId>{} : std::vector<TaskId>{last});
+    }
     fwd_end_ = last;
     if (deepspeed()) ds_chain_ = last;
     if (!head_of(v)) {
@@ -1026,6 +1071,12 @@ class StageProgramBuilder {
         megatron_batched_take_receives(entry);
       } else if (!deepspeed() && !megatron_interleaved_p2p_) {
         post_recvs(SlotRole::PipelineBackward, from, "B recv gradients", u.microbatch, entry, recv_after);
+      }
+      // _exec_backward_pass rebuilds the stage's own output, kept as 1/tp since its send
+      // (part_output.full()), then the received gradient (part_grad.full()).
+      if (deepspeed_partitioned() && from != stage_) {
+        const TaskId out = deepspeed_full("B pp.full.allgather outputs", "B pp.full outputs", 0, u.microbatch, entry);
+        entry = {deepspeed_full("B pp.full.allgather gradients", "B pp.full gradients", 0, u.microbatch, {out})};
       }
     }
     TaskId last = kNone;
@@ -1076,6 +1127,12 @@ class StageProgramBuilder {
     }
     if (last == kNone && !entry.empty()) last = entry.back();  // a chunk without layers passes its input on
     if (whole) last = finish_weight_gradients(v, last, u.microbatch, reduce_grads, "B ");
+    // _exec_send_grads partitions the input gradient before it is sent: a clone of the part.
+    if (deepspeed_partitioned() && sched_.prev_chunk(v) >= 0 && sched_.chunk_stage[sched_.prev_chunk(v)] != stage_) {
+      const double part = deepspeed_full_bytes() / par_.tp;
+      last = deepspeed_pass_copies("B pp.partition gradients", 2 * part, 1, u.microbatch,
+                                   last == kNone ? std::vector<TaskId>{} : std::vector<TaskId>{last});
+    }
     last_compute_ = last;
     bwd_end_ = last;
     if (deepspeed()) ds_chain_ = last;

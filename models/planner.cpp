@@ -1233,8 +1233,11 @@ class StageProgramBuilder {
     }
     if (deepspeed_bf16_optimizer()) {
       // update_hp_grads: hp.add_(lp.grad.to(fp32)) per parameter: the cast reads
-      // 2 B and writes 4 B, the add reads 4 + 4 B and writes 4 B.
-      last = accumulate_grads(v, "grad.accumulate.fp32", Dtype::FP32, 18.0, last, mb, prefix);
+      // 2 B and writes 4 B, the add reads 4 + 4 B and writes 4 B. It loops over the
+      // parameter tensors in Python, two kernels each (the cast and the add), issued by
+      // the host like the layers' kernels (bf16_optimizer.py, June 2022).
+      last = accumulate_grads(v, "grad.accumulate.fp32", Dtype::FP32, 18.0, last, mb, prefix,
+                              2 * chunk_param_tensors(chunk_of_vstage(v)));
     } else if (train_.grad_accumulation == GradAccumulation::Autograd && mb > 0) {
       // AccumulateGrad's in-place add on every micro-batch after the first (the
       // first one's gradient becomes .grad as it is): reads both 16-bit gradients,
@@ -1272,9 +1275,16 @@ class StageProgramBuilder {
   }
 
   // One memory-bound pass over the gradients of chunk v's parameters after `last`.
+  // With `issued_kernels` > 0 the pass is that many kernels issued by the framework's host
+  // code (docs/frameworks.md, "Host dispatch"); else one kernel, not host-bound.
   TaskId accumulate_grads(int v, const char* name, Dtype dtype, double bytes_per_param, TaskId last, int mb,
-                          const char* prefix) {
-    ComputeOp acc{name, OpKind::MemoryBound, dtype, 0, chunk_params(chunk_of_vstage(v)) * bytes_per_param, 0, 0, 0, 1};
+                          const char* prefix, int issued_kernels = 0) {
+    ComputeOp acc{name, OpKind::MemoryBound,        dtype, 0, chunk_params(chunk_of_vstage(v)) * bytes_per_param, 0, 0,
+                  0,    std::max(issued_kernels, 1)};
+    if (issued_kernels > 0) {
+      acc.host_dispatch_seconds = issue_host_seconds(train_);
+      acc.launch_blocking = train_.launch_blocking;
+    }
     std::vector<TaskId> deps;
     if (last != kNone) deps.push_back(last);
     return b_.compute(s_.compute, b_.add_op(acc), label(std::string(prefix) + name), mb, deps);
@@ -1405,6 +1415,20 @@ class StageProgramBuilder {
       if (last_vstage(c)) p += steps_.head_expert_grad_elements;
     }
     return p;
+  }
+
+  // Parameter tensors of local chunk c in Megatron's GPT model code: per dense layer its two
+  // norms' weights (and biases for LayerNorm), the QKV, attention output and two MLP weight
+  // matrices (Megatron fuses an MLP's gate and up projections) and, with linear biases, their
+  // four biases; the word embedding (and a learned position table) on the embedding's chunk;
+  // the final norm and the output weight (DeepSpeed's tied copy, or the untied head) on the
+  // head's. Mixture-of-experts layers count as dense ones (not modelled apart).
+  int chunk_param_tensors(int c) const {
+    const int norm = model_.rmsnorm ? 1 : 2;
+    int n = layers_[c] * (2 * norm + 4 + (model_.bias ? 4 : 0));
+    if (embedding_of(vstage_[c])) n += 1 + (model_.rope || model_.alibi ? 0 : 1);
+    if (head_of(vstage_[c])) n += norm + 1;
+    return n;
   }
 
   // Parameters of local chunk c (its layers, and the embedding or LM head it holds).

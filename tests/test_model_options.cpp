@@ -298,6 +298,13 @@ TEST_CASE("framework deepspeed: fp32 gradient accumulation after every micro-bat
   const Scenario s = load_scenario_text(text, "options.json", "", {}, catalog());
   const double params = (12 * s.model.params_per_layer() + s.model.embedding_params()) / 2;
   CHECK(ds.ops[ds.tasks[acc[0]].ref].bytes == doctest::Approx(18 * params).epsilon(1e-3));
+  // update_hp_grads loops over the parameter tensors, a cast and an add each, issued by the
+  // host: per layer two LayerNorms' weights and biases, four weight matrices (and four biases
+  // with linear biases), then the word and position embeddings.
+  REQUIRE_FALSE(s.model.rope);
+  const int tensors = 12 * (2 * 2 + 4 + (s.model.bias ? 4 : 0)) + 2;
+  CHECK(ds.ops[ds.tasks[acc[0]].ref].kernels == 2 * tensors);
+  CHECK(ds.ops[ds.tasks[acc[0]].ref].host_dispatch_seconds == host_dispatch_seconds(Framework::DeepSpeed));
   // Megatron's distributed optimizer reduce-scatters; DeepSpeed's BF16_Optimizer all-reduces.
   CHECK(tasks_ending(megatron, "dp.ar.grads").empty());
   CHECK_FALSE(tasks_ending(megatron, "dp.rs.grads").empty());

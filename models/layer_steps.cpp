@@ -1152,6 +1152,33 @@ void add_mtp_modules(const TransformerSpec& m, const Dims& D, ModelSteps* out) {
   out->head_expert_grad_elements += m.mtp_depth * block.expert_grad_elements;
 }
 
+// The dispatcher calls without a kernel in one layer of Megatron-DeepSpeed's model code
+// with its unfused attention (bigscience-workshop/Megatron-DeepSpeed, megatron/model/
+// transformer.py and fused_softmax.py, 2022), each a tensor view the host builds while
+// the GPU has nothing queued under blocking launches. Forward: ParallelAttention's
+// mixed_x_layer.view, the torch.split of split_tensor_along_last_dim, the query and key
+// views, three transposes for baddbmm, the scores' view, the value and probabilities'
+// views, the value's transpose, the context's view, permute and view, and the layer's
+// two bias expand_as: 16; FusedScaleMaskSoftmax's view in and out of the fused 16-bit
+// kernel: 2; the scores' buffer: torch.empty without ALiBi, the slice of the ALiBi
+// tensor with it (alibi[:b*np, :, :sk], two slice calls): 1 or 2.
+int megatron_ds_forward_host_ops(const TransformerSpec& m, const Dims& D) {
+  return 16 + (D.act_bytes < 4 ? 2 : 0) + (m.alibi ? 2 : 1);
+}
+// Backward: the autograd nodes of those views whose gradient is another view (ten
+// ViewBackward, four TransposeBackward, one PermuteBackward; the split's and the
+// expands' backward launch kernels, charged as attn.qkv.split.bwd and the bias gradients).
+constexpr int kMegatronDsBackwardHostOps = 15;
+
+// Puts `n` kernel-less dispatcher calls on the first compute step of `steps`.
+void set_host_ops(std::vector<Step>* steps, int n) {
+  for (Step& s : *steps) {
+    if (s.is_comm) continue;
+    s.op.host_ops = n;
+    return;
+  }
+}
+
 // The backward of a block's residual add on `act_norm` bytes of activations: a read +
 // write of the gradient in the fused lists. Where autograd runs the block op by op the
 // add's own backward launches nothing, but the gradient of the tensor that forks into
@@ -1521,6 +1548,15 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     L.memory("norm1.bwd", act_norm * 4 * R.norm_bwd + R.norm_bwd_partial_bytes * D.h, maybe(rs1), R.norm_bwd_kernels,
              R.norm_bwd_impl);
     if (R.casts_sharded) L.memory("fsdp.weight.cast.bwd", cast_bytes, {}, cast_kernels);  // re-gather for backward
+  }
+
+  // Megatron-DeepSpeed's layer code runs dispatcher calls that launch no kernel
+  // (docs/frameworks.md, "Blocking launches"): with blocking launches the GPU waits
+  // for each, so the layer's forward (and its recomputation, a copy) and backward carry them.
+  if (tr.framework == Framework::DeepSpeed && !m.parallel_block && !m.mla.enabled() && !m.moe.enabled() &&
+      tr.attention == AttentionKind::Unfused) {
+    set_host_ops(&dense.forward, megatron_ds_forward_host_ops(m, D));
+    set_host_ops(&dense.backward, kMegatronDsBackwardHostOps);
   }
 
   // ---------------- recomputation before backward ----------------

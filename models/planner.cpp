@@ -900,6 +900,41 @@ class StageProgramBuilder {
                           : b_.recv(link.stream, link.slot, CommClass::PP, shape.bytes, label(what), mb, deps);
     }
   }
+  // DeepSpeed's PipelineEngine with TP > 1 keeps and sends 1/tp of each activation and
+  // input gradient (PartitionedTensor, deepspeed/runtime/utils.py, 2022) and rebuilds the
+  // whole tensor with PartitionedTensor.full(): a zero fill of the full buffer, the copy of
+  // the rank's part into it, an all-gather over the TP group into a list of the parts (which
+  // PyTorch's ProcessGroupNCCL::allgather runs into a flat buffer of its own and copies back
+  // part by part), then a clone of the result: 5 full sizes plus 2 parts of memory traffic
+  // in 3 + tp kernels, beside the all-gather. `part_copies` more clones of one part (read +
+  // write) come with it (the received part's clone in _exec_recv_activations and the
+  // input's clone in _exec_forward_pass). docs/frameworks.md, "DeepSpeed's engine".
+  // The engine audited is DeepSpeed's of 2022, before v0.8.3 (its TrainSchedule is
+  // `deepspeed-1f1b-legacy`); later releases rebuild with all_gather_into_tensor into the
+  // flat buffer (no part copy, no copy-back), which is not modelled.
+  bool deepspeed_partitioned() const {
+    return train_.framework == Framework::DeepSpeed && par_.schedule == ScheduleKind::DeepSpeed1F1BLegacy &&
+           par_.pp > 1 && par_.pp_scatter_gather && par_.tp > 1;
+  }
+  double deepspeed_full_bytes() const {
+    return par_.micro_batch * par_.cp_local_tokens(train_.seq_len) / par_.seq_chunks * model_.hidden *
+           activation_element_bytes(train_);
+  }
+  TaskId deepspeed_pass_copies(const char* name, double bytes, int kernels, int mb, std::vector<TaskId> deps) {
+    ComputeOp copy{name, OpKind::MemoryBound, Dtype::BF16, 0, bytes, 0, 0, 0, kernels};
+    copy.host_dispatch_seconds = issue_host_seconds(train_);
+    copy.launch_blocking = train_.launch_blocking;
+    return b_.compute(s_.compute, b_.add_op(copy), label(name), mb, dedupe(deps));
+  }
+  TaskId deepspeed_full(const char* gather, const char* copies, int part_copies, int mb,
+                        const std::vector<TaskId>& deps) {
+    const double full = deepspeed_full_bytes(), part = full / par_.tp;
+    const TaskId g = b_.collective(s_.tp, slot_tp_, CollectiveKind::AllGather, CommClass::TP, task_bytes(full),
+                                   label(gather), mb, dedupe(deps));
+    return deepspeed_pass_copies(copies, 5 * full + 2 * part + part_copies * 2 * part, 3 + par_.tp + part_copies, mb,
+                                 {g});
+  }
+
   LinkShape link_shape(int from, int to) const {
     if (links_ == nullptr) return LinkShape{1, 1, activation_message_bytes()};
     const auto it = links_->find({from, to});
@@ -923,6 +958,10 @@ class StageProgramBuilder {
         megatron_batched_take_receives(entry);
       } else if (!deepspeed() && !megatron_interleaved_p2p_) {
         post_recvs(SlotRole::PipelineForward, from, "F recv activations", u.microbatch, entry, recv_after);
+      }
+      // The received part cloned twice, then rebuilt whole (deepspeed_full).
+      if (deepspeed_partitioned() && from != stage_) {
+        entry = {deepspeed_full("F pp.full.allgather activations", "F pp.full activations", 2, u.microbatch, entry)};
       }
     }
     TaskId last = kNone;
@@ -988,6 +1027,12 @@ class StageProgramBuilder {
       last = emit(cur_->head_forward, StepPrefix{'F'}, u.microbatch, dedupe(deps), false);
     }
     if (last == kNone && !entry.empty()) last = entry.back();
+    // _exec_forward_pass partitions the output before it is sent: a clone of the rank's part.
+    if (deepspeed_partitioned() && !head_of(v) && sched_.chunk_stage[sched_.next_chunk(v)] != stage_) {
+      const double part = deepspeed_full_bytes() / par_.tp;
+      last = deepspeed_pass_copies("F pp.partition activations", 2 * part, 1, u.microbatch,
+                                   last == kNone ? std::vector<TaskId>{} : std::vector<TaskId>{last});
+    }
     fwd_end_ = last;
     if (deepspeed()) ds_chain_ = last;
     if (!head_of(v)) {
@@ -1026,6 +1071,12 @@ class StageProgramBuilder {
         megatron_batched_take_receives(entry);
       } else if (!deepspeed() && !megatron_interleaved_p2p_) {
         post_recvs(SlotRole::PipelineBackward, from, "B recv gradients", u.microbatch, entry, recv_after);
+      }
+      // _exec_backward_pass rebuilds the stage's own output, kept as 1/tp since its send
+      // (part_output.full()), then the received gradient (part_grad.full()).
+      if (deepspeed_partitioned() && from != stage_) {
+        const TaskId out = deepspeed_full("B pp.full.allgather outputs", "B pp.full outputs", 0, u.microbatch, entry);
+        entry = {deepspeed_full("B pp.full.allgather gradients", "B pp.full gradients", 0, u.microbatch, {out})};
       }
     }
     TaskId last = kNone;
@@ -1081,6 +1132,12 @@ class StageProgramBuilder {
       std::vector<TaskId> after;
       if (last != kNone) after.push_back(last);
       last = emit(cur_->head_after_backward, StepPrefix{'B'}, u.microbatch, after, false);
+    }
+    // _exec_send_grads partitions the input gradient before it is sent: a clone of the part.
+    if (deepspeed_partitioned() && sched_.prev_chunk(v) >= 0 && sched_.chunk_stage[sched_.prev_chunk(v)] != stage_) {
+      const double part = deepspeed_full_bytes() / par_.tp;
+      last = deepspeed_pass_copies("B pp.partition gradients", 2 * part, 1, u.microbatch,
+                                   last == kNone ? std::vector<TaskId>{} : std::vector<TaskId>{last});
     }
     last_compute_ = last;
     bwd_end_ = last;
@@ -1182,8 +1239,11 @@ class StageProgramBuilder {
     }
     if (deepspeed_bf16_optimizer()) {
       // update_hp_grads: hp.add_(lp.grad.to(fp32)) per parameter: the cast reads
-      // 2 B and writes 4 B, the add reads 4 + 4 B and writes 4 B.
-      last = accumulate_grads(v, "grad.accumulate.fp32", Dtype::FP32, 18.0, last, mb, prefix);
+      // 2 B and writes 4 B, the add reads 4 + 4 B and writes 4 B. It loops over the
+      // parameter tensors in Python, two kernels each (the cast and the add), issued by
+      // the host like the layers' kernels (bf16_optimizer.py, June 2022).
+      last = accumulate_grads(v, "grad.accumulate.fp32", Dtype::FP32, 18.0, last, mb, prefix,
+                              2 * chunk_param_tensors(chunk_of_vstage(v)));
     } else if (train_.grad_accumulation == GradAccumulation::Autograd && mb > 0) {
       // AccumulateGrad's in-place add on every micro-batch after the first (the
       // first one's gradient becomes .grad as it is): reads both 16-bit gradients,
@@ -1221,9 +1281,16 @@ class StageProgramBuilder {
   }
 
   // One memory-bound pass over the gradients of chunk v's parameters after `last`.
+  // With `issued_kernels` > 0 the pass is that many kernels issued by the framework's host
+  // code (docs/frameworks.md, "Host dispatch"); else one kernel, not host-bound.
   TaskId accumulate_grads(int v, const char* name, Dtype dtype, double bytes_per_param, TaskId last, int mb,
-                          const char* prefix) {
-    ComputeOp acc{name, OpKind::MemoryBound, dtype, 0, chunk_params(chunk_of_vstage(v)) * bytes_per_param, 0, 0, 0, 1};
+                          const char* prefix, int issued_kernels = 0) {
+    ComputeOp acc{name, OpKind::MemoryBound,        dtype, 0, chunk_params(chunk_of_vstage(v)) * bytes_per_param, 0, 0,
+                  0,    std::max(issued_kernels, 1)};
+    if (issued_kernels > 0) {
+      acc.host_dispatch_seconds = issue_host_seconds(train_);
+      acc.launch_blocking = train_.launch_blocking;
+    }
     std::vector<TaskId> deps;
     if (last != kNone) deps.push_back(last);
     return b_.compute(s_.compute, b_.add_op(acc), label(std::string(prefix) + name), mb, deps);
@@ -1354,6 +1421,20 @@ class StageProgramBuilder {
       if (last_vstage(c)) p += steps_.head_expert_grad_elements;
     }
     return p;
+  }
+
+  // Parameter tensors of local chunk c in Megatron's GPT model code: per dense layer its two
+  // norms' weights (and biases for LayerNorm), the QKV, attention output and two MLP weight
+  // matrices (Megatron fuses an MLP's gate and up projections) and, with linear biases, their
+  // four biases; the word embedding (and a learned position table) on the embedding's chunk;
+  // the final norm and the output weight (DeepSpeed's tied copy, or the untied head) on the
+  // head's. Mixture-of-experts layers count as dense ones (not modelled apart).
+  int chunk_param_tensors(int c) const {
+    const int norm = model_.rmsnorm ? 1 : 2;
+    int n = layers_[c] * (2 * norm + 4 + (model_.bias ? 4 : 0));
+    if (embedding_of(vstage_[c])) n += 1 + (model_.rope || model_.alibi ? 0 : 1);
+    if (head_of(vstage_[c])) n += norm + 1;
+    return n;
   }
 
   // Parameters of local chunk c (its layers, and the embedding or LM head it holds).

@@ -19,6 +19,13 @@ enum class OpKind : std::uint8_t { Gemm, Attention, AttentionBackward, MemoryBou
 // a 2.9 us kernel takes 3.8 us per kernel launched back to back on a stream and 3.4 us
 // per kernel inside a graph, graph launch included. Host dispatch is paid once per graph.
 constexpr double kGraphKernelSeconds = 0.5e-6;
+// Per-kernel cost of a blocking launch (CUDA_LAUNCH_BLOCKING=1) beyond its execution:
+// 6.7 us, the same blog's first loop, which synchronises the stream after every launch
+// of its 2.9 us kernel: 9.6 us per kernel. The launch call, the kernel's start on the GPU
+// and the host's notice of its end then follow one another, kernel after kernel (a V100
+// with CUDA 10; the only published figure of the round trip). It replaces the profile's
+// launch_overhead (the gap between asynchronous back-to-back launches) when larger.
+constexpr double kSyncLaunchSeconds = 9.6e-6 - 2.9e-6;
 
 struct ComputeOp {
   std::string name;  // e.g. "attn.qkv.fwd"
@@ -37,8 +44,14 @@ struct ComputeOp {
   // result from before the mechanism, bit for bit).
   double host_dispatch_seconds = 0;
   // Each launch waits for its kernel (CUDA_LAUNCH_BLOCKING=1): the host dispatch is
-  // added to the GPU time rather than overlapped with the previous kernels.
+  // added to the GPU time rather than overlapped with the previous kernels, and each
+  // kernel pays the launch-and-synchronise round trip (kSyncLaunchSeconds).
   bool launch_blocking = false;
+  // Dispatcher calls without a kernel the host runs for this op (views, transposes, splits,
+  // expands, slices of the model code, and their autograd nodes in the backward), each at
+  // host_dispatch_seconds. Charged only with launch_blocking: the GPU is idle while the
+  // host runs them (asynchronous launches hide them behind queued kernels).
+  int host_ops = 0;
   // The kernels run inside a captured CUDA graph (training.cuda_graphs): no per-kernel
   // host issue, and each kernel node costs the graph's per-kernel figure instead of
   // the profile's launch_overhead (docs/frameworks.md, "CUDA graphs").

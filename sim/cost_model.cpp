@@ -75,7 +75,13 @@ double ComputeCostModel::seconds(const ComputeOp& op, int gpu_type, double compu
   if (op.host_dispatch_seconds <= 0 || op.graph_captured) return gpu_time;
   // Blocking launches (CUDA_LAUNCH_BLOCKING=1): the host dispatches a kernel only after
   // the previous one has finished, so nothing of the dispatch hides behind the GPU.
-  if (op.launch_blocking) return gpu_time + op.kernels * op.host_dispatch_seconds;
+  // Each kernel then costs the launch-and-synchronise round trip (kSyncLaunchSeconds,
+  // sim/compute_op.hpp) instead of the asynchronous launch gap.
+  if (op.launch_blocking) {
+    const double round_trip = std::max(launch, kSyncLaunchSeconds);
+    return gpu_time + (op.kernels * (round_trip - launch)) * gpu.slowdown +
+           (op.kernels + op.host_ops) * op.host_dispatch_seconds;
+  }
   // Host dispatch: the host issues each kernel after the framework's dispatch and the CUDA
   // launch (the profile's launch_overhead), and the stream cannot run ahead of the host. In
   // the steady state of the asynchronous launch queue the op takes the longer of its GPU

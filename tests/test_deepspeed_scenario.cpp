@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "models/planner.hpp"
 #include "scenario_fixtures.hpp"
 #include "tools/frontend/job.hpp"
 
@@ -64,5 +65,45 @@ TEST_CASE("DeepSpeed's TrainSchedule runs at both fidelities, slower than 1F1B's
     CHECK(ds.iteration_time_s > one.iteration_time_s);
     CHECK(ds.breakdown.compute_s == doctest::Approx(one.breakdown.compute_s).epsilon(1e-3));
     CHECK(ds.iteration_time_s < 1.25 * one.iteration_time_s);
+  }
+}
+
+TEST_CASE("DeepSpeed's pipeline engine rebuilds each partitioned message with PartitionedTensor.full()") {
+  // The 2022 engine (before v0.8.3: the legacy TrainSchedule), whose code this follows.
+  const std::string legacy = R"(parallel.schedule="deepspeed-1f1b-legacy")";
+  const Scenario s = load(kDeepSpeed, {legacy});
+  const TrainingPlan plan = plan_training(s.model, s.parallel, s.training, Cluster(s.cluster), PlanOptions{});
+  // One micro-batch's activation, whole (2 x 2048 tokens x 2048 hidden x 2 B) and one TP rank's part.
+  const double full = 2.0 * 2048 * 2048 * 2, part = full / 8;
+  auto find = [&](int stage, const std::string& name) -> const ComputeOp* {
+    for (const ComputeOp& op : plan.setup.programs.at(stage).ops) {
+      if (op.name == name) return &op;
+    }
+    return nullptr;
+  };
+  // The receiving stage: the received part cloned twice, then full(): zero fill of the whole
+  // buffer, the part copied in, the all-gather's flat buffer copied back part by part (8), the
+  // clone of the result; it partitions its input gradient before sending it (a clone).
+  const ComputeOp* recv = find(1, "F pp.full activations");
+  REQUIRE(recv != nullptr);
+  CHECK(recv->bytes == doctest::Approx(5 * full + 2 * part + 4 * part));
+  CHECK(recv->kernels == 3 + 8 + 2);
+  REQUIRE(find(1, "B pp.partition gradients") != nullptr);
+  CHECK(find(1, "B pp.partition gradients")->bytes == doctest::Approx(2 * part));
+  CHECK(find(1, "B pp.full outputs") == nullptr);  // the last stage keeps its output whole
+  // The sending stage: its output's part cloned before the send, and before each backward
+  // the output rebuilt (part_output.full()) and the received gradient (part_grad.full()).
+  REQUIRE(find(0, "F pp.partition activations") != nullptr);
+  REQUIRE(find(0, "B pp.full outputs") != nullptr);
+  REQUIRE(find(0, "B pp.full gradients") != nullptr);
+  CHECK(find(0, "B pp.full gradients")->bytes == doctest::Approx(5 * full + 2 * part));
+  CHECK(find(0, "F pp.full activations") == nullptr);
+  // Whole messages (no partitioning) need none of it, nor does the later engine.
+  for (const std::vector<std::string>& sets :
+       {std::vector<std::string>{legacy, "parallel.pp_scatter_gather=false"}, std::vector<std::string>{}}) {
+    const Scenario other = load(kDeepSpeed, sets);
+    const TrainingPlan oplan =
+        plan_training(other.model, other.parallel, other.training, Cluster(other.cluster), PlanOptions{});
+    for (const ComputeOp& op : oplan.setup.programs.at(1).ops) CHECK(op.name.find("pp.full") == std::string::npos);
   }
 }

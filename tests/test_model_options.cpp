@@ -299,6 +299,13 @@ TEST_CASE("framework deepspeed: fp32 gradient accumulation after every micro-bat
   const Scenario s = load_scenario_text(text, "options.json", "", {}, catalog());
   const double params = (12 * s.model.params_per_layer() + s.model.embedding_params()) / 2;
   CHECK(ds.ops[ds.tasks[acc[0]].ref].bytes == doctest::Approx(18 * params).epsilon(1e-3));
+  // update_hp_grads loops over the parameter tensors, a cast and an add each, issued by the
+  // host: per layer two LayerNorms' weights and biases, four weight matrices (and four biases
+  // with linear biases), then the word and position embeddings.
+  REQUIRE_FALSE(s.model.rope);
+  const int tensors = 12 * (2 * 2 + 4 + (s.model.bias ? 4 : 0)) + 2;
+  CHECK(ds.ops[ds.tasks[acc[0]].ref].kernels == 2 * tensors);
+  CHECK(ds.ops[ds.tasks[acc[0]].ref].host_dispatch_seconds == host_dispatch_seconds(Framework::DeepSpeed));
   // Megatron's distributed optimizer reduce-scatters; DeepSpeed's BF16_Optimizer all-reduces.
   CHECK(tasks_ending(megatron, "dp.ar.grads").empty());
   CHECK_FALSE(tasks_ending(megatron, "dp.rs.grads").empty());
@@ -839,7 +846,9 @@ TEST_CASE("training.host_dispatch_us: the scenario's host time per kernel replac
         std::string::npos);
 }
 
-TEST_CASE("training.launch_blocking: each kernel's host dispatch adds to its GPU time; no overlap is allowed") {
+TEST_CASE(
+    "training.launch_blocking: each kernel's round trip, host dispatch and kernel-less calls add to its GPU time; no "
+    "overlap is allowed") {
   const Scenario s = load_scenario_text(kBase, "options.json", "", {}, catalog());
   const Cluster cluster(s.cluster);
   const ComputeCostModel costs(cluster, s.profiles);
@@ -853,9 +862,17 @@ TEST_CASE("training.launch_blocking: each kernel's host dispatch adds to its GPU
   gemm.kernels = 2;
   gemm.host_dispatch_seconds = host;
   const double async = costs.seconds(gemm, 0);
-  // ...and pays it in full when each launch waits for its kernel: 2 x 3.34 us more.
+  // Kernel-less dispatcher calls hide behind the GPU as well when launches are asynchronous.
+  gemm.host_ops = 5;
+  CHECK(costs.seconds(gemm, 0) == async);
+  // ...and pays it in full when each launch waits for its kernel: per kernel the launch and
+  // synchronise round trip (9.6 - 2.9 us, NVIDIA's CUDA graphs blog) instead of the A100
+  // profile's 3 us launch gap, and 3.34 us of dispatch for each of the 2 kernels and 5 calls.
   gemm.launch_blocking = true;
-  CHECK(costs.seconds(gemm, 0) == doctest::Approx(async + 2 * 3.34e-6).epsilon(1e-12));
+  CHECK(kSyncLaunchSeconds == doctest::Approx(6.7e-6).epsilon(1e-12));
+  CHECK(costs.seconds(gemm, 0) == doctest::Approx(async + 2 * (6.7e-6 - 3e-6) + 7 * 3.34e-6).epsilon(1e-12));
+  gemm.host_ops = 0;
+  CHECK(costs.seconds(gemm, 0) == doctest::Approx(async + 2 * (6.7e-6 - 3e-6) + 2 * 3.34e-6).epsilon(1e-12));
   // Without host dispatch (the default lists) blocking changes nothing.
   gemm.host_dispatch_seconds = 0;
   CHECK(costs.seconds(gemm, 0) == doctest::Approx(async).epsilon(1e-12));
@@ -874,6 +891,38 @@ TEST_CASE("training.launch_blocking: each kernel's host dispatch adds to its GPU
   }
   CHECK(flagged > 20);
   CHECK(run(blocking).iteration_time_s > run(serial).iteration_time_s);
+
+  // Megatron-DeepSpeed's layer with unfused attention: 19 kernel-less calls on its forward's
+  // first kernel (16 views, 2 around the fused softmax, the scores' torch.empty) and 15 on
+  // its backward's (the views' autograd nodes); none with flash attention or other lists.
+  auto host_ops = [&](std::vector<std::string> sets) {
+    const Scenario h = load_scenario_text(kBase, "options.json", "", sets, catalog());
+    const ModelSteps steps = build_model_steps(h.model, h.parallel, h.training);
+    const LayerSteps& dense = steps.by_kind[static_cast<std::size_t>(LayerKind::Dense)];
+    int fwd = 0, bwd = 0;
+    for (const Step& st : dense.forward) fwd += st.is_comm ? 0 : st.op.host_ops;
+    for (const Step& st : dense.backward) bwd += st.is_comm ? 0 : st.op.host_ops;
+    return std::pair<int, int>(fwd, bwd);
+  };
+  std::vector<std::string> unfused = blocking;
+  unfused.push_back("training.attention=unfused");
+  CHECK(host_ops(unfused) == std::pair<int, int>(19, 15));
+  CHECK(host_ops(blocking) == std::pair<int, int>(0, 0));
+  unfused.push_back("training.framework=eager");
+  CHECK(host_ops(unfused) == std::pair<int, int>(0, 0));
+  // They lengthen a blocking iteration: the same plan with them removed is faster.
+  unfused.pop_back();
+  const Scenario u = load_scenario_text(kBase, "options.json", "", unfused, catalog());
+  const Cluster uc(u.cluster);
+  const ComputeCostModel ucosts(uc, u.profiles);
+  const TrainingPlan uplan = plan_training(u.model, u.parallel, u.training, uc, PlanOptions{});
+  double with_calls = 0, without_calls = 0;
+  for (ComputeOp op : uplan.setup.programs.at(0).ops) {
+    with_calls += ucosts.seconds(op, 0);
+    op.host_ops = 0;
+    without_calls += ucosts.seconds(op, 0);
+  }
+  CHECK(with_calls > without_calls);
 
   // Overlapped communication cannot run beside a blocking launch: an input error naming the key.
   std::string e = load_error(kBase, {"training.launch_blocking=true"});

@@ -242,6 +242,9 @@ class StageProgramBuilder {
   // Off: every step list emitted step by step, without pass templates (the
   // reference the templates are compared with).
   void set_pass_templates(bool on) { use_templates_ = on; }
+  // Off: stamped passes are not marked in the program (PassMark), so the
+  // executor simulates every pass task by task.
+  void set_pass_marks(bool on) { mark_passes_ = on; }
   // Where this stage's traffic matrices (ModelSteps::traffic) start in the run's table.
   void set_matrix_base(std::uint32_t base) { matrix_base_ = base; }
 
@@ -512,11 +515,13 @@ class StageProgramBuilder {
     std::vector<PassItem> items;
     std::vector<std::uint32_t> deps;  // positions among the items
     int first_compute = -1, last_compute = -1;
+    std::uint32_t id = 0;  // in creation order: the key of the passes it stamps (PassMark)
   };
   const PassTemplate& pass_template(const std::vector<Step>& steps, PassFilter filter) {
     auto [it, fresh] = templates_.try_emplace({&steps, filter == PassFilter::All ? 0 : 1});
     PassTemplate& t = it->second;
     if (!fresh) return t;  // made under another prefix
+    t.id = static_cast<std::uint32_t>(templates_.size() - 1);
     std::vector<int> pos(steps.size(), -1);
     int last = -1, before_last = -1;  // positions; -1: the entry's last task
     for (std::size_t j = 0; j < steps.size(); ++j) {
@@ -602,6 +607,9 @@ class StageProgramBuilder {
     }
     if (first_compute != nullptr && *first_compute == kNone && t.first_compute >= 0) {
       *first_compute = base + static_cast<TaskId>(t.first_compute);
+    }
+    if (mark_passes_ && t.items.size() >= 2) {
+      b_.mark_pass(base, static_cast<std::uint32_t>(t.items.size()), t.id);
     }
     return t.last_compute >= 0 ? base + static_cast<TaskId>(t.last_compute) : entry_last;
   }
@@ -1723,6 +1731,7 @@ class StageProgramBuilder {
   };
   std::map<std::pair<const std::vector<Step>*, int>, PassTemplate> templates_;
   bool use_templates_ = true;
+  bool mark_passes_ = true;
   std::unordered_map<StepListKey, StepListIds, StepListKeyHash> step_ids_;
   std::vector<TaskId> emit_deps_, emit_ids_;  // emit's scratch
   double hw_flops_ = 0, model_flops_ = 0;
@@ -2219,6 +2228,7 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
       if (!seq_steps.empty()) builder.set_sequence_chunks(&seq_steps);
       if (!count_receive_posts[k].empty()) builder.set_receive_posts(&count_receive_posts[k][s]);
       builder.set_pass_templates(options.pass_templates);
+      builder.set_pass_marks(options.pass_memo);
       builder.plan_param_prefetch();
       double hw = 0, mf = 0;
       plan.setup.programs.push_back(builder.build(&hw, &mf));

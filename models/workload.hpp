@@ -41,6 +41,11 @@ struct PlanOptions {
   // Stage programs stamped from one template per layer pass (models/planner.cpp);
   // off: emitted step by step. The same programs either way (a test compares them).
   bool pass_templates = true;
+  // Passes stamped from one template marked in the stage programs (PassMark),
+  // so that the executor may apply a recorded run of one to another where that
+  // is exact (docs/performance.md); off: every pass simulated task by task.
+  // The same results either way.
+  bool pass_memo = true;
 };
 
 struct StagePlan {

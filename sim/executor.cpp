@@ -354,9 +354,20 @@ void Executor::try_start(std::uint32_t rank, std::uint8_t stream, Time now) {
   if (stream_pos_[si] >= tasks.size()) return;
   const std::uint32_t task = tasks[stream_pos_[si]];
   if (remaining_deps_[task_at(rank, task)] != 0) return;
+  if (memo_) {
+    Recording& rec = recording_[rank];
+    if (rec.active) {
+      const PassMark& m = p.passes[rec.pass];
+      if (task < m.first || task >= m.first + m.count) rec.clean = false;  // something else runs beside the pass
+    } else {
+      const std::uint32_t pass = pass_of_first_[setup_->ranks[rank].program][task];
+      if (pass != kNoPass && try_memo(rank, pass, now)) return;
+    }
+  }
   stream_busy_[si] = 1;
   stream_start_[si] = now;
   const Task& t = p.tasks[task];
+  if (memo_ && t.kind != TaskKind::Compute) busy_end_[si] = Time::max();
   switch (t.kind) {
     case TaskKind::Compute:
       start_compute(rank, task, t.ref, now);
@@ -374,6 +385,19 @@ void Executor::try_start(std::uint32_t rank, std::uint8_t stream, Time now) {
 // Everyone is here: the transfer starts now on the network; its waiters hold
 // their streams (and the rank's SMs) until the network reports it done.
 void Executor::start_transfer(const TransferRequest& request, std::span<const Waiter> waiters, Time now) {
+  if (memo_) {
+    for (const Waiter& w : waiters) {
+      if (memo_end_[w.rank] != Time::max()) {
+        order_tie_ = true;  // a rank inside an applied pass touched: never expected, the run is repeated
+        return;
+      }
+      Recording& rec = recording_[w.rank];
+      if (rec.active) {
+        const PassMark& m = program_of_rank_[w.rank]->passes[rec.pass];
+        if (w.task < m.first || w.task >= m.first + m.count) rec.clean = false;
+      }
+    }
+  }
   for (const Waiter& w : waiters) sync(w.rank, now);
   const std::uint32_t slot = new_in_flight();
   const Time end = network_->start(now, request, slot);
@@ -385,7 +409,10 @@ void Executor::start_transfer(const TransferRequest& request, std::span<const Wa
   if (end != Time::max()) {
     // Known at once (analytical): the waiters' completions go straight to the queue.
     free_in_flight_.push_back(slot);
-    for (const Waiter& w : waiters) schedule(w.rank, w.task, end, now);
+    for (const Waiter& w : waiters) {
+      if (memo_) busy_end_[stream_at(w.rank, program_of_rank_[w.rank]->tasks[w.task].stream)] = end;
+      schedule(w.rank, w.task, end, now);
+    }
     return;
   }
   in_flight_[slot].assign(waiters.begin(), waiters.end());
@@ -495,6 +522,7 @@ void Executor::post_p2p(std::uint32_t rank, std::uint32_t task, Time now) {
   const std::uint32_t comm = slot.comm;
   note_post(rank, t.ref, now);
   CommState& c = comms_[comm];
+  if (memo_) ++p2p_posts_[2 * slot_at(rank, t.ref) + (t.kind == TaskKind::Send ? 0 : 1)];
   const int me = static_cast<int>(slot.member);
   const int sender = t.kind == TaskKind::Send ? me : 1 - me;
   (t.kind == TaskKind::Send ? c.sends : c.recvs)[sender].push(Waiter{rank, task, now});
@@ -520,6 +548,25 @@ void Executor::complete(std::uint32_t rank, std::uint32_t task, Time now) {
   const ProgramTemplate& p = *program_of_rank_[rank];
   const Task& t = p.tasks[task];
   const std::size_t si = stream_at(rank, t.stream);
+  if (memo_) {
+    if (memo_end_[rank] != Time::max()) {
+      if (task != memo_last_[rank] || now != memo_end_[rank]) {
+        order_tie_ = true;  // a rank inside an applied pass touched: never expected, the run is repeated
+        return;
+      }
+      memo_end_[rank] = Time::max();
+    }
+    Recording& rec = recording_[rank];
+    if (rec.active) {
+      const PassMark& m = p.passes[rec.pass];
+      if (task >= m.first && task < m.first + m.count) {
+        rec.log.push_back(MemoEntry{task - m.first, stream_start_[si] - rec.start, now - rec.start});
+        if (++rec.done == m.count) finish_recording(rank);
+      } else {
+        rec.clean = false;
+      }
+    }
+  }
   record(rank, task, stream_start_[si], now, category_of(p, t));
   ++events_;
   if (chains_ && t.kind == TaskKind::Compute) {
@@ -554,7 +601,7 @@ void Executor::build_chains() {
   for (std::size_t p = 0; p < np; ++p) {
     // With contention a chain's collectives would re-time kernels of another compute stream.
     if (contention_ && compute_streams_[p].size() > 1) continue;
-    chains_of_program_[p] = find_task_chains(setup.programs[p], linkable[p]);
+    chains_of_program_[p] = find_task_chains(setup.programs[p], linkable[p], memo_wanted_ && windowed_ranks_.empty());
     for (std::uint32_t c = 0; c < chains_of_program_[p].size(); ++c)
       longest = std::max<std::size_t>(longest, chains_of_program_[p].chain(c).size());
   }
@@ -611,7 +658,8 @@ bool Executor::chain_can_start(std::uint32_t rank, std::uint32_t chain, std::uin
 // A task of `rank` started at `now` ends at `end`: an event, or for a task of
 // the rank's running chain the chain's expected end.
 void Executor::schedule(std::uint32_t rank, std::uint32_t task, Time end, Time now) {
-  if (chains_) {
+  // A pass being recorded runs task by task: its log is then the order of the run without chains.
+  if (chains_ && !(memo_ && recording_[rank].active)) {
     const TaskChains& tc = chains_of_program_[setup_->ranks[rank].program];
     const ChainPosition at = tc.at.empty() ? ChainPosition{} : tc.at[task];
     const std::uint32_t c = at.chain;
@@ -743,6 +791,357 @@ void Executor::note_post(std::uint32_t rank, std::uint32_t slot, Time now) {
   posted_serial_[k] = serial_;
 }
 
+// The memo of repeated layer passes (docs/performance.md, "A memo of repeated
+// layer passes"). A marked pass (ProgramTemplate::passes) that starts on a
+// rank whose other streams cannot touch it before the pass ends runs alone: its
+// tasks start only after one another, its kernels' rates change only with its
+// own collectives (solo: no rendezvous), and the rank's contention level from
+// outside stays what it was at the start. Its run is then a function of that
+// level and the pass's tasks, which every pass of one template shares: the
+// first such run on a rank is recorded task by task, later ones are applied
+// from the record shifted in time, with one event for the task that ends last.
+void Executor::build_memo() {
+  memo_ = false;
+  if (!memo_wanted_ || !chains_ || !windowed_ranks_.empty()) return;
+  const SimulationSetup& setup = *setup_;
+  const std::size_t np = setup.programs.size(), nr = setup.ranks.size();
+  bool any = false;
+  pass_of_first_.assign(np, {});
+  for (std::size_t p = 0; p < np; ++p) {
+    const ProgramTemplate& prog = setup.programs[p];
+    if (prog.passes.empty()) continue;
+    any = true;
+    pass_of_first_[p].assign(prog.tasks.size(), kNoPass);
+    for (std::uint32_t i = 0; i < prog.passes.size(); ++i) {
+      const PassMark& m = prog.passes[i];
+      TRAINSIM_CHECK(m.count > 0 && m.first + m.count <= prog.tasks.size() &&
+                         (i == 0 || prog.passes[i - 1].first + prog.passes[i - 1].count <= m.first),
+                     "program " + prog.name + " marks pass " + std::to_string(i) + " outside its tasks or overlapping");
+      pass_of_first_[p][m.first] = i;
+    }
+  }
+  if (!any) return;
+  memo_ = true;
+  memos_.assign(nr, {});
+  recording_.assign(nr, Recording{});
+  memo_end_.assign(nr, Time::max());
+  memo_last_.assign(nr, 0);
+  busy_end_.assign(stream_busy_.size(), Time::max());
+  bound_task_.assign(stream_busy_.size(), kNoPass);
+  bound_at_.assign(stream_busy_.size(), Time{});
+  p2p_posts_.assign(2 * slots_.size(), 0);
+  rank_of_gpu_.clear();
+  for (std::uint32_t r = 0; r < nr; ++r) rank_of_gpu_.emplace_back(setup.ranks[r].gpu, r);
+  std::sort(rank_of_gpu_.begin(), rank_of_gpu_.end());
+  stream_index_.assign(np, {});
+  p2p_order_.assign(np, {});
+  p2p_ordered_.assign(np, {});
+}
+
+// The pass's tasks wait for nothing outside it (their waiting counts sum to
+// its inner dependencies) and are the next ones on their streams, which are free.
+bool Executor::pass_ready(std::uint32_t rank, const PassMark& m, std::uint32_t internal,
+                          std::span<const std::uint32_t> count) {
+  const ProgramTemplate& p = *program_of_rank_[rank];
+  std::uint64_t waiting = 0;
+  for (std::uint32_t t = m.first; t < m.first + m.count; ++t) waiting += remaining_deps_[task_at(rank, t)];
+  if (waiting != internal) return false;
+  for (std::uint32_t s = 0; s < count.size(); ++s) {
+    if (count[s] == 0) continue;
+    const std::size_t si = stream_at(rank, s);
+    const auto on_stream = p.stream(s);
+    if (stream_busy_[si] || stream_pos_[si] + count[s] > on_stream.size()) return false;
+    // The next count[s] tasks on the stream are the pass's there, in task order.
+    std::uint32_t before = m.first;
+    for (std::uint32_t i = 0; i < count[s]; ++i) {
+      const std::uint32_t t = on_stream[stream_pos_[si] + i];
+      if (t < before || t >= m.first + m.count) return false;
+      before = t + 1;
+    }
+  }
+  return true;
+}
+
+// At the start of pass `pass` on `rank` (its first task ready, not started):
+// applies its memo if one was recorded at this contention level and nothing can
+// touch the rank until the pass ends (true: the pass is done but for its last
+// task's event); else starts recording one if none exists (false: the pass runs).
+bool Executor::try_memo(std::uint32_t rank, std::uint32_t pass, Time now) {
+  const ProgramTemplate& p = *program_of_rank_[rank];
+  const PassMark& m = p.passes[pass];
+  if (chain_run_[rank].chain != kNoChain) return false;
+  const std::uint8_t level = contention(rank);
+  const PassMemo* memo = nullptr;
+  for (const PassMemo& pm : memos_[rank]) {
+    if (pm.key == m.key && pm.level == level) memo = &pm;
+  }
+  const std::uint32_t end_task = m.first + m.count;
+  if (memo == nullptr) {
+    // Record: only compute tasks and collectives without a rendezvous, and
+    // one task ready at the start (the others wait for tasks of the pass).
+    std::vector<std::uint32_t> count(p.streams.size(), 0);
+    std::uint32_t internal = 0;
+    for (std::uint32_t t = m.first; t < end_task; ++t) {
+      const Task& task = p.tasks[t];
+      if (task.kind == TaskKind::Send || task.kind == TaskKind::Recv) return false;
+      if (task.kind == TaskKind::Collective && !slots_[slot_at(rank, task.ref)].solo) return false;
+      ++count[task.stream];
+      std::uint32_t inner = 0;
+      for (const std::uint32_t d : p.deps_of(t)) inner += d >= m.first ? 1 : 0;
+      // The first of the pass's tasks on a stream other than the first's must wait for one of the pass.
+      if (t != m.first && inner == 0 && count[task.stream] == 1) return false;
+      internal += inner;
+    }
+    if (!pass_ready(rank, m, internal, count)) return false;
+    Recording& rec = recording_[rank];
+    rec.active = true;
+    rec.clean = true;
+    rec.pass = pass;
+    rec.done = 0;
+    rec.level = level;
+    rec.start = now;
+    rec.log.clear();
+    return false;
+  }
+  if (!pass_ready(rank, m, memo->internal, memo->stream_count)) {
+    ++memo_stats_.refused;
+    return false;
+  }
+  const MemoEntry& last = memo->entries.back();
+  const Time end = now + last.end;
+  const std::uint32_t final_task = m.first + last.offset;
+  if (end >= Time::saturated()) return false;
+  // Nothing may touch the rank before `end`: a transfer of another stream
+  // ends after it, a peer cannot post the match of a waiting send or receive
+  // before it, and the task after the pass on each stream (or at the head of
+  // an idle one) waits for something outside the pass or for its last task.
+  for (std::uint32_t s = 0; s < p.streams.size(); ++s) {
+    const std::size_t si = stream_at(rank, s);
+    const auto on_stream = p.stream(s);
+    std::uint32_t pos = stream_pos_[si];
+    std::uint32_t next = kNoPass;
+    if (memo->stream_count[s] > 0) {
+      pos += memo->stream_count[s];
+      if (pos < on_stream.size()) next = on_stream[pos];
+    } else if (stream_busy_[si]) {
+      const std::uint32_t running = on_stream[pos];
+      const Task& t = p.tasks[running];
+      if (t.kind == TaskKind::Compute) {
+        ++memo_stats_.refused;
+        return false;
+      }
+      Time until = busy_end_[si];
+      if (until == Time::max()) {
+        if (t.kind == TaskKind::Collective) {
+          ++memo_stats_.refused;
+          return false;
+        }
+        // A bound found earlier for the same waiting post still holds.
+        if (bound_task_[si] != running || bound_at_[si] <= end) {
+          bound_task_[si] = running;
+          bound_at_[si] = peer_post_bound(rank, running, now, end);
+        }
+        until = bound_at_[si];
+      }
+      if (until <= end) {
+        ++memo_stats_.refused;
+        return false;
+      }
+    } else if (pos < on_stream.size()) {
+      next = on_stream[pos];
+    }
+    if (next == kNoPass) continue;
+    std::uint32_t inside = 0;
+    bool after_last = false;
+    for (const std::uint32_t d : p.deps_of(next)) {
+      inside += d >= m.first && d < end_task ? 1 : 0;
+      after_last |= d == final_task;
+    }
+    if (!after_last && remaining_deps_[task_at(rank, next)] <= inside) {
+      ++memo_stats_.refused;
+      return false;
+    }
+  }
+  // Applied: every task but the last done now, as the run records them.
+  const int tl = timeline_of_rank_[rank];
+  std::vector<Interval>* intervals = tl >= 0 ? &result_.timelines[tl].intervals : nullptr;
+  const std::size_t n = memo->entries.size();
+  for (std::size_t i = 0; i + 1 < n; ++i) {
+    const MemoEntry& e = memo->entries[i];
+    const std::uint32_t task = m.first + e.offset;
+    const Task& t = p.tasks[task];
+    if (intervals != nullptr && e.start < e.end)
+      intervals->push_back(Interval{now + e.start, now + e.end, task, t.stream, category_of(p, t)});
+    for (const std::uint32_t s : p.succs_of(task)) {
+      if (s >= end_task) --remaining_deps_[task_at(rank, s)];
+    }
+  }
+  for (std::uint32_t t = m.first; t < end_task; ++t) remaining_deps_[task_at(rank, t)] = 0;
+  for (std::uint32_t s = 0; s < p.streams.size(); ++s) {
+    if (memo->stream_count[s] == 0) continue;
+    const std::size_t si = stream_at(rank, s);
+    stream_pos_[si] += memo->stream_count[s];
+    stream_busy_[si] = 0;
+    if (memo->compute_end[s] != Time::max()) {
+      compute_done_at_[si] = now + memo->compute_end[s];
+      compute_done_serial_[si] = ++serials_;
+    }
+  }
+  for (std::uint32_t k = 0; k < memo->last_post.size(); ++k) {
+    if (memo->last_post[k] == Time::max()) continue;
+    posted_at_[slot_at(rank, k)] = now + memo->last_post[k];
+    posted_serial_[slot_at(rank, k)] = ++serials_;
+  }
+  // The last task runs until its event.
+  const Task& ft = p.tasks[final_task];
+  const std::size_t sf = stream_at(rank, ft.stream);
+  --stream_pos_[sf];
+  stream_busy_[sf] = 1;
+  stream_start_[sf] = now + last.start;
+  if (ft.kind == TaskKind::Compute) {
+    if (retiming_) {
+      run_frac_[sf] = 0;
+      run_since_[sf] = now + last.start;
+      run_slow_[sf] = contention(rank);
+      run_factor_[sf] = 1;
+      run_end_[sf] = end;
+    }
+  } else {
+    busy_end_[sf] = end;
+    if (contention_) ++comm_active_[rank];
+  }
+  done_count_[rank] += static_cast<std::uint32_t>(n - 1);
+  events_ += n - 1;
+  memo_end_[rank] = end;
+  memo_last_[rank] = final_task;
+  queue_.push(end, rank, final_task);
+  ++memo_stats_.applied;
+  memo_stats_.applied_tasks += n;
+  return true;
+}
+
+// The recorded pass's last task completed: keep its run if nothing else touched the rank.
+void Executor::finish_recording(std::uint32_t rank) {
+  Recording& rec = recording_[rank];
+  rec.active = false;
+  if (!rec.clean) return;
+  const ProgramTemplate& p = *program_of_rank_[rank];
+  const PassMark& m = p.passes[rec.pass];
+  PassMemo memo;
+  memo.key = m.key;
+  memo.level = rec.level;
+  memo.entries = rec.log;
+  memo.stream_count.assign(p.streams.size(), 0);
+  memo.compute_end.assign(p.streams.size(), Time::max());
+  memo.last_post.assign(p.comm_slots.size(), Time::max());
+  for (std::uint32_t t = m.first; t < m.first + m.count; ++t) {
+    ++memo.stream_count[p.tasks[t].stream];
+    for (const std::uint32_t d : p.deps_of(t)) memo.internal += d >= m.first ? 1 : 0;
+  }
+  for (const MemoEntry& e : memo.entries) {
+    const Task& t = p.tasks[m.first + e.offset];
+    if (t.kind == TaskKind::Compute) {
+      Time& c = memo.compute_end[t.stream];
+      c = c == Time::max() ? e.end : std::max(c, e.end);
+    } else {
+      Time& c = memo.last_post[t.ref];
+      c = c == Time::max() ? e.start : std::max(c, e.start);
+    }
+  }
+  memos_[rank].push_back(std::move(memo));
+  ++memo_stats_.recorded;
+}
+
+// A lower bound on when a peer posts the match of `rank`'s waiting send or
+// receive `task`: its next post of the other kind on the communicator cannot
+// come before the tasks it waits for have run, each at least at its shortest
+// duration from now (docs/performance.md). The bound is computed no further
+// than past `limit`; `now` where it is not known.
+Time Executor::peer_post_bound(std::uint32_t rank, std::uint32_t task, Time now, Time limit) {
+  const Task& t = program_of_rank_[rank]->tasks[task];
+  const SlotState& slot = slots_[slot_at(rank, t.ref)];
+  const Communicator& cm = setup_->comms[slot.comm];
+  if (cm.members.size() != 2) return now;
+  const int gpu = cm.members[1 - slot.member];
+  auto it = std::lower_bound(rank_of_gpu_.begin(), rank_of_gpu_.end(), std::make_pair(gpu, std::uint32_t{0}));
+  std::uint32_t peer = 0, peer_slot = 0, found = 0;
+  for (; it != rank_of_gpu_.end() && it->first == gpu; ++it) {
+    const auto& bound = setup_->ranks[it->second].comm_of_slot;
+    for (std::uint32_t k = 0; k < bound.size(); ++k) {
+      if (bound[k] == slot.comm) {
+        peer = it->second;
+        peer_slot = k;
+        ++found;
+      }
+    }
+  }
+  if (found != 1 || peer == rank) return now;
+  const std::uint32_t prog = setup_->ranks[peer].program;
+  const ProgramTemplate& pp = setup_->programs[prog];
+  if (p2p_order_[prog].empty()) {
+    // Each slot's sends and receives in the order their streams post them,
+    // and each task's index into stream_tasks.
+    auto& order = p2p_order_[prog];
+    auto& ordered = p2p_ordered_[prog];
+    order.assign(2 * pp.comm_slots.size(), {});
+    ordered.assign(2 * pp.comm_slots.size(), 1);
+    std::vector<int> stream_of(2 * pp.comm_slots.size(), -1);
+    for (std::uint32_t s = 0; s < pp.streams.size(); ++s) {
+      for (const std::uint32_t u : pp.stream(s)) {
+        const Task& ut = pp.tasks[u];
+        if (ut.kind != TaskKind::Send && ut.kind != TaskKind::Recv) continue;
+        const std::size_t k = 2 * ut.ref + (ut.kind == TaskKind::Send ? 0 : 1);
+        if (stream_of[k] >= 0 && stream_of[k] != static_cast<int>(s)) ordered[k] = 0;
+        stream_of[k] = static_cast<int>(s);
+        order[k].push_back(u);
+      }
+    }
+    stream_index_[prog].resize(pp.tasks.size());
+    for (std::uint32_t g = 0; g < pp.stream_tasks.size(); ++g) stream_index_[prog][pp.stream_tasks[g]] = g;
+  }
+  const std::size_t k = 2 * peer_slot + (t.kind == TaskKind::Recv ? 0 : 1);
+  if (!p2p_ordered_[prog][k]) return now;
+  const std::uint32_t posted = p2p_posts_[2 * slot_at(peer, peer_slot) + (t.kind == TaskKind::Recv ? 0 : 1)];
+  const auto& order = p2p_order_[prog][k];
+  if (posted >= order.size()) return Time::max();  // it never posts another
+  sync(peer, now);
+  const std::uint32_t post = order[posted];
+  // Its dependencies and its stream's task before it must end first.
+  Time at = now;
+  for (const std::uint32_t d : pp.deps_of(post)) {
+    at = std::max(at, earliest_end(peer, d, now, limit));
+    if (at > limit) return at;
+  }
+  const std::uint32_t g = stream_index_[prog][post];
+  if (g > pp.stream_offsets[pp.tasks[post].stream])
+    at = std::max(at, earliest_end(peer, pp.stream_tasks[g - 1], now, limit));
+  return at;
+}
+
+// A lower bound on the end of `rank`'s `task`: the tasks of its stream from
+// the first not started up to it, each at its shortest duration (a kernel at
+// its fastest contention level, a transfer 0), from `now`; summed no further
+// than past `limit`.
+Time Executor::earliest_end(std::uint32_t rank, std::uint32_t task, Time now, Time limit) {
+  const ProgramTemplate& p = *program_of_rank_[rank];
+  const std::uint8_t s = p.tasks[task].stream;
+  const std::uint32_t offset = p.stream_offsets[s];
+  const std::uint32_t i = stream_index_[setup_->ranks[rank].program][task] - offset;
+  const std::size_t si = stream_at(rank, s);
+  const std::uint32_t first = stream_pos_[si] + (stream_busy_[si] ? 1 : 0);  // the first not started
+  if (i < first) return now;                                                 // done or running
+  const std::vector<Time>& cost = op_cost_cache_[op_costs_of_rank_[rank]];
+  Time at = now;
+  for (std::uint32_t j = first; j <= i && at <= limit; ++j) {
+    const Task& t = p.tasks[p.stream_tasks[offset + j]];
+    if (t.kind != TaskKind::Compute) continue;
+    if (cost.empty()) op_duration(rank, t.ref, kNoContention);  // fills the rank's cost table
+    const std::size_t c = kContentionLevels * static_cast<std::size_t>(t.ref);
+    at = at + std::min(cost[c], std::min(cost[c + 1], cost[c + 2]));
+  }
+  return at;
+}
+
 std::uint32_t Executor::new_in_flight() {
   if (!free_in_flight_.empty()) {
     const std::uint32_t slot = free_in_flight_.back();
@@ -756,6 +1155,7 @@ std::uint32_t Executor::new_in_flight() {
 SimulationResult Executor::run() {
   const auto nr = static_cast<std::uint32_t>(setup_->ranks.size());
   build_chains();
+  build_memo();
   for (std::uint32_t r = 0; r < nr; ++r) {
     const ProgramTemplate& p = setup_->programs[setup_->ranks[r].program];
     if (p.tasks.empty()) continue;
@@ -819,6 +1219,7 @@ SimulationResult Executor::run() {
   if (order_tie_) {
     Executor plain(*setup_, *cluster_, *costs_, *network_);
     plain.collapse_chains(false);
+    memo_stats_.repeated = true;
     return plain.run();
   }
   result_.events = events_;

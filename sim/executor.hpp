@@ -112,6 +112,21 @@ class Executor {
   // network), collectives of a chain without a rendezvous, and with contention
   // one compute stream per program. Results are the same either way; on by default.
   void collapse_chains(bool on) { chains_wanted_ = on; }
+  // Whether run() applies a recorded run of a marked layer pass
+  // (ProgramTemplate::passes) to a later pass of the same template on the same
+  // rank, shifted in time, where that is exact (docs/performance.md, "A memo
+  // of repeated layer passes"); needs chains. Results are the same either way;
+  // on by default.
+  void memo_passes(bool on) { memo_wanted_ = on; }
+  // What the memo did in the last run (for tests and measurement).
+  struct MemoStats {
+    std::uint64_t applied = 0;        // passes applied from a memo
+    std::uint64_t applied_tasks = 0;  // their tasks
+    std::uint64_t recorded = 0;       // memos recorded
+    std::uint64_t refused = 0;        // pass starts with a memo that its conditions refused
+    bool repeated = false;            // the run was repeated task by task (an order tie)
+  };
+  const MemoStats& memo_stats() const { return memo_stats_; }
   SimulationResult run();
 
  private:
@@ -204,6 +219,60 @@ class Executor {
   void advance_chain(std::uint32_t rank, Time now, bool through);
   void note_post(std::uint32_t rank, std::uint32_t slot, Time now);
   static std::uint8_t category_of(const ProgramTemplate& p, const Task& t);
+  // The memo of repeated passes (docs/performance.md, "A memo of repeated
+  // layer passes"). A recorded pass: each task's offset in the pass, start and
+  // end relative to the pass start, in the order the task-by-task run
+  // completed them (the last one, F, completes through an event of its own).
+  struct MemoEntry {
+    std::uint32_t offset = 0;
+    Time start, end;
+  };
+  struct PassMemo {
+    std::uint32_t key = 0;
+    std::uint8_t level = 0;  // the rank's contention level at the pass start
+    std::vector<MemoEntry> entries;
+    std::vector<std::uint32_t> stream_count;  // per stream of the program: the pass's tasks on it
+    std::uint32_t internal = 0;               // dependencies among the pass's tasks
+    // Per stream: the end of the pass's last kernel on it (Time::max(): none);
+    // per slot: its last post (a collective's start).
+    std::vector<Time> compute_end, last_post;
+  };
+  struct Recording {
+    bool active = false, clean = true;
+    std::uint32_t pass = 0, done = 0;
+    std::uint8_t level = 0;
+    Time start;
+    std::vector<MemoEntry> log;
+  };
+  void build_memo();
+  bool try_memo(std::uint32_t rank, std::uint32_t pass, Time now);
+  bool pass_ready(std::uint32_t rank, const PassMark& m, std::uint32_t internal, std::span<const std::uint32_t> count);
+  void finish_recording(std::uint32_t rank);
+  Time earliest_end(std::uint32_t rank, std::uint32_t task, Time now, Time limit);
+  Time peer_post_bound(std::uint32_t rank, std::uint32_t task, Time now, Time limit);
+  static constexpr std::uint32_t kNoPass = ~std::uint32_t{0};
+  bool memo_wanted_ = true;
+  bool memo_ = false;
+  MemoStats memo_stats_;
+  std::vector<std::vector<std::uint32_t>> pass_of_first_;  // per program, per task: the pass it starts
+  std::vector<std::vector<PassMemo>> memos_;               // per rank
+  std::vector<Recording> recording_;                       // per rank
+  // A rank whose pass was applied: until its last task's event (memo_end_),
+  // nothing else may touch the rank; if something does the run is repeated
+  // task by task.
+  std::vector<Time> memo_end_;
+  std::vector<std::uint32_t> memo_last_;
+  std::vector<Time> busy_end_;  // per stream: the running transfer's end (Time::max(): not started)
+  // Per stream: a waiting send or receive and a bound found on its match's post.
+  std::vector<std::uint32_t> bound_task_;
+  std::vector<Time> bound_at_;
+  std::vector<std::uint32_t> p2p_posts_;                    // per slot: sends and receives posted (2 per slot)
+  std::vector<std::pair<int, std::uint32_t>> rank_of_gpu_;  // sorted
+  // Per program (lazily): each task's index into stream_tasks; per slot the
+  // sends and receives in stream order (empty when they lie on several streams).
+  std::vector<std::vector<std::uint32_t>> stream_index_;
+  std::vector<std::vector<std::vector<std::uint32_t>>> p2p_order_;  // [program][2 * slot + kind]
+  std::vector<std::vector<std::uint8_t>> p2p_ordered_;              // [program][2 * slot + kind]
   bool chains_wanted_ = true;
   bool chains_ = false;
   bool order_tie_ = false;

@@ -39,6 +39,18 @@ struct Task {
   std::uint32_t matrix = kNoMatrix;
 };
 
+// A layer pass stamped from one template (models/planner.cpp): tasks
+// [first, first + count), in the same order, with the same fields (kind,
+// stream, collective, class, ref, bytes, matrix) and the same dependencies
+// among themselves as every other pass of the program with the same `key`;
+// only their labels, micro-batch and dependencies on earlier tasks differ.
+// The executor may apply a recorded run of one such pass to another
+// (docs/performance.md, "A memo of repeated layer passes").
+struct PassMark {
+  std::uint32_t first = 0, count = 0;
+  std::uint32_t key = 0;
+};
+
 struct ProgramTemplate {
   std::string name;
   std::vector<std::string> streams;     // stream names, e.g. "compute", "tp", "dp", "pp"
@@ -50,6 +62,7 @@ struct ProgramTemplate {
   std::vector<std::uint32_t> dep_offsets, deps;
   std::vector<std::uint32_t> succ_offsets, succs;
   std::vector<std::uint32_t> stream_offsets, stream_tasks;
+  std::vector<PassMark> passes;  // in task order, disjoint; empty when none are marked
 
   std::span<const std::uint32_t> deps_of(std::uint32_t t) const {
     return {deps.data() + dep_offsets[t], dep_offsets[t + 1] - dep_offsets[t]};
@@ -101,6 +114,10 @@ class ProgramBuilder {
   // Queues the tasks [first, first + order.size()) on their streams in `order`
   // (a permutation of that range) instead of the order they were added.
   void reorder(TaskId first, std::span<const TaskId> order);
+  // Marks tasks [first, first + count) as a pass stamped from template `key` (PassMark).
+  void mark_pass(TaskId first, std::uint32_t count, std::uint32_t key) {
+    program_.passes.push_back(PassMark{first, count, key});
+  }
   // Capacity hint: avoids regrowing the task and dependency arrays of big programs.
   void reserve(std::size_t tasks, std::size_t deps);
 

@@ -2,7 +2,7 @@
 
 namespace trainsim {
 
-TaskChains find_task_chains(const ProgramTemplate& p, std::span<const std::uint8_t> linkable_slot) {
+TaskChains find_task_chains(const ProgramTemplate& p, std::span<const std::uint8_t> linkable_slot, bool cut_at_passes) {
   const auto n = static_cast<std::uint32_t>(p.tasks.size());
   TaskChains out;
   out.at.assign(n, ChainPosition{});
@@ -26,6 +26,11 @@ TaskChains find_task_chains(const ProgramTemplate& p, std::span<const std::uint8
   constexpr std::uint8_t kFree = 0, kInRun = 1, kChained = 2;
   std::vector<std::uint8_t> state(n + 1, kFree);
   state[n] = kChained;
+  std::vector<std::uint8_t> pass_start;
+  if (cut_at_passes && !p.passes.empty()) {
+    pass_start.assign(n, 0);
+    for (const PassMark& m : p.passes) pass_start[m.first] = 1;
+  }
   std::vector<std::uint32_t> run;
   for (std::uint32_t first = 0; first < n; ++first) {
     if (state[first] == kChained || !chainable(first)) continue;
@@ -59,6 +64,7 @@ TaskChains find_task_chains(const ProgramTemplate& p, std::span<const std::uint8
         ++count;
       }
       if (count != 1 || state[next] == kChained || !chainable(next)) break;
+      if (!pass_start.empty() && pass_start[next]) break;
       state[next] = kInRun;
       run.push_back(next);
     }

@@ -37,6 +37,10 @@ struct TaskChains {
 // Chains of at least two tasks made of compute tasks and of collectives on the
 // slots marked in `linkable_slot` (those the caller can time without a
 // rendezvous or a network event).
-TaskChains find_task_chains(const ProgramTemplate& program, std::span<const std::uint8_t> linkable_slot);
+// With `cut_at_passes`, no chain continues into the first task of a marked
+// pass (ProgramTemplate::passes): it starts one, so that the executor sees
+// the pass start and may apply a memo of it.
+TaskChains find_task_chains(const ProgramTemplate& program, std::span<const std::uint8_t> linkable_slot,
+                            bool cut_at_passes = false);
 
 }  // namespace trainsim

@@ -721,3 +721,219 @@ TEST_CASE("chains under slowdown windows give the task-by-task result") {
     run_with_and_without_chains(two_stage_pipeline(seed, 1.37e10), cluster, costs, net);
   }
 }
+
+namespace {
+// A pipeline of three stages whose passes repeat: per stage a forward and a
+// backward pass template drawn from `seed` (kernels on one or two compute
+// streams, TP all-reduces on a slot of which the rank is the only simulated
+// member, random dependencies inside the pass, sometimes a task that also
+// waits for the pass's entry), stamped per layer and micro-batch and marked
+// (ProgramTemplate::passes); receives posted ahead, sends after each unit, and
+// sometimes a gradient all-reduce after a backward pass that waits for a task
+// in its middle. Durations are multiples of `grain` FLOPs.
+SimulationSetup repeated_pass_pipeline(std::uint32_t seed, double grain) {
+  std::mt19937 rng(seed);
+  auto draw = [&](int lo, int hi) { return lo + static_cast<int>(rng() % static_cast<std::uint32_t>(hi - lo + 1)); };
+  constexpr int kStages = 3;
+  SimulationSetup setup;
+  for (int s = 0; s < kStages; ++s) setup.comms.push_back(Communicator{"tp" + std::to_string(s), {s, s + kStages}, 1});
+  for (int s = 0; s + 1 < kStages; ++s) setup.comms.push_back(Communicator{"pp" + std::to_string(s), {s, s + 1}, 2});
+  for (int s = 0; s < kStages; ++s)
+    setup.comms.push_back(Communicator{"dp" + std::to_string(s), {s, s + 2 * kStages}, 1});
+  const int microbatches = draw(1, 5);
+  const int layers = draw(1, 4);
+  const bool second_stream = rng() % 3 == 0;
+  const bool one_f_one_b = rng() % 2 == 0;
+  struct Item {
+    bool collective = false, side = false, entry = false;
+    double flops = 0;
+    std::vector<std::uint32_t> deps;  // positions of earlier items
+  };
+  for (int stage = 0; stage < kStages; ++stage) {
+    ProgramBuilder b("stage " + std::to_string(stage));
+    const auto compute = b.add_stream("compute");
+    const auto side = b.add_stream("side");
+    const auto tp = b.add_stream("tp");
+    const auto pp_in = b.add_stream("pp.recv");
+    const auto pp_out = b.add_stream("pp.send");
+    const auto dp = b.add_stream("dp");
+    const auto tp_slot = b.add_comm_slot("tp");
+    const auto prev_slot = b.add_comm_slot("pp.prev");
+    const auto next_slot = b.add_comm_slot("pp.next");
+    const auto dp_slot = b.add_comm_slot("dp");
+    const auto label = b.add_label("x");
+    std::vector<Item> templates[2];
+    std::vector<std::uint32_t> ops[2];
+    for (auto& items : templates) {
+      const int n = draw(2, 12);
+      for (int i = 0; i < n; ++i) {
+        Item it;
+        it.collective = i > 0 && draw(0, 9) < 3;
+        it.side = !it.collective && second_stream && draw(0, 9) == 9;
+        it.flops = grain * draw(1, 40);
+        if (i > 0) {
+          if (rng() % 5 != 0) it.deps.push_back(static_cast<std::uint32_t>(i - 1));
+          if (rng() % 4 == 0) it.deps.push_back(static_cast<std::uint32_t>(rng() % i));
+          it.entry = it.deps.empty() || rng() % 10 == 0;
+          std::sort(it.deps.begin(), it.deps.end());
+          it.deps.erase(std::unique(it.deps.begin(), it.deps.end()), it.deps.end());
+        }
+        items.push_back(it);
+      }
+    }
+    for (int k = 0; k < 2; ++k) {
+      for (const Item& it : templates[k]) ops[k].push_back(it.collective ? 0 : b.add_op(gemm(it.flops)));
+    }
+    // One pass of template k after `entry`; returns its last task.
+    auto pass = [&](int k, std::vector<TaskId> entry, int mb) {
+      const auto base = static_cast<TaskId>(b.size());
+      std::sort(entry.begin(), entry.end());
+      entry.erase(std::unique(entry.begin(), entry.end()), entry.end());
+      for (std::size_t i = 0; i < templates[k].size(); ++i) {
+        const Item& it = templates[k][i];
+        std::vector<TaskId> deps;
+        if (i == 0 || it.entry) deps = entry;
+        for (const std::uint32_t d : it.deps) deps.push_back(base + d);
+        std::sort(deps.begin(), deps.end());
+        deps.erase(std::unique(deps.begin(), deps.end()), deps.end());
+        if (it.collective) {
+          b.collective(tp, tp_slot, CollectiveKind::AllReduce, CommClass::TP,
+                       static_cast<std::uint64_t>(it.flops / 1e3), label, mb, deps);
+        } else {
+          b.compute(it.side ? side : compute, ops[k][i], label, mb, deps);
+        }
+      }
+      const auto n = static_cast<std::uint32_t>(templates[k].size());
+      b.mark_pass(base, n, static_cast<std::uint32_t>(k));
+      return base + n - 1;
+    };
+    const std::uint64_t act = 100000000, grad = 200000000;
+    auto forward = [&](int mb) {
+      std::vector<TaskId> entry;
+      if (stage > 0) entry.push_back(b.recv(pp_in, prev_slot, CommClass::PP, act, label, mb, {}));
+      TaskId last = 0;
+      for (int l = 0; l < layers; ++l) {
+        last = pass(0, entry, mb);
+        entry.assign(1, last);
+      }
+      const TaskId d[] = {last};
+      if (stage + 1 < kStages) b.send(pp_out, next_slot, CommClass::PP, act, label, mb, d);
+    };
+    auto backward = [&](int mb) {
+      std::vector<TaskId> entry;
+      if (stage + 1 < kStages) entry.push_back(b.recv(pp_in, next_slot, CommClass::PP, grad, label, mb, {}));
+      TaskId last = 0;
+      for (int l = 0; l < layers; ++l) {
+        const auto base = static_cast<TaskId>(b.size());
+        last = pass(1, entry, mb);
+        entry.assign(1, last);
+        if (mb + 1 == microbatches && rng() % 2 == 0) {
+          const TaskId d[] = {base + static_cast<TaskId>(rng() % templates[1].size())};
+          b.collective(dp, dp_slot, CollectiveKind::AllReduce, CommClass::DP, static_cast<std::uint64_t>(grain / 1e2),
+                       label, mb, d);
+        }
+      }
+      const TaskId d[] = {last};
+      if (stage > 0) b.send(pp_out, prev_slot, CommClass::PP, grad, label, mb, d);
+    };
+    if (one_f_one_b) {
+      // Warm-up forwards, then one forward and one backward at a time.
+      const int warmup = std::min(microbatches, kStages - stage);
+      for (int mb = 0; mb < warmup; ++mb) forward(mb);
+      for (int mb = 0; mb < microbatches; ++mb) {
+        backward(mb);
+        if (mb + warmup < microbatches) forward(mb + warmup);
+      }
+    } else {
+      for (int mb = 0; mb < microbatches; ++mb) forward(mb);
+      for (int mb = 0; mb < microbatches; ++mb) backward(mb);
+    }
+    setup.programs.push_back(std::move(b).finish());
+    const auto tp_comm = static_cast<std::uint32_t>(stage);
+    const auto prev = static_cast<std::uint32_t>(kStages + std::max(stage - 1, 0));
+    const auto next = static_cast<std::uint32_t>(kStages + std::min(stage, kStages - 2));
+    const auto dp_comm = static_cast<std::uint32_t>(2 * kStages - 1 + stage);
+    setup.ranks.push_back(RankProgram{"stage " + std::to_string(stage),
+                                      static_cast<std::uint32_t>(stage),
+                                      stage,
+                                      {tp_comm, prev, next, dp_comm},
+                                      true});
+  }
+  return setup;
+}
+
+// Runs `setup` with the memo, with chains but without the memo, and task by
+// task: every figure and interval must agree to the nanosecond (intervals
+// compared sorted, as chains may list those ending at one instant in another
+// order). Returns the memo's statistics.
+Executor::MemoStats run_with_and_without_memo(const SimulationSetup& setup, const Cluster& cluster,
+                                              const ComputeCostModel& costs, const AnalyticalNetwork& net) {
+  Executor with(setup, cluster, costs, net);
+  Executor chains_only(setup, cluster, costs, net);
+  chains_only.memo_passes(false);
+  Executor plain(setup, cluster, costs, net);
+  plain.collapse_chains(false);
+  const SimulationResult a = with.run();
+  const SimulationResult c = chains_only.run();
+  const SimulationResult b = plain.run();
+  CHECK(c.makespan == b.makespan);  // chains alone, as their own tests check
+  REQUIRE(a.completed);
+  REQUIRE(b.completed);
+  CHECK(a.makespan == b.makespan);
+  CHECK(a.events == b.events);
+  CHECK(a.finish == b.finish);
+  REQUIRE(a.timelines.size() == b.timelines.size());
+  auto order = [](const Interval& u, const Interval& v) {
+    return std::tuple(u.end, u.start, u.task, u.stream, u.category) <
+           std::tuple(v.end, v.start, v.task, v.stream, v.category);
+  };
+  for (std::size_t r = 0; r < a.timelines.size(); ++r) {
+    std::vector<Interval> x = a.timelines[r].intervals;
+    std::vector<Interval> y = b.timelines[r].intervals;
+    std::sort(x.begin(), x.end(), order);
+    std::sort(y.begin(), y.end(), order);
+    REQUIRE(x.size() == y.size());
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      CAPTURE(r);
+      CAPTURE(i);
+      CHECK((x[i].start == y[i].start && x[i].end == y[i].end && x[i].task == y[i].task && x[i].stream == y[i].stream &&
+             x[i].category == y[i].category));
+    }
+  }
+  return with.memo_stats();
+}
+}  // namespace
+
+TEST_CASE("the memo of repeated passes gives the task-by-task result on random pipelines") {
+  // Passes applied from a memo, shifted in time, must give every figure and
+  // interval of the run that simulates each task: contention from the
+  // pipeline's transfers (shares below 1), coinciding instants (a coarse
+  // grain), a second compute stream, tasks that wait for a pass's entry
+  // besides its first, and all-reduces that wait for a task inside a pass.
+  std::uint64_t applied = 0, recorded = 0, refused = 0, repeated = 0;
+  for (const double share : {1.0, 0.7, 0.5}) {
+    const Cluster cluster{toy_cluster(2, 8)};
+    const std::vector<CalibrationProfile> profiles{ideal_profile_sharing(share)};
+    const ComputeCostModel costs{cluster, profiles};
+    const AnalyticalNetwork net{cluster, profiles};
+    for (const double grain : {1.37e10, 1e11}) {
+      for (std::uint32_t seed = 1; seed <= 100; ++seed) {
+        CAPTURE(share);
+        CAPTURE(grain);
+        CAPTURE(seed);
+        const Executor::MemoStats st =
+            run_with_and_without_memo(repeated_pass_pipeline(seed, grain), cluster, costs, net);
+        applied += st.applied;
+        recorded += st.recorded;
+        refused += st.refused;
+        repeated += st.repeated ? 1 : 0;
+      }
+    }
+  }
+  MESSAGE("memo: " << applied << " passes applied, " << recorded << " recorded, " << refused << " refused, " << repeated
+                   << " runs repeated");
+  // The memo does apply, and is refused where a peer's transfer or another stream could touch a pass.
+  CHECK(applied > 1000);
+  CHECK(recorded > 100);
+  CHECK(refused > 0);
+}

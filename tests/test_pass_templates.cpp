@@ -100,3 +100,74 @@ TEST_CASE("stage programs stamped from pass templates equal the step-by-step emi
   }
   CHECK(planned > 100);
 }
+
+TEST_CASE("passes marked with one key are the same tasks, as the executor's memo assumes") {
+  // The executor applies a recorded run of one marked pass to another of the
+  // same key (sim/executor.hpp, memo_passes): their tasks must agree in every
+  // field that times them, and in their dependencies among themselves.
+  namespace fs = std::filesystem;
+  const Catalog catalog = load_builtin_catalog();
+  std::vector<fs::path> files;
+  for (const char* dir : {"examples", "regression", "validation", "validation-schedules", "validation-zbv",
+                          "validation-moe", "validation-hetero", "validation-cross-dc"}) {
+    for (const auto& e : fs::directory_iterator(fs::path(TRAINSIM_SOURCE_DIR) / "scenarios" / dir)) {
+      if (e.path().extension() == ".json") files.push_back(e.path());
+    }
+  }
+  std::sort(files.begin(), files.end());
+  std::size_t marked = 0, repeated = 0;
+  for (const fs::path& file : files) {
+    CAPTURE(file.string());
+    const Scenario s = load_scenario_file(file.string(), {}, catalog);
+    if (s.workload.kind != WorkloadKind::Transformer) continue;
+    const Platform platform(s.cluster, s.profiles);
+    const Placement placement = Placement::of(s.parallel);
+    PlanOptions unmarked;
+    unmarked.pass_memo = false;
+    const WorkloadPlan a = workload_of(s)->plan(platform, placement, PlanOptions{});
+    const WorkloadPlan b = workload_of(s)->plan(platform, placement, unmarked);
+    for (const ProgramTemplate& p : b.setup.programs) CHECK(p.passes.empty());
+    for (const ProgramTemplate& p : a.setup.programs) {
+      std::vector<const PassMark*> first_of_key;
+      std::uint32_t end = 0;
+      for (const PassMark& m : p.passes) {
+        ++marked;
+        REQUIRE(m.count >= 2);
+        REQUIRE(m.first >= end);  // in task order, disjoint
+        end = m.first + m.count;
+        REQUIRE(end <= p.tasks.size());
+        if (m.key >= first_of_key.size()) first_of_key.resize(m.key + 1, nullptr);
+        if (first_of_key[m.key] == nullptr) {
+          first_of_key[m.key] = &m;
+          continue;
+        }
+        ++repeated;
+        const PassMark& r = *first_of_key[m.key];
+        REQUIRE(m.count == r.count);
+        std::size_t differing = 0;
+        for (std::uint32_t i = 0; i < m.count && differing == 0; ++i) {
+          const Task &x = p.tasks[m.first + i], &y = p.tasks[r.first + i];
+          std::vector<std::uint32_t> inner_x, inner_y;
+          for (const std::uint32_t d : p.deps_of(m.first + i))
+            if (d >= m.first) inner_x.push_back(d - m.first);
+          for (const std::uint32_t d : p.deps_of(r.first + i))
+            if (d >= r.first) inner_y.push_back(d - r.first);
+          if (x.kind != y.kind || x.stream != y.stream || x.collective != y.collective ||
+              x.comm_class != y.comm_class || x.ref != y.ref || x.bytes != y.bytes || x.matrix != y.matrix ||
+              inner_x != inner_y) {
+            CAPTURE(m.first);
+            CAPTURE(i);
+            CHECK(x.kind == y.kind);
+            CHECK(x.stream == y.stream);
+            CHECK(x.ref == y.ref);
+            CHECK(x.bytes == y.bytes);
+            CHECK(inner_x == inner_y);
+            ++differing;
+          }
+        }
+      }
+    }
+  }
+  CHECK(marked > 10000);
+  CHECK(repeated > 10000);
+}

@@ -355,6 +355,13 @@ void Executor::try_start(std::uint32_t rank, std::uint8_t stream, Time now) {
   const std::uint32_t task = tasks[stream_pos_[si]];
   if (remaining_deps_[task_at(rank, task)] != 0) return;
   if (memo_) {
+    if (memo_end_[rank] != Time::max()) {
+      // A task outside the applied pass became ready inside it (a successor of the task whose
+      // completion started the pass, released after it): the pass's record no longer holds,
+      // so the run is repeated task by task.
+      order_tie_ = true;
+      return;
+    }
     Recording& rec = recording_[rank];
     if (rec.active) {
       const PassMark& m = p.passes[rec.pass];

@@ -2060,4 +2060,14 @@ TEST_CASE("bf16 Adam state: no master copy, a 14 B update, 4 B of state per para
             .find("/training/optimizer_dtype:") != std::string::npos);
   CHECK(load_error(text, {"training.optimizer_dtype=\"fp16\""}).find("/training/optimizer_dtype:") !=
         std::string::npos);
+  // NeMo's distributed Adam only: not DeepSpeed's BF16_Optimizer or PyTorch's Adam under FSDP
+  // (fp32 masters), nor an unsharded optimizer.
+  CHECK(load_error(text, {"training.optimizer_dtype=\"bf16\"", "training.precision=\"bf16\"",
+                          "training.framework=\"deepspeed\""})
+            .find("/training/optimizer_dtype:") != std::string::npos);
+  CHECK(load_error(text, {"training.optimizer_dtype=\"bf16\"", "training.precision=\"bf16\"",
+                          "training.framework=\"eager\"", "parallel.zero=3"})
+            .find("/training/optimizer_dtype:") != std::string::npos);
+  CHECK(load_error(text, {"training.optimizer_dtype=\"bf16\"", "parallel.zero=0"}).find("/training/optimizer_dtype:") !=
+        std::string::npos);
 }

@@ -903,6 +903,21 @@ void check_consistency(Scenario& s, Diagnostics& d) {
             "PyTorch 1.13's padded gradient copy is modelled for FSDP1 under ZeRO-3 with the eager kernel lists "
             "(\"framework\": \"eager\", \"zero\": 3)");
   }
+  // bf16 Adam state without an fp32 master copy is NeMo's distributed Adam (optim.dtype bf16):
+  // Megatron's kernel lists with a sharded optimizer. DeepSpeed's BF16_Optimizer and PyTorch's
+  // Adam under FSDP keep fp32 masters and state.
+  if (s.training.bf16_optimizer_state) {
+    const Framework f = s.training.framework;
+    if (f != Framework::MegatronTe && f != Framework::Default) {
+      d.error("/training/optimizer_dtype",
+              "bf16 optimizer state is modelled for NeMo's distributed Adam on Megatron's kernel lists "
+              "(\"framework\": \"megatron-te\" or \"default\")");
+    }
+    if (s.parallel.zero < 1 || s.parallel.zero > 2) {
+      d.error("/training/optimizer_dtype",
+              "bf16 optimizer state is modelled for NeMo's distributed Adam, a sharded optimizer (\"zero\": 1 or 2)");
+    }
+  }
   // apex's DistributedFusedAdam is a ZeRO-2 optimizer with overlapped synchronisation;
   // NeMo buckets it by layer without virtual pipeline stages, by virtual stage with them.
   if (s.training.apex_distributed_adam) {

@@ -784,6 +784,10 @@ SimulationSetup repeated_pass_pipeline(std::uint32_t seed, double grain) {
     for (int k = 0; k < 2; ++k) {
       for (const Item& it : templates[k]) ops[k].push_back(it.collective ? 0 : b.add_op(gemm(it.flops)));
     }
+    // A side kernel released by a pass's entry but emitted after the pass: it becomes ready at
+    // the instant the pass may be applied, after the pass's first task in the successor order.
+    const bool sibling = rng() % 3 == 0;
+    const auto sibling_op = b.add_op(gemm(grain * draw(1, 10)));
     // One pass of template k after `entry`; returns its last task.
     auto pass = [&](int k, std::vector<TaskId> entry, int mb) {
       const auto base = static_cast<TaskId>(b.size());
@@ -813,7 +817,9 @@ SimulationSetup repeated_pass_pipeline(std::uint32_t seed, double grain) {
       if (stage > 0) entry.push_back(b.recv(pp_in, prev_slot, CommClass::PP, act, label, mb, {}));
       TaskId last = 0;
       for (int l = 0; l < layers; ++l) {
+        const std::vector<TaskId> pass_entry = entry;
         last = pass(0, entry, mb);
+        if (sibling && !pass_entry.empty() && rng() % 2 == 0) b.compute(side, sibling_op, label, mb, pass_entry);
         entry.assign(1, last);
       }
       const TaskId d[] = {last};
@@ -909,7 +915,8 @@ TEST_CASE("the memo of repeated passes gives the task-by-task result on random p
   // interval of the run that simulates each task: contention from the
   // pipeline's transfers (shares below 1), coinciding instants (a coarse
   // grain), a second compute stream, tasks that wait for a pass's entry
-  // besides its first, and all-reduces that wait for a task inside a pass.
+  // besides its first, all-reduces that wait for a task inside a pass, and
+  // side kernels outside a pass released by its entry at its start.
   std::uint64_t applied = 0, recorded = 0, refused = 0, repeated = 0;
   for (const double share : {1.0, 0.7, 0.5}) {
     const Cluster cluster{toy_cluster(2, 8)};

@@ -819,7 +819,14 @@ SimulationSetup repeated_pass_pipeline(std::uint32_t seed, double grain) {
       for (int l = 0; l < layers; ++l) {
         const std::vector<TaskId> pass_entry = entry;
         last = pass(0, entry, mb);
-        if (sibling && !pass_entry.empty() && rng() % 2 == 0) b.compute(side, sibling_op, label, mb, pass_entry);
+        if (sibling && !pass_entry.empty() && rng() % 2 == 0) {
+          if (rng() % 2 == 0) {
+            b.compute(side, sibling_op, label, mb, pass_entry);
+          } else {
+            b.collective(dp, dp_slot, CollectiveKind::AllReduce, CommClass::DP, static_cast<std::uint64_t>(grain / 1e2),
+                         label, mb, pass_entry);
+          }
+        }
         entry.assign(1, last);
       }
       const TaskId d[] = {last};

@@ -613,6 +613,10 @@ class StageProgramBuilder {
     }
     return t.last_compute >= 0 ? base + static_cast<TaskId>(t.last_compute) : entry_last;
   }
+  // What waits for `t`: nothing when there is no such task.
+  static std::vector<TaskId> after_task(TaskId t) {
+    return t == kNone ? std::vector<TaskId>{} : std::vector<TaskId>{t};
+  }
   static void dedupe_in_place(std::vector<TaskId>& v) {
     if (v.size() == 2) {  // the usual case, without a call to sort
       if (v[1] < v[0]) std::swap(v[0], v[1]);
@@ -942,6 +946,10 @@ class StageProgramBuilder {
     return deepspeed_pass_copies(copies, 5 * full + 2 * part + part_copies * 2 * part, 3 + par_.tp + part_copies, mb,
                                  {g});
   }
+  // A message's part cloned before its send (_partition_tensor): a read and a write of 1/tp.
+  TaskId deepspeed_partition_clone(const char* name, TaskId last, int mb) {
+    return deepspeed_pass_copies(name, 2 * deepspeed_full_bytes() / par_.tp, 1, mb, after_task(last));
+  }
 
   LinkShape link_shape(int from, int to) const {
     if (links_ == nullptr) return LinkShape{1, 1, activation_message_bytes()};
@@ -1037,9 +1045,7 @@ class StageProgramBuilder {
     if (last == kNone && !entry.empty()) last = entry.back();
     // _exec_forward_pass partitions the output before it is sent: a clone of the rank's part.
     if (deepspeed_partitioned() && !head_of(v) && sched_.chunk_stage[sched_.next_chunk(v)] != stage_) {
-      const double part = deepspeed_full_bytes() / par_.tp;
-      last = deepspeed_pass_copies("F pp.partition activations", 2 * part, 1, u.microbatch,
-                                   last == kNone ? std::vector<TaskId>{} : std::vector<TaskId>{last});
+      last = deepspeed_partition_clone("F pp.partition activations", last, u.microbatch);
     }
     fwd_end_ = last;
     if (deepspeed()) ds_chain_ = last;
@@ -1137,15 +1143,11 @@ class StageProgramBuilder {
     if (whole) last = finish_weight_gradients(v, last, u.microbatch, reduce_grads, "B ");
     if (head_of(v) && !cur_->head_after_backward.empty()) {
       // The trainer's training metrics, issued once the micro-batch's backward has been.
-      std::vector<TaskId> after;
-      if (last != kNone) after.push_back(last);
-      last = emit(cur_->head_after_backward, StepPrefix{'B'}, u.microbatch, after, false);
+      last = emit(cur_->head_after_backward, StepPrefix{'B'}, u.microbatch, after_task(last), false);
     }
     // _exec_send_grads partitions the input gradient before it is sent: a clone of the part.
     if (deepspeed_partitioned() && sched_.prev_chunk(v) >= 0 && sched_.chunk_stage[sched_.prev_chunk(v)] != stage_) {
-      const double part = deepspeed_full_bytes() / par_.tp;
-      last = deepspeed_pass_copies("B pp.partition gradients", 2 * part, 1, u.microbatch,
-                                   last == kNone ? std::vector<TaskId>{} : std::vector<TaskId>{last});
+      last = deepspeed_partition_clone("B pp.partition gradients", last, u.microbatch);
     }
     last_compute_ = last;
     bwd_end_ = last;

@@ -886,7 +886,8 @@ bool Executor::try_memo(std::uint32_t rank, std::uint32_t pass, Time now) {
   if (memo == nullptr) {
     // Record: only compute tasks and collectives without a rendezvous, and
     // one task ready at the start (the others wait for tasks of the pass).
-    std::vector<std::uint32_t> count(p.streams.size(), 0);
+    std::vector<std::uint32_t>& count = pass_stream_count_;
+    count.assign(p.streams.size(), 0);
     std::uint32_t internal = 0;
     for (std::uint32_t t = m.first; t < end_task; ++t) {
       const Task& task = p.tasks[t];

@@ -257,6 +257,7 @@ class Executor {
   std::vector<std::vector<std::uint32_t>> pass_of_first_;  // per program, per task: the pass it starts
   std::vector<std::vector<PassMemo>> memos_;               // per rank
   std::vector<Recording> recording_;                       // per rank
+  std::vector<std::uint32_t> pass_stream_count_;           // try_memo's scratch: a pass's tasks per stream
   // A rank whose pass was applied: until its last task's event (memo_end_),
   // nothing else may touch the rank; if something does the run is repeated
   // task by task.

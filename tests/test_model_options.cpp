@@ -416,6 +416,36 @@ TEST_CASE("ZeRO-3: the next layer's gather is issued before this layer's reduce-
   CHECK(run({}, text).iteration_time_s < run({"parallel.backward_prefetch=post"}, text).iteration_time_s);
 }
 
+TEST_CASE("MPT validation runs: FSDP's BACKWARD_POST gathers reach the GPU during the layer's backward") {
+  // docs/frameworks.md, "Fully sharded data parallelism": llm-foundry's benchmark runs FSDP1 with
+  // BACKWARD_POST and limit_all_gathers; the host issues layer l-1's gather from layer l's
+  // post-backward hook once layer l+1's backward has finished on the GPU, so on the NCCL stream
+  // it follows layer l+1's reduce-scatter and overlaps layer l's backward (the "pre" timing),
+  // instead of waiting for the end of layer l's backward.
+  const std::string file = std::string(TRAINSIM_SOURCE_DIR) + "/scenarios/validation/mpt_1b_h100_64gpu_seq2048.json";
+  const Scenario s = load_scenario_file(file, {}, catalog());
+  REQUIRE(s.parallel.zero == 3);
+  CHECK(s.parallel.backward_prefetch_pre);
+  const Cluster cluster(s.cluster);
+  const TrainingPlan plan = plan_training(s.model, s.parallel, s.training, cluster, PlanOptions{});
+  const ProgramTemplate& p = plan.setup.programs.at(0);
+  const auto gathers21 = tasks_ending(p, "L21 dp.ag.params");
+  REQUIRE(gathers21.size() == 2);  // forward and backward of the one micro-batch
+  // Its dependency is the first kernel of layer 22's backward, not the layer's last task (with
+  // the eager lists, the shard cast for the next gather); the stream orders the rest.
+  std::uint32_t first22 = static_cast<std::uint32_t>(p.tasks.size());
+  for (std::uint32_t t = 0; t < p.tasks.size(); ++t) {
+    if (p.labels[p.tasks[t].label].rfind("B L22 ", 0) == 0) first22 = std::min(first22, t);
+  }
+  const auto deps = p.deps_of(gathers21[1]);
+  CHECK(std::find(deps.begin(), deps.end(), first22) != deps.end());
+  const auto last22 = tasks_ending(p, "B L22 fsdp.weight.cast.bwd");
+  REQUIRE(last22.size() == 1);
+  CHECK(std::find(deps.begin(), deps.end(), last22.front()) == deps.end());
+  CHECK(tasks_ending(p, "B L23 dp.rs.grads").front() < gathers21[1]);
+  CHECK(gathers21[1] < tasks_ending(p, "B L22 dp.rs.grads").front());
+}
+
 TEST_CASE("distributed optimizer: a stage gathers its head's parameters before the head's forward") {
   // Megatron-Core's overlapped parameter gather buckets a stage's parameters
   // layer by layer; the LM head's updated shard is all-gathered before the head's

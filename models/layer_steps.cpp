@@ -1179,6 +1179,36 @@ void set_host_ops(std::vector<Step>* steps, int n) {
   }
 }
 
+// The nn.Module calls of one pass of Megatron-DeepSpeed's ParallelTransformerLayerPipe
+// (megatron/model/transformer.py, 2022): the layer itself, its two LayerNorms, ParallelAttention
+// with its QKV ColumnParallelLinear, FusedScaleMaskSoftmax, attention Dropout and output
+// RowParallelLinear, ParallelMLP with its two linear layers: 11.
+constexpr int kMegatronDsLayerModuleCalls = 11;
+
+// The rest of a Megatron-DeepSpeed layer pass's host work that blocking launches expose
+// (docs/frameworks.md, "Blocking launches"), on the first compute step of `steps`: its
+// nn.Module calls, the autograd nodes it records when `records_grad` (one per op: each
+// kernel, kernel-less call and communication of the pass), `backward_calls` Python calls
+// of torch.autograd.backward, and the blocking launch of each of its collectives.
+void set_layer_host_work(std::vector<Step>* steps, int module_calls, bool records_grad, int backward_calls) {
+  int ops = 0, comms = 0;
+  for (const Step& s : *steps) {
+    if (s.is_comm) {
+      ++comms;
+    } else {
+      ops += s.op.kernels + s.op.host_ops;
+    }
+  }
+  for (Step& s : *steps) {
+    if (s.is_comm) continue;
+    s.op.module_calls = module_calls;
+    s.op.autograd_records = records_grad ? ops + comms : 0;
+    s.op.backward_calls = backward_calls;
+    s.op.comm_launches = comms;
+    return;
+  }
+}
+
 // The backward of a block's residual add on `act_norm` bytes of activations: a read +
 // write of the gradient in the fused lists. Where autograd runs the block op by op the
 // add's own backward launches nothing, but the gradient of the tensor that forks into
@@ -1579,6 +1609,18 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     } else {
       attention_core_forward(L, A, tr.attention, {});
     }
+  }
+
+  // The Python around those calls: module calls, autograd recording, NCCL launches, and with
+  // full recomputation DeepSpeed's CheckpointFunction, whose forward runs the layer without
+  // grad, whose recomputation records the graph and whose backward calls
+  // torch.autograd.backward on it (deepspeed/runtime/activation_checkpointing/checkpointing.py).
+  if (tr.framework == Framework::DeepSpeed && !m.parallel_block && !m.mla.enabled() && !m.moe.enabled() &&
+      tr.attention == AttentionKind::Unfused) {
+    const bool checkpointed = p.recompute == Recompute::Full;
+    set_layer_host_work(&dense.forward, kMegatronDsLayerModuleCalls, !checkpointed, 0);
+    if (checkpointed) set_layer_host_work(&dense.recompute, kMegatronDsLayerModuleCalls, true, 0);
+    set_layer_host_work(&dense.backward, 0, false, checkpointed ? 1 : 0);
   }
 
   // ---------------- embedding (first stage) ----------------

@@ -26,6 +26,18 @@ constexpr double kGraphKernelSeconds = 0.5e-6;
 // with CUDA 10; the only published figure of the round trip). It replaces the profile's
 // launch_overhead (the gap between asynchronous back-to-back launches) when larger.
 constexpr double kSyncLaunchSeconds = 9.6e-6 - 2.9e-6;
+// Host time of eager PyTorch's Python layer beyond the dispatcher call of each op, exposed as
+// GPU idle time only under blocking launches (docs/frameworks.md, "Blocking launches"):
+// - one nn.Module call: 2.17 us, the module wrapper around a kernel call (pytorch/pytorch
+//   pull 50431: an almost empty module at 3.08 us a call against its 0.91 us torch op);
+// - the autograd node an op records when grad mode is on and an input requires grad:
+//   1.8 us (pytorch/pytorch issue 41383: 6.8 us per `2*x` with requires_grad, 5.0 us without);
+// - a Python call of torch.autograd.backward, which the engine runs re-entrantly inside a
+//   backward (DeepSpeed's CheckpointFunction): 31.3 us (pytorch/pytorch issue 44484,
+//   x.backward() on a one-op graph).
+constexpr double kModuleCallSeconds = 3.08e-6 - 0.91e-6;
+constexpr double kAutogradRecordSeconds = 6.8e-6 - 5.0e-6;
+constexpr double kBackwardCallSeconds = 31.3e-6;
 
 struct ComputeOp {
   std::string name;  // e.g. "attn.qkv.fwd"
@@ -52,6 +64,16 @@ struct ComputeOp {
   // host_dispatch_seconds. Charged only with launch_blocking: the GPU is idle while the
   // host runs them (asynchronous launches hide them behind queued kernels).
   int host_ops = 0;
+  // Under blocking launches as well, each charged only with launch_blocking and host dispatch:
+  // the op's nn.Module calls (kModuleCallSeconds each), its ops that record an autograd node
+  // (kAutogradRecordSeconds), its Python calls of torch.autograd.backward
+  // (kBackwardCallSeconds), and the NCCL launches next to it, each of which blocks as well:
+  // the round trip (kSyncLaunchSeconds) and host dispatch of a launch whose kernel's own time
+  // the communication model charges.
+  int module_calls = 0;
+  int autograd_records = 0;
+  int backward_calls = 0;
+  int comm_launches = 0;
   // The kernels run inside a captured CUDA graph (training.cuda_graphs): no per-kernel
   // host issue, and each kernel node costs the graph's per-kernel figure instead of
   // the profile's launch_overhead (docs/frameworks.md, "CUDA graphs").

@@ -80,7 +80,9 @@ double ComputeCostModel::seconds(const ComputeOp& op, int gpu_type, double compu
   if (op.launch_blocking) {
     const double round_trip = std::max(launch, kSyncLaunchSeconds);
     return gpu_time + (op.kernels * (round_trip - launch)) * gpu.slowdown +
-           (op.kernels + op.host_ops) * op.host_dispatch_seconds;
+           (op.kernels + op.host_ops) * op.host_dispatch_seconds + op.module_calls * kModuleCallSeconds +
+           op.autograd_records * kAutogradRecordSeconds + op.backward_calls * kBackwardCallSeconds +
+           op.comm_launches * (kSyncLaunchSeconds + op.host_dispatch_seconds);
   }
   // Host dispatch: the host issues each kernel after the framework's dispatch and the CUDA
   // launch (the profile's launch_overhead), and the stream cannot run ahead of the host. In

@@ -903,6 +903,24 @@ TEST_CASE(
   CHECK(costs.seconds(gemm, 0) == doctest::Approx(async + 2 * (6.7e-6 - 3e-6) + 7 * 3.34e-6).epsilon(1e-12));
   gemm.host_ops = 0;
   CHECK(costs.seconds(gemm, 0) == doctest::Approx(async + 2 * (6.7e-6 - 3e-6) + 2 * 3.34e-6).epsilon(1e-12));
+  // The layer's Python beyond the dispatcher: 3 nn.Module calls at 2.17 us (pytorch pull 50431),
+  // 4 recorded autograd nodes at 1.8 us (issue 41383), one torch.autograd.backward call at
+  // 31.3 us (issue 44484) and 2 NCCL launches, each a round trip and a dispatch; hidden
+  // behind the GPU when launches are asynchronous.
+  const double blocking_base = costs.seconds(gemm, 0);
+  gemm.module_calls = 3;
+  gemm.autograd_records = 4;
+  gemm.backward_calls = 1;
+  gemm.comm_launches = 2;
+  CHECK(kModuleCallSeconds == doctest::Approx(2.17e-6).epsilon(1e-12));
+  CHECK(kAutogradRecordSeconds == doctest::Approx(1.8e-6).epsilon(1e-12));
+  CHECK(kBackwardCallSeconds == doctest::Approx(31.3e-6).epsilon(1e-12));
+  CHECK(costs.seconds(gemm, 0) ==
+        doctest::Approx(blocking_base + 3 * 2.17e-6 + 4 * 1.8e-6 + 31.3e-6 + 2 * (6.7e-6 + 3.34e-6)).epsilon(1e-12));
+  gemm.launch_blocking = false;
+  CHECK(costs.seconds(gemm, 0) == async);
+  gemm.launch_blocking = true;
+  gemm.module_calls = gemm.autograd_records = gemm.backward_calls = gemm.comm_launches = 0;
   // Without host dispatch (the default lists) blocking changes nothing.
   gemm.host_dispatch_seconds = 0;
   CHECK(costs.seconds(gemm, 0) == doctest::Approx(async).epsilon(1e-12));
@@ -938,6 +956,54 @@ TEST_CASE(
   unfused.push_back("training.attention=unfused");
   CHECK(host_ops(unfused) == std::pair<int, int>(19, 15));
   CHECK(host_ops(blocking) == std::pair<int, int>(0, 0));
+
+  // The rest of the layer's Python (Megatron-DeepSpeed's ParallelTransformerLayerPipe under
+  // DeepSpeed's CheckpointFunction): 11 nn.Module calls per forward and recomputation; with
+  // full recomputation the forward records no autograd node, the recomputation one per op
+  // (kernels, kernel-less calls, collectives), and the backward calls torch.autograd.backward
+  // once; each pass launches its TP all-reduces (2 with TP 2) blocking.
+  struct Work {
+    int modules = 0, records = 0, backward_calls = 0, comms = 0, ops = 0;
+  };
+  auto work = [](const std::vector<Step>& steps) {
+    Work w;
+    for (const Step& st : steps) {
+      if (st.is_comm) continue;
+      w.modules += st.op.module_calls;
+      w.records += st.op.autograd_records;
+      w.backward_calls += st.op.backward_calls;
+      w.comms += st.op.comm_launches;
+      w.ops += st.op.kernels + st.op.host_ops;
+    }
+    return w;
+  };
+  auto layer = [&](std::vector<std::string> sets) {
+    const Scenario h = load_scenario_text(kBase, "options.json", "", sets, catalog());
+    const ModelSteps steps = build_model_steps(h.model, h.parallel, h.training);
+    return steps.by_kind[static_cast<std::size_t>(LayerKind::Dense)];
+  };
+  std::vector<std::string> checkpointed = unfused;
+  checkpointed.push_back("parallel.recompute=\"full\"");
+  const LayerSteps full = layer(checkpointed);
+  const Work fwd = work(full.forward), rec = work(full.recompute), bwd = work(full.backward);
+  CHECK(fwd.modules == 11);
+  CHECK(fwd.records == 0);
+  CHECK(fwd.comms == 2);
+  CHECK(rec.modules == 11);
+  CHECK(rec.records == rec.ops + 2);
+  CHECK(rec.comms == 2);
+  CHECK(bwd.modules == 0);
+  CHECK(bwd.records == 0);
+  CHECK(bwd.backward_calls == 1);
+  CHECK(bwd.comms == 2);
+  // Without recomputation the forward records its graph and no backward call is made.
+  const LayerSteps plain = layer(unfused);
+  CHECK(work(plain.forward).records == work(plain.forward).ops + 2);
+  CHECK(work(plain.backward).backward_calls == 0);
+  // Flash attention (another code path) carries none.
+  const Work flash = work(layer(blocking).forward);
+  CHECK(flash.modules + flash.records + flash.comms == 0);
+
   unfused.push_back("training.framework=eager");
   CHECK(host_ops(unfused) == std::pair<int, int>(0, 0));
   // They lengthen a blocking iteration: the same plan with them removed is faster.
@@ -947,12 +1013,16 @@ TEST_CASE(
   const ComputeCostModel ucosts(uc, u.profiles);
   const TrainingPlan uplan = plan_training(u.model, u.parallel, u.training, uc, PlanOptions{});
   double with_calls = 0, without_calls = 0;
+  double without_python = 0;
   for (ComputeOp op : uplan.setup.programs.at(0).ops) {
     with_calls += ucosts.seconds(op, 0);
+    op.module_calls = op.autograd_records = op.backward_calls = op.comm_launches = 0;
+    without_python += ucosts.seconds(op, 0);
     op.host_ops = 0;
     without_calls += ucosts.seconds(op, 0);
   }
-  CHECK(with_calls > without_calls);
+  CHECK(with_calls > without_python);
+  CHECK(without_python > without_calls);
 
   // Overlapped communication cannot run beside a blocking launch: an input error naming the key.
   std::string e = load_error(kBase, {"training.launch_blocking=true"});

@@ -358,7 +358,8 @@ TEST_CASE("post-validation: overlapping iterations hide ZB-2p's fill ramp, not 1
   CHECK(zb_sync.single_iteration_s == 0);
   CHECK(zb_pv.single_iteration_s == doctest::Approx(zb_sync.iteration_time_s));
   // At most the ramp of 7 stage forwards and messages of about 16 ms (9% of the
-  // iteration); the rank with the longest span keeps part of it (4.2% hidden).
+  // iteration); the rank with the longest span keeps part of it (8.3% hidden with the runtime's
+  // schedule, 4.0% with the family search's).
   CHECK(zb_pv.iteration_time_s < 0.97 * zb_sync.iteration_time_s);
   CHECK(zb_pv.iteration_time_s > 0.91 * zb_sync.iteration_time_s);
   // The Zero Bubble runtime all-reduces the tied embedding's gradient and waits

@@ -1830,10 +1830,15 @@ void append(TimingSignature& to, const TimingSignature& from) {
   to.seconds.insert(to.seconds.end(), from.seconds.begin(), from.seconds.end());
 }
 
-// Per-pass times of one pipeline stage for the Zero Bubble scheduler: the
-// compute steps of the model's transformer layers on the cost model (the GPU
-// of the first rank), averaged over the pp stages (recomputation counts in
-// B), and one activation message on the analytical network, averaged over the
+// Per-pass times of one chunk for the Zero Bubble scheduler: the compute
+// steps of the model's transformer layers on the cost model (the GPU of the
+// first rank; recomputation counts in B), as the runtime takes them: each rank
+// averages its passes over its chunks (two under ZB-V) and the scheduler takes
+// the median over the ranks of each of T_F, T_B and T_W (`update_schedule` in
+// megatron/core/pipeline_parallel/zb_schedules.py of the paper's code, the
+// element at index n/2 of the sorted values; the embedding and the output
+// layer, on the end ranks, are left out); and one activation message on the
+// analytical network, averaged over the
 // pp - 1 stage boundaries as the Zero Bubble runtime measures T_comm (its
 // bootstrap_and_profile_p2p_communication times messages along the whole
 // pipeline and divides by the hops, so a slower hop between nodes counts
@@ -1849,13 +1854,26 @@ PassTimes stage_pass_times(const TransformerSpec& model, const ParallelSpec& par
     return t;
   };
   PassTimes t;
-  t.forward = t.backward_input = t.backward_weight = 0;
-  for (int l = 0; l < model.layers; ++l) {
-    const LayerSteps& ls = steps.of(model.layer_kind(l));
-    t.forward += seconds(ls.forward, Pass::Forward) / par.pp;
-    t.backward_input += (seconds(ls.backward, Pass::BackwardInput) + seconds(ls.recompute, Pass::Forward)) / par.pp;
-    t.backward_weight += seconds(ls.backward, Pass::BackwardWeight) / par.pp;
+  const bool v_shape = par.schedule == ScheduleKind::ZeroBubbleV;
+  const int chunks = v_shape ? 2 : 1;
+  std::vector<double> fw(par.pp, 0), bi(par.pp, 0), bw(par.pp, 0);
+  for (int v = 0; v < chunks * par.pp; ++v) {
+    const int rank = v < par.pp ? v : 2 * par.pp - 1 - v;  // the V places chunk v >= p on rank 2p-1-v
+    const int from = par.first_layer_of_virtual_stage(v, model.layers);
+    for (int l = from; l < from + par.layers_of_virtual_stage(v, model.layers); ++l) {
+      const LayerSteps& ls = steps.of(model.layer_kind(l));
+      fw[rank] += seconds(ls.forward, Pass::Forward) / chunks;
+      bi[rank] += (seconds(ls.backward, Pass::BackwardInput) + seconds(ls.recompute, Pass::Forward)) / chunks;
+      bw[rank] += seconds(ls.backward, Pass::BackwardWeight) / chunks;
+    }
   }
+  auto median = [](std::vector<double> x) {
+    std::sort(x.begin(), x.end());
+    return x[x.size() / 2];
+  };
+  t.forward = median(fw);
+  t.backward_input = median(bi);
+  t.backward_weight = median(bw);
   if (par.pp > 1) {
     const AnalyticalNetwork& net = platform.analytical_network();
     const double tokens = static_cast<double>(par.micro_batch) * train.seq_len / par.cp;
@@ -1879,36 +1897,32 @@ PipelineSchedule planned_schedule(const TransformerSpec& model, const ParallelSp
   const double activation = layer_activation_bytes(model, par, train);
   const double fraction = activation > 0 ? layer_weight_input_bytes(model, par, train) / activation : 1.0;
   if (par.schedule == ScheduleKind::ZeroBubbleV) {
-    // A chunk holds half a stage's layers: half its pass times; the limit is
-    // 1F1B's peak, p micro-batches of a stage = 2p of a chunk.
-    PassTimes chunk = stage_pass_times(model, par, train, steps, platform, placement);
-    chunk.forward /= 2;
-    chunk.backward_input /= 2;
-    chunk.backward_weight /= 2;
-    return zero_bubble_v_schedule(par.pp, par.micro_batches(), chunk, 2.0 * par.pp, fraction);
+    // The limit is 1F1B's peak, p micro-batches of a stage = 2p of a chunk.
+    return zero_bubble_v_schedule(par.pp, par.micro_batches(),
+                                  stage_pass_times(model, par, train, steps, platform, placement), 2.0 * par.pp,
+                                  fraction);
   }
-  const double limit = par.schedule == ScheduleKind::ZeroBubble1p ? par.pp : 2.0 * par.pp;
-  PipelineSchedule s = zero_bubble_auto_schedule(
-      par.pp, par.micro_batches(), stage_pass_times(model, par, train, steps, platform, placement), limit, fraction);
+  const int limit = par.schedule == ScheduleKind::ZeroBubble1p ? par.pp : 2 * par.pp;
+  const PassTimes times = stage_pass_times(model, par, train, steps, platform, placement);
+  // The runtime's own heuristic where it uses it; below, the family search
+  // stands in for its ILP.
+  PipelineSchedule s = zero_bubble_runtime_uses_heuristic(par.pp, par.micro_batches())
+                           ? zero_bubble_runtime_schedule(par.pp, par.micro_batches(), times, limit)
+                           : zero_bubble_auto_schedule(par.pp, par.micro_batches(), times, limit, fraction);
   s.name = to_string(par.schedule);
   return s;
 }
 
 // Where the Zero Bubble runtime posts the receives of the schedules it runs
 // (ZB-H1, ZB-H2, ZB-1p, ZB-2p, ZB-V): receive_posts from the pass times the
-// automatic ones are searched with (a V chunk: half a stage). Empty for every other schedule,
+// automatic ones are searched with (per chunk). Empty for every other schedule,
 // whose receives the planner posts ahead or where their framework posts them.
 std::vector<std::vector<int>> runtime_receive_posts(const TransformerSpec& model, const ParallelSpec& par,
                                                     const TrainingSpec& train, const ModelSteps& steps,
                                                     const Platform& platform, const Placement& placement,
                                                     const PipelineSchedule& sched) {
   if (!is_zero_bubble_schedule(par.schedule) || par.pp < 2) return {};
-  PassTimes t = stage_pass_times(model, par, train, steps, platform, placement);
-  if (par.schedule == ScheduleKind::ZeroBubbleV) {
-    t.forward /= 2;
-    t.backward_input /= 2;
-    t.backward_weight /= 2;
-  }
+  const PassTimes t = stage_pass_times(model, par, train, steps, platform, placement);
   return receive_posts(sched, t, train.zb_receives_sorted);
 }
 

@@ -17,4 +17,21 @@ namespace trainsim {
 PipelineSchedule zero_bubble_auto_schedule(int pp, int m, const PassTimes& times, double memory_limit,
                                            double weight_input_fraction);
 
+// The Zero Bubble runtime's own scheduler for ZB-1p and ZB-2p where it does
+// not solve its ILP (3 p m >= 500 passes; `auto_schedule` in
+// megatron/core/pipeline_parallel/auto_schedule.py of
+// github.com/sail-sg/zero-bubble-pipeline-parallelism, commit ed85b11):
+// `initial_solution` builds the schedule greedily (`Graph.manual_order`) in its
+// eight variants and keeps the one whose longest rank span (first F start to
+// last W end) is shortest, the first on a tie. Pass times are taken in whole
+// microseconds, as the runtime passes them; a micro-batch's activations count
+// 2 from F, -1 at B and -1 at W against a limit of 2 x `max_pending_backward`
+// (p for ZB-1p, 2p for ZB-2p). A variant that runs out of memory is skipped
+// (the runtime would raise). Each rank's units in the order they were placed.
+PipelineSchedule zero_bubble_runtime_schedule(int pp, int m, const PassTimes& times, int max_pending_backward);
+
+// Whether the Zero Bubble runtime schedules p ranks and m micro-batches with
+// its heuristic (true) or its ILP (3 p m < 500 passes).
+bool zero_bubble_runtime_uses_heuristic(int pp, int m);
+
 }  // namespace trainsim

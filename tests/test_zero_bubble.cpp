@@ -221,6 +221,79 @@ TEST_CASE("zero bubble: the automatic scheduler gives ZB-1p = ZB-H1 and ZB-2p at
   }
 }
 
+TEST_CASE("zero bubble: zb-1p and zb-2p as the runtime's heuristic builds them from 3pm >= 500 passes") {
+  // The Zero Bubble runtime (auto_schedule.py at the paper's commit ed85b11)
+  // solves an ILP below 500 passes and runs initial_solution above: eight
+  // variants of its greedy manual_order, the shortest longest-rank span kept.
+  CHECK_FALSE(zero_bubble_runtime_uses_heuristic(8, 20));  // 480 passes
+  CHECK(zero_bubble_runtime_uses_heuristic(8, 21));        // 504
+  // The module's own example (p = 8, m = 24, T_F 5478, T_B 5806, T_W 3534 and
+  // T_comm 200 us, a limit of 32 = 2 x 2p): ranks 0 and 7 as the Python
+  // original orders them, under the ZB-2p and the ZB-1p limit.
+  const PassTimes t{5.478e-3, 5.806e-3, 3.534e-3, 0.2e-3};
+  auto order = [](const PipelineSchedule& s, int rank) {
+    std::string o;
+    for (const ScheduleUnit& u : s.units[rank])
+      o += u.kind == UnitKind::Forward ? 'F' : u.kind == UnitKind::BackwardInput ? 'B' : 'W';
+    return o;
+  };
+  const PipelineSchedule p2 = zero_bubble_runtime_schedule(8, 24, t, 16);
+  const PipelineSchedule p1 = zero_bubble_runtime_schedule(8, 24, t, 8);
+  REQUIRE(joined(check_schedule(p2)).empty());
+  REQUIRE(joined(check_schedule(p1)).empty());
+  CHECK(order(p2, 0) == "FFFFFFFFFFFFFFFBFBFBWFBWFBBFBWFBWFBBFBWFWWWWWWBWBWBWBWBWBWBWBWBWBWBWBWBW");
+  CHECK(order(p2, 7) == "FBFBFBFBFBFBFBFBFBFBFBFBFBFBFBFBFBFBFBFBFBFBFBFBWWWWWWWWWWWWWWWWWWWWWWWW");
+  CHECK(order(p1, 0) == "FFFFFFFFBWFBWFBWFBWFBWFBWFBWFBWFBWFBWFBWFBWFBWFBWFBWFBWFBWBWBWBWBWBWBWBW");
+  CHECK(order(p1, 7) == "FBFBFBFBFBFBFBFBWFBWFBWFBWFBWFBWFBWFBWFBWFBWFBWFBWFBWFBWFBWFBWFBWWWWWWWW");
+  // ZB-2p fills its limit on rank 0 (2 per F, -1 per B and per W: 32 units),
+  // where the family search with the same times keeps the least memory that
+  // reaches its fastest makespan.
+  const auto peak = [](const PipelineSchedule& s, int rank) {
+    return peak_activation_bytes(s, rank, [](int) { return ChunkActivation{1, 0.5}; });
+  };
+  CHECK(peak(p2, 0) == doctest::Approx(16));
+  CHECK(peak(zero_bubble_auto_schedule(8, 24, t, 16, 0.5), 0) < 16);
+  CHECK(peak(p1, 0) <= 8);
+}
+
+TEST_CASE("zero bubble: the runtime's heuristic gives the paper's ZB-1p and ZB-2p bubble rates") {
+  // With the paper's profiled pass times (ms; the runtime passes microseconds)
+  // the heuristic's schedules leave, inside the longest rank span, the bubble
+  // rates the paper tabulates for ZB-1p and ZB-2p, to its four decimals, on
+  // all nine configurations (ZB-2p's below the fill ramp of one iteration:
+  // the paper counts the span, as post-validation runs it).
+  struct Row {
+    int pp, m;
+    PassTimes ms;
+    double zb_1p, zb_2p;
+  };
+  const std::vector<Row> rows{
+      {8, 24, {18.522, 18.086, 9.337, 0.601}, 0.1585, 0.0433},
+      {8, 32, {18.513, 18.086, 9.331, 0.626}, 0.1242, 0.0039},
+      {8, 64, {18.546, 18.097, 9.321, 0.762}, 0.0674, 0.0026},
+      {8, 24, {29.718, 29.444, 19.927, 0.527}, 0.1323, 0.0029},
+      {8, 32, {29.802, 29.428, 19.530, 0.577}, 0.1045, 0.0022},
+      {8, 64, {29.935, 29.621, 19.388, 0.535}, 0.0554, 0.0010},
+      {16, 48, {11.347, 11.248, 8.132, 0.377}, 0.1397, 0.0066},
+      {16, 64, {11.307, 11.254, 8.101, 0.379}, 0.1088, 0.0054},
+      {16, 128, {11.325, 11.308, 8.109, 0.378}, 0.0576, 0.0028},
+  };
+  for (const Row& r : rows) {
+    CAPTURE(r.pp);
+    CAPTURE(r.m);
+    CAPTURE(r.ms.forward);
+    REQUIRE(zero_bubble_runtime_uses_heuristic(r.pp, r.m));
+    const PassTimes t{r.ms.forward * 1e-3, r.ms.backward_input * 1e-3, r.ms.backward_weight * 1e-3,
+                      r.ms.transfer * 1e-3};
+    const PipelineSchedule p1 = zero_bubble_runtime_schedule(r.pp, r.m, t, r.pp);
+    const PipelineSchedule p2 = zero_bubble_runtime_schedule(r.pp, r.m, t, 2 * r.pp);
+    REQUIRE(joined(check_schedule(p1)).empty());
+    REQUIRE(joined(check_schedule(p2)).empty());
+    CHECK(time_schedule(p1, t).span_bubble_rate() == doctest::Approx(r.zb_1p).epsilon(5.01e-5 / r.zb_1p));
+    CHECK(time_schedule(p2, t).span_bubble_rate() == doctest::Approx(r.zb_2p).epsilon(5.01e-5 / r.zb_2p));
+  }
+}
+
 TEST_CASE("zero bubble: zb-1p and zb-2p through the planner use the cost model's pass times") {
   const ToyPipeline toy;
   auto run = [&](ScheduleKind kind) { return toy.run(kind); };

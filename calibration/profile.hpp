@@ -73,6 +73,10 @@ struct LinkCalibration {
 struct AttentionKernelCurves {
   CurveEntry forward;
   CurveEntry backward;  // optional: else `forward`
+  // Throughput of the family's kernels with attention dropout (p > 0: the kernel draws a
+  // Philox random number per score and the backward regenerates the mask) relative to the
+  // curves above, which were measured without it. Optional: absent = 1 (no figure).
+  ValueEntry dropout_speed = ValueEntry{1.0, {}};
   bool operator==(const AttentionKernelCurves&) const = default;
 };
 

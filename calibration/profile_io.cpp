@@ -73,7 +73,7 @@ ValueEntry read_value(ObjectReader& parent, const char* key, std::optional<Quant
   return e;
 }
 
-// `attention_kernels`: {"cudnn": {"forward": curve, "backward": curve}, ...}.
+// `attention_kernels`: {"cudnn": {"forward": curve, "backward": curve, "dropout_speed": value}, ...}.
 void read_attention_kernels(ObjectReader& parent, CalibrationProfile& p) {
   const nlohmann::json* v = parent.raw("attention_kernels");
   if (v == nullptr) return;
@@ -88,6 +88,8 @@ void read_attention_kernels(ObjectReader& parent, CalibrationProfile& p) {
     if (!fr.valid()) continue;
     p.attention_kernels[i].forward = read_curve(fr, "forward", true);
     p.attention_kernels[i].backward = read_curve(fr, "backward", false);
+    if (fr.raw("dropout_speed") != nullptr)
+      p.attention_kernels[i].dropout_speed = read_value(fr, "dropout_speed", std::nullopt, 0.05, 1, true);
     fr.finish();
   }
   r.finish();  // unknown family names are errors
@@ -279,6 +281,7 @@ nlohmann::ordered_json profile_to_json(const CalibrationProfile& p) {
     nlohmann::ordered_json f;
     f["forward"] = curve_to_json(k.forward);
     if (present(k.backward)) f["backward"] = curve_to_json(k.backward);
+    if (present(k.dropout_speed)) f["dropout_speed"] = value_to_json(k.dropout_speed, std::nullopt);
     kernels[std::string(attention_kernel_key(static_cast<AttentionKernel>(i)))] = std::move(f);
   }
   if (!kernels.empty()) j["attention_kernels"] = std::move(kernels);

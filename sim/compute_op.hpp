@@ -48,6 +48,9 @@ struct ComputeOp {
   std::int64_t m = 0, n = 0, k = 0;  // GEMM shape (per GEMM) for shape-dependent efficiency
   int kernels = 1;                   // kernel launches the op stands for
   AttentionKernel attention_kernel = AttentionKernel::FlashAttention2;  // attention: which fused kernel
+  // Fused attention with dropout inside the kernel (attention dropout p > 0): the profile's
+  // `dropout_speed` of the kernel family scales its throughput.
+  bool attention_dropout = false;
   // A measured duration (an imported trace replayed as profiled): when >= 0 the
   // op takes this long, times the GPU's slowdown, instead of its roofline cost.
   double measured_seconds = -1;

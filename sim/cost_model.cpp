@@ -50,6 +50,8 @@ double ComputeCostModel::seconds(const ComputeOp& op, int gpu_type, double compu
       double speed = 1.0;
       if (!family.forward.curve.empty()) {  // a family with its own curves (cuDNN, FlashAttention-3)
         c = backward && !family.backward.curve.empty() ? &family.backward.curve : &family.forward.curve;
+        // Dropout inside the kernel (docs/calibration.md, "Dropout inside fused attention").
+        if (op.attention_dropout) speed = family.dropout_speed.value;
       } else {
         // Scenario loading rejects a family without curves in every GPU's profile.
         TRAINSIM_CHECK(

@@ -484,11 +484,12 @@ TEST_CASE("attention families on H200 change the attention kernels by the measur
   "model": "gpt3-1.3b",
   "cluster": {"node": "dgx-h200", "nodes": 1},
   "parallel": {"tp": 1, "dp": 8, "micro_batch": 2, "global_batch": 64},
-  "training": {"seq_len": 8192, "precision": "bf16"}
+  "training": {"seq_len": 8192, "precision": "bf16", "dropout": false}
 })";
   auto load = [&](const std::string& attention) {
     return load_scenario_text(text, "h200.json", "", {"training.attention=" + attention}, catalog());
   };
+  // The sweep ran without dropout.
   const Scenario fa2 = load("flash"), cudnn = load("cudnn"), fa3 = load("flash-attention-3");
   const nlohmann::json raw = read_json(kH200Attention);
   double fwd_ratio = 0, bwd_ratio = 0;  // measured FlashAttention-2 time / cuDNN time at that point
@@ -525,6 +526,31 @@ TEST_CASE("attention families on H200 change the attention kernels by the measur
     CHECK(error.find("a100.json: /training/attention:") != std::string::npos);
     CHECK(error.find("attention_kernels.cudnn") != std::string::npos);
   }
+}
+
+TEST_CASE("dropout inside cuDNN fused attention slows its kernels by the profile's dropout speed") {
+  const std::string text = R"({
+  "model": "gpt3-1.3b",
+  "cluster": {"node": "dgx-h100", "nodes": 1},
+  "parallel": {"tp": 1, "dp": 8, "micro_batch": 2, "global_batch": 64},
+  "training": {"seq_len": 2048, "precision": "bf16"}
+})";
+  auto load = [&](const std::string& attention, bool dropout) {
+    return load_scenario_text(
+        text, "h100.json", "",
+        {"training.attention=" + attention, std::string("training.dropout=") + (dropout ? "true" : "false")},
+        catalog());
+  };
+  const Scenario with = load("cudnn", true), without = load("cudnn", false);
+  const double speed =
+      with.profiles.at(0).attention_kernels[static_cast<std::size_t>(AttentionKernel::Cudnn)].dropout_speed.value;
+  REQUIRE(speed == doctest::Approx(0.594 / 0.614).epsilon(0.001));  // TransformerEngine issue 3312
+  CHECK(op_seconds(with, "attn.core") == doctest::Approx(op_seconds(without, "attn.core") / speed));
+  CHECK(op_seconds(with, "attn.core.bwd") == doctest::Approx(op_seconds(without, "attn.core.bwd") / speed));
+  CHECK(op_seconds(with, "mlp.up") == op_seconds(without, "mlp.up"));
+  // FlashAttention-2 has no dropout figure in the profile: its kernels do not change.
+  CHECK(op_seconds(load("flash", true), "attn.core") == op_seconds(load("flash", false), "attn.core"));
+  CHECK(simulate(with).iteration_time_s > simulate(without).iteration_time_s);
 }
 
 TEST_CASE("the profiler's reference GEMM is accepted beside the GEMM table, and checked") {

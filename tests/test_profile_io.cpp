@@ -86,6 +86,25 @@ TEST_CASE("memory kernel speeds are read per implementation, 1 where a profile h
   CHECK(profile_to_json(p)["memory_kernels"].size() == 1);
 }
 
+TEST_CASE("the cuDNN dropout speed is read where a profile has one, 1 elsewhere") {
+  Diagnostics d("h100");
+  const CalibrationProfile p = read_text(h100_text(), d);
+  REQUIRE(d.ok());
+  const AttentionKernelCurves& cudnn = p.attention_kernels[static_cast<std::size_t>(AttentionKernel::Cudnn)];
+  CHECK(cudnn.dropout_speed.value == 0.967);
+  CHECK(cudnn.dropout_speed.provenance.kind == "derived");
+  CHECK(profile_to_json(p)["attention_kernels"]["cudnn"]["dropout_speed"]["value"] == 0.967);
+  const AttentionKernelCurves& fa3 = p.attention_kernels[static_cast<std::size_t>(AttentionKernel::FlashAttention3)];
+  CHECK(fa3.dropout_speed.value == 1.0);
+  CHECK_FALSE(profile_to_json(p)["attention_kernels"]["flash-attention-3"].contains("dropout_speed"));
+  SUBCASE("a speed above 1 is an error at its pointer") {
+    const std::string bad = replaced(h100_text(), "\"dropout_speed\": {\n        \"value\": 0.967",
+                                     "\"dropout_speed\": {\n        \"value\": 1.5");
+    CHECK(first_error(bad).starts_with(
+        "error: bad.json: /attention_kernels/cudnn/dropout_speed/value: expected a number in "));
+  }
+}
+
 TEST_CASE("a bad profile value names the file and its JSON pointer") {
   const std::string text = h100_text();
   SUBCASE("a time without a unit") {

@@ -28,6 +28,11 @@ struct TaskChains {
   std::vector<ChainPosition> at;       // per task
   std::vector<std::uint32_t> offsets;  // CSR: tasks of each chain in execution order
   std::vector<std::uint32_t> tasks;
+  std::vector<std::uint32_t> stream_index;  // per task: its index into ProgramTemplate::stream_tasks
+  // With cut_at_passes: per task the marked pass it lies in (kNoChain: none),
+  // and per pass whether its chains were found (find_pass_chains).
+  std::vector<std::uint32_t> pass_of;
+  std::vector<std::uint8_t> pass_found;
   std::size_t size() const { return offsets.empty() ? 0 : offsets.size() - 1; }
   std::span<const std::uint32_t> chain(std::uint32_t c) const {
     return {tasks.data() + offsets[c], offsets[c + 1] - offsets[c]};
@@ -37,10 +42,20 @@ struct TaskChains {
 // Chains of at least two tasks made of compute tasks and of collectives on the
 // slots marked in `linkable_slot` (those the caller can time without a
 // rendezvous or a network event).
-// With `cut_at_passes`, no chain continues into the first task of a marked
-// pass (ProgramTemplate::passes): it starts one, so that the executor sees
-// the pass start and may apply a memo of it.
+// With `cut_at_passes`, no chain enters or leaves a marked pass
+// (ProgramTemplate::passes), so that the executor sees the pass start and may
+// apply a memo of it; inside a pass a run also ends at a task that leads out
+// of the pass (a dependent or the next task on its stream outside it), so a
+// pass's chains depend on the pass alone. Then only the chains outside the
+// passes are found here; those of a pass are found by find_pass_chains when
+// first needed (a pass applied from the memo needs none). Chain ids are
+// assigned in the order chains are found; the chains themselves do not depend
+// on that order.
 TaskChains find_task_chains(const ProgramTemplate& program, std::span<const std::uint8_t> linkable_slot,
                             bool cut_at_passes = false);
+// Adds the chains of marked pass `pass` to `chains` (found with cut_at_passes),
+// once.
+void find_pass_chains(const ProgramTemplate& program, std::span<const std::uint8_t> linkable_slot, std::uint32_t pass,
+                      TaskChains& chains);
 
 }  // namespace trainsim

@@ -1127,8 +1127,12 @@ Time Executor::peer_post_bound(std::uint32_t rank, std::uint32_t task, Time now,
         order[k].push_back(u);
       }
     }
-    stream_index_[prog].resize(pp.tasks.size());
-    for (std::uint32_t g = 0; g < pp.stream_tasks.size(); ++g) stream_index_[prog][pp.stream_tasks[g]] = g;
+    if (chains_of_program_[prog].stream_index.size() == pp.tasks.size()) {
+      stream_index_[prog] = chains_of_program_[prog].stream_index;  // found with the chains
+    } else {
+      stream_index_[prog].resize(pp.tasks.size());
+      for (std::uint32_t g = 0; g < pp.stream_tasks.size(); ++g) stream_index_[prog][pp.stream_tasks[g]] = g;
+    }
   }
   const std::size_t k = 2 * peer_slot + (t.kind == TaskKind::Recv ? 0 : 1);
   if (!p2p_ordered_[prog][k]) return now;

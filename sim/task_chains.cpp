@@ -175,18 +175,76 @@ TaskChains find_task_chains(const ProgramTemplate& p, std::span<const std::uint8
   return out;
 }
 
+namespace {
+// What a marked pass's chains depend on besides the fields and inner
+// dependencies its key fixes (ProgramTemplate::passes): per task whether it
+// leads out of the pass, and its neighbours on its stream inside the pass (or
+// where they lie outside it).
+void pass_shape(const ProgramTemplate& p, std::span<const std::uint32_t> stream_index, std::uint32_t first,
+                std::uint32_t end, std::vector<std::int32_t>& shape) {
+  shape.clear();
+  for (std::uint32_t t = first; t < end; ++t) {
+    bool exit = false;
+    for (const std::uint32_t s : p.succs_of(t)) exit |= s >= end;
+    const std::uint32_t g = stream_index[t];
+    const std::uint8_t st = p.tasks[t].stream;
+    std::int32_t next = -1, prev = -1;  // none, or before the pass (done)
+    if (g + 1 < p.stream_offsets[st + 1]) {
+      const std::uint32_t u = p.stream_tasks[g + 1];
+      if (u >= first && u < end) {
+        next = static_cast<std::int32_t>(u - first);
+      } else {
+        exit = true;
+      }
+    }
+    if (g > p.stream_offsets[st]) {
+      const std::uint32_t u = p.stream_tasks[g - 1];
+      prev = u >= end ? -2 : u >= first ? static_cast<std::int32_t>(u - first) : -1;
+    }
+    shape.push_back(exit ? 1 : 0);
+    shape.push_back(next);
+    shape.push_back(prev);
+  }
+}
+}  // namespace
+
 void find_pass_chains(const ProgramTemplate& p, std::span<const std::uint8_t> linkable_slot, std::uint32_t pass,
-                      TaskChains& chains) {
+                      TaskChains& chains, bool reuse) {
   if (chains.pass_found[pass]) return;
   chains.pass_found[pass] = 1;
   const PassMark& m = p.passes[pass];
   const auto n = static_cast<std::uint32_t>(p.tasks.size());
   const std::uint32_t end = std::min(m.first + m.count, n);
+  std::vector<std::int32_t> shape;
+  if (reuse) {
+    pass_shape(p, chains.stream_index, m.first, end, shape);
+    for (const TaskChains::PassChains& pc : chains.pass_chains) {
+      if (pc.key != m.key || pc.count != end - m.first || pc.shape != shape) continue;
+      // The same pass, shifted: its chains, each task moved by the passes' distance.
+      for (std::uint32_t c = pc.first_chain; c < pc.first_chain + pc.chains; ++c) {
+        const auto id = static_cast<std::uint32_t>(chains.size());
+        const std::uint32_t from = chains.offsets[c], to = chains.offsets[c + 1];
+        for (std::uint32_t i = from; i < to; ++i) {
+          const std::uint32_t t = chains.tasks[i] - pc.first + m.first;
+          chains.at[t] = ChainPosition{id, i - from};
+          chains.tasks.push_back(t);
+        }
+        chains.offsets.push_back(static_cast<std::uint32_t>(chains.tasks.size()));
+      }
+      ++chains.reused_passes;
+      return;
+    }
+  }
+  const auto before = static_cast<std::uint32_t>(chains.size());
   std::vector<std::uint8_t> states(end - m.first + 1, 0);
   states.back() = 2;  // the sentinel
   InsidePass rules{&p, chains.stream_index, m.first, end, &states};
   std::vector<std::uint32_t> run;
   find_in_region(p, linkable_slot, chains.stream_index, m.first, end, rules, run, chains);
+  if (reuse && chains.pass_chains.size() < kMaxPassShapes) {
+    chains.pass_chains.push_back(TaskChains::PassChains{
+        m.key, m.first, end - m.first, before, static_cast<std::uint32_t>(chains.size()) - before, std::move(shape)});
+  }
 }
 
 }  // namespace trainsim

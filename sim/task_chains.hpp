@@ -33,6 +33,15 @@ struct TaskChains {
   // and per pass whether its chains were found (find_pass_chains).
   std::vector<std::uint32_t> pass_of;
   std::vector<std::uint8_t> pass_found;
+  // Passes whose chains were found, by key and shape (find_pass_chains):
+  // a later pass of the same key and shape takes their chains, shifted.
+  struct PassChains {
+    std::uint32_t key = 0, first = 0, count = 0;
+    std::uint32_t first_chain = 0, chains = 0;  // its chains: [first_chain, first_chain + chains)
+    std::vector<std::int32_t> shape;
+  };
+  std::vector<PassChains> pass_chains;
+  std::uint32_t reused_passes = 0;  // passes whose chains were taken from an earlier one
   std::size_t size() const { return offsets.empty() ? 0 : offsets.size() - 1; }
   std::span<const std::uint32_t> chain(std::uint32_t c) const {
     return {tasks.data() + offsets[c], offsets[c + 1] - offsets[c]};
@@ -54,8 +63,13 @@ struct TaskChains {
 TaskChains find_task_chains(const ProgramTemplate& program, std::span<const std::uint8_t> linkable_slot,
                             bool cut_at_passes = false);
 // Adds the chains of marked pass `pass` to `chains` (found with cut_at_passes),
-// once.
+// once. A pass's chains depend only on its tasks' fields and inner
+// dependencies, which its key fixes, and on its shape: which of its tasks
+// lead out of it and where each task's neighbours on its stream lie. With
+// `reuse`, a pass of the key and shape of one found before takes that one's
+// chains, shifted, instead of walking its tasks (the same chains).
+inline constexpr std::size_t kMaxPassShapes = 64;  // shapes kept per program
 void find_pass_chains(const ProgramTemplate& program, std::span<const std::uint8_t> linkable_slot, std::uint32_t pass,
-                      TaskChains& chains);
+                      TaskChains& chains, bool reuse = true);
 
 }  // namespace trainsim

@@ -605,21 +605,41 @@ void Executor::build_chains() {
   }
   chains_of_program_.assign(np, TaskChains{});
   std::size_t longest = 0;
+  bool lazy = false;
+  const bool cut = memo_wanted_ && windowed_ranks_.empty();
   for (std::size_t p = 0; p < np; ++p) {
     // With contention a chain's collectives would re-time kernels of another compute stream.
     if (contention_ && compute_streams_[p].size() > 1) continue;
-    chains_of_program_[p] = find_task_chains(setup.programs[p], linkable[p], memo_wanted_ && windowed_ranks_.empty());
+    chains_of_program_[p] = find_task_chains(setup.programs[p], linkable[p], cut);
     for (std::uint32_t c = 0; c < chains_of_program_[p].size(); ++c)
       longest = std::max<std::size_t>(longest, chains_of_program_[p].chain(c).size());
+    // The chains of a marked pass are found when one of its tasks first starts (schedule).
+    lazy |= !chains_of_program_[p].pass_found.empty();
   }
-  if (longest == 0) return;
+  if (longest == 0 && !lazy) return;
   chains_ = true;
+  linkable_of_program_ = std::move(linkable);
   chain_run_.assign(setup.ranks.size(), ChainRun{});
   for (ChainRun& cr : chain_run_) cr.predicted.resize(longest);
   compute_done_at_.assign(stream_busy_.size(), Time::max());
   compute_done_serial_.assign(stream_busy_.size(), 0);
   posted_at_.assign(slots_.size(), Time::max());
   posted_serial_.assign(slots_.size(), 0);
+}
+
+// The chains of marked pass `pass` of program `prog`, found when one of its
+// tasks first starts: a pass applied from the memo never needs them.
+void Executor::find_chains_of_pass(std::uint32_t prog, std::uint32_t pass) {
+  TaskChains& tc = chains_of_program_[prog];
+  const std::size_t before = tc.size();
+  find_pass_chains(setup_->programs[prog], linkable_of_program_[prog], pass, tc);
+  ++memo_stats_.chained_passes;
+  std::size_t longest = chain_run_.empty() ? 0 : chain_run_.front().predicted.size();
+  for (std::size_t c = before; c < tc.size(); ++c)
+    longest = std::max<std::size_t>(longest, tc.chain(static_cast<std::uint32_t>(c)).size());
+  for (ChainRun& cr : chain_run_) {
+    if (cr.predicted.size() < longest) cr.predicted.resize(longest);
+  }
 }
 
 // The chain can run from its task at `from` (starting now) without events
@@ -667,7 +687,10 @@ bool Executor::chain_can_start(std::uint32_t rank, std::uint32_t chain, std::uin
 void Executor::schedule(std::uint32_t rank, std::uint32_t task, Time end, Time now) {
   // A pass being recorded runs task by task: its log is then the order of the run without chains.
   if (chains_ && !(memo_ && recording_[rank].active)) {
-    const TaskChains& tc = chains_of_program_[setup_->ranks[rank].program];
+    const std::uint32_t prog = setup_->ranks[rank].program;
+    TaskChains& tc = chains_of_program_[prog];
+    if (!tc.pass_of.empty() && tc.pass_of[task] != kNoChain && !tc.pass_found[tc.pass_of[task]])
+      find_chains_of_pass(prog, tc.pass_of[task]);
     const ChainPosition at = tc.at.empty() ? ChainPosition{} : tc.at[task];
     const std::uint32_t c = at.chain;
     if (c != kNoChain) {
@@ -1104,8 +1127,12 @@ Time Executor::peer_post_bound(std::uint32_t rank, std::uint32_t task, Time now,
         order[k].push_back(u);
       }
     }
-    stream_index_[prog].resize(pp.tasks.size());
-    for (std::uint32_t g = 0; g < pp.stream_tasks.size(); ++g) stream_index_[prog][pp.stream_tasks[g]] = g;
+    if (chains_of_program_[prog].stream_index.size() == pp.tasks.size()) {
+      stream_index_[prog] = chains_of_program_[prog].stream_index;  // found with the chains
+    } else {
+      stream_index_[prog].resize(pp.tasks.size());
+      for (std::uint32_t g = 0; g < pp.stream_tasks.size(); ++g) stream_index_[prog][pp.stream_tasks[g]] = g;
+    }
   }
   const std::size_t k = 2 * peer_slot + (t.kind == TaskKind::Recv ? 0 : 1);
   if (!p2p_ordered_[prog][k]) return now;

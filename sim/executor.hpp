@@ -120,11 +120,12 @@ class Executor {
   void memo_passes(bool on) { memo_wanted_ = on; }
   // What the memo did in the last run (for tests and measurement).
   struct MemoStats {
-    std::uint64_t applied = 0;        // passes applied from a memo
-    std::uint64_t applied_tasks = 0;  // their tasks
-    std::uint64_t recorded = 0;       // memos recorded
-    std::uint64_t refused = 0;        // pass starts with a memo that its conditions refused
-    bool repeated = false;            // the run was repeated task by task (an order tie)
+    std::uint64_t applied = 0;         // passes applied from a memo
+    std::uint64_t applied_tasks = 0;   // their tasks
+    std::uint64_t recorded = 0;        // memos recorded
+    std::uint64_t refused = 0;         // pass starts with a memo that its conditions refused
+    std::uint64_t chained_passes = 0;  // passes whose chains were found (the first time one of their tasks started)
+    bool repeated = false;             // the run was repeated task by task (an order tie)
   };
   const MemoStats& memo_stats() const { return memo_stats_; }
   SimulationResult run();
@@ -212,6 +213,7 @@ class Executor {
     std::uint32_t blocked_chain = kNoChain, blocked_at = 0;
   };
   void build_chains();
+  void find_chains_of_pass(std::uint32_t prog, std::uint32_t pass);
   bool chain_can_start(std::uint32_t rank, std::uint32_t chain, std::uint32_t from);
   void schedule(std::uint32_t rank, std::uint32_t task, Time end, Time now);
   void reproject(std::uint32_t rank, Time now);
@@ -278,7 +280,8 @@ class Executor {
   bool chains_ = false;
   bool order_tie_ = false;
   std::vector<TaskChains> chains_of_program_;
-  std::vector<ChainRun> chain_run_;  // per rank
+  std::vector<std::vector<std::uint8_t>> linkable_of_program_;  // per program: the slots chains may hold
+  std::vector<ChainRun> chain_run_;                             // per rank
   // Which event (serial) did what when: a compute task's completion per stream
   // and a post per slot, to find two independent events at one instant.
   std::uint64_t serial_ = 0, serials_ = 0;

@@ -951,3 +951,80 @@ TEST_CASE("the memo of repeated passes gives the task-by-task result on random p
   CHECK(recorded > 100);
   CHECK(refused > 0);
 }
+
+TEST_CASE("chains cut at marked passes: none enters or leaves one, and a pass's are found on demand in any order") {
+  // find_task_chains with cut_at_passes finds the chains outside the marked
+  // passes only; find_pass_chains adds a pass's, which stay inside it and do
+  // not depend on which passes were found before (the executor finds them
+  // when a pass's first task starts, and never for a pass applied from the
+  // memo), nor on whether a pass of the same key and shape lent its chains.
+  std::size_t pass_chains = 0, outside_chains = 0, reused = 0;
+  for (std::uint32_t seed = 1; seed <= 100; ++seed) {
+    CAPTURE(seed);
+    const SimulationSetup setup = repeated_pass_pipeline(seed, 1.37e10);
+    for (const ProgramTemplate& p : setup.programs) {
+      REQUIRE(!p.passes.empty());
+      const std::vector<std::uint8_t> linkable(p.comm_slots.size(), 1);
+      TaskChains walked = find_task_chains(p, linkable, true);
+      for (std::uint32_t t = 0; t < p.tasks.size(); ++t) {
+        if (walked.pass_of[t] != kNoChain) CHECK(walked.at[t].chain == kNoChain);  // not found yet
+      }
+      outside_chains += walked.size();
+      TaskChains forward = walked, backward = walked;
+      for (std::uint32_t i = 0; i < p.passes.size(); ++i) {
+        find_pass_chains(p, linkable, i, walked, false);
+        find_pass_chains(p, linkable, i, forward);
+      }
+      for (std::uint32_t i = static_cast<std::uint32_t>(p.passes.size()); i-- > 0;) {
+        find_pass_chains(p, linkable, i, backward);
+        find_pass_chains(p, linkable, i, backward);  // once only
+      }
+      CHECK(walked.reused_passes == 0);
+      reused += forward.reused_passes + backward.reused_passes;
+      REQUIRE(forward.size() == walked.size());
+      REQUIRE(backward.size() == walked.size());
+      pass_chains += walked.size();
+      // Every chain lies inside one pass or outside all of them, and is the
+      // same whichever order found it and whether it was walked or taken.
+      for (std::uint32_t c = 0; c < walked.size(); ++c) {
+        const auto tasks = walked.chain(c);
+        for (const std::uint32_t t : tasks) CHECK(walked.pass_of[t] == walked.pass_of[tasks[0]]);
+        const std::vector<std::uint32_t> want(tasks.begin(), tasks.end());
+        for (const TaskChains* other : {&forward, &backward}) {
+          const std::uint32_t id = other->at[tasks[0]].chain;
+          REQUIRE(id != kNoChain);
+          const auto got = other->chain(id);
+          CHECK(std::vector<std::uint32_t>(got.begin(), got.end()) == want);
+          for (std::uint32_t i = 0; i < got.size(); ++i) CHECK(other->at[got[i]].index == i);
+        }
+      }
+      // No chain runs into a pass: its first task, if chained, starts its chain.
+      for (const PassMark& m : p.passes) CHECK(walked.at[m.first].index == 0);
+    }
+  }
+  pass_chains -= outside_chains;
+  CHECK(pass_chains > 100);
+  CHECK(outside_chains > 0);
+  CHECK(reused > 100);  // passes of one key and shape do lend their chains
+}
+
+TEST_CASE("the chains of a pass applied from the memo are never found") {
+  std::uint64_t applied = 0, found = 0, marked = 0;
+  const Cluster cluster{toy_cluster(2, 8)};
+  const std::vector<CalibrationProfile> profiles{ideal_profile_sharing(0.7)};
+  const ComputeCostModel costs{cluster, profiles};
+  const AnalyticalNetwork net{cluster, profiles};
+  for (std::uint32_t seed = 1; seed <= 100; ++seed) {
+    const SimulationSetup setup = repeated_pass_pipeline(seed, 1.37e10);
+    Executor ex(setup, cluster, costs, net);
+    REQUIRE(ex.run().completed);
+    for (const ProgramTemplate& p : setup.programs) marked += p.passes.size();
+    applied += ex.memo_stats().applied;
+    found += ex.memo_stats().chained_passes;
+  }
+  MESSAGE(marked << " passes marked, " << applied << " applied, chains found for " << found);
+  CHECK(applied > 100);
+  // Each rank runs its own program here: a pass applied on it needs no chains.
+  CHECK(found + applied <= marked);
+  CHECK(found > 0);
+}

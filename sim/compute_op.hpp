@@ -36,6 +36,11 @@ struct ComputeOp {
   std::int64_t m = 0, n = 0, k = 0;  // GEMM shape (per GEMM) for shape-dependent efficiency
   int kernels = 1;                   // kernel launches the op stands for
   AttentionKernel attention_kernel = AttentionKernel::FlashAttention2;  // attention: which fused kernel
+  // Attention: the kernel's shape class, for a family whose speed depends on it (Triton):
+  // head dimension, causal mask, key tokens per sequence.
+  int attention_head_dim = 0;
+  bool attention_causal = true;
+  double attention_seq = 0;
   // A measured duration (an imported trace replayed as profiled): when >= 0 the
   // op takes this long, times the GPU's slowdown, instead of its roofline cost.
   double measured_seconds = -1;

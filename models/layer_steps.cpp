@@ -878,7 +878,7 @@ void ring_attention_backward(StepList& L, const Dims& A, AttentionKind kind, std
     // block; the others run all queries over half of a K/V block.
     const double kv_tokens = last ? st.s_kv : st.s_kv / 2;
     const double bytes = 2 * st.q_bytes * 2 + A.b * kv_tokens * 4 * A.g_t * A.d * A.act_bytes;
-    L.attention("attn.core.bwd", A.attn_dtype, 2.5 * st.exec, 2 * st.model, bytes, maybe(prev), true, kind,
+    L.attention("attn.core.bwd", A.attn_dtype, 2.5 * st.exec, 2 * st.model, bytes, maybe(prev), true, kind, A.dropout,
                 static_cast<int>(A.d), A.s_full);
     L.memory("attn.cp.dq.acc", (first ? 2 : 3) * st.q_bytes);  // dq.copy_ / dq.add_
     const double dkv = last ? st.block : st.block / 2;         // dkv[:, 0].copy_ / add_, the last dkv.add_

@@ -1245,7 +1245,11 @@ class StageProgramBuilder {
       std::vector<TaskId> entry;
       if (last != kNone) entry.push_back(last);
       last = emit(cur_->embedding_backward, StepPrefix{prefix[0]}, mb, entry, false);
-      if (reduce_grads && !zero3()) add_grads(cur_->embedding_grad_elements, last, mb);
+      if (reduce_grads && !zero3()) {
+        last = ddp_copy_in(cur_->embedding_grad_elements, 1 + (model_.rope || model_.alibi ? 0 : 1), last, mb,
+                           std::string(prefix) + "embed ddp.grad.copy_in");
+        add_grads(cur_->embedding_grad_elements, last, mb);
+      }
     }
     if (deepspeed_bf16_optimizer()) {
       // update_hp_grads: hp.add_(lp.grad.to(fp32)) per parameter: the cast reads
@@ -1314,6 +1318,7 @@ class StageProgramBuilder {
       held_elems_ += cur_->head_grad_elements;  // reduced with the first layer's bucket
       return;
     }
+    last = ddp_copy_in(cur_->head_grad_elements, (model_.rmsnorm ? 1 : 2) + 1, last, mb, "B head ddp.grad.copy_in");
     add_grads(cur_->head_grad_elements, last, mb);
   }
 
@@ -1348,9 +1353,29 @@ class StageProgramBuilder {
         }
         return;
       }
+      last = ddp_copy_in(layer_steps(layer).grad_elements, layer_param_tensors(), last, mb,
+                         "B L" + std::to_string(layer) + " ddp.grad.copy_in");
       add_grads(layer_steps(layer).grad_elements, last, mb);
     }
   }
+
+  // PyTorch DistributedDataParallel (parallel.ddp_impl "torch", docs/frameworks.md): on the
+  // backward that syncs, the reducer's autograd hook copies each parameter's gradient into
+  // its bucket, dividing by the world size as it copies (Reducer::mark_variable_ready_dense,
+  // copy_grad_to_bucket's mul_out): one kernel per parameter tensor, read 2 + write 2 B per
+  // 16-bit element, issued from C++ (no Python per tensor). `last` where it does not apply.
+  TaskId ddp_copy_in(double elements, int tensors, TaskId last, int mb, const std::string& name) {
+    if (!par_.torch_ddp || dp_group_ <= 1 || elements <= 0) return last;
+    ComputeOp op{
+        "ddp.grad.copy_in",  OpKind::MemoryBound, Dtype::BF16, 0, elements * 2 * train_.grad_reduce_bytes, 0, 0, 0,
+        std::max(tensors, 1)};
+    std::vector<TaskId> deps;
+    if (last != kNone) deps.push_back(last);
+    return b_.compute(s_.compute, b_.add_op(op), label(name), mb, deps);
+  }
+
+  // Parameter tensors of one dense layer (chunk_param_tensors).
+  int layer_param_tensors() const { return 2 * (model_.rmsnorm ? 1 : 2) + 4 + (model_.bias ? 4 : 0); }
 
   // NeMo's apex DistributedFusedAdam (training.apex_distributed_adam, docs/frameworks.md):
   // one bucket per transformer layer, with every parameter outside the layers (embedding,
@@ -1525,6 +1550,24 @@ class StageProgramBuilder {
     std::vector<TaskId> deps = dp_tasks_;
     deps.push_back(last_compute_);
     deps.insert(deps.end(), exchange_wait_.begin(), exchange_wait_.end());  // the last batched exchange
+    if (par_.torch_ddp && dp_group_ > 1 && !dp_tasks_.empty()) {
+      // PyTorch DDP's finalize_backward waits for every bucket's all-reduce and copies each
+      // reduced bucket view back into its parameter's .grad (finalize_bucket_dense,
+      // copy_bucket_to_grad: grad.copy_(bucket_view)), one kernel per parameter tensor,
+      // read 2 + write 2 B per 16-bit element, before the optimizer reads .grad.
+      int tensors = 0;
+      for (int c = 0; c < chunks_; ++c) tensors += chunk_param_tensors(c);
+      ComputeOp back{"ddp.grad.copy_out",
+                     OpKind::MemoryBound,
+                     Dtype::BF16,
+                     0,
+                     local_params() * 2 * train_.grad_reduce_bytes,
+                     0,
+                     0,
+                     0,
+                     std::max(tensors, 1)};
+      deps.assign(1, b_.compute(s_.compute, b_.add_op(back), label("ddp.grad.copy_out"), mb, dedupe(deps)));
+    }
     if (tied_sync_ && train_.tied_grad_sync == TiedGradSync::AfterDp) tied = emit_tied_grad_sync(deps);
     if (tied_sync_ && train_.tied_grad_sync == TiedGradSync::Overlapped) {
       // The Zero Bubble runtime (WeightGradStore.clear) issues it after the rank's

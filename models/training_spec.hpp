@@ -201,6 +201,10 @@ struct ParallelSpec {
   bool pp_scatter_gather =
       true;                    // each TP rank sends 1/tp of an activation (Megatron-LM); false: all of it (DeepSpeed)
   double dp_bucket_bytes = 0;  // gradient bucket size (0 = Megatron default: max(40M, 1M*dp) params)
+  // Megatron-LM's --DDP-impl (framework megatron-legacy): false = its local DDP (all-reduce of
+  // the .grad tensors), true = PyTorch's DistributedDataParallel, whose reducer copies each
+  // gradient into its bucket and the reduced bucket back into .grad (docs/frameworks.md).
+  bool torch_ddp = false;
   std::vector<int> stage_layers;     // transformer layers per pipeline stage (empty = even split; vpp must be 1)
   PipelineSchedule custom_schedule;  // schedule == Custom: units per stage (models/schedule.hpp)
   // Rank coordinates -> GPU (models/placement.hpp): an order of the dimensions,

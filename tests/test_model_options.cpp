@@ -370,6 +370,48 @@ TEST_CASE("grad_accumulation autograd: an add of 3 x 2 B per parameter after eve
   }
 }
 
+TEST_CASE("ddp_impl torch: PyTorch DDP copies each gradient into its bucket and back, one kernel per tensor") {
+  const std::string text = R"({
+    "model": "gpt3-1.3b",
+    "cluster": {"node": "dgx-a100", "nodes": 1},
+    "parallel": {"tp": 1, "pp": 1, "dp": 8, "micro_batch": 2, "global_batch": 32, "dp_overlap": true,
+                 "dp_bucket": "25MiB"},
+    "training": {"seq_len": 2048, "precision": "fp16", "grad_reduce": "fp16", "framework": "megatron-legacy",
+                 "grad_accumulation": "autograd"}
+  })";
+  const ProgramTemplate local = stage_program(text, {});
+  CHECK(tasks_ending(local, "ddp.grad.copy_in").empty());  // Megatron's local DDP reads .grad in place
+  CHECK(tasks_ending(local, "ddp.grad.copy_out").empty());
+  const ProgramTemplate torch = stage_program(text, {"parallel.ddp_impl=torch"});
+  const auto in = tasks_ending(torch, "ddp.grad.copy_in");
+  const auto out = tasks_ending(torch, "ddp.grad.copy_out");
+  const Scenario s = load_scenario_text(text, "options.json", "", {}, catalog());
+  REQUIRE(in.size() == static_cast<std::size_t>(s.model.layers + 1));  // each layer's and the embedding's
+  REQUIRE(out.size() == 1);
+  double in_bytes = 0;
+  int in_kernels = 0;
+  for (const std::uint32_t t : in) {
+    CHECK(torch.tasks[t].microbatch == 3);  // only the backward that syncs (no_sync before it)
+    in_bytes += torch.ops[torch.tasks[t].ref].bytes;
+    in_kernels += torch.ops[torch.tasks[t].ref].kernels;
+  }
+  // Read 2 + write 2 B per parameter each way; 12 tensors per layer (2 LayerNorms, 4 weights,
+  // 4 biases) and the word and position embeddings.
+  const double params = s.model.layers * s.model.params_per_layer() + s.model.embedding_params();
+  CHECK(in_bytes == doctest::Approx(4 * params).epsilon(1e-3));
+  CHECK(in_kernels == 12 * s.model.layers + 2);
+  CHECK(torch.ops[torch.tasks[out[0]].ref].bytes == doctest::Approx(4 * params).epsilon(1e-2));
+  CHECK(torch.ops[torch.tasks[out[0]].ref].kernels == 12 * s.model.layers + 2 + 3);  // + final norm, output weight
+  CHECK(run({}, text).iteration_time_s < run({"parallel.ddp_impl=torch"}, text).iteration_time_s);
+  std::string error;
+  try {
+    load_scenario_text(text, "options.json", "", {"parallel.ddp_impl=torch", "training.framework=default"}, catalog());
+  } catch (const InputError& e) {
+    error = e.what();
+  }
+  CHECK(error.find("options.json: /parallel/ddp_impl:") != std::string::npos);
+}
+
 TEST_CASE("position alibi: no RoPE kernels; unfused attention reads the broadcast bias, fused kernels add it free") {
   const std::string text = R"({
     "model": {"name": "alibi-test", "layers": 4, "hidden": 2048, "heads": 16, "ffn_hidden": 8192, "vocab": 50304,

@@ -513,6 +513,7 @@ ParallelSpec read_parallel(ObjectReader& top, bool batch_required) {
   p.pp_scatter_gather = r.boolean("pp_scatter_gather", true);
   p.moe_a2a_overlap = r.boolean("moe_a2a_overlap", false);
   p.dp_bucket_bytes = r.quantity("dp_bucket", Quantity::Bytes, 0, 1e3, 1e13);
+  p.torch_ddp = r.choice("ddp_impl", "local", {"local", "torch"}) == "torch";
   if (const nlohmann::json* sl = r.raw("stage_layers")) {
     bool ok = sl->is_array() && !sl->empty();
     for (const auto& x : *sl)
@@ -957,6 +958,12 @@ void check_consistency(Scenario& s, Diagnostics& d) {
     d.error("/training/grad_accumulation",
             "\"autograd\" accumulation is modelled for data parallelism with whole gradients per rank (zero 0-2, "
             "not the deepspeed framework, which accumulates in its own pass)");
+  }
+  // Megatron-LM's --DDP-impl exists in its pre-Megatron-Core code only, and PyTorch's DDP
+  // all-reduces whole gradients (no optimizer sharding).
+  if (s.parallel.torch_ddp && (s.training.framework != Framework::MegatronLegacy || s.parallel.zero != 0)) {
+    d.error("/parallel/ddp_impl",
+            "\"torch\" (Megatron-LM's --DDP-impl torch) needs \"framework\": \"megatron-legacy\" and \"zero\": 0");
   }
   // Block-scaled recipes need the tensor cores Transformer Engine's support matrix
   // names (nvidia.github.io/TransformerEngine/support_matrix.html): MXFP8 data-centre

@@ -80,27 +80,6 @@ struct AttentionKernelCurves {
   bool operator==(const AttentionKernelCurves&) const = default;
 };
 
-// The Triton FlashAttention kernel's speed relative to the FlashAttention-2 curves, per
-// pass, for one shape class (head dimension, causal or not) over the sequence length
-// (key tokens per sequence; clamped at the ends of the points).
-struct TritonAttentionShape {
-  int head_dim = 0;
-  bool causal = true;
-  EfficiencyCurve forward;
-  EfficiencyCurve backward;
-  bool operator==(const TritonAttentionShape&) const = default;
-};
-
-struct TritonAttentionSpeed {
-  std::vector<TritonAttentionShape> shapes;
-  Provenance provenance;
-  bool empty() const { return shapes.empty(); }
-  // The class with the op's causality (any when none has it) and the nearest head
-  // dimension (the smaller on a tie), at `seq` keys; 0 when there are no shapes.
-  double at(bool backward, int head_dim, bool causal, double seq) const;
-  bool operator==(const TritonAttentionSpeed&) const = default;
-};
-
 struct CalibrationProfile {
   std::string gpu;          // canonical GPU name the profile describes
   std::string description;  // one line: how the profile was made
@@ -116,9 +95,9 @@ struct CalibrationProfile {
   CurveEntry attention;
   // The same for the fused attention backward kernel (optional: else `attention`).
   CurveEntry attention_backward;
-  // Throughput of the Triton FlashAttention kernel relative to the curves above, per
-  // pass and shape class (optional; needed by scenarios with attention "flash-triton").
-  TritonAttentionSpeed triton_attention_speed;
+  // Throughput of the Triton FlashAttention kernel relative to the curves above
+  // (optional; needed by scenarios with attention "flash-triton").
+  ValueEntry triton_attention_speed;
   // Curves of the other fused-attention families (cuDNN, FlashAttention-3), indexed by
   // AttentionKernel; an empty forward curve means no figure for this GPU (optional).
   std::array<AttentionKernelCurves, kNumAttentionKernels> attention_kernels;

@@ -18,35 +18,6 @@ Provenance read_provenance(ObjectReader& r) {
   return p;
 }
 
-// `key`: a non-empty array of [size, efficiency] pairs, sizes strictly increasing.
-EfficiencyCurve read_points(ObjectReader& r, const char* key) {
-  const nlohmann::json* pts = r.raw(key);
-  std::vector<std::pair<double, double>> points;
-  if (pts == nullptr || !pts->is_array() || pts->empty()) {
-    r.error(key, "expected a non-empty array of [size, efficiency] pairs");
-    return EfficiencyCurve(std::move(points));
-  }
-  for (std::size_t i = 0; i < pts->size(); ++i) {
-    const auto& p = (*pts)[i];
-    const std::string ptr = json_pointer_append(r.at(key), i);
-    if (!p.is_array() || p.size() != 2 || !p[0].is_number() || !p[1].is_number()) {
-      r.diagnostics().error(ptr, "expected [size, efficiency], found " + describe_json_type(p));
-      continue;
-    }
-    const double x = p[0].get<double>(), y = p[1].get<double>();
-    if (!(x > 0) || !(y > 0 && y <= 1.5)) {
-      r.diagnostics().error(ptr, "expected size > 0 and efficiency in (0, 1.5]");
-      continue;
-    }
-    if (!points.empty() && x <= points.back().first) {
-      r.diagnostics().error(ptr, "sizes must increase strictly");
-      continue;
-    }
-    points.emplace_back(x, y);
-  }
-  return EfficiencyCurve(std::move(points));
-}
-
 CurveEntry read_curve(ObjectReader& parent, const char* key, bool required) {
   CurveEntry e;
   const nlohmann::json* v = parent.raw(key);
@@ -56,48 +27,34 @@ CurveEntry read_curve(ObjectReader& parent, const char* key, bool required) {
   }
   ObjectReader r(*v, parent.at(key), parent.diagnostics());
   if (!r.valid()) return e;
-  e.curve = read_points(r, "points");
+  const nlohmann::json* pts = r.raw("points");
+  std::vector<std::pair<double, double>> points;
+  if (pts == nullptr || !pts->is_array() || pts->empty()) {
+    r.error("points", "expected a non-empty array of [size, efficiency] pairs");
+  } else {
+    for (std::size_t i = 0; i < pts->size(); ++i) {
+      const auto& p = (*pts)[i];
+      const std::string ptr = json_pointer_append(r.at("points"), i);
+      if (!p.is_array() || p.size() != 2 || !p[0].is_number() || !p[1].is_number()) {
+        r.diagnostics().error(ptr, "expected [size, efficiency], found " + describe_json_type(p));
+        continue;
+      }
+      const double x = p[0].get<double>(), y = p[1].get<double>();
+      if (!(x > 0) || !(y > 0 && y <= 1.5)) {
+        r.diagnostics().error(ptr, "expected size > 0 and efficiency in (0, 1.5]");
+        continue;
+      }
+      if (!points.empty() && x <= points.back().first) {
+        r.diagnostics().error(ptr, "sizes must increase strictly");
+        continue;
+      }
+      points.emplace_back(x, y);
+    }
+  }
+  e.curve = EfficiencyCurve(std::move(points));
   e.provenance = read_provenance(r);
   r.finish();
   return e;
-}
-
-// `triton_attention_speed`: {"shapes": [{"head_dim": 128, "causal": true, "forward": [[seq,
-// speed], ...], "backward": [...]}, ...], "kind": ..., "source": ...}; one class per
-// (head_dim, causal) pair.
-TritonAttentionSpeed read_triton_attention(ObjectReader& parent) {
-  TritonAttentionSpeed t;
-  const char* key = "triton_attention_speed";
-  const nlohmann::json* v = parent.raw(key);
-  if (v == nullptr) return t;
-  ObjectReader r(*v, parent.at(key), parent.diagnostics());
-  if (!r.valid()) return t;
-  const nlohmann::json* shapes = r.raw("shapes");
-  if (shapes == nullptr || !shapes->is_array() || shapes->empty()) {
-    r.error("shapes", "expected a non-empty array of {head_dim, causal, forward, backward} objects");
-  } else {
-    for (std::size_t i = 0; i < shapes->size(); ++i) {
-      ObjectReader sr((*shapes)[i], json_pointer_append(r.at("shapes"), i), r.diagnostics());
-      if (!sr.valid()) continue;
-      TritonAttentionShape c;
-      c.head_dim = static_cast<int>(sr.integer("head_dim", 0, 1, 1024, true));
-      if (!sr.has("causal")) sr.error("causal", "required: true or false");
-      c.causal = sr.boolean("causal", true);
-      c.forward = read_points(sr, "forward");
-      c.backward = read_points(sr, "backward");
-      for (const TritonAttentionShape& o : t.shapes) {
-        if (o.head_dim == c.head_dim && o.causal == c.causal) {
-          sr.error("head_dim", "a second class for head_dim " + std::to_string(c.head_dim) +
-                                   (c.causal ? ", causal" : ", not causal"));
-        }
-      }
-      sr.finish();
-      t.shapes.push_back(std::move(c));
-    }
-  }
-  t.provenance = read_provenance(r);
-  r.finish();
-  return t;
 }
 
 ValueEntry read_value(ObjectReader& parent, const char* key, std::optional<Quantity> unit, double lo, double hi,
@@ -191,7 +148,7 @@ CalibrationProfile read_profile(ObjectReader& r) {
   p.gemm_small_k = read_curve(r, "gemm_small_k", false);
   p.attention = read_curve(r, "attention", true);
   p.attention_backward = read_curve(r, "attention_backward", false);
-  p.triton_attention_speed = read_triton_attention(r);
+  p.triton_attention_speed = read_value(r, "triton_attention_speed", std::nullopt, 0.05, 1, false);
   read_attention_kernels(r, p);
   p.memory_bound = read_curve(r, "memory_bound", true);
   read_memory_kernels(r, p);
@@ -315,24 +272,8 @@ nlohmann::ordered_json profile_to_json(const CalibrationProfile& p) {
   if (present(p.gemm_small_k)) j["gemm_small_k"] = curve_to_json(p.gemm_small_k);
   j["attention"] = curve_to_json(p.attention);
   if (present(p.attention_backward)) j["attention_backward"] = curve_to_json(p.attention_backward);
-  if (!p.triton_attention_speed.empty()) {
-    nlohmann::ordered_json t;
-    t["shapes"] = nlohmann::ordered_json::array();
-    auto points = [](const EfficiencyCurve& c) {
-      nlohmann::ordered_json a = nlohmann::ordered_json::array();
-      for (const auto& [x, y] : c.points()) a.push_back(nlohmann::ordered_json::array({x, y}));
-      return a;
-    };
-    for (const TritonAttentionShape& c : p.triton_attention_speed.shapes) {
-      nlohmann::ordered_json o;
-      o["head_dim"] = c.head_dim;
-      o["causal"] = c.causal;
-      o["forward"] = points(c.forward);
-      o["backward"] = points(c.backward);
-      t["shapes"].push_back(std::move(o));
-    }
-    j["triton_attention_speed"] = provenance_json(std::move(t), p.triton_attention_speed.provenance);
-  }
+  if (present(p.triton_attention_speed))
+    j["triton_attention_speed"] = value_to_json(p.triton_attention_speed, std::nullopt);
   nlohmann::ordered_json kernels = nlohmann::ordered_json::object();
   for (std::size_t i = 0; i < kNumAttentionKernels; ++i) {
     const AttentionKernelCurves& k = p.attention_kernels[i];

@@ -197,13 +197,10 @@ class StepList {
     op.kernels = kernels;
     return add_compute(std::move(op), 0, std::move(waits));
   }
-  // `dropout`: attention dropout runs inside the fused kernel (the profile's `dropout_speed`);
-  // `head_dim`, `seq`: the shape class a shape-dependent kernel speed (Triton) reads.
+  // `dropout`: attention dropout runs inside the fused kernel (the profile's `dropout_speed`).
   int attention(const std::string& name, Dtype dtype, double exec_flops, double model_flops, double bytes,
-                std::vector<int> waits, bool backward, AttentionKind kind, bool dropout, int head_dim, double seq) {
+                std::vector<int> waits, bool backward, AttentionKind kind, bool dropout) {
     ComputeOp op;
-    op.attention_head_dim = head_dim;
-    op.attention_seq = seq;  // every attention the model builds is causal
     op.name = name;
     op.kind = backward ? OpKind::AttentionBackward : OpKind::Attention;
     op.attention_kernel = kind == AttentionKind::FlashTriton       ? AttentionKernel::Triton
@@ -716,7 +713,7 @@ void attention_core_forward(StepList& L, const Dims& D, AttentionKind kind, std:
     // causal: the tiles a causal kernel runs; a sliding window skips the tiles outside it
     // (FlashAttention-2's window_size, from version 2.3).
     L.attention("attn.core", D.attn_dtype, exec * D.window_exec_share, model * D.window_model_share, bytes,
-                std::move(waits), false, kind, D.dropout, static_cast<int>(D.d), D.s_full);
+                std::move(waits), false, kind, D.dropout);
     return;
   }
   // Unfused attention computes every score and masks those outside the window.
@@ -760,8 +757,7 @@ void attention_core_backward(StepList& L, const Dims& A, AttentionKind kind, std
     // FlashAttention backward: recomputes QK^T and runs four GEMMs (2.5x the forward work).
     const double bytes = (A.tokens * (4 * A.a_t * A.d) + A.b * A.s_full * 4 * A.g_t * A.d) * A.act_bytes;
     L.attention("attn.core.bwd", A.attn_dtype, 2.5 * exec_core * A.window_exec_share,
-                2 * model_core * A.window_model_share, bytes, std::move(waits), true, kind, A.dropout,
-                static_cast<int>(A.d), A.s_full);
+                2 * model_core * A.window_model_share, bytes, std::move(waits), true, kind, A.dropout);
     return;
   }
   const double heads = A.b * A.a_t;
@@ -846,8 +842,7 @@ void ring_attention_forward(StepList& L, const Dims& A, AttentionKind kind, std:
         i < n - 1 ? ring_exchange(L, "cp.p2p.kv", A, 1, maybe(prev), /*overlap_previous=*/i > 0, group) : -1;
     const double kv_tokens = i == 0 ? st.s_kv : st.s_kv / 2;  // the last rank: half of each earlier block
     const double bytes = (st.q_bytes + out_bytes + A.b * kv_tokens * 2 * A.g_t * A.d * e);
-    L.attention("attn.core", A.attn_dtype, st.exec, st.model, bytes, maybe(prev), false, kind, A.dropout,
-                static_cast<int>(A.d), A.s_full);
+    L.attention("attn.core", A.attn_dtype, st.exec, st.model, bytes, maybe(prev), false, kind, A.dropout);
     prev = next;
   }
   // flash_attn_fwd_softmax_lse_correction per step after the first (the running LSE in
@@ -878,8 +873,7 @@ void ring_attention_backward(StepList& L, const Dims& A, AttentionKind kind, std
     // block; the others run all queries over half of a K/V block.
     const double kv_tokens = last ? st.s_kv : st.s_kv / 2;
     const double bytes = 2 * st.q_bytes * 2 + A.b * kv_tokens * 4 * A.g_t * A.d * A.act_bytes;
-    L.attention("attn.core.bwd", A.attn_dtype, 2.5 * st.exec, 2 * st.model, bytes, maybe(prev), true, kind, A.dropout,
-                static_cast<int>(A.d), A.s_full);
+    L.attention("attn.core.bwd", A.attn_dtype, 2.5 * st.exec, 2 * st.model, bytes, maybe(prev), true, kind, A.dropout);
     L.memory("attn.cp.dq.acc", (first ? 2 : 3) * st.q_bytes);  // dq.copy_ / dq.add_
     const double dkv = last ? st.block : st.block / 2;         // dkv[:, 0].copy_ / add_, the last dkv.add_
     L.memory("attn.cp.dkv.acc", (first ? 2 : 3) * dkv, {xfer});

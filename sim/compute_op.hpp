@@ -51,11 +51,6 @@ struct ComputeOp {
   // Fused attention with dropout inside the kernel (attention dropout p > 0): the profile's
   // `dropout_speed` of the kernel family scales its throughput.
   bool attention_dropout = false;
-  // Attention: the kernel's shape class, for a family whose speed depends on it (Triton):
-  // head dimension, causal mask, key tokens per sequence.
-  int attention_head_dim = 0;
-  bool attention_causal = true;
-  double attention_seq = 0;
   // A measured duration (an imported trace replayed as profiled): when >= 0 the
   // op takes this long, times the GPU's slowdown, instead of its roofline cost.
   double measured_seconds = -1;

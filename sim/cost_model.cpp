@@ -58,11 +58,7 @@ double ComputeCostModel::seconds(const ComputeOp& op, int gpu_type, double compu
             op.attention_kernel == AttentionKernel::FlashAttention2 || op.attention_kernel == AttentionKernel::Triton,
             "attention kernel family without curves in the profile of " + p.gpu);
         c = backward && !p.attention_backward.curve.empty() ? &p.attention_backward.curve : &p.attention.curve;
-        // Triton: the kernel's measured speed relative to FlashAttention-2 for this pass and shape class.
-        speed =
-            op.attention_kernel == AttentionKernel::Triton
-                ? p.triton_attention_speed.at(backward, op.attention_head_dim, op.attention_causal, op.attention_seq)
-                : 1.0;
+        speed = op.attention_kernel == AttentionKernel::Triton ? p.triton_attention_speed.value : 1.0;
         TRAINSIM_CHECK(speed > 0, "Triton attention without triton_attention_speed in the profile of " + p.gpu);
       }
       compute_time = op.flops / (gpu.peak(op.dtype) * c->at(op.flops / std::max(op.kernels, 1)) * speed);

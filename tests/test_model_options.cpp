@@ -1,7 +1,6 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
-#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -77,38 +76,20 @@ std::string with_edited_a100_profile(std::string scenario, const std::string& fi
 
 }  // namespace
 
-TEST_CASE("the Triton FlashAttention kernel runs at the profile's speed for its pass and shape") {
+TEST_CASE("the Triton FlashAttention kernel runs at the profile's relative speed") {
   const JobReport fa2 = run({});
   const JobReport triton = run({"training.attention=flash-triton"});
-  // GPT-3 1.3B: head dim 128, causal, 4k tokens per sequence.
-  const TritonAttentionSpeed& t = catalog().find_profile_for_gpu("A100-SXM4-80GB")->triton_attention_speed;
-  const double fwd = t.at(false, 128, true, 4096), bwd = t.at(true, 128, true, 4096);
-  // FlashAttention-2's paper: the Triton kernel loses less in the forward pass (1.3-1.5x)
-  // than in the backward (Fig. 4's fwd+bwd at head dim 128 with a causal mask, 74 vs 173 TFLOP/s).
-  CHECK(fwd == doctest::Approx(0.714));
-  CHECK(bwd == doctest::Approx(0.369));
-  // Attention at 4k tokens is compute-bound: its time scales by exactly 1/speed of its
-  // pass; the GEMMs do not change.
-  const std::vector<std::string> tr{"training.attention=flash-triton"};
-  CHECK(kernel_seconds(tr, "attn.core") == doctest::Approx(kernel_seconds({}, "attn.core") / fwd).epsilon(1e-3));
-  CHECK(kernel_seconds(tr, "attn.core.bwd") ==
-        doctest::Approx(kernel_seconds({}, "attn.core.bwd") / bwd).epsilon(1e-3));
-  CHECK(kernel_seconds(tr, "mlp.up") == doctest::Approx(kernel_seconds({}, "mlp.up")));
+  const double speed = catalog().find_profile_for_gpu("A100-SXM4-80GB")->triton_attention_speed.value;
+  REQUIRE(speed > 0);
+  REQUIRE(speed < 1);
+  // Attention at 4k tokens is compute-bound: its time scales by exactly 1/speed;
+  // the GEMMs do not change.
+  const std::vector<std::string> t{"training.attention=flash-triton"};
+  CHECK(kernel_seconds(t, "attn.core") == doctest::Approx(kernel_seconds({}, "attn.core") / speed).epsilon(1e-3));
+  CHECK(kernel_seconds(t, "attn.core.bwd") ==
+        doctest::Approx(kernel_seconds({}, "attn.core.bwd") / speed).epsilon(1e-3));
+  CHECK(kernel_seconds(t, "mlp.up") == doctest::Approx(kernel_seconds({}, "mlp.up")));
   CHECK(triton.iteration_time_s > fa2.iteration_time_s);
-}
-
-TEST_CASE("the Triton speed is looked up by causality, nearest head dimension and sequence length") {
-  const TritonAttentionSpeed& t = catalog().find_profile_for_gpu("A100-SXM4-80GB")->triton_attention_speed;
-  CHECK(t.at(true, 128, true, 2048) == doctest::Approx(0.380));
-  CHECK(t.at(true, 64, true, 2048) == doctest::Approx(0.521));
-  CHECK(t.at(true, 128, false, 2048) == doctest::Approx(0.426));
-  CHECK(t.at(true, 96, true, 2048) == doctest::Approx(0.521));   // a tie: the smaller head dim
-  CHECK(t.at(true, 112, true, 2048) == doctest::Approx(0.380));  // nearest: 128
-  // Beyond the figure's 16k the last point holds (the 64k-token MPT run).
-  CHECK(t.at(true, 128, true, 65536) == doctest::Approx(0.364));
-  // Between points: linear in log(sequence length).
-  CHECK(t.at(true, 128, true, std::sqrt(2048.0 * 4096.0)) == doctest::Approx((0.380 + 0.369) / 2));
-  CHECK(t.at(false, 128, true, 65536) == doctest::Approx(0.714));
 }
 
 TEST_CASE("flash-triton without a Triton figure in the profile is an input error") {

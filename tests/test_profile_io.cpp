@@ -147,23 +147,6 @@ TEST_CASE("a bad profile value names the file and its JSON pointer") {
     CHECK(first_error(bad).starts_with(
         "error: bad.json: /memory_kernels/te-cast-transpose/value: expected a number in "));
   }
-  SUBCASE("a Triton attention class given twice") {
-    const std::string bad =
-        replaced(text, "{\"head_dim\": 64, \"causal\": true,", "{\"head_dim\": 128, \"causal\": true,");
-    CHECK(first_error(bad) ==
-          "error: bad.json: /triton_attention_speed/shapes/3/head_dim: a second class for head_dim "
-          "128, causal");
-  }
-  SUBCASE("a Triton attention class without its causality") {
-    const std::string bad = replaced(text, "{\"head_dim\": 64, \"causal\": true,", "{\"head_dim\": 64,");
-    CHECK(first_error(bad) == "error: bad.json: /triton_attention_speed/shapes/2/causal: required: true or false");
-  }
-  SUBCASE("a Triton attention speed out of range") {
-    const std::string bad = replaced(text, "\"forward\": [[2048, 0.714]]", "\"forward\": [[2048, 0]]");
-    CHECK(first_error(bad) ==
-          "error: bad.json: /triton_attention_speed/shapes/0/forward/0: expected size > 0 and "
-          "efficiency in (0, 1.5]");
-  }
   SUBCASE("a file that is missing") {
     try {
       load_profile_file("/nonexistent/profile.json");

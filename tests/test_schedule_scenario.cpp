@@ -213,8 +213,10 @@ TEST_CASE("zero bubble validation: ZB-2p's peak memory is that of the runtime's 
   // (1.5B, 6.2B, 14.6B at their smallest m). The family search, which keeps
   // the least memory that reaches its fastest makespan, gave 45, 55 and 42 GB.
   const std::filesystem::path dir = std::filesystem::path(TRAINSIM_SOURCE_DIR) / "scenarios/validation-schedules";
-  for (const auto& [config, measured_gb] : std::vector<std::pair<std::string, double>>{
+  for (const auto& run : std::vector<std::pair<std::string, double>>{
            {"zb_iclr_1.5B_p8_m24", 59}, {"zb_iclr_6.2B_p8_m24", 70}, {"zb_iclr_14.6B_p16_m48", 51}}) {
+    const std::string& config = run.first;  // a plain reference: clang cannot capture a structured binding
+    const double measured_gb = run.second;
     CAPTURE(config);
     const JobReport r = simulate(load_scenario_file((dir / (config + "_zb-2p.json")).string(), {}, testing::catalog()));
     const double gb = r.peak_memory_gib * 1.073741824;

@@ -859,14 +859,9 @@ std::string compare_profiles(const CalibrationProfile& a, const CalibrationProfi
       b.compute_share_during_comm.provenance.kind);
   row("  fp8_split_accumulator_speed", a.fp8_split_accumulator_speed.value, b.fp8_split_accumulator_speed.value,
       b.fp8_split_accumulator_speed.provenance.kind);
-  // The Triton kernel's speed at the commonest shape (head dim 128, causal, 2k keys), per pass.
-  auto triton = [](const TritonAttentionSpeed& t, bool backward) {
-    return t.empty() ? std::nullopt : std::optional(t.at(backward, 128, true, 2048));
-  };
-  row("  triton_attention_speed fwd (d128 causal 2k)", triton(a.triton_attention_speed, false),
-      triton(b.triton_attention_speed, false), b.triton_attention_speed.provenance.kind);
-  row("  triton_attention_speed bwd (d128 causal 2k)", triton(a.triton_attention_speed, true),
-      triton(b.triton_attention_speed, true), b.triton_attention_speed.provenance.kind);
+  auto optional_value = [](const ValueEntry& e) { return e.value > 0 ? std::optional(e.value) : std::nullopt; };
+  row("  triton_attention_speed", optional_value(a.triton_attention_speed), optional_value(b.triton_attention_speed),
+      b.triton_attention_speed.provenance.kind);
   out << "Scale-up collectives (bus bandwidth / per-direction link bandwidth)\n";
   auto ring = [](const LinkCalibration& l, double bytes) -> std::optional<double> {
     return l.busbw_curve.curve.empty() ? l.busbw_efficiency.value : l.busbw_curve.curve.at(bytes);

@@ -789,7 +789,7 @@ void default_attention_of_framework(ObjectReader& top, Scenario& s) {
 void check_consistency(Scenario& s, Diagnostics& d) {
   if (s.training.attention == AttentionKind::FlashTriton) {
     for (const auto& prof : s.profiles) {
-      if (prof.triton_attention_speed.empty()) {
+      if (prof.triton_attention_speed.value <= 0) {
         d.error("/training/attention", "\"flash-triton\" needs triton_attention_speed in the calibration profile of " +
                                            prof.gpu + ", which has none");
       }

@@ -395,6 +395,14 @@ TEST_CASE("ddp_impl torch: PyTorch DDP copies each gradient into its bucket and 
     error = e.what();
   }
   CHECK(error.find("options.json: /parallel/ddp_impl:") != std::string::npos);
+  error.clear();
+  try {  // with a pipeline DDP would sync every micro-batch, which is not modelled
+    load_scenario_text(text, "options.json", "", {"parallel.ddp_impl=torch", "parallel.pp=2", "parallel.dp=4"},
+                       catalog());
+  } catch (const InputError& e) {
+    error = e.what();
+  }
+  CHECK(error.find("options.json: /parallel/ddp_impl:") != std::string::npos);
 }
 
 TEST_CASE("position alibi: no RoPE kernels; unfused attention reads the broadcast bias, fused kernels add it free") {

@@ -961,9 +961,13 @@ void check_consistency(Scenario& s, Diagnostics& d) {
   }
   // Megatron-LM's --DDP-impl exists in its pre-Megatron-Core code only, and PyTorch's DDP
   // all-reduces whole gradients (no optimizer sharding).
-  if (s.parallel.torch_ddp && (s.training.framework != Framework::MegatronLegacy || s.parallel.zero != 0)) {
+  // Only its no-pipelining loop runs the micro-batches under no_sync (one copy and all-reduce
+  // per step, what the planner charges); with a pipeline DDP would sync every micro-batch.
+  if (s.parallel.torch_ddp &&
+      (s.training.framework != Framework::MegatronLegacy || s.parallel.zero != 0 || s.parallel.pp != 1)) {
     d.error("/parallel/ddp_impl",
-            "\"torch\" (Megatron-LM's --DDP-impl torch) needs \"framework\": \"megatron-legacy\" and \"zero\": 0");
+            "\"torch\" (Megatron-LM's --DDP-impl torch) needs \"framework\": "
+            "\"megatron-legacy\", \"zero\": 0 and \"pp\": 1");
   }
   // Block-scaled recipes need the tensor cores Transformer Engine's support matrix
   // names (nvidia.github.io/TransformerEngine/support_matrix.html): MXFP8 data-centre

@@ -61,6 +61,9 @@ struct ModelSteps {
   // training-metric cross-entropies over the logits (TrainingSpec::metric_cross_entropies).
   std::vector<Step> head_after_backward;
   double embedding_grad_elements = 0, head_grad_elements = 0;
+  // The output weight's share of head_grad_elements (vocab x hidden / tp): with tied
+  // embeddings on the embedding's own chunk it is the word embedding, one parameter.
+  double head_weight_elements = 0;
   double head_expert_grad_elements = 0;  // routed experts of multi-token prediction blocks, reduced over edp
 };
 

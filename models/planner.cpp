@@ -298,7 +298,7 @@ class StageProgramBuilder {
       // (the optimizer step starts its gather), then one bucket per layer.
       for (int c = 0; c < chunks_; ++c) {
         if (first_vstage(c)) elems += cur_->embedding_grad_elements;
-        if (last_vstage(c)) elems += cur_->head_grad_elements;
+        if (last_vstage(c)) elems += head_grad_elements(vstage_[c]);
         for (int l = 0; l < layers_[c]; ++l) {
           elems += layer_steps(first_layer_[c] + l).grad_elements;
           expert_elems += layer_steps(first_layer_[c] + l).expert_grad_elements;
@@ -317,7 +317,7 @@ class StageProgramBuilder {
         if (elems * kActBytes >= bucket_bytes_ / train_.grad_reduce_bytes * kActBytes) flush(c);
       }
       if (last_vstage(c)) {
-        elems += cur_->head_grad_elements;
+        elems += head_grad_elements(vstage_[c]);
         expert_elems += cur_->head_expert_grad_elements;
       }
       flush(c);
@@ -1098,7 +1098,7 @@ class StageProgramBuilder {
       last = emit(cur_->head_backward, StepPrefix{'B'}, u.microbatch, entry, false, nullptr, filter,
                   whole ? nullptr : &saved->back());
       entry = {last};
-      if (reduce_grads && !zero3()) head_grads_done(last, u.microbatch);
+      if (reduce_grads && !zero3()) head_grads_done(v, last, u.microbatch);
     }
     // ZeRO-3 / FSDP: the next layer's parameters are gathered when this layer's
     // backward starts, and that all-gather is issued before this layer's
@@ -1198,7 +1198,7 @@ class StageProgramBuilder {
                                bool reduce_grads) {
     const TaskId last =
         emit(cur_->head_backward, StepPrefix{'W'}, u.microbatch, entry, false, nullptr, PassFilter::WeightOnly, b_ids);
-    if (reduce_grads && !zero3()) head_grads_done(last, u.microbatch);
+    if (reduce_grads && !zero3()) head_grads_done(vstage_[u.chunk], last, u.microbatch);
     return last;
   }
 
@@ -1310,16 +1310,19 @@ class StageProgramBuilder {
     return b_.compute(s_.compute, b_.add_op(acc), label(std::string(prefix) + name), mb, deps);
   }
 
-  // The LM head's (and multi-token prediction modules') weight gradients are done at `last`.
-  void head_grads_done(TaskId last, int mb) {
+  // The LM head's (and multi-token prediction modules') weight gradients on virtual stage v
+  // are done at `last`.
+  void head_grads_done(int v, TaskId last, int mb) {
     tied_ready_ = last;
     if (edp_group_ > 1) expert_bucket_elems_ += cur_->head_expert_grad_elements;
+    const double elements = head_grad_elements(v);
     if (layer_buckets()) {
-      held_elems_ += cur_->head_grad_elements;  // reduced with the first layer's bucket
+      held_elems_ += elements;  // reduced with the first layer's bucket
       return;
     }
-    last = ddp_copy_in(cur_->head_grad_elements, (model_.rmsnorm ? 1 : 2) + 1, last, mb, "B head ddp.grad.copy_in");
-    add_grads(cur_->head_grad_elements, last, mb);
+    last = ddp_copy_in(elements, (model_.rmsnorm ? 1 : 2) + (shares_embedding(v) ? 0 : 1), last, mb,
+                       "B head ddp.grad.copy_in");
+    add_grads(elements, last, mb);
   }
 
   // A layer's weight gradients of this micro-batch are done at `last`.
@@ -1365,7 +1368,7 @@ class StageProgramBuilder {
   // copy_grad_to_bucket's mul_out): one kernel per parameter tensor, read 2 + write 2 B per
   // 16-bit element, issued from C++ (no Python per tensor). `last` where it does not apply.
   TaskId ddp_copy_in(double elements, int tensors, TaskId last, int mb, const std::string& name) {
-    if (!par_.torch_ddp || dp_group_ <= 1 || elements <= 0) return last;
+    if (!par_.torch_ddp || dp_group_ <= 1 || (elements <= 0 && tensors <= 0)) return last;
     ComputeOp op{
         "ddp.grad.copy_in",  OpKind::MemoryBound, Dtype::BF16, 0, elements * 2 * train_.grad_reduce_bytes, 0, 0, 0,
         std::max(tensors, 1)};
@@ -1390,8 +1393,17 @@ class StageProgramBuilder {
   double outer_elements(int v) const {
     double e = 0;
     if (embedding_of(v)) e += cur_->embedding_grad_elements;
-    if (head_of(v) && !(embedding_of(v) && model_.tied_embeddings)) e += cur_->head_grad_elements;
+    if (head_of(v)) e += head_grad_elements(v);
     return e;
+  }
+  // The LM head's output weight is the word embedding's own parameter when the embeddings
+  // are tied and both sit on virtual stage v (no pipeline split between them). Two chunks
+  // of one rank (V schedules) hold two copies, as Megatron-LM's model chunks do.
+  bool shares_embedding(int v) const { return model_.tied_embeddings && embedding_of(v) && head_of(v); }
+  // Gradient elements of the LM head on its virtual stage v: without the output weight
+  // where it is the embedding (shares_embedding), so it is reduced and stepped once.
+  double head_grad_elements(int v) const {
+    return cur_->head_grad_elements - (shares_embedding(v) ? cur_->head_weight_elements : 0);
   }
 
   // ZeRO-3: gather a layer's parameters after `after` (prefetch one layer ahead).
@@ -1468,7 +1480,7 @@ class StageProgramBuilder {
     const int norm = model_.rmsnorm ? 1 : 2;
     int n = layers_[c] * (2 * norm + 4 + (model_.bias ? 4 : 0));
     if (embedding_of(vstage_[c])) n += 1 + (model_.rope || model_.alibi ? 0 : 1);
-    if (head_of(vstage_[c])) n += norm + 1;
+    if (head_of(vstage_[c])) n += norm + (shares_embedding(vstage_[c]) ? 0 : 1);
     return n;
   }
 
@@ -1501,7 +1513,7 @@ class StageProgramBuilder {
     double p = 0;
     for (int c = 0; c < chunks_; ++c) {
       if (first_vstage(c)) p += cur_->embedding_grad_elements;
-      if (last_vstage(c)) p += cur_->head_grad_elements;
+      if (last_vstage(c)) p += head_grad_elements(vstage_[c]);
     }
     return p;
   }

@@ -161,8 +161,10 @@ TEST_CASE(
   })";
   const Scenario s = load_scenario_text(kDpOverWan, "dp-over-wan.json", "", {}, catalog());
   const TransformerSpec& m = s.model;
-  // The gradients the planner reduces: every layer, the embedding and the LM head.
-  const double gradients = m.layers * m.params_per_layer() + m.embedding_params() + double(m.vocab) * m.hidden;
+  // The gradients the planner reduces: every layer, the embedding and, untied, the LM head
+  // (GPT-3's tied head at pp = 1 is the embedding itself).
+  const double gradients =
+      m.layers * m.params_per_layer() + m.embedding_params() + (m.tied_embeddings ? 0 : double(m.vocab) * m.hidden);
   const double expected = 2.0 * 4.0 * gradients;
   for (const Fidelity f : {Fidelity::Analytical, Fidelity::Flow}) {
     CAPTURE(to_string(f));

@@ -77,18 +77,20 @@ std::string with_edited_a100_profile(std::string scenario, const std::string& fi
 }  // namespace
 
 TEST_CASE("the Triton FlashAttention kernel runs at the profile's relative speed") {
-  const JobReport fa2 = run({});
-  const JobReport triton = run({"training.attention=flash-triton"});
+  // The Triton kernel has no dropout: both runs without it.
+  const std::vector<std::string> f{"training.dropout=false"};
+  const JobReport fa2 = run(f);
+  const JobReport triton = run({"training.dropout=false", "training.attention=flash-triton"});
   const double speed = catalog().find_profile_for_gpu("A100-SXM4-80GB")->triton_attention_speed.value;
   REQUIRE(speed > 0);
   REQUIRE(speed < 1);
   // Attention at 4k tokens is compute-bound: its time scales by exactly 1/speed;
   // the GEMMs do not change.
-  const std::vector<std::string> t{"training.attention=flash-triton"};
-  CHECK(kernel_seconds(t, "attn.core") == doctest::Approx(kernel_seconds({}, "attn.core") / speed).epsilon(1e-3));
+  const std::vector<std::string> t{"training.dropout=false", "training.attention=flash-triton"};
+  CHECK(kernel_seconds(t, "attn.core") == doctest::Approx(kernel_seconds(f, "attn.core") / speed).epsilon(1e-3));
   CHECK(kernel_seconds(t, "attn.core.bwd") ==
-        doctest::Approx(kernel_seconds({}, "attn.core.bwd") / speed).epsilon(1e-3));
-  CHECK(kernel_seconds(t, "mlp.up") == doctest::Approx(kernel_seconds({}, "mlp.up")));
+        doctest::Approx(kernel_seconds(f, "attn.core.bwd") / speed).epsilon(1e-3));
+  CHECK(kernel_seconds(t, "mlp.up") == doctest::Approx(kernel_seconds(f, "mlp.up")));
   CHECK(triton.iteration_time_s > fa2.iteration_time_s);
 }
 
@@ -98,7 +100,8 @@ TEST_CASE("flash-triton without a Triton figure in the profile is an input error
       with_edited_a100_profile(kBase, file, [](nlohmann::json& p) { p.erase("triton_attention_speed"); });
   std::string error;
   try {
-    load_scenario_text(scenario, "options.json", "", {"training.attention=flash-triton"}, catalog());
+    load_scenario_text(scenario, "options.json", "", {"training.dropout=false", "training.attention=flash-triton"},
+                       catalog());
   } catch (const InputError& e) {
     error = e.what();
   }
@@ -377,16 +380,15 @@ TEST_CASE("ddp_impl torch: PyTorch DDP copies each gradient into its bucket and 
     in_kernels += torch.ops[torch.tasks[t].ref].kernels;
   }
   // Read 2 + write 2 B per parameter each way; 12 tensors per layer (2 LayerNorms, 4 weights,
-  // 4 biases), the word and position embeddings, and the head's (final norm, output weight).
-  // The copies cover every gradient the all-reduce carries: the layers, the embeddings and the
-  // head's elements as the planner counts them (its output weight separately from the tied word
-  // embedding, also at pp = 1), and the copy back moves what was copied in.
-  const double params = s.model.layers * s.model.params_per_layer() + s.model.embedding_params() +
-                        static_cast<double>(s.model.vocab) * s.model.hidden;
+  // 4 biases), the word and position embeddings, and the head's final norm (2 tensors): at
+  // pp = 1 the tied output weight is the word embedding, copied once. The copies cover every
+  // gradient the all-reduce carries, and the copy back moves what was copied in.
+  REQUIRE(s.model.tied_embeddings);
+  const double params = s.model.layers * s.model.params_per_layer() + s.model.embedding_params();
   CHECK(in_bytes == doctest::Approx(4 * params).epsilon(1e-3));
-  CHECK(in_kernels == 12 * s.model.layers + 2 + 3);
+  CHECK(in_kernels == 12 * s.model.layers + 2 + 2);
   CHECK(torch.ops[torch.tasks[out[0]].ref].bytes == doctest::Approx(in_bytes).epsilon(1e-2));
-  CHECK(torch.ops[torch.tasks[out[0]].ref].kernels == 12 * s.model.layers + 2 + 3);  // + final norm, output weight
+  CHECK(torch.ops[torch.tasks[out[0]].ref].kernels == 12 * s.model.layers + 2 + 2);  // + the final norm's 2
   CHECK(run({}, text).iteration_time_s < run({"parallel.ddp_impl=torch"}, text).iteration_time_s);
   std::string error;
   try {
@@ -2224,4 +2226,55 @@ TEST_CASE("bf16 Adam state: no master copy, a 14 B update, 4 B of state per para
             .find("/training/optimizer_dtype:") != std::string::npos);
   CHECK(load_error(text, {"training.optimizer_dtype=\"bf16\"", "parallel.zero=0"}).find("/training/optimizer_dtype:") !=
         std::string::npos);
+}
+
+// Bytes of the first compute op called `name` in the first program (the first stage's), or
+// in the last (the last stage's).
+double op_bytes(const Scenario& s, const std::string& name, bool last = false) {
+  const Cluster cluster(s.cluster);
+  const TrainingPlan plan = plan_training(s.model, s.parallel, s.training, cluster, PlanOptions{});
+  for (const ComputeOp& op : (last ? plan.setup.programs.back() : plan.setup.programs.front()).ops) {
+    if (op.name == name) return op.bytes;
+  }
+  FAIL("no op " << name);
+  return 0;
+}
+
+TEST_CASE("a tied LM head on the embedding's own stage is one parameter, stepped once") {
+  // pp = 1: the output weight is the word embedding itself (one tensor, one gradient,
+  // one optimizer update); untied, it is a second vocab x hidden matrix.
+  const Scenario tied = load_scenario_text(kBase, "options.json", "", {}, catalog());
+  const Scenario untied = load_scenario_text(kBase, "options.json", "", {"model.tied_embeddings=false"}, catalog());
+  REQUIRE(tied.model.tied_embeddings);
+  const TransformerSpec& m = tied.model;
+  const double layers = m.layers * m.params_per_layer(), embedding = m.embedding_params();
+  const double head = static_cast<double>(m.vocab) * m.hidden;
+  const double step_tied = op_bytes(tied, "optimizer.step"), step_untied = op_bytes(untied, "optimizer.step");
+  CHECK(step_untied / step_tied == doctest::Approx((layers + embedding + head) / (layers + embedding)).epsilon(1e-9));
+  // With a pipeline the last stage holds its own copy of the tied weight (Megatron-LM's
+  // output layer on the last stage), so tied and untied step the same bytes there.
+  const std::vector<std::string> pp{"parallel.pp=2", "parallel.dp=2"};
+  const Scenario tied_pp = load_scenario_text(kBase, "options.json", "", pp, catalog());
+  std::vector<std::string> untied_sets = pp;
+  untied_sets.push_back("model.tied_embeddings=false");
+  const Scenario untied_pp = load_scenario_text(kBase, "options.json", "", untied_sets, catalog());
+  CHECK(op_bytes(tied_pp, "optimizer.step", true) == op_bytes(untied_pp, "optimizer.step", true));
+  CHECK(op_bytes(tied_pp, "optimizer.step", true) > 0);
+}
+
+TEST_CASE("FlashAttention-3 and Triton FlashAttention refuse dropout (input error)") {
+  for (const std::string attention : {"flash-attention-3", "flash-triton"}) {
+    CAPTURE(attention);
+    std::string error;
+    try {
+      load_scenario_text(R"({"model": "gpt3-1.3b", "cluster": {"node": "dgx-h100", "nodes": 1},
+        "parallel": {"tp": 1, "dp": 8, "micro_batch": 1, "global_batch": 64},
+        "training": {"seq_len": 2048, "precision": "bf16"}})",
+                         "fa.json", "", {"training.attention=" + attention}, catalog());
+    } catch (const InputError& e) {
+      error = e.what();
+    }
+    CHECK(error.find("fa.json: /training/attention:") != std::string::npos);
+    CHECK(error.find("has no attention dropout") != std::string::npos);
+  }
 }

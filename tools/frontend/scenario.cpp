@@ -795,6 +795,17 @@ void check_consistency(Scenario& s, Diagnostics& d) {
       }
     }
   }
+  // FlashAttention-3 and FlashAttention in Triton have no dropout (flash-attention's
+  // hopper/flash_attn_interface.py and flash_attn/flash_attn_triton.py take no dropout
+  // probability; Dao-AILab/flash-attention issue 1251): a run that drops out cannot use them.
+  if (s.training.dropout &&
+      (s.training.attention == AttentionKind::FlashAttention3 || s.training.attention == AttentionKind::FlashTriton)) {
+    d.error("/training/attention",
+            std::string("\"") +
+                (s.training.attention == AttentionKind::FlashAttention3 ? "flash-attention-3" : "flash-triton") +
+                "\" has no attention dropout: set \"training.dropout\": false (trainsim's one switch for attention "
+                "and residual dropout; default true), or choose \"flash\", \"cudnn\" or \"unfused\"");
+  }
   const auto family = s.training.attention == AttentionKind::Cudnn             ? AttentionKernel::Cudnn
                       : s.training.attention == AttentionKind::FlashAttention3 ? AttentionKernel::FlashAttention3
                                                                                : AttentionKernel::FlashAttention2;

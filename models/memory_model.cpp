@@ -96,7 +96,10 @@ MemoryBreakdown stage_memory(const TransformerSpec& m, const ParallelSpec& p, co
     }
     return ChunkActivation{};
   };
-  bool first = false, last = false;
+  // `one_chunk`: a chunk holds both the embedding and the LM head, so a tied output weight
+  // is the embedding itself; on different chunks of one rank (V placements) each chunk
+  // keeps its copy, as Megatron-LM's model chunks do (the planner reduces and steps both).
+  bool first = false, last = false, one_chunk = false;
   double params = 0;
   // MoE layers: their replicated part and the routed experts of this rank (already per rank).
   double moe_dense = 0, expert = 0;
@@ -105,6 +108,7 @@ MemoryBreakdown stage_memory(const TransformerSpec& m, const ParallelSpec& p, co
     const int v = sched.part_of(sched.virtual_stage(stage, c));  // the layer block (DualPipe: of either copy)
     first |= v == first_virtual_stage;
     last |= v == last_v;
+    one_chunk |= v == first_virtual_stage && v == last_v;
     const int l0 = p.first_layer_of_virtual_stage(v, m.layers);
     for (int l = l0; l < l0 + p.layers_of_virtual_stage(v, m.layers); ++l) {
       if (m.layer_kind(l) == LayerKind::Moe) {
@@ -126,7 +130,7 @@ MemoryBreakdown stage_memory(const TransformerSpec& m, const ParallelSpec& p, co
     if (mtp_moe) expert += m.mtp_depth * moe_layer.expert;
   }
   if (first) params += m.embedding_params() / p.tp;
-  if (last && (!m.tied_embeddings || !first)) params += static_cast<double>(m.vocab) * m.hidden / p.tp;
+  if (last && (!m.tied_embeddings || !one_chunk)) params += static_cast<double>(m.vocab) * m.hidden / p.tp;
   const double dp_group = static_cast<double>(p.dp) * p.cp;
   const double shard_opt = p.zero >= 1 ? dp_group : 1.0;
   const double shard_grad = p.zero >= 2 ? dp_group : 1.0;
@@ -140,7 +144,7 @@ MemoryBreakdown stage_memory(const TransformerSpec& m, const ParallelSpec& p, co
   if (tr.optimizer == "muon") {
     // The embedding and the head are updated by AdamW (second moment: 4 B more).
     double adamw = first ? m.embedding_params() / p.tp : 0.0;
-    if (last && (!m.tied_embeddings || !first)) adamw += static_cast<double>(m.vocab) * m.hidden / p.tp;
+    if (last && (!m.tied_embeddings || !one_chunk)) adamw += static_cast<double>(m.vocab) * m.hidden / p.tp;
     mem.optimizer += adamw * 4 / shard_opt;
   }
   if (expert > 0) {

@@ -445,6 +445,31 @@ TEST_CASE("tied embeddings: the first and last stage all-reduce the shared weigh
   CHECK(tied_tasks().empty());
 }
 
+TEST_CASE("a tied output weight is one tensor on the embedding's chunk, a second copy on another chunk") {
+  TransformerSpec m = fixture_model("gpt3-1.3b");
+  REQUIRE(m.tied_embeddings);
+  TrainingSpec train;
+  ParallelSpec par;
+  par.pp = 1;
+  par.dp = 8;
+  par.global_batch = 64;
+  const double head = static_cast<double>(m.vocab) * m.hidden;
+  auto weights = [&](bool tied) {
+    m.tied_embeddings = tied;
+    return stage_memory(m, par, train, 0).weights;
+  };
+  const double bytes = activation_element_bytes(train);
+  // One stage: the head is the embedding's tensor.
+  CHECK(weights(false) - weights(true) == doctest::Approx(head * bytes));
+  // ZB-V: rank 0 holds the first chunk (the embedding) and the last (the head), two model
+  // chunks with a weight each, tied or not.
+  par.pp = 4;
+  par.dp = 2;
+  par.global_batch = 16;
+  par.schedule = ScheduleKind::ZeroBubbleV;
+  CHECK(weights(true) == doctest::Approx(weights(false)));
+}
+
 TEST_CASE("interleaving shrinks the pipeline bubble") {
   const TransformerSpec m = fixture_model("gpt3-1.3b");
   ParallelSpec par;

@@ -904,13 +904,55 @@ class StageProgramBuilder {
   void deepspeed_transfer(SlotRole role, int from, int to, const char* what, int mb) {
     const bool sending = from == stage_;
     const LinkShape shape = link_shape(from, to);
-    for (int j = 0; j < (sending ? shape.sends : shape.recvs); ++j) {
+    const bool partitioned = deepspeed_partitioned();
+    const int messages = sending ? shape.sends : shape.recvs;
+    if (partitioned || train_.launch_blocking) ds_chain_ = deepspeed_message_host_work(role, sending, messages, mb);
+    for (int j = 0; j < messages; ++j) {
       const PipelineLink link = pipeline_link(role, from, to, j);
-      const TaskId d[] = {ds_chain_};
-      const std::span<const TaskId> deps(d, ds_chain_ == kNone ? 0 : 1);
-      ds_chain_ = sending ? b_.send(link.stream, link.slot, CommClass::PP, shape.bytes, label(what), mb, deps)
-                          : b_.recv(link.stream, link.slot, CommClass::PP, shape.bytes, label(what), mb, deps);
+      auto transfer = [&](std::uint64_t bytes, const std::string& name) {
+        const TaskId d[] = {ds_chain_};
+        const std::span<const TaskId> deps(d, ds_chain_ == kNone ? 0 : 1);
+        ds_chain_ = sending ? b_.send(link.stream, link.slot, CommClass::PP, bytes, label(name), mb, deps)
+                            : b_.recv(link.stream, link.slot, CommClass::PP, bytes, label(name), mb, deps);
+      };
+      // A partitioned message goes as two blocking p2p calls: its PartitionedTensor's
+      // metadata (to_meta()), then the rank's part.
+      if (partitioned) transfer(deepspeed_meta_bytes(), std::string(what) + " meta");
+      transfer(shape.bytes, what);
     }
+  }
+  // The metadata of a PartitionedTensor (to_meta(), deepspeed/runtime/utils.py, 2022): an
+  // int64 list of the tensor's rank, its 3 dimensions ([s, b, h] in Megatron-DeepSpeed's
+  // pipeline), the part count, this rank's index and the tp + 1 part bounds.
+  std::uint64_t deepspeed_meta_bytes() const {
+    return static_cast<std::uint64_t>(1 + 3 + 2 + par_.tp + 1) * sizeof(std::int64_t);
+  }
+  // The host's share of a DeepSpeed pipeline message (deepspeed/runtime/pipe/engine.py and
+  // p2p.py, 2022), before its transfers: each p2p call is an NCCL launch that blocks under
+  // blocking launches (one per message, two when partitioned: metadata and part). A partitioned
+  // message adds the metadata's copies: the sender builds it on the host and copies it to the
+  // GPU (torch.LongTensor(...).to(device)); the receiver of an activation clones the received
+  // metadata (_exec_recv_activations), and every receiver reads it back to the host to rebuild
+  // the tensor (PartitionedTensor.from_meta: meta.tolist()).
+  TaskId deepspeed_message_host_work(SlotRole role, bool sending, int messages, int mb) {
+    const bool partitioned = deepspeed_partitioned();
+    int copies = 0;
+    if (partitioned) copies = sending ? 1 : (role == SlotRole::PipelineForward ? 2 : 1);
+    ComputeOp op{sending ? "pp.send.host" : "pp.recv.host",
+                 OpKind::MemoryBound,
+                 Dtype::BF16,
+                 0,
+                 static_cast<double>(copies * messages) * 2 * static_cast<double>(deepspeed_meta_bytes()),
+                 0,
+                 0,
+                 0,
+                 copies * messages};
+    op.host_dispatch_seconds = issue_host_seconds(train_);
+    op.launch_blocking = train_.launch_blocking;
+    op.comm_launches = (partitioned ? 2 : 1) * messages;
+    const TaskId d[] = {ds_chain_};
+    return b_.compute(s_.compute, b_.add_op(op), label(sending ? "pp.send.host" : "pp.recv.host"), mb,
+                      std::span<const TaskId>(d, ds_chain_ == kNone ? 0 : 1));
   }
   // DeepSpeed's PipelineEngine with TP > 1 keeps and sends 1/tp of each activation and
   // input gradient (PartitionedTensor, deepspeed/runtime/utils.py, 2022) and rebuilds the

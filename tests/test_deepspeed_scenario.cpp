@@ -107,3 +107,54 @@ TEST_CASE("DeepSpeed's pipeline engine rebuilds each partitioned message with Pa
     for (const ComputeOp& op : oplan.setup.programs.at(1).ops) CHECK(op.name.find("pp.full") == std::string::npos);
   }
 }
+
+TEST_CASE("a partitioned DeepSpeed message sends its metadata first, each p2p call a blocking NCCL launch") {
+  const std::string legacy = R"(parallel.schedule="deepspeed-1f1b-legacy")";
+  auto plan_of = [&](const std::vector<std::string>& sets) {
+    const Scenario s = load(kDeepSpeed, sets);
+    return plan_training(s.model, s.parallel, s.training, Cluster(s.cluster), PlanOptions{});
+  };
+  const TrainingPlan plan =
+      plan_of({legacy, "training.launch_blocking=true", "parallel.tp_grad_overlap=false", "parallel.dp_overlap=false"});
+  // PartitionedTensor.to_meta(): rank, 3 dimensions, part count, rank index, tp + 1 bounds.
+  const std::uint64_t meta = (1 + 3 + 2 + 8 + 1) * 8;
+  for (int stage = 0; stage < 2; ++stage) {
+    CAPTURE(stage);
+    const ProgramTemplate& p = plan.setup.programs.at(stage);
+    int metas = 0, parts = 0, host = 0;
+    for (std::size_t t = 0; t < p.tasks.size(); ++t) {
+      const Task& task = p.tasks[t];
+      const std::string& l = p.labels[task.label];
+      if (task.kind == TaskKind::Send || task.kind == TaskKind::Recv) {
+        if (l.ends_with(" meta")) {
+          ++metas;
+          CHECK(task.bytes == meta);
+          // The part follows on the same stream, after the metadata.
+          REQUIRE(t + 1 < p.tasks.size());
+          CHECK(p.labels[p.tasks[t + 1].label] + " meta" == l);
+        } else {
+          ++parts;
+        }
+      }
+      if (task.kind == TaskKind::Compute && (l == "pp.send.host" || l == "pp.recv.host")) {
+        ++host;
+        const ComputeOp& op = p.ops[task.ref];
+        CHECK(op.comm_launches == 2);  // the metadata's call and the part's
+        CHECK(op.launch_blocking);
+        CHECK(op.kernels >= 1);  // the metadata copied to the GPU, or cloned and read back
+      }
+    }
+    // 8 micro-batches: each stage sends 8 messages (activations or gradients) and receives 8.
+    CHECK(metas == 16);
+    CHECK(parts == 16);
+    CHECK(host == 16);
+  }
+  // Whole messages carry no metadata, and without blocking launches nothing is charged for them.
+  const TrainingPlan whole = plan_of({legacy, "parallel.pp_scatter_gather=false"});
+  for (const ProgramTemplate& p : whole.setup.programs) {
+    for (const Task& task : p.tasks) {
+      CHECK_FALSE(p.labels[task.label].ends_with(" meta"));
+      CHECK(p.labels[task.label].find(".host") == std::string::npos);
+    }
+  }
+}

@@ -906,7 +906,9 @@ class StageProgramBuilder {
     const LinkShape shape = link_shape(from, to);
     const bool partitioned = deepspeed_partitioned();
     const int messages = sending ? shape.sends : shape.recvs;
-    if (partitioned || train_.launch_blocking) ds_chain_ = deepspeed_message_host_work(role, sending, messages, mb);
+    if (partitioned || train_.launch_blocking) {
+      ds_chain_ = deepspeed_message_host_work(role, sending, partitioned, messages, mb);
+    }
     for (int j = 0; j < messages; ++j) {
       const PipelineLink link = pipeline_link(role, from, to, j);
       auto transfer = [&](std::uint64_t bytes, const std::string& name) {
@@ -934,11 +936,11 @@ class StageProgramBuilder {
   // GPU (torch.LongTensor(...).to(device)); the receiver of an activation clones the received
   // metadata (_exec_recv_activations), and every receiver reads it back to the host to rebuild
   // the tensor (PartitionedTensor.from_meta: meta.tolist()).
-  TaskId deepspeed_message_host_work(SlotRole role, bool sending, int messages, int mb) {
-    const bool partitioned = deepspeed_partitioned();
+  TaskId deepspeed_message_host_work(SlotRole role, bool sending, bool partitioned, int messages, int mb) {
     int copies = 0;
     if (partitioned) copies = sending ? 1 : (role == SlotRole::PipelineForward ? 2 : 1);
-    ComputeOp op{sending ? "pp.send.host" : "pp.recv.host",
+    const char* name = sending ? "pp.send.host" : "pp.recv.host";
+    ComputeOp op{name,
                  OpKind::MemoryBound,
                  Dtype::BF16,
                  0,
@@ -951,7 +953,7 @@ class StageProgramBuilder {
     op.launch_blocking = train_.launch_blocking;
     op.comm_launches = (partitioned ? 2 : 1) * messages;
     const TaskId d[] = {ds_chain_};
-    return b_.compute(s_.compute, b_.add_op(op), label(sending ? "pp.send.host" : "pp.recv.host"), mb,
+    return b_.compute(s_.compute, b_.add_op(op), label(name), mb,
                       std::span<const TaskId>(d, ds_chain_ == kNone ? 0 : 1));
   }
   // DeepSpeed's PipelineEngine with TP > 1 keeps and sends 1/tp of each activation and

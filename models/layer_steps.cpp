@@ -1710,7 +1710,7 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
       }
     }
   }
-  out.embedding_grad_elements = m.embedding_params() / p.tp;
+  out.embedding_grad_elements = m.embedding_params_per_tp_rank(p.tp);
   out.head_grad_elements = out.head_weight_elements = static_cast<double>(m.vocab) * m.hidden / p.tp;
   if (m.mtp_depth > 0) add_mtp_modules(m, D, &out);
   // Every kernel of these steps is issued by the framework's host code (docs/frameworks.md,

@@ -129,7 +129,7 @@ MemoryBreakdown stage_memory(const TransformerSpec& m, const ParallelSpec& p, co
     params += m.mtp_depth * (2 * h * h + 2 * h + (mtp_moe ? moe_layer.dense : m.params_per_layer() / p.tp));
     if (mtp_moe) expert += m.mtp_depth * moe_layer.expert;
   }
-  if (first) params += m.embedding_params() / p.tp;
+  if (first) params += m.embedding_params_per_tp_rank(p.tp);
   if (last && (!m.tied_embeddings || !one_chunk)) params += static_cast<double>(m.vocab) * m.hidden / p.tp;
   const double dp_group = static_cast<double>(p.dp) * p.cp;
   const double shard_opt = p.zero >= 1 ? dp_group : 1.0;
@@ -143,7 +143,7 @@ MemoryBreakdown stage_memory(const TransformerSpec& m, const ParallelSpec& p, co
   mem.optimizer = params * opt_bytes / shard_opt;
   if (tr.optimizer == "muon") {
     // The embedding and the head are updated by AdamW (second moment: 4 B more).
-    double adamw = first ? m.embedding_params() / p.tp : 0.0;
+    double adamw = first ? m.embedding_params_per_tp_rank(p.tp) : 0.0;
     if (last && (!m.tied_embeddings || !one_chunk)) adamw += static_cast<double>(m.vocab) * m.hidden / p.tp;
     mem.optimizer += adamw * 4 / shard_opt;
   }

@@ -64,6 +64,10 @@ double TransformerSpec::embedding_params() const {
   return static_cast<double>(vocab) * hidden + (rope || alibi ? 0.0 : static_cast<double>(max_seq_len) * hidden);
 }
 
+double TransformerSpec::embedding_params_per_tp_rank(int tp) const {
+  return static_cast<double>(vocab) * hidden / tp + (rope || alibi ? 0.0 : static_cast<double>(max_seq_len) * hidden);
+}
+
 double TransformerSpec::total_params() const {
   const double head = tied_embeddings ? 0.0 : static_cast<double>(vocab) * hidden;
   double body = 0;

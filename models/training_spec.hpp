@@ -73,6 +73,9 @@ struct TransformerSpec {
   double attention_params() const;  // attention and norms of one layer (no MLP)
   double params_of_kind(LayerKind k) const;
   double embedding_params() const;  // token (+ learned position) embedding
+  // What one TP rank holds of it: the word embedding is split over the vocabulary, a learned
+  // position table is replicated (Megatron-LM's VocabParallelEmbedding beside a plain Embedding).
+  double embedding_params_per_tp_rank(int tp) const;
   double total_params() const;
   // Weights of the multi-token prediction modules (projection, norms and one
   // block of the last layer's kind each; embedding and head are shared).

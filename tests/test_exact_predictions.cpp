@@ -20,7 +20,9 @@
 // added into Megatron's main_grad, docs/frameworks.md; the FP8 context-parallel
 // Llama 3 70B entry with Transformer Engine's ring of per-step attention kernels,
 // docs/long-context.md, and at flow fidelity with the LM head's own parameter
-// all-gather where its stage's last layer closed a bucket, docs/schedules.md).
+// all-gather where its stage's last layer closed a bucket, docs/schedules.md;
+// the GPT-3 entries again with the learned position table whole on every TP rank,
+// docs/validation.md).
 #include <doctest/doctest.h>
 
 #include <cstdint>
@@ -40,7 +42,7 @@ struct Exact {
 
 // gpt3-175b-interleaved-a100 is left out: 62 M events at flow fidelity.
 constexpr Exact kExact[] = {
-    {"gpt3-1.3b-two-dc-pp-wan-h100", 364326457, 364326474}, {"gpt3-13b-gpipe-h200", 1549505454, 1549506023},
+    {"gpt3-1.3b-two-dc-pp-wan-h100", 364460174, 364460191}, {"gpt3-13b-gpipe-h200", 1549619465, 1549620033},
     {"llama3-70b-64xh100-1f1b", 18485860482, 18486942154},  {"llama3-70b-fp8-cp-h100", 11029945770, 11039377377},
     {"llama3-8b-fsdp-a100", 14589626390, 14589626390},
 };

@@ -298,9 +298,10 @@ TEST_CASE("framework deepspeed: fp32 gradient accumulation after every micro-bat
   CHECK(tasks_ending(megatron, "grad.accumulate.fp32").empty());
   const auto acc = tasks_ending(ds, "grad.accumulate.fp32");
   REQUIRE(acc.size() == 4);  // 16 / (2 x 2) micro-batches
-  // 18 B per parameter of the stage (its 12 layers and the embedding), tp 2.
+  // 18 B per parameter of the stage (its 12 layers and the embedding), tp 2 (the position
+  // table whole on each rank).
   const Scenario s = load_scenario_text(text, "options.json", "", {}, catalog());
-  const double params = (12 * s.model.params_per_layer() + s.model.embedding_params()) / 2;
+  const double params = 12 * s.model.params_per_layer() / 2 + s.model.embedding_params_per_tp_rank(2);
   CHECK(ds.ops[ds.tasks[acc[0]].ref].bytes == doctest::Approx(18 * params).epsilon(1e-3));
   // update_hp_grads loops over the parameter tensors, a cast and an add each, issued by the
   // host: per layer two LayerNorms' weights and biases, four weight matrices (and four biases
@@ -337,9 +338,10 @@ TEST_CASE("grad_accumulation autograd: an add of 3 x 2 B per parameter after eve
   const auto acc = tasks_ending(autograd, "grad.accumulate");
   REQUIRE(acc.size() == 3);  // 16 / (2 x 2) micro-batches; the first one's gradient becomes .grad as it is
   for (const std::uint32_t t : acc) CHECK(autograd.tasks[t].microbatch > 0);
-  // Read both 16-bit gradients, write one, per parameter of the stage (12 layers and the embedding, tp 2).
+  // Read both 16-bit gradients, write one, per parameter of the stage (12 layers and the embedding, tp 2;
+  // the position table whole on each rank).
   const Scenario s = load_scenario_text(text, "options.json", "", {}, catalog());
-  const double params = (12 * s.model.params_per_layer() + s.model.embedding_params()) / 2;
+  const double params = 12 * s.model.params_per_layer() / 2 + s.model.embedding_params_per_tp_rank(2);
   CHECK(autograd.ops[autograd.tasks[acc[0]].ref].bytes == doctest::Approx(6 * params).epsilon(1e-3));
   CHECK(run({}, text).iteration_time_s < run({"training.grad_accumulation=autograd"}, text).iteration_time_s);
   // FSDP and DeepSpeed accumulate otherwise: the combination is an input error naming the key.
@@ -2247,8 +2249,9 @@ TEST_CASE("a tied LM head on the embedding's own stage is one parameter, stepped
   const Scenario untied = load_scenario_text(kBase, "options.json", "", {"model.tied_embeddings=false"}, catalog());
   REQUIRE(tied.model.tied_embeddings);
   const TransformerSpec& m = tied.model;
-  const double layers = m.layers * m.params_per_layer(), embedding = m.embedding_params();
-  const double head = static_cast<double>(m.vocab) * m.hidden;
+  // Per TP rank (tp 2): the layers and the head split, the learned position table whole.
+  const double layers = m.layers * m.params_per_layer() / 2, embedding = m.embedding_params_per_tp_rank(2);
+  const double head = static_cast<double>(m.vocab) * m.hidden / 2;
   const double step_tied = op_bytes(tied, "optimizer.step"), step_untied = op_bytes(untied, "optimizer.step");
   CHECK(step_untied / step_tied == doctest::Approx((layers + embedding + head) / (layers + embedding)).epsilon(1e-9));
   // With a pipeline the last stage holds its own copy of the tied weight (Megatron-LM's

@@ -470,6 +470,31 @@ TEST_CASE("a tied output weight is one tensor on the embedding's chunk, a second
   CHECK(weights(true) == doctest::Approx(weights(false)));
 }
 
+TEST_CASE("a learned position table is replicated over TP, the word embedding split") {
+  TransformerSpec m = fixture_model("gpt3-1.3b");
+  REQUIRE_FALSE(m.rope);
+  REQUIRE_FALSE(m.alibi);
+  const double words = static_cast<double>(m.vocab) * m.hidden;
+  const double positions = static_cast<double>(m.max_seq_len) * m.hidden;
+  CHECK(m.embedding_params_per_tp_rank(4) == doctest::Approx(words / 4 + positions));
+  TrainingSpec train;
+  ParallelSpec par;
+  par.pp = 2;
+  par.dp = 2;
+  par.global_batch = 16;
+  // The first stage minus the second: the embedding (stage 0's layers are stage 1's), whole
+  // positions on every TP rank.
+  auto embedding_bytes = [&](int tp) {
+    par.tp = tp;
+    return stage_memory(m, par, train, 0).weights - stage_memory(m, par, train, 1).weights +
+           words / tp * activation_element_bytes(train);  // the last stage's untied head copy
+  };
+  REQUIRE(m.tied_embeddings);
+  const double bytes = activation_element_bytes(train);
+  CHECK(embedding_bytes(1) == doctest::Approx((words + positions) * bytes));
+  CHECK(embedding_bytes(4) == doctest::Approx((words / 4 + positions) * bytes));
+}
+
 TEST_CASE("interleaving shrinks the pipeline bubble") {
   const TransformerSpec m = fixture_model("gpt3-1.3b");
   ParallelSpec par;

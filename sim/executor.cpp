@@ -860,6 +860,7 @@ void Executor::build_memo() {
   bound_task_.assign(stream_busy_.size(), kNoPass);
   bound_at_.assign(stream_busy_.size(), Time{});
   p2p_posts_.assign(2 * slots_.size(), 0);
+  peer_of_slot_.assign(slots_.size(), PeerSlot{kNoPeer, 0});
   rank_of_gpu_.clear();
   for (std::uint32_t r = 0; r < nr; ++r) rank_of_gpu_.emplace_back(setup.ranks[r].gpu, r);
   std::sort(rank_of_gpu_.begin(), rank_of_gpu_.end());
@@ -1093,20 +1094,25 @@ Time Executor::peer_post_bound(std::uint32_t rank, std::uint32_t task, Time now,
   const SlotState& slot = slots_[slot_at(rank, t.ref)];
   const Communicator& cm = setup_->comms[slot.comm];
   if (cm.members.size() != 2) return now;
-  const int gpu = cm.members[1 - slot.member];
-  auto it = std::lower_bound(rank_of_gpu_.begin(), rank_of_gpu_.end(), std::make_pair(gpu, std::uint32_t{0}));
-  std::uint32_t peer = 0, peer_slot = 0, found = 0;
-  for (; it != rank_of_gpu_.end() && it->first == gpu; ++it) {
-    const auto& bound = setup_->ranks[it->second].comm_of_slot;
-    for (std::uint32_t k = 0; k < bound.size(); ++k) {
-      if (bound[k] == slot.comm) {
-        peer = it->second;
-        peer_slot = k;
-        ++found;
+  PeerSlot& cached = peer_of_slot_[slot_at(rank, t.ref)];
+  if (cached.rank == kNoPeer) {
+    const int gpu = cm.members[1 - slot.member];
+    auto it = std::lower_bound(rank_of_gpu_.begin(), rank_of_gpu_.end(), std::make_pair(gpu, std::uint32_t{0}));
+    std::uint32_t peer = 0, peer_slot = 0, found = 0;
+    for (; it != rank_of_gpu_.end() && it->first == gpu; ++it) {
+      const auto& bound = setup_->ranks[it->second].comm_of_slot;
+      for (std::uint32_t k = 0; k < bound.size(); ++k) {
+        if (bound[k] == slot.comm) {
+          peer = it->second;
+          peer_slot = k;
+          ++found;
+        }
       }
     }
+    cached = found != 1 || peer == rank ? PeerSlot{kNoSimulatedPeer, 0} : PeerSlot{peer, peer_slot};
   }
-  if (found != 1 || peer == rank) return now;
+  if (cached.rank == kNoSimulatedPeer) return now;
+  const std::uint32_t peer = cached.rank, peer_slot = cached.slot;
   const std::uint32_t prog = setup_->ranks[peer].program;
   const ProgramTemplate& pp = setup_->programs[prog];
   if (p2p_order_[prog].empty()) {

@@ -271,6 +271,13 @@ class Executor {
   std::vector<Time> bound_at_;
   std::vector<std::uint32_t> p2p_posts_;                    // per slot: sends and receives posted (2 per slot)
   std::vector<std::pair<int, std::uint32_t>> rank_of_gpu_;  // sorted
+  // Per slot of a message communicator: the one simulated peer rank bound to it and its slot
+  // there (kNoPeer: not looked up yet; kNoSimulatedPeer: none, or more than one).
+  struct PeerSlot {
+    std::uint32_t rank = 0, slot = 0;
+  };
+  static constexpr std::uint32_t kNoPeer = 0xffffffffu, kNoSimulatedPeer = 0xfffffffeu;
+  std::vector<PeerSlot> peer_of_slot_;
   // Per program (lazily): each task's index into stream_tasks; per slot the
   // sends and receives in stream order (empty when they lie on several streams).
   std::vector<std::vector<std::uint32_t>> stream_index_;

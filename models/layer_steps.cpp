@@ -1643,9 +1643,8 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     // layers' weight gradients accumulate inside their GEMMs (docs/frameworks.md,
     // "The embedding's gradient").
     StepList B(&out.embedding_backward, Pass::BackwardWeight, D.act_bytes);
-    const bool learned = !(m.rope || m.alibi);
-    const double tables = static_cast<double>(m.vocab) / p.tp * D.h + (learned ? m.max_seq_len * D.h : 0.0);
-    const int table_count = learned ? 2 : 1;
+    const double tables = m.embedding_params_per_tp_rank(p.tp);
+    const int table_count = m.rope || m.alibi ? 1 : 2;
     B.memory("embed.grad.zero", tables * D.act_bytes, {}, table_count);
     const bool sorted = D.tokens > 3072;
     B.memory("embed.grad", table_count * D.tokens * D.h * (sorted ? 2 * D.act_bytes + 8 : 2 * D.act_bytes), {},

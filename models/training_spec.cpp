@@ -60,9 +60,7 @@ const char* to_string(LayerKind k) {
   return "?";
 }
 
-double TransformerSpec::embedding_params() const {
-  return static_cast<double>(vocab) * hidden + (rope || alibi ? 0.0 : static_cast<double>(max_seq_len) * hidden);
-}
+double TransformerSpec::embedding_params() const { return embedding_params_per_tp_rank(1); }
 
 double TransformerSpec::embedding_params_per_tp_rank(int tp) const {
   return static_cast<double>(vocab) * hidden / tp + (rope || alibi ? 0.0 : static_cast<double>(max_seq_len) * hidden);

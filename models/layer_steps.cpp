@@ -1269,7 +1269,8 @@ void parallel_block_layer(const TransformerSpec& m, const ParallelSpec& p, const
   // x + attention + MLP: one more input than the sequential block's residual add.
   const double residual = act_norm * (D.dropout ? 3.5 * R.residual_dropout : 3) + act_norm;
   const int residual_kernels = D.dropout ? R.residual_dropout_kernels : 1;
-  const double cast_bytes = m.params_per_layer() / p.tp * (4 + D.act_bytes) * (R.casts_sharded ? 1.0 / p.dp : 1.0);
+  const double cast_bytes =
+      m.params_per_layer_per_tp_rank(p.tp) * (4 + D.act_bytes) * (R.casts_sharded ? 1.0 / p.dp : 1.0);
   const int cast_kernels = weight_cast_kernels(R, D.swiglu);
   {
     StepList L(&out->forward, Pass::Forward, D.act_bytes, tr.fp8_recipe, fp8_cast_kernel(tr));
@@ -1410,7 +1411,7 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
   const double qkv_out = D.tokens * (D.a_t + 2 * D.g_t) * D.d * D.act_bytes;  // one QKV output, this rank
   // fp32 -> 16-bit weight casts: read 4 + write 2 bytes per weight of this rank.
   const double cast_share = R.casts_sharded ? 1.0 / p.dp : 1.0;
-  const double cast_bytes = m.params_per_layer() / p.tp * (4 + 2) * cast_share;
+  const double cast_bytes = m.params_per_layer_per_tp_rank(p.tp) * (4 + 2) * cast_share;
   const int cast_kernels = weight_cast_kernels(R, D.swiglu);
   const double head_cast_bytes = static_cast<double>(m.vocab) * m.hidden / p.tp * (4 + 2) * cast_share;
 
@@ -1696,7 +1697,7 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     }
   }
 
-  dense.grad_elements = m.params_per_layer() / p.tp;
+  dense.grad_elements = m.params_per_layer_per_tp_rank(p.tp);
   if (m.moe.enabled()) {
     const std::vector<RoutingDraw> draws = routing_draws(m, p, tr);
     LayerSteps& first = out.by_kind[static_cast<std::size_t>(LayerKind::Moe)];

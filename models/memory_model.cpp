@@ -115,18 +115,18 @@ MemoryBreakdown stage_memory(const TransformerSpec& m, const ParallelSpec& p, co
         moe_dense += moe_layer.dense;
         expert += moe_layer.expert;
       } else {
-        params += m.params_of_kind(m.layer_kind(l));
+        params += m.params_per_layer_per_tp_rank(p.tp);
       }
     }
   }
-  params = params / p.tp + moe_dense;
+  params += moe_dense;
   const bool mtp = last && m.mtp_depth > 0;
   const bool mtp_moe = m.layer_kind(m.layers - 1) == LayerKind::Moe;
   if (mtp) {
     // Multi-token prediction modules: projection and norms (on every TP rank)
     // and one block of the last layer's kind each; embedding and head shared.
     const double h = m.hidden;
-    params += m.mtp_depth * (2 * h * h + 2 * h + (mtp_moe ? moe_layer.dense : m.params_per_layer() / p.tp));
+    params += m.mtp_depth * (2 * h * h + 2 * h + (mtp_moe ? moe_layer.dense : m.params_per_layer_per_tp_rank(p.tp)));
     if (mtp_moe) expert += m.mtp_depth * moe_layer.expert;
   }
   if (first) params += m.embedding_params_per_tp_rank(p.tp);
@@ -164,7 +164,8 @@ MemoryBreakdown stage_memory(const TransformerSpec& m, const ParallelSpec& p, co
   // PipeDream's weight stashing and PipeDream-2BW's double buffer: more
   // versions of the 16-bit weights the forwards read (models/pipedream.hpp).
   mem.weights *= weight_versions(p.schedule, p.pp, stage);
-  if (p.zero >= 3 && dp_group > 1) mem.buffers += 2 * 2 * m.params_per_layer() / p.tp;  // gathered layer + prefetch
+  if (p.zero >= 3 && dp_group > 1)
+    mem.buffers += 2 * 2 * m.params_per_layer_per_tp_rank(p.tp);  // gathered layer + prefetch
   if (p.cp_ring() > 1) {
     // Ring CP: the K and V of the whole sequence gathered for one layer (of the heads
     // this rank attends to after any Ulysses all-to-all), and their gradient before

@@ -8,8 +8,22 @@ double TransformerSpec::params_per_layer() const {
   const double attn = h * (heads * d) + 2.0 * h * (kv_heads * d) + (heads * d) * h;  // Q, K, V, output
   const double mlp_weights = (mlp == MlpKind::SwiGlu ? 3.0 : 2.0) * h * ffn_hidden;
   const double norms = (rmsnorm ? 2.0 : 4.0) * h;
-  const double biases = rmsnorm ? 0.0 : (heads + 2.0 * kv_heads) * d + h + ffn_hidden + h;  // GPT has biases
+  const double biases = bias ? (heads + 2.0 * kv_heads) * d + h + ffn_hidden + h : 0.0;  // GPT has biases
   return attn + mlp_weights + norms + biases;
+}
+
+double TransformerSpec::replicated_attention_params() const {
+  const double h = hidden;
+  const double norms = (rmsnorm ? 2.0 : 4.0) * h;
+  if (mla.enabled()) return 2.0 * h + mla.q_lora_rank + mla.kv_lora_rank;
+  return norms + (bias ? h : 0.0);  // the output projection's bias is added after the TP reduce
+}
+
+double TransformerSpec::params_per_layer_per_tp_rank(int tp) const {
+  // The MLP's down projection (row-parallel) adds its bias after the reduce, as the attention's does.
+  if (tp == 1) return params_per_layer();
+  const double replicated = replicated_attention_params() + (bias && !mla.enabled() ? hidden : 0.0);
+  return (params_per_layer() - replicated) / tp + replicated;
 }
 
 double TransformerSpec::attention_params() const {
@@ -25,7 +39,7 @@ double TransformerSpec::attention_params() const {
   const double h = hidden, d = head_dim();
   const double attn = h * (heads * d) + 2.0 * h * (kv_heads * d) + (heads * d) * h;
   const double norms = (rmsnorm ? 2.0 : 4.0) * h;
-  const double biases = rmsnorm ? 0.0 : (heads + 2.0 * kv_heads) * d + h;
+  const double biases = bias ? (heads + 2.0 * kv_heads) * d + h : 0.0;
   return attn + norms + biases;
 }
 

@@ -71,6 +71,12 @@ struct TransformerSpec {
   int head_dim() const { return head_dim_override > 0 ? head_dim_override : hidden / heads; }
   double params_per_layer() const;  // weights of one dense transformer layer
   double attention_params() const;  // attention and norms of one layer (no MLP)
+  // Of one layer's attention and norms, what every TP rank holds whole: the layer norms and
+  // the output projection's bias (Megatron-LM's RowParallelLinear adds it after the all-reduce).
+  double replicated_attention_params() const;
+  // What one TP rank holds of a dense layer: the split weights / tp plus the replicated ones
+  // (norms, the row-parallel biases of the attention output and the MLP down projection).
+  double params_per_layer_per_tp_rank(int tp) const;
   double params_of_kind(LayerKind k) const;
   double embedding_params() const;  // token (+ learned position) embedding
   // What one TP rank holds of it: the word embedding is split over the vocabulary, a learned

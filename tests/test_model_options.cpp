@@ -2249,8 +2249,9 @@ TEST_CASE("a tied LM head on the embedding's own stage is one parameter, stepped
   const Scenario untied = load_scenario_text(kBase, "options.json", "", {"model.tied_embeddings=false"}, catalog());
   REQUIRE(tied.model.tied_embeddings);
   const TransformerSpec& m = tied.model;
-  // Per TP rank (tp 2): the layers and the head split, the learned position table whole.
-  const double layers = m.layers * m.params_per_layer() / 2, embedding = m.embedding_params_per_tp_rank(2);
+  // Per TP rank (tp 2): the layers (but their norms and row-parallel biases) and the head split,
+  // the learned position table whole.
+  const double layers = m.layers * m.params_per_layer_per_tp_rank(2), embedding = m.embedding_params_per_tp_rank(2);
   const double head = static_cast<double>(m.vocab) * m.hidden / 2;
   const double step_tied = op_bytes(tied, "optimizer.step"), step_untied = op_bytes(untied, "optimizer.step");
   CHECK(step_untied / step_tied == doctest::Approx((layers + embedding + head) / (layers + embedding)).epsilon(1e-9));

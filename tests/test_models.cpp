@@ -495,6 +495,39 @@ TEST_CASE("a learned position table is replicated over TP, the word embedding sp
   CHECK(embedding_bytes(4) == doctest::Approx((words / 4 + positions) * bytes));
 }
 
+TEST_CASE("a layer's norms and row-parallel biases are whole on every TP rank") {
+  // Megatron-LM splits the QKV, output and MLP weights and the column-parallel biases over TP;
+  // the two LayerNorms and the biases of the row-parallel output and down projections, added
+  // after the all-reduce, are replicated.
+  TransformerSpec m = fixture_model("gpt3-1.3b");
+  REQUIRE(m.bias);
+  REQUIRE_FALSE(m.rmsnorm);
+  const double h = m.hidden, f = m.ffn_hidden;
+  const double weights = 4 * h * h + 2 * h * f, column_biases = 3 * h + f, replicated = 4 * h + 2 * h;
+  CHECK(m.params_per_layer() == doctest::Approx(weights + column_biases + replicated));
+  CHECK(m.params_per_layer_per_tp_rank(1) == m.params_per_layer());
+  CHECK(m.params_per_layer_per_tp_rank(8) == doctest::Approx((weights + column_biases) / 8 + replicated));
+  // The same layers without linear-layer biases (Nemotron): the norms alone.
+  m.bias = false;
+  CHECK(m.params_per_layer() == doctest::Approx(weights + 4 * h));
+  CHECK(m.params_per_layer_per_tp_rank(8) == doctest::Approx(weights / 8 + 4 * h));
+  // The memory model holds them so.
+  m.bias = true;
+  TrainingSpec train;
+  ParallelSpec par;
+  par.tp = 8;
+  par.pp = 2;
+  par.global_batch = 16;
+  par.stage_layers = {m.layers / 2 - 1, m.layers / 2 + 1};
+  // Stage 1 holds two layers more and the head's copy of the word embedding; stage 0 that
+  // split table and the whole position table.
+  const double bytes = activation_element_bytes(train);
+  const double positions = static_cast<double>(m.max_seq_len) * m.hidden;
+  const double two_layers =
+      stage_memory(m, par, train, 1).weights - stage_memory(m, par, train, 0).weights + positions * bytes;
+  CHECK(two_layers / 2 == doctest::Approx(((weights + column_biases) / 8 + replicated) * bytes));
+}
+
 TEST_CASE("interleaving shrinks the pipeline bubble") {
   const TransformerSpec m = fixture_model("gpt3-1.3b");
   ParallelSpec par;

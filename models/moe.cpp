@@ -251,7 +251,8 @@ MoeLayerParams moe_layer_params_per_rank(const TransformerSpec& m, const Paralle
   const double mult = m.mlp == MlpKind::SwiGlu ? 3.0 : 2.0;
   const double h = m.hidden;
   MoeLayerParams out;
-  const double replicated = p.tp == 1 ? 0.0 : m.replicated_attention_params();  // norms, output bias
+  // Norms (and an output bias) whole on every TP rank; at TP 1 nothing to set apart (exact).
+  const double replicated = p.tp == 1 ? 0.0 : m.replicated_attention_params();
   out.dense = (m.attention_params() - replicated + mult * h * m.moe.shared_experts * m.moe.shared_ffn) / p.tp +
               replicated + h * m.moe.experts;  // the router is replicated over TP
   out.expert = mult * h * m.moe.expert_ffn * (static_cast<double>(m.moe.experts) / p.ep) / expert_tp(p);

@@ -2,26 +2,28 @@
 
 namespace trainsim {
 
+namespace {
+// A layer's two norms: weight and bias each for LayerNorm, a weight each for RMSNorm.
+double norm_params(const TransformerSpec& m) { return (m.rmsnorm ? 2.0 : 4.0) * m.hidden; }
+}  // namespace
+
 double TransformerSpec::params_per_layer() const {
   if (mla.enabled()) return attention_params() + (mlp == MlpKind::SwiGlu ? 3.0 : 2.0) * hidden * ffn_hidden;
   const double h = hidden, d = head_dim();
   const double attn = h * (heads * d) + 2.0 * h * (kv_heads * d) + (heads * d) * h;  // Q, K, V, output
   const double mlp_weights = (mlp == MlpKind::SwiGlu ? 3.0 : 2.0) * h * ffn_hidden;
-  const double norms = (rmsnorm ? 2.0 : 4.0) * h;
   const double biases = bias ? (heads + 2.0 * kv_heads) * d + h + ffn_hidden + h : 0.0;  // GPT has biases
-  return attn + mlp_weights + norms + biases;
+  return attn + mlp_weights + norm_params(*this) + biases;
 }
 
 double TransformerSpec::replicated_attention_params() const {
-  const double h = hidden;
-  const double norms = (rmsnorm ? 2.0 : 4.0) * h;
-  if (mla.enabled()) return 2.0 * h + mla.q_lora_rank + mla.kv_lora_rank;
-  return norms + (bias ? h : 0.0);  // the output projection's bias is added after the TP reduce
+  if (mla.enabled()) return 2.0 * hidden + mla.q_lora_rank + mla.kv_lora_rank;  // the norms, latent ones too
+  return norm_params(*this) + (bias ? hidden : 0.0);  // the output projection's bias is added after the TP reduce
 }
 
 double TransformerSpec::params_per_layer_per_tp_rank(int tp) const {
   // The MLP's down projection (row-parallel) adds its bias after the reduce, as the attention's does.
-  if (tp == 1) return params_per_layer();
+  if (tp == 1) return params_per_layer();  // exact: no subtraction and addition back
   const double replicated = replicated_attention_params() + (bias && !mla.enabled() ? hidden : 0.0);
   return (params_per_layer() - replicated) / tp + replicated;
 }
@@ -38,9 +40,8 @@ double TransformerSpec::attention_params() const {
   }
   const double h = hidden, d = head_dim();
   const double attn = h * (heads * d) + 2.0 * h * (kv_heads * d) + (heads * d) * h;
-  const double norms = (rmsnorm ? 2.0 : 4.0) * h;
   const double biases = bias ? (heads + 2.0 * kv_heads) * d + h : 0.0;
-  return attn + norms + biases;
+  return attn + norm_params(*this) + biases;
 }
 
 double TransformerSpec::mtp_params() const {

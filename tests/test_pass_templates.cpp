@@ -113,14 +113,15 @@ void check_marked_passes(const WorkloadPlan& a, std::size_t& marked, std::size_t
   }
 }
 
-// Plans every transformer scenario of the folders twice: as shipped (pass
-// templates and pass marks on) and step by step without marks. The programs
-// must agree task for task, the unmarked plan must carry no marks, and the
-// marked passes of one key must be the same tasks. Returns the counts checked.
 struct FolderCounts {
   int planned = 0;
   std::size_t marked = 0, repeated = 0;
 };
+
+// Plans every transformer scenario of the folders twice: as shipped (pass
+// templates and pass marks on) and step by step without marks. The programs
+// must agree task for task, the unmarked plan must carry no marks, and the
+// marked passes of one key must be the same tasks. Returns the counts checked.
 
 FolderCounts check_folders(std::initializer_list<const char*> dirs) {
   namespace fs = std::filesystem;

@@ -515,7 +515,8 @@ class StageProgramBuilder {
     std::vector<PassItem> items;
     std::vector<std::uint32_t> deps;  // positions among the items
     int first_compute = -1, last_compute = -1;
-    std::uint32_t id = 0;  // in creation order: the key of the passes it stamps (PassMark)
+    std::uint32_t entry_last_items = 0;  // items with entry == 2
+    std::uint32_t id = 0;                // in creation order: the key of the passes it stamps (PassMark)
   };
   const PassTemplate& pass_template(const std::vector<Step>& steps, PassFilter filter) {
     auto [it, fresh] = templates_.try_emplace({&steps, filter == PassFilter::All ? 0 : 1});
@@ -542,6 +543,7 @@ class StageProgramBuilder {
           t.deps.push_back(static_cast<std::uint32_t>(after));
         } else if (p > 0) {
           item.entry = 2;
+          ++t.entry_last_items;
         }
         proto.kind = TaskKind::Collective;
         proto.stream = comm_stream(s.comm_class);
@@ -572,38 +574,39 @@ class StageProgramBuilder {
   TaskId stamp(const PassTemplate& t, const std::vector<Step>& steps, const std::vector<std::uint32_t>& labels,
                std::vector<std::uint32_t>& ops, int mb, std::span<const TaskId> entry, bool recomputed,
                TaskId* first_compute, std::vector<TaskId>& ids) {
-    const auto base = static_cast<TaskId>(b_.size());
     const TaskId entry_last = entry.empty() ? kNone : entry.back();
-    std::vector<TaskId>& deps = emit_deps_;
-    constexpr std::uint32_t kSmall = 16;
-    TaskId small[kSmall];  // a step's dependencies without the whole entry, the usual case
-    for (const PassItem& item : t.items) {
-      std::span<const TaskId> d;
-      if (item.entry == 1 || item.deps_end - item.deps_begin >= kSmall) {
-        deps.clear();
-        if (item.entry == 1) {
-          deps.assign(entry.begin(), entry.end());
-          dedupe_in_place(deps);
-        } else if (item.entry == 2 && entry_last != kNone) {
-          deps.push_back(entry_last);
-        }
-        for (std::uint32_t k = item.deps_begin; k < item.deps_end; ++k) deps.push_back(base + t.deps[k]);
-        d = deps;
-      } else {
-        std::uint32_t n = 0;
-        if (item.entry == 2 && entry_last != kNone) small[n++] = entry_last;
-        for (std::uint32_t k = item.deps_begin; k < item.deps_end; ++k) small[n++] = base + t.deps[k];
-        d = std::span<const TaskId>(small, n);
-      }
-      Task proto = item.proto;
-      if (proto.kind == TaskKind::Compute) {
+    // The first item waits for the whole entry (deduplicated), an item with
+    // entry == 2 for its last task; every item for its template dependencies.
+    std::vector<TaskId>& whole = emit_deps_;
+    whole.assign(entry.begin(), entry.end());
+    dedupe_in_place(whole);
+    std::size_t deps = t.deps.size() + (entry_last != kNone ? t.entry_last_items : 0);
+    for (const PassItem& item : t.items) deps += item.entry == 1 ? whole.size() : 0;
+    const ProgramBuilder::TaskRun run = b_.extend(t.items.size(), deps);
+    const TaskId base = run.first;
+    TRAINSIM_CHECK(whole.empty() || whole.back() < base, "a pass's entry holds a task after its start");
+    TaskId* out = run.deps;
+    for (std::size_t i = 0; i < t.items.size(); ++i) {
+      const PassItem& item = t.items[i];
+      Task& task = run.tasks[i];
+      task = item.proto;
+      task.label = labels[item.step];
+      task.microbatch = mb;
+      if (task.kind == TaskKind::Compute) {
         std::uint32_t& op = ops[item.step];
         if (op == kNone) op = op_id(steps[item.step]);  // in first-use order, as step by step
-        proto.ref = op;
+        task.ref = op;
         hw_flops_ += item.model_flops;
         if (!recomputed) model_flops_ += item.model_flops;
       }
-      ids[item.step] = b_.append(proto, labels[item.step], mb, d);
+      if (item.entry == 1) {
+        out = std::copy(whole.begin(), whole.end(), out);
+      } else if (item.entry == 2 && entry_last != kNone) {
+        *out++ = entry_last;
+      }
+      for (std::uint32_t k = item.deps_begin; k < item.deps_end; ++k) *out++ = base + t.deps[k];
+      run.dep_ends[i] = run.deps_base + static_cast<std::uint32_t>(out - run.deps);
+      ids[item.step] = base + static_cast<TaskId>(i);
     }
     if (first_compute != nullptr && *first_compute == kNone && t.first_compute >= 0) {
       *first_compute = base + static_cast<TaskId>(t.first_compute);

@@ -141,6 +141,20 @@ TaskId ProgramBuilder::append(const Task& proto, std::uint32_t label, int microb
   return last_id();
 }
 
+ProgramBuilder::TaskRun ProgramBuilder::extend(std::size_t tasks, std::size_t deps) {
+  ProgramTemplate& p = program_;
+  TaskRun run;
+  run.first = static_cast<TaskId>(p.tasks.size());
+  run.deps_base = static_cast<std::uint32_t>(p.deps.size());
+  p.tasks.resize(p.tasks.size() + tasks);
+  p.deps.resize(p.deps.size() + deps);
+  p.dep_offsets.resize(p.dep_offsets.size() + tasks);
+  run.tasks = p.tasks.data() + run.first;
+  run.deps = p.deps.data() + run.deps_base;
+  run.dep_ends = p.dep_offsets.data() + run.first + 1;
+  return run;
+}
+
 void ProgramBuilder::reserve(std::size_t tasks, std::size_t deps) {
   program_.tasks.reserve(tasks);
   program_.dep_offsets.reserve(tasks + 1);

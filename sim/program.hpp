@@ -109,6 +109,19 @@ class ProgramBuilder {
   // A task with `proto`'s kind, stream, collective, class, ref, bytes and
   // matrix, and this label and micro-batch (a stamped step of a layer pass).
   TaskId append(const Task& proto, std::uint32_t label, int microbatch, std::span<const TaskId> deps);
+  // Room for `tasks` more tasks with `deps` dependencies in all, filled in
+  // place by the caller (a stamped layer pass, thousands per program): task i
+  // in tasks[i], its dependencies (earlier tasks only) written on from `deps`,
+  // and in dep_ends[i] the end of its list, counted from `deps_base` (so
+  // dep_ends[i] = deps_base + dependencies written up to and with task i).
+  struct TaskRun {
+    TaskId first = 0;
+    Task* tasks = nullptr;
+    TaskId* deps = nullptr;
+    std::uint32_t deps_base = 0;
+    std::uint32_t* dep_ends = nullptr;
+  };
+  TaskRun extend(std::size_t tasks, std::size_t deps);
   std::size_t size() const { return program_.tasks.size(); }
   const Task& task(TaskId id) const { return program_.tasks[id]; }
   // Queues the tasks [first, first + order.size()) on their streams in `order`

@@ -21,4 +21,9 @@ struct TimeBreakdown {
 // counts; rendezvous waits count as idle; nothing at all counts as bubble.
 TimeBreakdown breakdown(const std::vector<Interval>& intervals, Time end);
 
+// The same by sorting every start and end, for intervals in any order (what
+// breakdown does when a stream's intervals overlap or come out of order);
+// tests compare the two.
+TimeBreakdown breakdown_sorting_edges(const std::vector<Interval>& intervals, Time end);
+
 }  // namespace trainsim

@@ -35,6 +35,11 @@ class PairList {
   std::pair<int, int>& back() { return data_[size_ - 1]; }
   std::pair<int, int>* begin() { return data_; }
   std::pair<int, int>* end() { return data_ + size_; }
+  // Sorted ascending; members in id order (a DP communicator of thousands)
+  // give their pairs in order already, which one pass finds.
+  void sort() {
+    if (!std::is_sorted(begin(), end())) std::sort(begin(), end());
+  }
 
  private:
   std::array<std::pair<int, int>, 16> small_;
@@ -91,16 +96,28 @@ std::vector<std::string> analytical_limitations(const Cluster& cluster) {
 AnalyticalNetwork::AnalyticalNetwork(const Cluster& cluster, const std::vector<CalibrationProfile>& profiles)
     : cluster_(&cluster), profiles_(&profiles), fabric_(fabric_facts(cluster.spec())) {
   gpus_in_datacenter_.assign(fabric_.datacenters, 0);
-  first_gpu_of_node_.resize(cluster.num_nodes());
-  // A node's GPUs have consecutive ids (Cluster): node by node, GPU l of its
-  // node. The datacenter of a node (FabricFacts::datacenter_of) is counted
-  // along instead of divided out: a pass over every node of a million GPUs.
-  for (int node = 0, g = 0, dc = 0, in_dc = 0; node < cluster.num_nodes(); ++node) {
-    const NodeSpec& ns = cluster.node_spec(node);
-    gpus_in_datacenter_[std::min(fabric_.datacenters - 1, dc)] += ns.gpus_per_node;
-    first_gpu_of_node_[node] = g;
-    g += ns.gpus_per_node;
-    if (++in_dc == fabric_.nodes_per_datacenter) in_dc = 0, ++dc;
+  if (const int per_node = cluster.uniform_gpus_per_node(); per_node > 0) {
+    // One node size: node n's first GPU is n x per_node (rail_of), and the
+    // datacenters hold nodes_per_datacenter nodes each, the last the rest
+    // (FabricFacts::datacenter_of).
+    const long nodes = cluster.num_nodes(), per_dc = fabric_.nodes_per_datacenter;
+    for (int dc = 0; dc < fabric_.datacenters; ++dc) {
+      const long first = dc * per_dc;
+      const long count = dc + 1 == fabric_.datacenters ? nodes - first : std::min(per_dc, nodes - first);
+      gpus_in_datacenter_[dc] = static_cast<int>(std::max(0L, count) * per_node);
+    }
+  } else {
+    first_gpu_of_node_.resize(cluster.num_nodes());
+    // A node's GPUs have consecutive ids (Cluster): node by node, GPU l of its
+    // node. The datacenter of a node (FabricFacts::datacenter_of) is counted
+    // along instead of divided out.
+    for (int node = 0, g = 0, dc = 0, in_dc = 0; node < cluster.num_nodes(); ++node) {
+      const NodeSpec& ns = cluster.node_spec(node);
+      gpus_in_datacenter_[std::min(fabric_.datacenters - 1, dc)] += ns.gpus_per_node;
+      first_gpu_of_node_[node] = g;
+      g += ns.gpus_per_node;
+      if (++in_dc == fabric_.nodes_per_datacenter) in_dc = 0, ++dc;
+    }
   }
   if (fabric_.spines > 0) {
     // uplink_capacity() of every leaf in one pass over the nodes (the same sums
@@ -109,7 +126,9 @@ AnalyticalNetwork::AnalyticalNetwork(const Cluster& cluster, const std::vector<C
     leaf_groups_ = (fabric_.nodes_per_datacenter + fabric_.nodes_per_leaf - 1) / fabric_.nodes_per_leaf;
     leaf_rails_ = 1;
     if (rail_optimized) {
-      for (int n = 0; n < cluster.num_nodes(); ++n) leaf_rails_ = std::max(leaf_rails_, cluster.node_spec(n).nic_count);
+      for (const NodeGroup& g : cluster.spec().groups) {
+        if (g.count > 0) leaf_rails_ = std::max(leaf_rails_, g.node.nic_count);
+      }
     }
     const std::size_t leaves = static_cast<std::size_t>(fabric_.datacenters) * leaf_groups_;
     std::vector<double> cap(leaves * leaf_rails_, 0.0);
@@ -162,7 +181,9 @@ int AnalyticalNetwork::rail_of(int gpu) const {
   const int node = cluster_->node_of(gpu);
   const NodeSpec& ns = cluster_->node_spec(node);
   if (ns.nic_count <= 0) return -1;
-  return (gpu - first_gpu_of_node_[node]) * ns.nic_count / std::max(1, ns.gpus_per_node);
+  const int per_node = cluster_->uniform_gpus_per_node();
+  const int first = per_node > 0 ? node * per_node : first_gpu_of_node_[node];
+  return (gpu - first) * ns.nic_count / std::max(1, ns.gpus_per_node);
 }
 
 int AnalyticalNetwork::shift_period() const {
@@ -291,7 +312,7 @@ CommShape AnalyticalNetwork::shape(const std::vector<int>& members) const {
     s.base_latency = std::max(s.base_latency, p.scaleup.base_latency.value);
   }
   // Members per domain (a domain lies in one datacenter), members and domains per datacenter.
-  std::sort(dc_domain.begin(), dc_domain.end());
+  dc_domain.sort();
   PairList per_dc(members.size());  // (datacenter, members), datacenters ascending
   int domains = 0;
   for (std::size_t i = 0; i < dc_domain.size();) {
@@ -321,12 +342,12 @@ CommShape AnalyticalNetwork::shape(const std::vector<int>& members) const {
   // under ECMP (which spreads a fat-tree node's channels over the spines),
   // its share of all the leaf's up-links under adaptive routing.
   bool spans_leaves = false;
-  std::sort(dc_leaf.begin(), dc_leaf.end());
+  dc_leaf.sort();
   for (std::size_t i = 1; i < dc_leaf.size(); ++i) {
     spans_leaves |= dc_leaf[i].first == dc_leaf[i - 1].first && dc_leaf[i].second != dc_leaf[i - 1].second;
   }
   if (fabric_.kind == FabricKind::RailOptimized) {
-    std::sort(bare_rail.begin(), bare_rail.end());
+    bare_rail.sort();
     for (std::size_t i = 1; i < bare_rail.size(); ++i) {
       spans_leaves |= bare_rail[i].first == bare_rail[i - 1].first && bare_rail[i].second != bare_rail[i - 1].second;
     }

@@ -1,6 +1,7 @@
 #include "topologies/hardware.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <map>
 #include <tuple>
 #include <utility>
@@ -82,13 +83,25 @@ Cluster::Cluster(ClusterSpec spec) : spec_(std::move(spec)) {
     gpus +=
         static_cast<std::size_t>(std::max(0, g.count)) * static_cast<std::size_t>(std::max(0, g.node.gpus_per_node));
   }
-  nodes_.reserve(nodes);
-  node_of_gpu_.reserve(gpus);
+  num_nodes_ = static_cast<int>(nodes);
+  num_gpus_ = static_cast<int>(gpus);
+  // One node size: a GPU's node by division (a million GPUs are planned per
+  // configuration of a search); one group: every node's spec is the group's.
+  int per_node_all = spec_.groups.empty() ? 0 : std::max(0, spec_.groups.front().node.gpus_per_node);
+  for (const NodeGroup& g : spec_.groups) {
+    if (g.count > 0 && g.node.gpus_per_node != per_node_all) per_node_all = 0;
+  }
+  gpus_per_node_ = per_node_all;
+  if (gpus_per_node_ > 0 && (gpus_per_node_ & (gpus_per_node_ - 1)) == 0)
+    node_shift_ = std::countr_zero(static_cast<unsigned>(gpus_per_node_));
+  if (spec_.groups.size() > 1) nodes_.reserve(nodes);
+  if (gpus_per_node_ == 0) node_of_gpu_.reserve(gpus);
   // A table of every GPU's type only where they differ: several GPU models,
   // or slowed GPUs (each slowed one gets a type of its own, below).
   bool one_type = spec_.slowdowns.empty();
   for (const NodeGroup& g : spec_.groups) one_type = one_type && g.node.gpu.name == spec_.groups.front().node.gpu.name;
   if (!one_type) gpu_type_of_gpu_.reserve(gpus);
+  int first_node = 0;
   for (int g = 0; g < static_cast<int>(spec_.groups.size()); ++g) {
     const NodeSpec& node = spec_.groups[g].node;
     int type = -1;
@@ -102,14 +115,16 @@ Cluster::Cluster(ClusterSpec spec) : spec_(std::move(spec)) {
     // Filled in bulk (a million GPUs are planned per configuration of a search).
     const auto count = static_cast<std::size_t>(std::max(0, spec_.groups[g].count));
     const auto per_node = static_cast<std::size_t>(std::max(0, node.gpus_per_node));
-    const int first_node = static_cast<int>(nodes_.size());
-    nodes_.insert(nodes_.end(), count, g);
-    const std::size_t first_gpu = node_of_gpu_.size();
-    node_of_gpu_.resize(first_gpu + count * per_node);
-    int* gpu_node = node_of_gpu_.data() + first_gpu;
-    for (std::size_t i = 0; i < count; ++i) {
-      for (std::size_t l = 0; l < per_node; ++l) *gpu_node++ = first_node + static_cast<int>(i);
+    if (spec_.groups.size() > 1) nodes_.insert(nodes_.end(), count, g);
+    if (gpus_per_node_ == 0) {
+      const std::size_t first_gpu = node_of_gpu_.size();
+      node_of_gpu_.resize(first_gpu + count * per_node);
+      int* gpu_node = node_of_gpu_.data() + first_gpu;
+      for (std::size_t i = 0; i < count; ++i) {
+        for (std::size_t l = 0; l < per_node; ++l) *gpu_node++ = first_node + static_cast<int>(i);
+      }
     }
+    first_node += static_cast<int>(count);
     if (!one_type) gpu_type_of_gpu_.insert(gpu_type_of_gpu_.end(), count * per_node, type);
   }
   base_type_.resize(gpu_types_.size());

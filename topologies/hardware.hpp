@@ -147,11 +147,19 @@ class Cluster {
   explicit Cluster(ClusterSpec spec);
 
   const ClusterSpec& spec() const { return spec_; }
-  int num_gpus() const { return static_cast<int>(node_of_gpu_.size()); }
-  int num_nodes() const { return static_cast<int>(nodes_.size()); }
-  int node_of(int gpu) const { return node_of_gpu_[gpu]; }
-  const NodeSpec& node_spec(int node) const { return spec_.groups[nodes_[node]].node; }
+  int num_gpus() const { return num_gpus_; }
+  int num_nodes() const { return num_nodes_; }
+  // With one node size (every group's GPUs per node alike) a GPU's node is
+  // its id divided by that size, without a table of every GPU.
+  int node_of(int gpu) const {
+    if (node_shift_ >= 0) return gpu >> node_shift_;
+    if (gpus_per_node_ > 0) return gpu / gpus_per_node_;
+    return node_of_gpu_[gpu];
+  }
+  const NodeSpec& node_spec(int node) const { return spec_.groups[nodes_.empty() ? 0 : nodes_[node]].node; }
   const NodeSpec& node_spec_of_gpu(int gpu) const { return node_spec(node_of(gpu)); }
+  // Every node's GPU count where all nodes have the same, else 0.
+  int uniform_gpus_per_node() const { return gpus_per_node_; }
   // Dense id of the GPU's type (0..num_gpu_types-1).
   int gpu_type_of(int gpu) const { return gpu_type_of_gpu_.empty() ? 0 : gpu_type_of_gpu_[gpu]; }
   int num_gpu_types() const { return static_cast<int>(gpu_types_.size()); }
@@ -162,8 +170,11 @@ class Cluster {
 
  private:
   ClusterSpec spec_;
-  std::vector<int> nodes_;            // node -> group index
-  std::vector<int> node_of_gpu_;      // gpu -> node
+  int num_gpus_ = 0, num_nodes_ = 0;
+  int gpus_per_node_ = 0;             // every node's GPU count where all are alike, else 0
+  int node_shift_ = -1;               // log2 of gpus_per_node_ where it is a power of two, else -1
+  std::vector<int> nodes_;            // node -> group index; empty with one group (group 0)
+  std::vector<int> node_of_gpu_;      // gpu -> node; empty where gpus_per_node_ > 0
   std::vector<int> gpu_type_of_gpu_;  // gpu -> dense type id; empty with one type (type 0)
   std::vector<GpuSpec> gpu_types_;
   std::vector<int> base_type_;  // type -> the unslowed type it was made from

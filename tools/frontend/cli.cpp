@@ -2,8 +2,12 @@
 
 #include <unistd.h>
 #include <CLI/CLI.hpp>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #include <algorithm>
+#include <climits>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -468,6 +472,16 @@ int run_guarded(const std::function<int()>& body, std::ostream& err) {
 
 int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
   return run_guarded([&] { return run_commands(argc, argv, out, err); }, err);
+}
+
+void keep_freed_memory() {
+#if defined(__GLIBC__)
+  // Blocks up to 32 MiB (glibc's largest allowed threshold) come from the heap
+  // instead of a mapping of their own, and the heap's free top is never
+  // returned: the process keeps its peak instead of paying page faults again.
+  mallopt(M_MMAP_THRESHOLD, 32 * 1024 * 1024);
+  mallopt(M_TRIM_THRESHOLD, INT_MAX);
+#endif
 }
 
 }  // namespace trainsim

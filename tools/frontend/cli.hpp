@@ -16,4 +16,12 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
 // run_cli runs every command through it.
 int run_guarded(const std::function<int()>& body, std::ostream& err);
 
+// For an executable's main, before any work: keeps freed memory in the
+// process (glibc otherwise unmaps blocks and trims the heap as soon as they
+// are freed), so that the configurations of a sweep, planned and simulated
+// one after another with arrays of similar sizes, do not fault their pages in
+// afresh each time (docs/performance.md, "Freed memory kept for the next
+// configuration"). Nothing elsewhere.
+void keep_freed_memory();
+
 }  // namespace trainsim

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "tools/frontend/catalog.hpp"
+#include "tools/frontend/cli.hpp"
 #include "tools/frontend/sweep.hpp"
 
 namespace {
@@ -77,6 +78,7 @@ int run(int rank, int size, const std::string& sweep_path, const std::string& ou
 }  // namespace
 
 int main(int argc, char** argv) {
+  trainsim::keep_freed_memory();
   MPI_Init(&argc, &argv);
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);

@@ -3,4 +3,7 @@
 
 #include "tools/frontend/cli.hpp"
 
-int main(int argc, char** argv) { return trainsim::run_cli(argc, argv, std::cout, std::cerr); }
+int main(int argc, char** argv) {
+  trainsim::keep_freed_memory();
+  return trainsim::run_cli(argc, argv, std::cout, std::cerr);
+}

@@ -1904,7 +1904,7 @@ TimingSignature timing_signature_of_shape(const AnalyticalNetwork& net, std::vec
 
 std::vector<int> base_types_of(const Cluster& cluster, const std::vector<int>& members) {
   std::vector<int> types;
-  types.reserve(members.size());
+  types.reserve(members.size() + 1);  // and the slot's role, appended by the caller
   for (int g : members) types.push_back(cluster.base_gpu_type(cluster.gpu_type_of(g)));
   return types;
 }
@@ -2511,8 +2511,10 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
           // Shape known and one GPU type (a shift period implies it): the
           // signature needs only the member count, not the 8,192-member list.
           const std::size_t size = static_cast<std::size_t>(dp_of(s)) * par.cp;
-          timing = timing_signature_of_shape(net, std::vector<int>(size, cluster.base_gpu_type(0)), it->second,
-                                             transfers[s][slot]);
+          std::vector<int> types;
+          types.reserve(size + 1);  // and the slot's role, appended below
+          types.assign(size, cluster.base_gpu_type(0));
+          timing = timing_signature_of_shape(net, std::move(types), it->second, transfers[s][slot]);
         } else {
           const std::vector<int> members = members_of(use, s, d, c, t);
           if (fresh) it->second = net.shape(members);
@@ -2655,9 +2657,10 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
       uniform[d] = uniform[d] && uniform[0];
     }
     for (int s = 0; s < par.pp; ++s) {
-      for (int d = computed_replicas; d < par.dp; ++d) {
-        slowest_type[static_cast<std::size_t>(s) * par.dp + d] =
-            slowest_type[static_cast<std::size_t>(s) * par.dp + d % computed_replicas];
+      // Replica d takes replica d % computed_replicas's, period by period.
+      int* row = slowest_type.data() + static_cast<std::size_t>(s) * par.dp;
+      for (int d = computed_replicas; d < par.dp; d += computed_replicas) {
+        std::copy_n(row, std::min(computed_replicas, par.dp - d), row + d);
       }
     }
     // A replica is simulated unless an earlier simulated one times alike. One

@@ -135,12 +135,6 @@ TaskId ProgramBuilder::recv(std::uint8_t stream, std::uint32_t slot, CommClass c
   return last_id();
 }
 
-TaskId ProgramBuilder::append(const Task& proto, std::uint32_t label, int microbatch, std::span<const TaskId> deps) {
-  set_task(add(deps), proto.kind, proto.stream, proto.collective, proto.comm_class, proto.ref, label, microbatch,
-           proto.bytes, proto.matrix);
-  return last_id();
-}
-
 ProgramBuilder::TaskRun ProgramBuilder::extend(std::size_t tasks, std::size_t deps) {
   ProgramTemplate& p = program_;
   TaskRun run;

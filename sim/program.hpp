@@ -106,9 +106,6 @@ class ProgramBuilder {
               int microbatch, std::span<const TaskId> deps);
   TaskId recv(std::uint8_t stream, std::uint32_t slot, CommClass cls, std::uint64_t bytes, std::uint32_t label,
               int microbatch, std::span<const TaskId> deps);
-  // A task with `proto`'s kind, stream, collective, class, ref, bytes and
-  // matrix, and this label and micro-batch (a stamped step of a layer pass).
-  TaskId append(const Task& proto, std::uint32_t label, int microbatch, std::span<const TaskId> deps);
   // Room for `tasks` more tasks with `deps` dependencies in all, filled in
   // place by the caller (a stamped layer pass, thousands per program): task i
   // in tasks[i], its dependencies (earlier tasks only) written on from `deps`,

@@ -122,7 +122,6 @@ struct FolderCounts {
 // templates and pass marks on) and step by step without marks. The programs
 // must agree task for task, the unmarked plan must carry no marks, and the
 // marked passes of one key must be the same tasks. Returns the counts checked.
-
 FolderCounts check_folders(std::initializer_list<const char*> dirs) {
   namespace fs = std::filesystem;
   const Catalog catalog = load_builtin_catalog();

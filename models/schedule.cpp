@@ -294,14 +294,15 @@ std::vector<std::string> check_schedule(const PipelineSchedule& s) {
     const auto& units = s.units[st];
     for (int i = 0; i < static_cast<int>(units.size()); ++i) {
       const ScheduleUnit& u = units[i];
-      const std::string where = rank + ", unit " + std::to_string(i) + " (" + to_string(u) + ")";
+      // Built only for a problem: the check runs on every plan.
+      auto where = [&] { return rank + ", unit " + std::to_string(i) + " (" + to_string(u) + ")"; };
       if (u.microbatch < 0 || u.microbatch >= m || u.chunk < 0 || u.chunk >= chunks) {
-        problems.push_back(where + ": expected micro-batch 0.." + std::to_string(m - 1) + " and chunk 0.." +
+        problems.push_back(where() + ": expected micro-batch 0.." + std::to_string(m - 1) + " and chunk 0.." +
                            std::to_string(chunks - 1));
         continue;
       }
       auto mark = [&](int k) {
-        if (at(u.microbatch, u.chunk, k) >= 0) problems.push_back(where + ": appears twice");
+        if (at(u.microbatch, u.chunk, k) >= 0) problems.push_back(where() + ": appears twice");
         at(u.microbatch, u.chunk, k) = i;
       };
       switch (u.kind) {
@@ -317,18 +318,18 @@ std::vector<std::string> check_schedule(const PipelineSchedule& s) {
           break;
         case UnitKind::BackwardWeight:
           mark(kW);
-          if (at(u.microbatch, u.chunk, kB) < 0) problems.push_back(where + ": W before the B it belongs to");
+          if (at(u.microbatch, u.chunk, kB) < 0) problems.push_back(where() + ": W before the B it belongs to");
           break;
       }
       if (u.kind != UnitKind::Forward && at(u.microbatch, u.chunk, kF) < 0)
-        problems.push_back(where + ": backward before the forward of the same micro-batch and chunk");
+        problems.push_back(where() + ": backward before the forward of the same micro-batch and chunk");
       if (u.overlapped) {
         if (i == 0 || units[i - 1].overlapped) {
-          problems.push_back(where +
+          problems.push_back(where() +
                              ": overlapped units come in pairs: expected a unit before it that is not "
                              "overlapped itself");
         } else if (units[i - 1].microbatch == u.microbatch) {
-          problems.push_back(where + ": overlapped with " + to_string(units[i - 1]) +
+          problems.push_back(where() + ": overlapped with " + to_string(units[i - 1]) +
                              " of the same micro-batch, which it depends on; expected another micro-batch");
         }
       }

@@ -4,12 +4,14 @@
 #include <array>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <set>
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <unordered_map>
 
@@ -414,10 +416,30 @@ class StageProgramBuilder {
     if (fresh) it->second = label(std::string(text));
     return it->second;
   }
+  // A label by its text: the program's label of that text, or a new one. The
+  // index holds ids and hashes only (the texts are the program's), so a label
+  // costs one hash and no copy of its text.
   std::uint32_t label(std::string text) {
-    auto [it, fresh] = labels_.try_emplace(text, 0);  // one hash; the text copied once into the map
-    if (fresh) it->second = b_.add_label(std::move(text));
-    return it->second;
+    const std::size_t hash = std::hash<std::string_view>{}(text);
+    if (2 * (labels_indexed_ + 1) > label_slots_.size()) {
+      // Twice as many slots, each label moved to its slot there.
+      std::vector<LabelSlot> slots(std::max<std::size_t>(64, 2 * label_slots_.size()));
+      for (const LabelSlot& e : label_slots_) {
+        if (e.id == kNoLabel) continue;
+        std::size_t i = e.hash & (slots.size() - 1);
+        while (slots[i].id != kNoLabel) i = (i + 1) & (slots.size() - 1);
+        slots[i] = e;
+      }
+      label_slots_ = std::move(slots);
+    }
+    std::size_t i = hash & (label_slots_.size() - 1);
+    for (; label_slots_[i].id != kNoLabel; i = (i + 1) & (label_slots_.size() - 1)) {
+      if (label_slots_[i].hash == hash && b_.label_text(label_slots_[i].id) == text) return label_slots_[i].id;
+    }
+    const std::uint32_t id = b_.add_label(std::move(text));
+    label_slots_[i] = LabelSlot{hash, id};
+    ++labels_indexed_;
+    return id;
   }
   std::uint32_t op_id(const Step& s) {
     auto it = ops_.find(&s);
@@ -1812,7 +1834,13 @@ class StageProgramBuilder {
   std::uint32_t offload_op_ = 0, reload_op_ = 0;
   Fp8WeightCast fp8_weight_cast_;
   double held_elems_ = 0;  // parameters outside the layers held for the first layer's bucket
-  std::unordered_map<std::string, std::uint32_t> labels_;
+  struct LabelSlot {
+    std::size_t hash = 0;
+    std::uint32_t id = kNoLabel;
+  };
+  static constexpr std::uint32_t kNoLabel = std::numeric_limits<std::uint32_t>::max();
+  std::vector<LabelSlot> label_slots_;  // open addressing, a power of two long, at most half full
+  std::size_t labels_indexed_ = 0;
   std::unordered_map<const char*, std::uint32_t> literal_labels_;
   std::unordered_map<const Step*, std::uint32_t> ops_;
   // Label and op ids of a step list under a prefix (emit), keyed without building the prefix's text.

@@ -96,6 +96,7 @@ class ProgramBuilder {
   std::uint32_t add_comm_slot(const std::string& name);
   std::uint32_t add_op(ComputeOp op);
   std::uint32_t add_label(std::string label);
+  const std::string& label_text(std::uint32_t label) const { return program_.labels[label]; }
 
   TaskId compute(std::uint8_t stream, std::uint32_t op, std::uint32_t label, int microbatch,
                  std::span<const TaskId> deps);

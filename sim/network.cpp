@@ -263,18 +263,12 @@ CommShape AnalyticalNetwork::shape(const std::vector<int>& members) const {
   PairList dc_domain(members.size());  // (datacenter, scale-up domain)
   PairList dc_leaf(members.size());    // (datacenter, leaf group of the member's node)
   PairList bare_rail(members.size());  // (node without scale-up links, rail of the member)
-  for (int gpu : members) {
-    const int node = cluster_->node_of(gpu);
-    const NodeSpec& ns = cluster_->node_spec(node);
+  // What a member contributes through its node's kind, its GPU type and its
+  // links' factors, and what through where it sits (datacenter, node, leaf,
+  // rail). With one node kind, one GPU type and no per-GPU factor the first is
+  // the same for every member: taken once, it gives the same minima and maxima.
+  auto links_of = [&](int gpu, const NodeSpec& ns) {
     const CalibrationProfile& p = (*profiles_)[cluster_->gpu_type_of(gpu)];
-    const int dc = std::min(fabric_.datacenters - 1, fabric_.datacenter_of(node));
-    // A node without scale-up links: every GPU is its own domain and talks to
-    // the others through the NICs (docs/network.md, "Scale-up kind none").
-    const int domain = has_scaleup(ns) ? node : cluster_->num_nodes() + gpu;
-    dc_domain.emplace_back(dc, domain);
-    dc_leaf.emplace_back(dc, fabric_.leaf_group_of(node));
-    const int rail = rail_of(gpu);
-    if (!has_scaleup(ns) && ns.gpus_per_node > 1) bare_rail.emplace_back(node, rail);
     const double scaleup_link =
         scaleup_factor_.empty() ? ns.scaleup_bandwidth : ns.scaleup_bandwidth * scaleup_factor_[gpu];
     const double nic_per_gpu =
@@ -294,6 +288,20 @@ CommShape AnalyticalNetwork::shape(const std::vector<int>& members) const {
     s.nvls_bw = std::min(s.nvls_bw, scaleup_link * nvls_eff);
     net_eff = std::min(net_eff, p.network.busbw_efficiency.value);
     s.network_bw = std::min(s.network_bw, nic_per_gpu * p.network.busbw_efficiency.value);
+    s.scaleup_latency = std::max(s.scaleup_latency, p.scaleup.latency.value);
+    s.network_latency = std::max(s.network_latency, p.network.latency.value);
+    s.base_latency = std::max(s.base_latency, p.scaleup.base_latency.value);
+    return std::pair<double, double>{nic_per_gpu, p.network.busbw_efficiency.value};
+  };
+  auto place = [&](int gpu, int node, const NodeSpec& ns, double nic_per_gpu, double busbw_eff) {
+    const int dc = std::min(fabric_.datacenters - 1, fabric_.datacenter_of(node));
+    // A node without scale-up links: every GPU is its own domain and talks to
+    // the others through the NICs (docs/network.md, "Scale-up kind none").
+    const int domain = has_scaleup(ns) ? node : cluster_->num_nodes() + gpu;
+    dc_domain.emplace_back(dc, domain);
+    dc_leaf.emplace_back(dc, fabric_.leaf_group_of(node));
+    const int rail = rail_of(gpu);
+    if (!has_scaleup(ns) && ns.gpus_per_node > 1) bare_rail.emplace_back(node, rail);
     if (fabric_.spines > 0) {
       const int leaf_rail = fabric_.kind == FabricKind::RailOptimized ? std::max(0, rail) : -1;
       const std::size_t li = (static_cast<std::size_t>(dc) * leaf_groups_ + fabric_.leaf_group_of(node)) * leaf_rails_ +
@@ -305,11 +313,21 @@ CommShape AnalyticalNetwork::shape(const std::vector<int>& members) const {
       const DatacenterSpec& dcs = cluster_->spec().datacenters;
       double share = dcs.wan_bandwidth * dcs.wan_links / std::max(1, gpus_in_datacenter_[dc]);
       if (!wan_factor_.empty()) share *= wan_factor_[dc];
-      s.wan_bw = std::min(s.wan_bw, std::min(nic_per_gpu, share) * p.network.busbw_efficiency.value);
+      s.wan_bw = std::min(s.wan_bw, std::min(nic_per_gpu, share) * busbw_eff);
     }
-    s.scaleup_latency = std::max(s.scaleup_latency, p.scaleup.latency.value);
-    s.network_latency = std::max(s.network_latency, p.network.latency.value);
-    s.base_latency = std::max(s.base_latency, p.scaleup.base_latency.value);
+  };
+  if (!members.empty() && cluster_->spec().groups.size() == 1 && cluster_->num_gpu_types() == 1 &&
+      scaleup_factor_.empty() && nic_factor_.empty()) {
+    const NodeSpec& ns = cluster_->node_spec(0);
+    const auto [nic_per_gpu, busbw_eff] = links_of(members.front(), ns);
+    for (int gpu : members) place(gpu, cluster_->node_of(gpu), ns, nic_per_gpu, busbw_eff);
+  } else {
+    for (int gpu : members) {
+      const int node = cluster_->node_of(gpu);
+      const NodeSpec& ns = cluster_->node_spec(node);
+      const auto [nic_per_gpu, busbw_eff] = links_of(gpu, ns);
+      place(gpu, node, ns, nic_per_gpu, busbw_eff);
+    }
   }
   // Members per domain (a domain lies in one datacenter), members and domains per datacenter.
   dc_domain.sort();

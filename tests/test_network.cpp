@@ -266,3 +266,56 @@ TEST_CASE("a shift by whole leaves of identical nodes keeps a communicator's sha
   const Cluster two_dc_cluster(two_dc);
   CHECK(AnalyticalNetwork(two_dc_cluster, profiles).shift_period() == 0);
 }
+
+TEST_CASE("a shape is the same with identical nodes declared as one group or as two") {
+  // With one node kind and one GPU type, shape() takes what a member owes to
+  // them once (sim/network.cpp); with the nodes declared as two groups it
+  // takes it member by member. Both must give every field alike, across
+  // leaves, spines and datacenters.
+  ClusterSpec one = toy_cluster(16, 4);
+  one.fabric.nodes_per_leaf = 2;
+  one.fabric.spines = 2;
+  one.fabric.oversubscription = 2.0;
+  one.datacenters.count = 2;
+  one.datacenters.wan_bandwidth = 12.5e9;
+  one.datacenters.wan_latency = 1e-3;
+  ClusterSpec two = one;
+  two.groups = {NodeGroup{one.groups[0].node, 6}, NodeGroup{one.groups[0].node, 10}};
+  const Cluster c1(one), c2(two);
+  REQUIRE(c1.num_gpus() == c2.num_gpus());
+  const std::vector<CalibrationProfile> profiles{ideal_profile(2e-6, 1e-6)};
+  const AnalyticalNetwork n1(c1, profiles), n2(c2, profiles);
+  const std::vector<std::vector<int>> groups = {{0, 1, 2, 3},
+                                                {0, 4},
+                                                {0, 8, 16, 24},
+                                                {1, 9, 33, 41},
+                                                {0, 4, 8, 12, 16, 20, 24, 28, 32, 36, 40, 44, 48, 52, 56, 60},
+                                                {3, 35},
+                                                {5, 6, 40, 63}};
+  for (const std::vector<int>& m : groups) {
+    CAPTURE(m.size());
+    CAPTURE(m.back());
+    const CommShape a = n1.shape(m), b = n2.shape(m);
+    CHECK(a.size == b.size);
+    CHECK(a.nodes == b.nodes);
+    CHECK(a.max_per_node == b.max_per_node);
+    CHECK(a.uniform_per_node == b.uniform_per_node);
+    CHECK(a.scaleup_bw == b.scaleup_bw);
+    CHECK(a.nvls_bw == b.nvls_bw);
+    CHECK(a.network_bw == b.network_bw);
+    CHECK(a.scaleup_latency == b.scaleup_latency);
+    CHECK(a.network_latency == b.network_latency);
+    CHECK(a.base_latency == b.base_latency);
+    CHECK(a.scaleup_link_bw == b.scaleup_link_bw);
+    CHECK(a.datacenters == b.datacenters);
+    CHECK(a.per_dc_size == b.per_dc_size);
+    CHECK(a.per_dc_nodes == b.per_dc_nodes);
+    CHECK(a.wan_bw == b.wan_bw);
+    CHECK(a.wan_latency == b.wan_latency);
+  }
+  // The groups above sit differently (one node, two, two leaves, two datacenters):
+  // their shapes differ, so equal fields are not equal by default.
+  CHECK(n1.shape({0, 1, 2, 3}).nodes != n1.shape({0, 4}).nodes);
+  CHECK(n1.shape({0, 4}).network_latency != n1.shape({0, 8, 16, 24}).network_latency);
+  CHECK(n1.shape({0, 8, 16, 24}).datacenters != n1.shape({1, 9, 33, 41}).datacenters);
+}

@@ -2280,7 +2280,8 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
   const auto largest_cp =
       static_cast<std::size_t>(std::max_element(plan.cp_shares.begin(), plan.cp_shares.end()) - plan.cp_shares.begin());
   std::vector<int> counts = share;
-  std::sort(counts.begin(), counts.end());
+  if (!std::is_sorted(counts.begin(), counts.end()))
+    std::sort(counts.begin(), counts.end());  // even shares come sorted
   counts.erase(std::unique(counts.begin(), counts.end()), counts.end());
   std::vector<int> count_of_replica(par.dp, 0);  // index into counts
   std::vector<int> replicas_of_count(counts.size(), 0);
@@ -2449,8 +2450,12 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
           const int step_x = n > 1 ? gpu(s, 1, 0, t) - base : 0, step_y = ncs > 1 ? gpu(s, 0, 1, t) - base : 0;
           m.resize(static_cast<std::size_t>(n) * ncs);
           int* out = m.data();
-          for (int x = 0; x < n; ++x) {
-            for (int y = 0; y < ncs; ++y) *out++ = base + x * step_x + y * step_y;
+          if (ncs == 1) {
+            for (int x = 0; x < n; ++x) out[x] = base + x * step_x;  // one loop the compiler vectorises
+          } else {
+            for (int x = 0; x < n; ++x) {
+              for (int y = 0; y < ncs; ++y) *out++ = base + x * step_x + y * step_y;
+            }
           }
           break;
         }
@@ -2530,6 +2535,7 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
     }
     // Shapes of the DP communicators already taken, by (stage % stage_period, t).
     std::map<std::pair<int, int>, CommShape> dp_shapes;
+    std::set<std::pair<int, int>> dp_shape_of_first;  // keys whose shape is (s % stage_period, 0)'s, by their nodes
     auto sig = [&](int s, std::size_t slot, int d, int c, int t) {
       const SlotUse& use = slots_of_stage[s][slot];
       TimingSignature timing;
@@ -2625,8 +2631,15 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
             if (!first_dp_nodes) nodes_into(s, k, 0, 0, 0, first_nodes);
             first_dp_nodes = true;
             nodes_into(s, k, 0, 0, t, other_nodes);
-            if (other_nodes == first_nodes) dp_shapes[{s % stage_period, t}] = dp_shapes.at({s % stage_period, 0});
+            if (other_nodes == first_nodes) {
+              dp_shapes[{s % stage_period, t}] = dp_shapes.at({s % stage_period, 0});
+              dp_shape_of_first.insert({s % stage_period, t});
+            }
           }
+          // With the first one's shape (and one GPU type, which nodes_only
+          // implies) its signature is the first one's: the same member count,
+          // types, shape and transfers; not built again from 8,192 members.
+          if (nodes_only && stage_period > 0 && dp_shape_of_first.contains({s % stage_period, t})) continue;
           dp_uniform = same_timing(sig(s, k, 0, 0, t), first, tol);
         }
       }

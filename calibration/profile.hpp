@@ -124,6 +124,11 @@ struct CalibrationProfile {
   // as FP8 training runs its backward GEMMs, relative to the `gemm.fp8` curve measured
   // with cuBLASLt's fast accumulation. Optional; 1 = no difference (no such mode).
   ValueEntry fp8_split_accumulator_speed{1.0, {}};
+  // Spread of sustained speed between GPUs of this model under their default power
+  // management: the standard deviation of a GPU's step time over the median GPU's, as a
+  // fraction. A synchronous job waits for its slowest GPU (docs/calibration.md, "Slowest
+  // GPU"). Optional; 0 = identical GPUs.
+  ValueEntry gpu_speed_spread{0.0, {}};
   ValueEntry memory_reserved;  // bytes of HBM not available to tensors (CUDA context, NCCL, workspaces)
   LinkCalibration scaleup;
   LinkCalibration network;

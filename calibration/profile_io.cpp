@@ -159,6 +159,8 @@ CalibrationProfile read_profile(ObjectReader& r) {
   if (r.raw("compute_share_during_net_p2p") == nullptr) p.compute_share_during_net_p2p = p.compute_share_during_comm;
   p.fp8_split_accumulator_speed = read_value(r, "fp8_split_accumulator_speed", std::nullopt, 0.05, 1, false);
   if (r.raw("fp8_split_accumulator_speed") == nullptr) p.fp8_split_accumulator_speed = ValueEntry{1.0, {}};  // none
+  p.gpu_speed_spread = read_value(r, "gpu_speed_spread", std::nullopt, 0, 0.2, false);
+  if (r.raw("gpu_speed_spread") == nullptr) p.gpu_speed_spread = ValueEntry{0.0, {}};  // none
   p.memory_reserved = read_value(r, "memory_reserved", Quantity::Bytes, 0, 1e12, true);
   p.scaleup = read_link(r, "scaleup");
   p.network = read_link(r, "network");
@@ -300,6 +302,7 @@ nlohmann::ordered_json profile_to_json(const CalibrationProfile& p) {
     j["compute_share_during_net_p2p"] = value_to_json(p.compute_share_during_net_p2p, std::nullopt);
   if (present(p.fp8_split_accumulator_speed))
     j["fp8_split_accumulator_speed"] = value_to_json(p.fp8_split_accumulator_speed, std::nullopt);
+  if (present(p.gpu_speed_spread)) j["gpu_speed_spread"] = value_to_json(p.gpu_speed_spread, std::nullopt);
   j["memory_reserved"] = value_to_json(p.memory_reserved, Quantity::Bytes);
   j["scaleup"] = link_to_json(p.scaleup);
   j["network"] = link_to_json(p.network);

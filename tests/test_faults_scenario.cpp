@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "scenario_fixtures.hpp"
+#include "sim/cost_model.hpp"
 #include "tools/frontend/job.hpp"
 #include "tools/frontend/scenario.hpp"
 
@@ -128,6 +129,67 @@ TEST_CASE("one GPU at half speed in a 1,024-GPU synchronous job costs its comput
     CHECK(b.perturbations->slowest_rank.find("gpu 517") != std::string::npos);
     CHECK(b.perturbations->max_slowdown == 2);
   }
+}
+
+TEST_CASE("the expected slowest of n GPUs lies E[max of n standard normals] spreads beyond the median") {
+  CHECK(expected_max_of_normals(1) == 0);
+  CHECK(expected_max_of_normals(2) == doctest::Approx(0.5641896).epsilon(1e-6));  // 1 / sqrt(pi)
+  CHECK(expected_max_of_normals(3) == doctest::Approx(0.8462844).epsilon(1e-6));  // 3 / (2 sqrt(pi))
+  CHECK(expected_max_of_normals(10) == doctest::Approx(1.5387527).epsilon(1e-6));
+  CHECK(expected_max_of_normals(100) == doctest::Approx(2.5075939).epsilon(1e-6));
+  // The figures docs/calibration.md quotes ("Slowest GPU").
+  CHECK(expected_max_of_normals(8) == doctest::Approx(1.42).epsilon(0.005));
+  CHECK(expected_max_of_normals(64) == doctest::Approx(2.34).epsilon(0.005));
+  CHECK(expected_max_of_normals(1024) == doctest::Approx(3.25).epsilon(0.005));
+  CHECK(expected_max_of_normals(16384) == doctest::Approx(3.97).epsilon(0.005));
+  double previous = 0;
+  for (long n = 2; n <= (1L << 20); n *= 4) {
+    const double z = expected_max_of_normals(n);
+    CHECK(z > previous);
+    previous = z;
+  }
+  CHECK(previous < 5.0);  // about 4.9 at 2^20
+}
+
+TEST_CASE("every GPU of a synchronous job waits for its slowest: the profile's spread, or the cluster's") {
+  for (const Fidelity f : {Fidelity::Analytical, Fidelity::Flow}) {
+    CAPTURE(to_string(f));
+    // 1,024 A100 in data parallel, gradients reduced after the backward: every kernel
+    // runs at the slowest GPU's pace, so compute grows by exactly the factor.
+    const Scenario spread = load_scenario_text(kDataParallel, "dp.json", "", {}, testing::catalog());
+    const Scenario none =
+        load_scenario_text(kDataParallel, "dp.json", "", {"cluster.gpu_speed_spread=0"}, testing::catalog());
+    const Scenario wide =
+        load_scenario_text(kDataParallel, "dp.json", "", {"cluster.gpu_speed_spread=0.05"}, testing::catalog());
+    REQUIRE(none.cluster.gpu_speed_spread == 0.0);
+    const JobReport a = simulate(spread, f);
+    const JobReport b = simulate(none, f);
+    const JobReport c = simulate(wide, f);
+    const double sigma = spread.profiles.front().gpu_speed_spread.value;
+    CHECK(sigma > 0.01);  // the shipped A100 profile's figure (docs/calibration.md)
+    REQUIRE(a.slowest_gpus.size() == 1);
+    CHECK(a.slowest_gpus[0].gpu == "A100-SXM4-80GB");
+    CHECK(a.slowest_gpus[0].gpus == 1024);
+    CHECK(a.slowest_gpus[0].spread == sigma);
+    const double factor = 1 + sigma * expected_max_of_normals(1024);
+    CHECK(a.slowest_gpus[0].factor == doctest::Approx(factor));
+    CHECK(b.slowest_gpus.empty());
+    CHECK(a.breakdown.compute_s / b.breakdown.compute_s == doctest::Approx(factor).epsilon(1e-6));
+    CHECK(c.breakdown.compute_s / b.breakdown.compute_s ==
+          doctest::Approx(1 + 0.05 * expected_max_of_normals(1024)).epsilon(1e-6));
+    CHECK(a.iteration_time_s > b.iteration_time_s);
+    CHECK(c.iteration_time_s > a.iteration_time_s);
+  }
+  // One GPU waits for no other.
+  const JobReport one = simulate(load_scenario_text(R"({
+    "model": "gpt3-1.3b", "cluster": {"node": {"preset": "dgx-a100", "gpus_per_node": 1}, "nodes": 1},
+    "parallel": {"tp": 1, "pp": 1, "dp": 1, "micro_batch": 1, "global_batch": 1}, "training": {"seq_len": 2048}})",
+                                                    "one.json", "", {}, testing::catalog()));
+  CHECK(one.slowest_gpus.empty());
+  CHECK(testing::errors_of(kDataParallel, {"cluster.gpu_speed_spread=0.5"}).find("/cluster/gpu_speed_spread") !=
+        std::string::npos);
+  CHECK(testing::errors_of(kDataParallel, {"cluster.gpu_speed_spread=-0.01"}).find("/cluster/gpu_speed_spread") !=
+        std::string::npos);
 }
 
 TEST_CASE("perturbations: nodes, seeded stragglers and bad input") {

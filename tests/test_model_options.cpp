@@ -937,7 +937,8 @@ TEST_CASE("training.host_dispatch_us: the scenario's host time per kernel replac
 TEST_CASE(
     "training.launch_blocking: each kernel's round trip, host dispatch and kernel-less calls add to its GPU time; no "
     "overlap is allowed") {
-  const Scenario s = load_scenario_text(kBase, "options.json", "", {}, catalog());
+  // Without the slowest-GPU factor (docs/calibration.md): the formulas below are one median GPU's.
+  const Scenario s = load_scenario_text(kBase, "options.json", "", {"cluster.gpu_speed_spread=0"}, catalog());
   const Cluster cluster(s.cluster);
   const ComputeCostModel costs(cluster, s.profiles);
   const double host = host_dispatch_seconds(Framework::DeepSpeed);
@@ -1106,7 +1107,8 @@ TEST_CASE("FP8 recipes: MXFP8 needs Blackwell, block scaling Hopper or Blackwell
 }
 
 TEST_CASE("CUDA graphs: captured kernels pay the graph's per-kernel cost and no host dispatch") {
-  const Scenario s = load_scenario_text(kBase, "options.json", "", {}, catalog());
+  // One median GPU's costs, without the slowest-GPU factor (docs/calibration.md).
+  const Scenario s = load_scenario_text(kBase, "options.json", "", {"cluster.gpu_speed_spread=0"}, catalog());
   const Cluster cluster(s.cluster);
   const ComputeCostModel costs(cluster, s.profiles);
   // Ten small memory-bound kernels issued from eager PyTorch are host-bound (63.4 us,
@@ -1827,7 +1829,7 @@ TEST_CASE("memory kernels: apex's LayerNorm and TE's cast-transpose run at their
   // and the profile's `memory_kernels` figure for it scales the memory-bound curve.
   const std::string text = R"({
     "model": "gpt3-1.3b",
-    "cluster": {"node": "dgx-a100", "nodes": 1},
+    "cluster": {"node": "dgx-a100", "nodes": 1, "gpu_speed_spread": 0},
     "parallel": {"tp": 2, "dp": 4, "micro_batch": 2, "global_batch": 64},
     "training": {"seq_len": 2048, "precision": "fp16", "attention": "unfused", "grad_reduce": "fp16"}
   })";
@@ -1877,7 +1879,7 @@ TEST_CASE("memory kernels: apex's LayerNorm and TE's cast-transpose run at their
   // in the once-per-step weight cast: 0.48 of the H100 curve (TransformerEngine pull 101).
   const std::string file =
       std::string(TRAINSIM_SOURCE_DIR) + "/scenarios/validation/nemo2407_h100_fp8_GPT3-5B_64gpu.json";
-  const Scenario n = load_scenario_file(file, {}, catalog());
+  const Scenario n = load_scenario_file(file, {"cluster.gpu_speed_spread=0"}, catalog());
   const Cluster h100(n.cluster);
   const ComputeCostModel h100_costs(h100, n.profiles);
   const TrainingPlan plan = plan_training(n.model, n.parallel, n.training, h100, PlanOptions{});

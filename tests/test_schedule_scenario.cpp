@@ -192,18 +192,18 @@ TEST_CASE("zero bubble validation: the paper's measured order of schedules on ev
   // interleaved 1F1B against ZB-1p changes sides between configurations in the
   // paper: kept on 1.5B at every m (m = 32 is a measured tie) and on 6.2B at
   // m = 24, 32; ZB-2p, as the runtime's heuristic builds it, ahead of
-  // interleaved on 6.2B at m = 24 and 32. Five pairs come out the other way
+  // interleaved on 6.2B at m = 24 and 32. Four pairs come out the other way
   // (docs/schedules.md): with Megatron-LM's blocking exchange the 14.6B
-  // interleaved runs (two nodes) are predicted 0.2-8.2% behind 1F1B (measured
-  // 1.2-9.1% ahead), and on 6.2B at m = 64 interleaved, 9.5% fast, is
-  // predicted ahead of ZB-2p (1.3%, measured 4.8% behind) and of ZB-1p (5.3%,
+  // interleaved runs (two nodes) are predicted 2.5% and 7.7% behind 1F1B at
+  // m = 64 and 128 (measured 6.3% and 1.2% ahead; at m = 48 0.5% ahead,
+  // measured 9.1%), and on 6.2B at m = 64 interleaved, 6.9% fast, is
+  // predicted ahead of ZB-2p (1.4%, measured 4.8% behind) and of ZB-1p (5.4%,
   // measured 0.2% behind).
   const RunsByConfig runs = runs_by_config("validation-schedules");
   CHECK(runs.size() == 9);
   check_measured_order(runs,
-                       {"zb_iclr_14.6B_p16_m48 1f1b interleaved-1f1b", "zb_iclr_14.6B_p16_m64 1f1b interleaved-1f1b",
-                        "zb_iclr_14.6B_p16_m128 1f1b interleaved-1f1b", "zb_iclr_6.2B_p8_m64 interleaved-1f1b zb-1p",
-                        "zb_iclr_6.2B_p8_m64 interleaved-1f1b zb-2p"});
+                       {"zb_iclr_14.6B_p16_m64 1f1b interleaved-1f1b", "zb_iclr_14.6B_p16_m128 1f1b interleaved-1f1b",
+                        "zb_iclr_6.2B_p8_m64 interleaved-1f1b zb-1p", "zb_iclr_6.2B_p8_m64 interleaved-1f1b zb-2p"});
 }
 
 TEST_CASE("zero bubble validation: ZB-2p's peak memory is that of the runtime's own schedule") {
@@ -231,7 +231,8 @@ TEST_CASE("zero bubble validation: the interleaved runs' blocking exchange again
   // relative to their measurement, than 1F1B on the same configuration. With
   // Megatron-LM's blocking exchange (pp_overlap false: one batched exchange per
   // step, what the scenarios run) half to two thirds of that remains, and the
-  // two-node 14.6B runs fall behind 1F1B, which they are measured ahead of;
+  // two-node 14.6B runs fall behind 1F1B at m = 64 and 128 (at m = 48 they stay
+  // 0.5% ahead), which they are measured ahead of, and behind ZB-1p;
   // 6.2B at m = 64 stays ahead of ZB-1p (measured 0.2% behind).
   const std::filesystem::path dir = std::filesystem::path(TRAINSIM_SOURCE_DIR) / "scenarios/validation-schedules";
   struct Run {
@@ -263,9 +264,11 @@ TEST_CASE("zero bubble validation: the interleaved runs' blocking exchange again
   for (const char* config : {"zb_iclr_14.6B_p16_m48", "zb_iclr_14.6B_p16_m64", "zb_iclr_14.6B_p16_m128"}) {
     CAPTURE(config);
     const double one = run(config, "1f1b", false).predicted;
-    CHECK(run(config, "interleaved-1f1b", false).predicted < one);
+    const double overlapped = run(config, "interleaved-1f1b", false).predicted;
+    CHECK(overlapped < one);
     const double blocking = run(config, "interleaved-1f1b", true).predicted;
-    CHECK(blocking > one);
+    CHECK(blocking > overlapped);
+    CHECK((blocking > one) == (std::string(config) != "zb_iclr_14.6B_p16_m48"));
     CHECK(blocking > run(config, "zb-1p", false).predicted);
   }
   CHECK(run("zb_iclr_6.2B_p8_m64", "interleaved-1f1b", true).predicted <
@@ -299,11 +302,12 @@ TEST_CASE("zero bubble validation: no network share between the nodes gives the 
   // in the runtime's benchmark would leave a larger network share than the
   // pure-bandwidth derivation (tools/make-schedule-validation-scenarios
   // --per-call-us: 35.2 Gb/s per GPU with none, 82.9 with 150 us). With the
-  // shipped share interleaved 1F1B is predicted behind 1F1B on every m
-  // (measured 1.2-9.1% ahead); with the share that puts it ahead it is also
-  // ahead of ZB-1p at m = 48 and 64 (measured 4.5% and 5.0% behind). 1F1B is
-  // predicted more than 4.5% fast at either share: the pair turns on 1F1B's
-  // shortfall as much as on the hop between the nodes.
+  // shipped share interleaved 1F1B is predicted behind 1F1B at m = 64 and 128
+  // and 0.4% ahead at m = 48 (measured 1.2-9.1% ahead at every m); with the
+  // share that puts it ahead at every m it is also ahead of ZB-1p at m = 48 and
+  // 64 (measured 4.5% and 5.0% behind). 1F1B is predicted fast at either share
+  // (1.6-2.3% at the shipped one, 4.9-5.2% at 82.9 Gb/s): the pair turns on
+  // 1F1B's shortfall as much as on the hop between the nodes.
   const std::filesystem::path dir = std::filesystem::path(TRAINSIM_SOURCE_DIR) / "scenarios/validation-schedules";
   struct Run {
     double predicted, measured;
@@ -320,9 +324,9 @@ TEST_CASE("zero bubble validation: no network share between the nodes gives the 
     for (const char* share : {"35.2Gbps", "82.9Gbps"}) {
       CAPTURE(share);
       const Run one = run(m, "1f1b", share);
-      CHECK(one.predicted < 0.955 * one.measured);
+      CHECK(one.predicted < 0.99 * one.measured);
       const bool ahead = run(m, "interleaved-1f1b", share).predicted < one.predicted;
-      CHECK(ahead == (std::string(share) == "82.9Gbps"));
+      CHECK(ahead == (std::string(share) == "82.9Gbps" || m == 48));
     }
     if (m != 128) CHECK(run(m, "interleaved-1f1b", "82.9Gbps").predicted < run(m, "zb-1p", "82.9Gbps").predicted);
   }

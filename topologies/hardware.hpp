@@ -5,6 +5,7 @@
 #include <array>
 #include <compare>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -136,6 +137,9 @@ struct ClusterSpec {
   FabricSpec fabric;
   DatacenterSpec datacenters;
   std::vector<GpuSlowdown> slowdowns;  // at most one per GPU (checked at loading)
+  // Scenario `cluster.gpu_speed_spread`: replaces every GPU model's profile figure
+  // (0: GPUs screened to one speed); unset = the profiles' (docs/calibration.md).
+  std::optional<double> gpu_speed_spread;
 
   int total_gpus() const;
 };

@@ -859,6 +859,8 @@ std::string compare_profiles(const CalibrationProfile& a, const CalibrationProfi
       b.compute_share_during_comm.provenance.kind);
   row("  fp8_split_accumulator_speed", a.fp8_split_accumulator_speed.value, b.fp8_split_accumulator_speed.value,
       b.fp8_split_accumulator_speed.provenance.kind);
+  row("  gpu_speed_spread", a.gpu_speed_spread.value, b.gpu_speed_spread.value,
+      b.gpu_speed_spread.provenance.kind.empty() ? "-" : b.gpu_speed_spread.provenance.kind);
   auto optional_value = [](const ValueEntry& e) { return e.value > 0 ? std::optional(e.value) : std::nullopt; };
   row("  triton_attention_speed", optional_value(a.triton_attention_speed), optional_value(b.triton_attention_speed),
       b.triton_attention_speed.provenance.kind);

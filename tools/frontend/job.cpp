@@ -576,6 +576,11 @@ JobRun run_job_with(const Scenario& s, Fidelity fidelity, MemoryCheck memory, bo
       rep.pace_gpu = slowest;
     }
   }
+  for (int t = 0; t < cluster.num_gpu_types(); ++t) {
+    const SlowestGpu& slow = platform.costs().slowest_gpu(t);
+    if (cluster.base_gpu_type(t) != t || slow.factor <= 1.0) continue;
+    rep.slowest_gpus.push_back(SlowestGpuReport{cluster.gpu_type(t).name, slow.gpus, slow.spread, slow.factor});
+  }
   if (!s.cluster.slowdowns.empty() || !s.link_perturbations.empty()) {
     PerturbationReport p;
     p.degraded_links = static_cast<int>(s.link_perturbations.size());
@@ -799,6 +804,12 @@ nlohmann::json to_json(const JobReport& r) {
   if (!r.head_shares.empty()) out["head_shares"] = {{"heads", r.head_shares}, {"pace_rank", r.cp_pace_rank}};
   out["flops_convention"] = r.flops_convention;
   if (r.reliability) out["reliability"] = reliability_json(*r.reliability);
+  if (!r.slowest_gpus.empty()) {
+    nlohmann::json slowest = nlohmann::json::array();
+    for (const SlowestGpuReport& g : r.slowest_gpus)
+      slowest.push_back({{"gpu", g.gpu}, {"gpus", g.gpus}, {"spread", g.spread}, {"factor", g.factor}});
+    out["slowest_gpu"] = slowest;
+  }
   if (r.perturbations) {
     const PerturbationReport& p = *r.perturbations;
     out["perturbations"] = {{"slowed_gpus", p.slowed_gpus},
@@ -918,6 +929,10 @@ std::string summary_text(const JobReport& r) {
          (r.flow_ranks.empty() || r.flow_ranks == "all" ? std::string() : " (flow.ranks " + r.flow_ranks + ")") + ", " +
          fmt("%.3f", r.wall_time_s) + " s wall\n";
   for (const auto& w : r.warnings) out += "  warning: " + w + "\n";
+  for (const SlowestGpuReport& g : r.slowest_gpus) {
+    out += "  slowest of " + std::to_string(g.gpus) + " " + g.gpu + ": x" + fmt("%.3f", g.factor) +
+           " the median GPU (speed spread " + fmt("%.1f", 100 * g.spread) + "%), every GPU waits for it\n";
+  }
   if (r.perturbations) {
     const PerturbationReport& p = *r.perturbations;
     out += "  perturbations: " + std::to_string(p.slowed_gpus) + " slowed GPU(s)";

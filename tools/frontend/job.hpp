@@ -55,6 +55,15 @@ struct PerturbationReport {
 };
 inline constexpr std::size_t kMaxAttributedPerturbations = 16;
 
+// The expected slowest GPU of one GPU model of the cluster, which every GPU of
+// the model waits for (the profile's gpu_speed_spread, docs/calibration.md).
+struct SlowestGpuReport {
+  std::string gpu;
+  long gpus = 0;
+  double spread = 0;
+  double factor = 1;  // its kernels take this many times as long as the median GPU's
+};
+
 struct JobReport {
   std::string scenario;
   int gpus = 0;
@@ -94,6 +103,8 @@ struct JobReport {
   std::string flow_ranks;
   std::optional<ReliabilityReport> reliability;  // with a "reliability" section and a feasible job
   std::optional<PerturbationReport> perturbations;
+  // Per GPU model whose speed spread slows a job of more than one GPU.
+  std::vector<SlowestGpuReport> slowest_gpus;
   std::vector<double> expert_rank_tokens;  // MoE: routed tokens per EP rank, micro-batch and MoE layer
   double expert_dropped_fraction = 0;      // MoE: routed tokens dropped by the capacity factor
   std::vector<int> dp_shares;              // uneven data-parallel shares: micro-batches per replica (else empty)

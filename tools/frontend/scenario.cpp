@@ -257,6 +257,9 @@ ClusterSpec read_cluster_object(const nlohmann::json& v, const std::string& poin
     }
     fr.finish();
   }
+  // The spread of speed between GPUs of one model, for every model of the cluster
+  // (docs/calibration.md, "Slowest GPU"); absent: each GPU model's profile figure.
+  if (r.has("gpu_speed_spread")) c.gpu_speed_spread = r.number("gpu_speed_spread", 0, 0, 0.2, true);
   const nlohmann::json* dcs = r.raw("datacenters");
   if (dcs != nullptr) {
     ObjectReader dr(*dcs, r.at("datacenters"), r.diagnostics());

@@ -137,9 +137,11 @@ TEST_CASE("the expected slowest of n GPUs lies E[max of n standard normals] spre
   CHECK(expected_max_of_normals(3) == doctest::Approx(0.8462844).epsilon(1e-6));  // 3 / (2 sqrt(pi))
   CHECK(expected_max_of_normals(10) == doctest::Approx(1.5387527).epsilon(1e-6));
   CHECK(expected_max_of_normals(100) == doctest::Approx(2.5075939).epsilon(1e-6));
-  // The figures docs/calibration.md quotes ("Slowest GPU").
+  // The figures docs/calibration.md ("Slowest GPU") and docs/validation.md quote.
   CHECK(expected_max_of_normals(8) == doctest::Approx(1.42).epsilon(0.005));
   CHECK(expected_max_of_normals(64) == doctest::Approx(2.34).epsilon(0.005));
+  CHECK(expected_max_of_normals(128) == doctest::Approx(2.59).epsilon(0.005));
+  CHECK(expected_max_of_normals(3072) == doctest::Approx(3.55).epsilon(0.005));
   CHECK(expected_max_of_normals(1024) == doctest::Approx(3.25).epsilon(0.005));
   CHECK(expected_max_of_normals(16384) == doctest::Approx(3.97).epsilon(0.005));
   double previous = 0;

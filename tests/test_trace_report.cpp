@@ -1,6 +1,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -165,6 +166,11 @@ TEST_CASE("html report of the default scenario is self-contained and well formed
   CHECK(html.find("MFU") != std::string::npos);
   CHECK(html.find("tokens/s") != std::string::npos);
   CHECK(html.find(html_escape(run.report.scenario)) != std::string::npos);
+  // The expected slowest of the 64 H100 every GPU waits for (docs/calibration.md).
+  REQUIRE(run.report.slowest_gpus.size() == 1);
+  char factor[32];
+  std::snprintf(factor, sizeof factor, "x%.3f", run.report.slowest_gpus[0].factor);
+  CHECK(html.find(std::string("expected slowest of the 64: its kernels take ") + factor) != std::string::npos);
   CHECK(count(html, "<rect") <= 20000 + 64);
   CHECK(html == html_report(s, run));
 }

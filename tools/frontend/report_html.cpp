@@ -174,6 +174,11 @@ void summary_section(std::string& h, const JobReport& r) {
   }
   h += "<p class=\"note\">" + std::to_string(r.simulated_ranks) + " simulated ranks, " + std::to_string(r.events) +
        " events.</p>\n";
+  for (const SlowestGpuReport& g : r.slowest_gpus) {
+    h += "<p class=\"note\">Every " + esc(g.gpu) + " waits for the expected slowest of the " + std::to_string(g.gpus) +
+         ": its kernels take x" + fmt("%.3f", g.factor) + " the median GPU's time (speed spread " +
+         fmt("%.1f%%", 100 * g.spread) + ", docs/calibration.md).</p>\n";
+  }
 }
 
 void config_section(std::string& h, const Scenario& s) {

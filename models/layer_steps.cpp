@@ -52,6 +52,17 @@ Fp8WeightCast fp8_weight_cast(const TrainingSpec& tr) {
   // (TELinear.forward, megatron/core/transformer/custom_layers/transformer_engine.py,
   // core_r0.8.0), set once per step by the schedule's forward_step
   // (model.set_is_first_microbatch(), megatron/core/pipeline_parallel/schedules.py).
+  if (tr.fp8_params) {
+    // FP8 primary weights (fp8_model_init, TE 1.11 module/base.py: Float8Tensor parameters
+    // with_transpose_cache): the optimizer writes the FP8 data and invalidates the cached
+    // transpose (NeMo's MegatronDistributedFusedAdam._param_copy_fragments: _reset_caches),
+    // and the module's first forward of the step refills it (linear.py: transpose_2d(
+    // fill_cache=True); tensor/float8_tensor.py: fp8_transpose_noalloc), read 1 B and write
+    // 1 B per element, one kernel per weight; the later micro-batches reuse it. The tiled
+    // transpose is charged at the cast-transpose's measured speed (the same family of
+    // kernels in transformer_engine/common/transpose/, no figure of its own).
+    return {2.0, 4, MemoryKernel::TeCastTranspose};
+  }
   const Fp8Quantize q = fp8_quantize_cost(tr.fp8_recipe);
   return {q.bytes_per_element, 4 * q.kernels, fp8_cast_kernel(tr)};
 }
@@ -1683,6 +1694,27 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     B.set_pass(Pass::BackwardInput);
     B.memory("final.norm.bwd", act_norm * 4 * R.norm_bwd + R.norm_bwd_partial_bytes * D.h, maybe(rs),
              R.norm_bwd_kernels, R.norm_bwd_impl);
+    if (tr.defer_embedding_wgrad) {
+      // Megatron-Core's deferral (core_r0.8.0 LinearWithGradAccumulationAndAsyncCommunication
+      // .backward): a deferred micro-batch keeps its logit gradient and runs neither the input's
+      // re-gather nor the weight-gradient GEMM; drain_embedding_wgrad_compute (megatron/core/
+      // utils.py) later gathers each kept input and runs the GEMM into main_grad.
+      StepList K(&out.head_backward_deferred, Pass::BackwardInput, D.act_bytes);
+      K.memory("loss.xent.bwd", D.tokens * v_t * (4 + D.act_bytes) * R.xent_bwd, {}, R.xent_bwd_kernels);
+      K.gemm("head.dgrad", D.attn_dtype, D.tokens, D.h, v_t);
+      const int krs = D.tp_comm
+                          ? K.comm("tp.head.grad", D.sp ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce,
+                                   CommClass::TP, act)
+                          : -1;
+      K.memory("final.norm.bwd", act_norm * 4 * R.norm_bwd + R.norm_bwd_partial_bytes * D.h, maybe(krs),
+               R.norm_bwd_kernels, R.norm_bwd_impl);
+      if (D.sp) {
+        StepList G(&out.head_wgrad_gather, Pass::BackwardWeight, D.act_bytes);
+        G.comm("tp.ag.head.input", CollectiveKind::AllGather, CommClass::TP, act);
+      }
+      StepList W(&out.head_wgrad_gemm, Pass::BackwardWeight, D.act_bytes);
+      W.gemm("head.wgrad", D.attn_dtype, D.h, v_t, D.tokens);
+    }
     // The trainer's training metrics, after the micro-batch's backward (Composer's
     // Trainer._train_microbatch -> _eval_train_metrics: under torch.no_grad() and the
     // autocast context, each metric's update runs torch.nn.CrossEntropyLoss(reduction='sum')
@@ -1742,6 +1774,8 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
   issue(out.head_forward, all_captured);
   issue(out.head_backward, all_captured);
   issue(out.head_after_backward, all_captured);
+  issue(out.head_backward_deferred, all_captured);
+  issue(out.head_wgrad_gemm, all_captured);
   return out;
 }
 

@@ -60,6 +60,11 @@ struct ModelSteps {
   // Last stage, after the micro-batch's whole backward on the stage: the trainer's
   // training-metric cross-entropies over the logits (TrainingSpec::metric_cross_entropies).
   std::vector<Step> head_after_backward;
+  // TrainingSpec::defer_embedding_wgrad: the head's backward of a deferred micro-batch
+  // (no input re-gather, no weight-gradient GEMM), and what the pipeline flush runs per
+  // deferred micro-batch: the sequence-parallel input's all-gather (empty without SP)
+  // and the output layer's weight-gradient GEMM.
+  std::vector<Step> head_backward_deferred, head_wgrad_gather, head_wgrad_gemm;
   double embedding_grad_elements = 0, head_grad_elements = 0;
   // The output weight's share of head_grad_elements (vocab x hidden / tp): with tied
   // embeddings on the embedding's own chunk it is the word embedding, one parameter.

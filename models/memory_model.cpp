@@ -161,6 +161,26 @@ MemoryBreakdown stage_memory(const TransformerSpec& m, const ParallelSpec& p, co
         p.moe_dispatcher == MoeDispatcher::AllGather ? std::max(routed, p.ep * rt.tokens_in) : routed;
     mem.buffers += 2 * received * m.hidden * 2.0;
   }
+  // FP8 primary weights: FP8 data and its cached transpose (2 B, as the 16-bit weights
+  // counted above); a bf16-state optimizer keeps its own 16-bit master of their shard, which
+  // the 16-bit parameters were before (NeMo's distributed Adam stores the fragment).
+  if (tr.fp8_params && tr.bf16_optimizer_state) {
+    int layers = 0;
+    for (int c = 0; c < chunks; ++c)
+      layers += p.layers_of_virtual_stage(sched.part_of(sched.virtual_stage(stage, c)), m.layers);
+    mem.optimizer += layers * m.linear_weights_per_layer_per_tp_rank(p.tp) * 2 / shard_opt;
+  }
+  // Deferred output-layer weight gradients: the last stage keeps each deferred micro-batch's
+  // logit gradient (tokens x vocab / tp) and the output layer's input (sequence-sharded with
+  // SP) until the pipeline flush; counted whole, an upper bound at the activations' peak.
+  if (last && tr.defer_embedding_wgrad) {
+    const int mbs = p.micro_batches();
+    const int kept = tr.wgrad_deferral_limit > 0 ? std::min(tr.wgrad_deferral_limit, mbs) : mbs;
+    const double tokens = p.micro_batch * p.cp_local_tokens(tr.seq_len);
+    const double e = activation_element_bytes(tr);
+    mem.buffers +=
+        kept * tokens * e * (static_cast<double>(m.vocab) / p.tp + m.hidden / (p.sequence_parallel ? p.tp : 1.0));
+  }
   // PipeDream's weight stashing and PipeDream-2BW's double buffer: more
   // versions of the 16-bit weights the forwards read (models/pipedream.hpp).
   mem.weights *= weight_versions(p.schedule, p.pp, stage);

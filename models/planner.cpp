@@ -231,6 +231,7 @@ class StageProgramBuilder {
       deepspeed_commands_until(nullptr);
       if (ds_chain_ != kNone) last_compute_ = ds_chain_;
     }
+    drain_deferred_head_wgrads();
     finish_iteration();
     *hardware_flops = hw_flops_;
     *model_flops = model_flops_;
@@ -275,7 +276,7 @@ class StageProgramBuilder {
     if (!(zero_sharded_optimizer() && par_.dp_overlap) || deepspeed_bf16_optimizer()) return;
     param_bucket_of_layer_.assign(model_.layers, kNone);
     param_bucket_of_chunk_.assign(static_cast<std::size_t>(chunks_), kNone);
-    double elems = 0, expert_elems = 0;
+    double elems = 0, expert_elems = 0, fp8_elems = 0;
     std::vector<int> layers;
     // Parameters left after a chunk's last bucket (the LM head, added after the
     // layers, when the last layer closed a bucket; the embedding or head of a chunk
@@ -284,8 +285,8 @@ class StageProgramBuilder {
     // chunk's embedding or head forward waits for it, as a layer waits for its bucket.
     auto flush = [&](int chunk) {
       if (layers.empty() && elems <= 0 && expert_elems <= 0) return;
-      TaskId t = b_.collective(s_.dp, slot_dp_, CollectiveKind::AllGather, CommClass::DP, task_bytes(elems * kActBytes),
-                               label("dp.ag.params"), -1, {});
+      TaskId t = b_.collective(s_.dp, slot_dp_, CollectiveKind::AllGather, CommClass::DP,
+                               task_bytes(gather_bytes(elems, fp8_elems)), label("dp.ag.params"), -1, {});
       if (expert_elems > 0 && edp_group_ > 1) {
         t = b_.collective(s_.dp, slot_edp_, CollectiveKind::AllGather, CommClass::DP,
                           task_bytes(expert_elems * kActBytes), label("edp.ag.params"), -1, {});
@@ -293,7 +294,7 @@ class StageProgramBuilder {
       for (int l : layers) param_bucket_of_layer_[l] = t;
       if (layers.empty()) param_bucket_of_chunk_[static_cast<std::size_t>(chunk)] = t;
       layers.clear();
-      elems = expert_elems = 0;
+      elems = expert_elems = fp8_elems = 0;
     };
     if (layer_buckets()) {
       // NeMo's apex buckets: the first layer's holds every parameter outside the layers
@@ -304,6 +305,7 @@ class StageProgramBuilder {
         for (int l = 0; l < layers_[c]; ++l) {
           elems += layer_steps(first_layer_[c] + l).grad_elements;
           expert_elems += layer_steps(first_layer_[c] + l).expert_grad_elements;
+          fp8_elems += layer_fp8_weights();
           layers.push_back(first_layer_[c] + l);
           flush(c);
         }
@@ -315,6 +317,7 @@ class StageProgramBuilder {
       for (int l = 0; l < layers_[c]; ++l) {
         elems += layer_steps(first_layer_[c] + l).grad_elements;
         expert_elems += layer_steps(first_layer_[c] + l).expert_grad_elements;
+        fp8_elems += layer_fp8_weights();
         layers.push_back(first_layer_[c] + l);
         if (elems * kActBytes >= bucket_bytes_ / train_.grad_reduce_bytes * kActBytes) flush(c);
       }
@@ -1164,10 +1167,22 @@ class StageProgramBuilder {
     }
     TaskId last = kNone;
     if (head_of(v)) {
-      last = emit(cur_->head_backward, StepPrefix{'B'}, u.microbatch, entry, false, nullptr, filter,
-                  whole ? nullptr : &saved->back());
+      // Megatron-Core's deferral keeps the first wgrad_deferral_limit micro-batches' logit
+      // gradients (0: every one) for the pipeline flush (drain_deferred_head_wgrads).
+      const int limit = train_.wgrad_deferral_limit;
+      const bool defer =
+          train_.defer_embedding_wgrad && (limit == 0 || static_cast<int>(deferred_head_mbs_.size()) < limit);
+      last = emit(defer ? cur_->head_backward_deferred : cur_->head_backward, StepPrefix{'B'}, u.microbatch, entry,
+                  false, nullptr, filter, whole ? nullptr : &saved->back());
+      if (defer) deferred_head_mbs_.push_back(u.microbatch);
       entry = {last};
-      if (reduce_grads && !zero3()) head_grads_done(v, last, u.microbatch);
+      if (reduce_grads && !zero3()) {
+        if (train_.defer_embedding_wgrad) {
+          deferred_head_v_ = v;  // its gradient is whole after the flush's GEMMs
+        } else {
+          head_grads_done(v, last, u.microbatch);
+        }
+      }
     }
     // ZeRO-3 / FSDP: the next layer's parameters are gathered when this layer's
     // backward starts, and that all-gather is issued before this layer's
@@ -1258,6 +1273,45 @@ class StageProgramBuilder {
         weight_unit(u, i == last_weights[u.chunk], part);
         if (part == WeightPart::Layers) unit_end_[i] = last_compute_since(begin);
       }
+    }
+  }
+
+  // Megatron-Core's pipeline flush on the last stage (finish_embedding_wgrad_compute, after
+  // the schedule's last backward, before finalize_model_grads): drain_embedding_wgrad_compute
+  // gathers the first kept input synchronously, then per kept micro-batch issues the next
+  // input's gather (double-buffered: the NCCL stream waits for the work issued before it,
+  // the GEMM two back included) and runs the weight-gradient GEMM into main_grad. The LM
+  // head's gradient is reduced once the last GEMM is done.
+  void drain_deferred_head_wgrads() {
+    if (deferred_head_mbs_.empty() && deferred_head_v_ < 0) return;
+    std::vector<TaskId> ids;
+    auto gather = [&](int mb, std::initializer_list<TaskId> after) -> TaskId {
+      if (cur_->head_wgrad_gather.empty()) return kNone;
+      std::vector<TaskId> deps;
+      for (const TaskId t : after) {
+        if (t != kNone) deps.push_back(t);
+      }
+      dedupe_in_place(deps);
+      emit(cur_->head_wgrad_gather, StepPrefix{'W'}, mb, deps, false, nullptr, PassFilter::All, &ids);
+      return ids.front();
+    };
+    const std::size_t n = deferred_head_mbs_.size();
+    TaskId gathered = n > 0 ? gather(deferred_head_mbs_[0], {last_compute_}) : kNone;
+    TaskId last = last_compute_;  // at the top of step i: GEMM i - 1
+    for (std::size_t i = 0; i < n; ++i) {
+      const TaskId next = i + 1 < n ? gather(deferred_head_mbs_[i + 1], {last, gathered}) : kNone;
+      std::vector<TaskId> deps;
+      if (last != kNone) deps.push_back(last);
+      if (gathered != kNone) deps.push_back(gathered);
+      dedupe_in_place(deps);
+      last = emit(cur_->head_wgrad_gemm, StepPrefix{'W'}, deferred_head_mbs_[i], deps, false);
+      gathered = next;
+    }
+    last_compute_ = last;
+    if (deferred_head_v_ >= 0) {
+      const int mb = sched_.microbatches - 1;
+      head_grads_done(deferred_head_v_, last, mb, true);
+      flush_bucket(last, mb);
     }
   }
 
@@ -1381,11 +1435,13 @@ class StageProgramBuilder {
 
   // The LM head's (and multi-token prediction modules') weight gradients on virtual stage v
   // are done at `last`.
-  void head_grads_done(int v, TaskId last, int mb) {
+  // `own_bucket`: reduced in a bucket of its own (after the pipeline flush's deferred
+  // GEMMs), not with the layers' buckets.
+  void head_grads_done(int v, TaskId last, int mb, bool own_bucket = false) {
     tied_ready_ = last;
     if (edp_group_ > 1) expert_bucket_elems_ += cur_->head_expert_grad_elements;
     const double elements = head_grad_elements(v);
-    if (layer_buckets()) {
+    if (layer_buckets() && !own_bucket) {
       held_elems_ += elements;  // reduced with the first layer's bucket
       return;
     }
@@ -1571,6 +1627,14 @@ class StageProgramBuilder {
   }
 
   double local_params() const { return local_layer_params() + local_embedding_head_params(); }
+  // FP8 primary weights (TrainingSpec::fp8_params): a layer's linear weights on this rank,
+  // held and all-gathered in 1 B (NeMo's distributed Adam syncs them as uint8); 0 without.
+  double layer_fp8_weights() const {
+    return train_.fp8_params ? model_.linear_weights_per_layer_per_tp_rank(par_.tp) : 0.0;
+  }
+  double local_fp8_weights() const { return layer_fp8_weights() * std::accumulate(layers_.begin(), layers_.end(), 0); }
+  // Bytes of a parameter all-gather of `elements`, `fp8` of them FP8 weights.
+  static double gather_bytes(double elements, double fp8) { return elements * kActBytes - fp8 * (kActBytes - 1); }
   double local_layer_params() const {
     double p = 0;
     for (int c = 0; c < chunks_; ++c) {
@@ -1704,7 +1768,12 @@ class StageProgramBuilder {
     }
     const double norm_bytes = bf16_state ? train_.grad_reduce_bytes : 4.0;
     const double muon_params = muon ? local_layer_params() / shard : 0.0;
-    const double step_bytes = params * (update_bytes + extra_bytes) - muon_params * (update_bytes - 26.0);
+    double step_bytes = params * (update_bytes + extra_bytes) - muon_params * (update_bytes - 26.0);
+    // FP8 primary weights: the shard's FP8 weights are cast from the optimizer's master
+    // copy (NeMo's MegatronDistributedFusedAdam._check_params_shard_dtypes: cast_to_fp8 into
+    // the uint8 sync buffer): from a bf16 master read 2 B and write 1 B on top of the update,
+    // from an fp32 master read 4 B and write 1 B instead of the 16-bit copy's 4 + 2 B.
+    if (train_.fp8_params) step_bytes += local_fp8_weights() / shard * (bf16_state ? 3.0 : -1.0);
     // PipeDream steps after every micro-batch (models/pipedream.hpp): its steps, together.
     const double steps = optimizer_steps_per_iteration(par_.schedule, sched_.microbatches);
     ComputeOp norm{"optimizer.grad_norm", OpKind::MemoryBound, Dtype::FP32, 0, steps * params * norm_bytes, 0, 0, 0, 1};
@@ -1725,8 +1794,8 @@ class StageProgramBuilder {
     const TaskId st = b_.compute(s_.compute, b_.add_op(step), label("optimizer.step"), -1, dedupe(before_step));
     if (zero_sharded_optimizer() && !prefetch_params_) {
       const TaskId sd[] = {st};
-      b_.collective(s_.dp, slot_dp_, CollectiveKind::AllGather, CommClass::DP, task_bytes(local_params() * kActBytes),
-                    label("dp.ag.params"), -1, sd);
+      b_.collective(s_.dp, slot_dp_, CollectiveKind::AllGather, CommClass::DP,
+                    task_bytes(gather_bytes(local_params(), local_fp8_weights())), label("dp.ag.params"), -1, sd);
       if (edp_group_ > 1 && local_expert_params() > 0) {
         b_.collective(s_.dp, slot_edp_, CollectiveKind::AllGather, CommClass::DP,
                       task_bytes(local_expert_params() * kActBytes), label("edp.ag.params"), -1, sd);
@@ -1763,6 +1832,11 @@ class StageProgramBuilder {
   bool tied_sync_ = false, tied_embedding_rank_ = false;
   std::uint32_t slot_tied_ = 0;
   TaskId tied_ready_ = kNone;
+  // Megatron-Core's deferred output-layer weight gradients (TrainingSpec::defer_embedding_wgrad):
+  // the micro-batches whose GEMMs the flush runs, and the head's virtual stage once its last
+  // backward ran (-1: none on this rank, or not yet).
+  std::vector<int> deferred_head_mbs_;
+  int deferred_head_v_ = -1;
   std::map<std::tuple<int, int, int, int>, PipelineLink> pipeline_slots_;
   std::map<std::tuple<int, int, bool>, std::uint8_t> peer_streams_;  // megatron_interleaved_p2p_: per peer rank
   const LinkShapes* links_ = nullptr;                                // per-stage layouts only

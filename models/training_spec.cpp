@@ -28,6 +28,13 @@ double TransformerSpec::params_per_layer_per_tp_rank(int tp) const {
   return (params_per_layer() - replicated) / tp + replicated;
 }
 
+double TransformerSpec::linear_weights_per_layer_per_tp_rank(int tp) const {
+  const double h = hidden, d = head_dim();
+  const double biases = bias && !mla.enabled() ? (heads + 2.0 * kv_heads) * d + h + ffn_hidden + h : 0.0;
+  const double norms = mla.enabled() ? replicated_attention_params() : norm_params(*this);
+  return (params_per_layer() - norms - biases) / tp;
+}
+
 double TransformerSpec::attention_params() const {
   if (mla.enabled()) {
     // DeepSeek-V2 (arXiv:2405.04434) Section 2.1: W_DQ, W_UQ (or W_Q), W_DKV and the

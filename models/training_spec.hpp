@@ -77,6 +77,9 @@ struct TransformerSpec {
   // What one TP rank holds of a dense layer: the split weights / tp plus the replicated ones
   // (norms, the row-parallel biases of the attention output and the MLP down projection).
   double params_per_layer_per_tp_rank(int tp) const;
+  // Of those, the linear layers' weight matrices (no norms, no biases): what Transformer
+  // Engine keeps in FP8 under FP8 parameters (TrainingSpec::fp8_params).
+  double linear_weights_per_layer_per_tp_rank(int tp) const;
   double params_of_kind(LayerKind k) const;
   double embedding_params() const;  // token (+ learned position) embedding
   // What one TP rank holds of it: the word embedding is split over the vocabulary, a learned
@@ -385,6 +388,17 @@ struct TrainingSpec {
   // outside the layers (embedding, LM head, final norm) in the first layer's bucket.
   bool apex_distributed_adam = false;
   Fp8Recipe fp8_recipe = Fp8Recipe::Delayed;  // precision fp8 only
+  // Transformer Engine's primary weights in FP8 (fp8_model_init; NeMo's fp8_params): the
+  // layers' linear weights are FP8 tensors with a cached transpose, so the step's first
+  // forward transposes them instead of casting 16-bit copies, the distributed optimizer
+  // casts its shard and all-gathers 1 B per element (docs/frameworks.md, "FP8 parameters").
+  bool fp8_params = false;
+  // Megatron-Core's defer_embedding_wgrad_compute: the last stage keeps each micro-batch's
+  // output-layer input and logit gradient and runs the output layer's weight-gradient GEMMs
+  // in the pipeline flush, after its last backward, for the first wgrad_deferral_limit
+  // micro-batches (0: all of them; docs/frameworks.md, "Deferred output-layer weight gradients").
+  bool defer_embedding_wgrad = false;
+  int wgrad_deferral_limit = 0;
   CudaGraphScope cuda_graphs = CudaGraphScope::None;
   GradAccumulation grad_accumulation = GradAccumulation::Fused;
 };

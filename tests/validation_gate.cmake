@@ -2,7 +2,8 @@
 # the overall MAPE and the largest |error| itself (--max-mape, --max-error);
 # each GROUP=LIMIT in GROUP_MAX_MAPE also bounds that group's MAPE, read from
 # the same run's JSON (mape_by_group_pct), instead of simulating the group again.
-# usage: cmake -DTRAINSIM=... -DMAX_MAPE=P -DMAX_ERROR=P "-DGROUP_MAX_MAPE=group=P;..." -P validation_gate.cmake
+# usage: cmake -DTRAINSIM=... -DMAX_MAPE=P -DMAX_ERROR=P "-DGROUP_MAX_MAPE=group=P;..." [-DFIDELITY=flow]
+#        -P validation_gate.cmake
 foreach(var TRAINSIM MAX_MAPE MAX_ERROR)
   if(NOT DEFINED ${var})
     message(FATAL_ERROR "usage: cmake -DTRAINSIM=... -DMAX_MAPE=P -DMAX_ERROR=P [-DGROUP_MAX_MAPE=group=P;...] -P "
@@ -11,7 +12,12 @@ foreach(var TRAINSIM MAX_MAPE MAX_ERROR)
 endforeach()
 
 # PATHS (optional): validation scenario files or directories instead of the shipped set.
-execute_process(COMMAND "${TRAINSIM}" validate ${PATHS} --max-mape ${MAX_MAPE} --max-error ${MAX_ERROR} --json
+# FIDELITY (optional): the network fidelity (analytical when absent).
+set(fidelity_args)
+if(DEFINED FIDELITY)
+  set(fidelity_args --fidelity ${FIDELITY})
+endif()
+execute_process(COMMAND "${TRAINSIM}" validate ${PATHS} ${fidelity_args} --max-mape ${MAX_MAPE} --max-error ${MAX_ERROR} --json
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 string(JSON mape ERROR_VARIABLE json_error GET "${out}" mape_pct)
 if(json_error)

@@ -660,6 +660,25 @@ TrainingSpec read_training(ObjectReader& top, const TransformerSpec& model) {
                  : recipe == "mxfp8"     ? Fp8Recipe::Mxfp8
                  : recipe == "blockwise" ? Fp8Recipe::Blockwise
                                          : Fp8Recipe::Delayed;
+  // Transformer Engine's FP8 primary weights (docs/frameworks.md, "FP8 parameters").
+  if (r.has("fp8_params") && (t.precision != Dtype::FP8 || t.framework != Framework::MegatronTe)) {
+    r.error("fp8_params",
+            "FP8 parameters are Transformer Engine's: they need \"precision\": \"fp8\" and "
+            "\"framework\": \"megatron-te\" (found \"" +
+                prec + "\", \"" + fw + "\")");
+  }
+  t.fp8_params = r.boolean("fp8_params", false);
+  // Megatron-Core's deferred output-layer weight gradients (docs/frameworks.md, "Deferred
+  // output-layer weight gradients"): a setting of Megatron's pipeline schedules.
+  if (r.has("defer_embedding_wgrad_compute") && t.framework != Framework::MegatronTe &&
+      t.framework != Framework::Default) {
+    r.error("defer_embedding_wgrad_compute",
+            "Megatron-Core's deferred output-layer weight gradients need Megatron's kernel lists (\"framework\": "
+            "\"megatron-te\" or \"default\"; found \"" +
+                fw + "\")");
+  }
+  t.defer_embedding_wgrad = r.boolean("defer_embedding_wgrad_compute", false);
+  t.wgrad_deferral_limit = static_cast<int>(r.integer("wgrad_deferral_limit", 0, 0, 1 << 20));
   const std::string graphs = r.choice("cuda_graphs", "none", {"none", "layers", "full"});
   t.cuda_graphs = graphs == "layers" ? CudaGraphScope::Layers
                   : graphs == "full" ? CudaGraphScope::Full
@@ -965,6 +984,42 @@ void check_consistency(Scenario& s, Diagnostics& d) {
       }
     }
   }
+  // FP8 primary weights: Transformer Engine's Float8Tensor parameters with per-tensor scales
+  // (DelayedScaling or current scaling) of dense layers; the block-scaled recipes quantise
+  // their weights otherwise, and grouped expert weights are not modelled.
+  if (s.training.fp8_params) {
+    const Fp8Recipe r = s.training.fp8_recipe;
+    if (r != Fp8Recipe::Delayed && r != Fp8Recipe::Current) {
+      d.error("/training/fp8_params", std::string("FP8 parameters are modelled for per-tensor scaling (\"fp8_recipe\": "
+                                                  "\"delayed\" or \"current\"), found \"") +
+                                          to_string(r) + "\"");
+    }
+    if (s.model.moe.enabled()) d.error("/training/fp8_params", "FP8 parameters are modelled for dense layers only");
+    if (s.parallel.zero >= 3) {
+      d.error("/training/fp8_params", "FP8 parameters are modelled with whole weights per rank (\"zero\" 0-2)");
+    }
+  }
+  // Megatron-Core defers the output layer's weight gradients in its 1F1B and interleaved
+  // schedules (finish_embedding_wgrad_compute), with pipeline parallelism and gradient
+  // accumulation fusion (ModelParallelConfig.__post_init__ refuses the rest).
+  if (s.training.defer_embedding_wgrad) {
+    const ScheduleKind k = s.parallel.schedule;
+    if (s.parallel.pp < 2 || (k != ScheduleKind::OneFOneB && k != ScheduleKind::Interleaved1F1B)) {
+      d.error("/training/defer_embedding_wgrad_compute",
+              "deferred output-layer weight gradients need pipeline parallelism (\"pp\" >= 2) with the \"1f1b\" "
+              "or \"interleaved-1f1b\" schedule");
+    }
+    if (s.training.grad_accumulation != GradAccumulation::Fused) {
+      d.error("/training/defer_embedding_wgrad_compute",
+              "deferred output-layer weight gradients need gradient accumulation fusion (\"grad_accumulation\": "
+              "\"fused\")");
+    }
+    if (s.parallel.zero >= 3 || s.model.mtp_depth > 0 || s.parallel.seq_chunks > 1) {
+      d.error("/training/defer_embedding_wgrad_compute",
+              "deferred output-layer weight gradients are modelled without ZeRO-3, multi-token prediction and "
+              "sequence chunks");
+    }
+  }
   // Autograd's accumulation runs on the whole .grad of each parameter; FSDP reduce-
   // scatters every micro-batch's gradient and DeepSpeed accumulates in its own pass.
   if (s.training.grad_accumulation == GradAccumulation::Autograd &&
@@ -1112,6 +1167,13 @@ Scenario load_scenario_text(const std::string& text, const std::string& file, co
     s.warnings.push_back(file +
                          ": /parallel/stages: the all-reduce of the tied embedding's gradient between the first and "
                          "last stage is not modelled with per-stage layouts (docs/frameworks.md)");
+  }
+  // As in Megatron-Core, a deferral limit without the deferral does nothing: said, not refused
+  // (a sweep or --set may switch the deferral off and leave the recipe's limit).
+  if (const nlohmann::json* t = top.raw("training");
+      t != nullptr && t->is_object() && t->contains("wgrad_deferral_limit") && !s.training.defer_embedding_wgrad) {
+    s.warnings.push_back(file +
+                         ": /training/wgrad_deferral_limit: no effect without \"defer_embedding_wgrad_compute\": true");
   }
   default_attention_of_framework(top, s);
   top.finish();

@@ -343,7 +343,22 @@ void Executor::record(std::uint32_t rank, std::uint32_t task, Time start, Time e
   const int tl = timeline_of_rank_[rank];
   if (tl < 0 || end <= start) return;
   const Task& t = program_of_rank_[rank]->tasks[task];
-  result_.timelines[tl].intervals.push_back(Interval{start, end, task, t.stream, category});
+  add_interval(tl, Interval{start, end, task, t.stream, category});
+}
+
+void Executor::add_interval(int timeline, const Interval& iv) {
+  std::vector<Interval>& out = result_.timelines[static_cast<std::size_t>(timeline)].intervals;
+  if (!merge_intervals_) {
+    out.push_back(iv);
+    return;
+  }
+  std::uint32_t& last = last_interval_[static_cast<std::size_t>(timeline)][iv.stream];
+  if (last < out.size() && out[last].end == iv.start && out[last].category == iv.category) {
+    out[last].end = iv.end;
+    return;
+  }
+  last = static_cast<std::uint32_t>(out.size());
+  out.push_back(iv);
 }
 
 void Executor::try_start(std::uint32_t rank, std::uint8_t stream, Time now) {
@@ -762,15 +777,14 @@ void Executor::advance_chain(std::uint32_t rank, Time now, bool through) {
   const ProgramTemplate& p = *program_of_rank_[rank];
   const auto tasks = chains_of_program_[setup_->ranks[rank].program].chain(cr.chain);
   const int tl = timeline_of_rank_[rank];
-  std::vector<Interval>* intervals = tl >= 0 ? &result_.timelines[tl].intervals : nullptr;
   std::uint32_t i = cr.pos, completed = 0;
   Time end = cr.end;
   while (i + 1 < tasks.size() && (end < now || (through && end == now))) {
     const Task& done = p.tasks[tasks[i]];
     const std::size_t si = stream_at(rank, done.stream);
     // The interval record() would keep.
-    if (intervals != nullptr && stream_start_[si] < end)
-      intervals->push_back(Interval{stream_start_[si], end, tasks[i], done.stream, category_of(p, done)});
+    if (tl >= 0 && stream_start_[si] < end)
+      add_interval(tl, Interval{stream_start_[si], end, tasks[i], done.stream, category_of(p, done)});
     ++completed;
     stream_busy_[si] = 0;
     ++stream_pos_[si];
@@ -996,14 +1010,17 @@ bool Executor::try_memo(std::uint32_t rank, std::uint32_t pass, Time now) {
   }
   // Applied: every task but the last done now, as the run records them.
   const int tl = timeline_of_rank_[rank];
-  std::vector<Interval>* intervals = tl >= 0 ? &result_.timelines[tl].intervals : nullptr;
   const std::size_t n = memo->entries.size();
+  if (tl >= 0 && merge_intervals_) {
+    for (const Interval& iv : memo->intervals)
+      add_interval(tl, Interval{now + iv.start, now + iv.end, m.first + iv.task, iv.stream, iv.category});
+  }
   for (std::size_t i = 0; i + 1 < n; ++i) {
     const MemoEntry& e = memo->entries[i];
     const std::uint32_t task = m.first + e.offset;
-    const Task& t = p.tasks[task];
-    if (intervals != nullptr && e.start < e.end)
-      intervals->push_back(Interval{now + e.start, now + e.end, task, t.stream, category_of(p, t)});
+    if (tl >= 0 && !merge_intervals_ && e.start < e.end) {
+      add_interval(tl, Interval{now + e.start, now + e.end, task, p.tasks[task].stream, category_of(p, p.tasks[task])});
+    }
     for (const std::uint32_t s : p.succs_of(task)) {
       if (s >= end_task) --remaining_deps_[task_at(rank, s)];
     }
@@ -1078,6 +1095,23 @@ void Executor::finish_recording(std::uint32_t rank) {
     } else {
       Time& c = memo.last_post[t.ref];
       c = c == Time::max() ? e.start : std::max(c, e.start);
+    }
+  }
+  if (merge_intervals_ && timeline_of_rank_[rank] >= 0) {
+    std::array<std::uint32_t, 256> last;
+    last.fill(~std::uint32_t{0});
+    for (std::size_t i = 0; i + 1 < memo.entries.size(); ++i) {
+      const MemoEntry& e = memo.entries[i];
+      if (!(e.start < e.end)) continue;
+      const Task& t = p.tasks[m.first + e.offset];
+      const std::uint8_t category = category_of(p, t);
+      std::uint32_t& l = last[t.stream];
+      if (l != ~std::uint32_t{0} && memo.intervals[l].end == e.start && memo.intervals[l].category == category) {
+        memo.intervals[l].end = e.end;
+        continue;
+      }
+      l = static_cast<std::uint32_t>(memo.intervals.size());
+      memo.intervals.push_back(Interval{e.start, e.end, e.offset, t.stream, category});
     }
   }
   memos_[rank].push_back(std::move(memo));
@@ -1195,6 +1229,9 @@ std::uint32_t Executor::new_in_flight() {
 
 SimulationResult Executor::run() {
   const auto nr = static_cast<std::uint32_t>(setup_->ranks.size());
+  std::array<std::uint32_t, 256> none;
+  none.fill(~std::uint32_t{0});
+  last_interval_.assign(result_.timelines.size(), none);
   build_chains();
   build_memo();
   for (std::uint32_t r = 0; r < nr; ++r) {
@@ -1260,6 +1297,7 @@ SimulationResult Executor::run() {
   if (order_tie_) {
     Executor plain(*setup_, *cluster_, *costs_, *network_);
     plain.collapse_chains(false);
+    plain.merge_intervals(merge_intervals_);
     memo_stats_.repeated = true;
     return plain.run();
   }

@@ -10,6 +10,7 @@
 // one loop steps the model's events and the queue's in time order. Members of
 // a collective must post the same kind and byte count (a send the same bytes as
 // its receive); a mismatch stops the run and names the ranks and tasks.
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -118,6 +119,12 @@ class Executor {
   // of repeated layer passes"); needs chains. Results are the same either way;
   // on by default.
   void memo_passes(bool on) { memo_wanted_ = on; }
+  // Whether a recorded rank's interval that continues its stream's last one (the same
+  // category, starting where that one ends) extends it instead of being added: fewer
+  // intervals for the breakdown, which sums them exactly either way (sim/metrics.hpp),
+  // but the timelines no longer name every task (traces and reports need that). Off by
+  // default.
+  void merge_intervals(bool on) { merge_intervals_ = on; }
   // What the memo did in the last run (for tests and measurement).
   struct MemoStats {
     std::uint64_t applied = 0;         // passes applied from a memo
@@ -238,6 +245,10 @@ class Executor {
     // Per stream: the end of the pass's last kernel on it (Time::max(): none);
     // per slot: its last post (a collective's start).
     std::vector<Time> compute_end, last_post;
+    // merge_intervals: the intervals an application records (all entries but the last),
+    // touching ones of a stream and category merged; times from the pass start, task
+    // as an offset.
+    std::vector<Interval> intervals;
   };
   struct Recording {
     bool active = false, clean = true;
@@ -254,6 +265,10 @@ class Executor {
   Time peer_post_bound(std::uint32_t rank, std::uint32_t task, Time now, Time limit);
   static constexpr std::uint32_t kNoPass = ~std::uint32_t{0};
   bool memo_wanted_ = true;
+  bool merge_intervals_ = false;
+  // Per recorded timeline and stream: the index of its last interval (merge_intervals).
+  std::vector<std::array<std::uint32_t, 256>> last_interval_;
+  void add_interval(int timeline, const Interval& iv);
   bool memo_ = false;
   MemoStats memo_stats_;
   std::vector<std::vector<std::uint32_t>> pass_of_first_;  // per program, per task: the pass it starts

@@ -59,7 +59,9 @@ std::span<const Edge> sort_runs(std::vector<Edge>& edges, const std::vector<std:
 
 // Attributes [prev, t) to what is active as the edges are visited in time
 // order; the attribution of [prev, t) depends only on the edges before t, so
-// the order among edges of one time does not matter.
+// the order among edges of one time does not matter. Durations are summed in
+// whole nanoseconds and converted once: the sums are exact, so splitting an
+// interval in two touching ones of its category changes nothing.
 class EdgeSweep {
  public:
   explicit EdgeSweep(Time end) : end_(end) {}
@@ -70,32 +72,35 @@ class EdgeSweep {
   }
   TimeBreakdown finish() {
     attribute(prev_, end_);
-    return out_;
+    TimeBreakdown out;
+    out.compute_s = Time::ns(ns_[kCompute]).to_seconds();
+    for (std::size_t c = 0; c < kNumCommClasses; ++c) out.exposed_comm_s[c] = Time::ns(ns_[1 + c]).to_seconds();
+    out.idle_s = Time::ns(ns_[kIdle]).to_seconds();
+    out.bubble_s = Time::ns(ns_[kBubble]).to_seconds();
+    return out;
   }
 
  private:
+  // Sums: compute, each communication class, idle (waiting at a rendezvous), bubble.
+  static constexpr std::size_t kCompute = 0, kIdle = 1 + kNumCommClasses, kBubble = kIdle + 1;
   void attribute(Time from, Time to) {
     if (to <= from) return;
-    const double dt = (to - from).to_seconds();
+    const std::int64_t dt = (to - from).count_ns();
     if (active_[kComputeCategory] > 0) {
-      out_.compute_s += dt;
+      ns_[kCompute] += dt;
       return;
     }
     for (std::size_t c = 0; c < kNumCommClasses; ++c) {
       if (active_[1 + c] > 0) {
-        out_.exposed_comm_s[c] += dt;
+        ns_[1 + c] += dt;
         return;
       }
     }
-    if (active_[kWaitCategory] > 0) {
-      out_.idle_s += dt;
-    } else {
-      out_.bubble_s += dt;
-    }
+    ns_[active_[kWaitCategory] > 0 ? kIdle : kBubble] += dt;
   }
   Time end_, prev_;
   std::array<int, kWaitCategory + 1> active_{};
-  TimeBreakdown out_;
+  std::array<std::int64_t, kBubble + 1> ns_{};
 };
 
 // The general path. Edges are visited in time order. Ends are recorded in time

@@ -19,6 +19,8 @@ struct TimeBreakdown {
 // Attributes [0, end) of one timeline: compute wins over communication; among
 // overlapping transfers the first CommClass in enum order (TP, CP, EP, PP, DP)
 // counts; rendezvous waits count as idle; nothing at all counts as bubble.
+// Each part is a sum of whole nanoseconds, converted once: exact, so the parts
+// do not depend on how a stream's busy time is cut into intervals.
 TimeBreakdown breakdown(const std::vector<Interval>& intervals, Time end);
 
 // The same by sorting every start and end, for intervals in any order (what

@@ -243,3 +243,30 @@ TEST_CASE("Pareto front: infeasible points never count, ties stay together") {
   const std::string html = sweep_html_report("empty", {});
   CHECK(html.find("No configurations") != std::string::npos);
 }
+
+TEST_CASE("a report without a trace merges touching intervals and reports the same to the bit") {
+  // simulate() keeps no interval per task (Executor::merge_intervals); run_job() keeps them
+  // for traces. Every figure of the report is the same either way, at both fidelities,
+  // on the default scenario and on an interleaved, a Zero Bubble and a ZeRO-3 layout.
+  const Catalog catalog = load_builtin_catalog();
+  const std::vector<std::vector<std::string>> layouts{
+      {},
+      {"parallel.vpp=2", "parallel.schedule=\"interleaved-1f1b\""},
+      {"parallel.schedule=\"zb-h1\""},
+      {"parallel.pp=1", "parallel.dp=8", "parallel.zero=3", "parallel.global_batch=64"}};
+  for (const std::vector<std::string>& sets : layouts) {
+    const EmbeddedFile& f = default_scenario_file();
+    const Scenario s = load_scenario_text(std::string(f.text), std::string(f.path), "", sets, catalog);
+    for (const Fidelity fidelity : {Fidelity::Analytical, Fidelity::Flow}) {
+      const JobRun full = run_job(s, fidelity);
+      const JobReport merged = simulate(s, fidelity);
+      std::size_t intervals = 0;
+      for (const RankTimeline& tl : full.result.timelines) intervals += tl.intervals.size();
+      CHECK(intervals > 0);
+      CHECK(merged.iteration_time_s == full.report.iteration_time_s);
+      JobReport same_wall = full.report;
+      same_wall.wall_time_s = merged.wall_time_s;
+      CHECK(to_json(merged).dump() == to_json(same_wall).dump());
+    }
+  }
+}

@@ -320,21 +320,24 @@ std::unique_ptr<Workload> workload_of(const Scenario& s) {
   return std::make_unique<TransformerWorkload>(s.model, s.parallel, s.training);
 }
 
-JobReport simulate(const Scenario& s, Fidelity fidelity, MemoryCheck memory) {
-  return run_job(s, fidelity, memory).report;
-}
-
 namespace {
-JobRun run_job_with(const Scenario& s, Fidelity fidelity, MemoryCheck memory, bool allow_images);
+JobRun run_job_with(const Scenario& s, Fidelity fidelity, MemoryCheck memory, bool allow_images, bool task_intervals);
 }  // namespace
 
+JobReport simulate(const Scenario& s, Fidelity fidelity, MemoryCheck memory) {
+  // The report needs the timelines' breakdowns only, not an interval per task.
+  return run_job_with(s, fidelity, memory, true, false).report;
+}
+
 JobRun run_job(const Scenario& s, Fidelity fidelity, MemoryCheck memory) {
-  return run_job_with(s, fidelity, memory, true);
+  return run_job_with(s, fidelity, memory, true, true);
 }
 
 namespace {
 // `allow_images`: off for the repeat of a run whose transfers broke the rank images' symmetry.
-JobRun run_job_with(const Scenario& s, Fidelity fidelity, MemoryCheck memory, bool allow_images) {
+// `task_intervals`: the timelines keep an interval per task (traces and reports name them);
+// else a stream's touching intervals of one category are merged (Executor::merge_intervals).
+JobRun run_job_with(const Scenario& s, Fidelity fidelity, MemoryCheck memory, bool allow_images, bool task_intervals) {
   if (const std::unique_ptr<OuterLoop> outer = outer_loop_of(s)) return outer->run(s, fidelity);
   const auto t0 = std::chrono::steady_clock::now();
   JobRun run;
@@ -397,13 +400,14 @@ JobRun run_job_with(const Scenario& s, Fidelity fidelity, MemoryCheck memory, bo
   if (images) network->set_link_images(std::move(images->links));
   {
     Executor exec(plan.setup, cluster, platform.costs(), *network);
+    exec.merge_intervals(!task_intervals);
     run.result = exec.run();
     rep.warnings = network->warnings();
   }
   if (network->images_failed()) {
     // A transfer was not symmetric under the rank images: not exact, so again
     // without them (one rank per TP group where that is exact, else every rank).
-    return run_job_with(s, fidelity, memory, false);
+    return run_job_with(s, fidelity, memory, false, task_intervals);
   }
   if (s.parallel.schedule == ScheduleKind::DualPipe) {
     rep.warnings.push_back(

@@ -346,21 +346,6 @@ void Executor::record(std::uint32_t rank, std::uint32_t task, Time start, Time e
   add_interval(tl, Interval{start, end, task, t.stream, category});
 }
 
-void Executor::add_interval(int timeline, const Interval& iv) {
-  std::vector<Interval>& out = result_.timelines[static_cast<std::size_t>(timeline)].intervals;
-  if (!merge_intervals_) {
-    out.push_back(iv);
-    return;
-  }
-  std::uint32_t& last = last_interval_[static_cast<std::size_t>(timeline)][iv.stream];
-  if (last < out.size() && out[last].end == iv.start && out[last].category == iv.category) {
-    out[last].end = iv.end;
-    return;
-  }
-  last = static_cast<std::uint32_t>(out.size());
-  out.push_back(iv);
-}
-
 void Executor::try_start(std::uint32_t rank, std::uint8_t stream, Time now) {
   const ProgramTemplate& p = *program_of_rank_[rank];
   const std::size_t si = stream_at(rank, stream);

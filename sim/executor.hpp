@@ -268,7 +268,18 @@ class Executor {
   bool merge_intervals_ = false;
   // Per recorded timeline and stream: the index of its last interval (merge_intervals).
   std::vector<std::array<std::uint32_t, 256>> last_interval_;
-  void add_interval(int timeline, const Interval& iv);
+  void add_interval(int timeline, const Interval& iv) {
+    std::vector<Interval>& out = result_.timelines[static_cast<std::size_t>(timeline)].intervals;
+    if (merge_intervals_) {
+      std::uint32_t& last = last_interval_[static_cast<std::size_t>(timeline)][iv.stream];
+      if (last < out.size() && out[last].end == iv.start && out[last].category == iv.category) {
+        out[last].end = iv.end;
+        return;
+      }
+      last = static_cast<std::uint32_t>(out.size());
+    }
+    out.push_back(iv);
+  }
   bool memo_ = false;
   MemoStats memo_stats_;
   std::vector<std::vector<std::uint32_t>> pass_of_first_;  // per program, per task: the pass it starts

@@ -1678,36 +1678,35 @@ ModelSteps build_model_steps(const TransformerSpec& m, const ParallelSpec& p, co
     const int ag = D.sp ? L.comm("tp.ag.head", CollectiveKind::AllGather, CommClass::TP, act) : -1;
     L.gemm("head.logits", D.attn_dtype, D.tokens, v_t, D.h, maybe(ag));
     L.memory("loss.xent", D.tokens * v_t * (D.act_bytes + 4 + 4) * R.xent, {}, R.xent_kernels);
-    StepList B(&out.head_backward, Pass::BackwardInput, D.act_bytes);
-    B.memory("loss.xent.bwd", D.tokens * v_t * (4 + D.act_bytes) * R.xent_bwd, {}, R.xent_bwd_kernels);
-    // With SP the head's input is sequence-sharded: its backward gathers it
-    // again for the weight gradient, issued before the input-gradient GEMM and
-    // overlapped with it, as for every column-parallel linear (Megatron-LM
-    // LinearWithGradAccumulationAndAsyncCommunication.backward).
-    const int in = D.sp ? B.comm("tp.ag.head.input", CollectiveKind::AllGather, CommClass::TP, act) : -1;
-    B.gemm("head.dgrad", D.attn_dtype, D.tokens, D.h, v_t);
-    const int rs = D.tp_comm ? B.comm("tp.head.grad", D.sp ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce,
-                                      CommClass::TP, act)
-                             : -1;
-    B.set_pass(Pass::BackwardWeight);
-    B.gemm("head.wgrad", D.attn_dtype, D.h, v_t, D.tokens, maybe(p.tp_grad_overlap || D.sp ? in : rs));
-    B.set_pass(Pass::BackwardInput);
-    B.memory("final.norm.bwd", act_norm * 4 * R.norm_bwd + R.norm_bwd_partial_bytes * D.h, maybe(rs),
-             R.norm_bwd_kernels, R.norm_bwd_impl);
-    if (tr.defer_embedding_wgrad) {
-      // Megatron-Core's deferral (core_r0.8.0 LinearWithGradAccumulationAndAsyncCommunication
-      // .backward): a deferred micro-batch keeps its logit gradient and runs neither the input's
-      // re-gather nor the weight-gradient GEMM; drain_embedding_wgrad_compute (megatron/core/
-      // utils.py) later gathers each kept input and runs the GEMM into main_grad.
-      StepList K(&out.head_backward_deferred, Pass::BackwardInput, D.act_bytes);
-      K.memory("loss.xent.bwd", D.tokens * v_t * (4 + D.act_bytes) * R.xent_bwd, {}, R.xent_bwd_kernels);
-      K.gemm("head.dgrad", D.attn_dtype, D.tokens, D.h, v_t);
-      const int krs = D.tp_comm
-                          ? K.comm("tp.head.grad", D.sp ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce,
-                                   CommClass::TP, act)
-                          : -1;
-      K.memory("final.norm.bwd", act_norm * 4 * R.norm_bwd + R.norm_bwd_partial_bytes * D.h, maybe(krs),
+    // The head's backward, whole (`wgrad`) or as Megatron-Core's deferral runs a deferred
+    // micro-batch (core_r0.8.0 LinearWithGradAccumulationAndAsyncCommunication.backward: the
+    // logit gradient is kept, and neither the input's re-gather nor the weight-gradient GEMM
+    // runs; drain_embedding_wgrad_compute, megatron/core/utils.py, runs them later).
+    auto head_backward = [&](std::vector<Step>* steps, bool wgrad) {
+      StepList B(steps, Pass::BackwardInput, D.act_bytes);
+      B.memory("loss.xent.bwd", D.tokens * v_t * (4 + D.act_bytes) * R.xent_bwd, {}, R.xent_bwd_kernels);
+      // With SP the head's input is sequence-sharded: its backward gathers it
+      // again for the weight gradient, issued before the input-gradient GEMM and
+      // overlapped with it, as for every column-parallel linear (Megatron-LM
+      // LinearWithGradAccumulationAndAsyncCommunication.backward).
+      const int in = wgrad && D.sp ? B.comm("tp.ag.head.input", CollectiveKind::AllGather, CommClass::TP, act) : -1;
+      B.gemm("head.dgrad", D.attn_dtype, D.tokens, D.h, v_t);
+      const int rs = D.tp_comm
+                         ? B.comm("tp.head.grad", D.sp ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce,
+                                  CommClass::TP, act)
+                         : -1;
+      if (wgrad) {
+        B.set_pass(Pass::BackwardWeight);
+        B.gemm("head.wgrad", D.attn_dtype, D.h, v_t, D.tokens, maybe(p.tp_grad_overlap || D.sp ? in : rs));
+        B.set_pass(Pass::BackwardInput);
+      }
+      B.memory("final.norm.bwd", act_norm * 4 * R.norm_bwd + R.norm_bwd_partial_bytes * D.h, maybe(rs),
                R.norm_bwd_kernels, R.norm_bwd_impl);
+    };
+    head_backward(&out.head_backward, true);
+    if (tr.defer_embedding_wgrad) {
+      head_backward(&out.head_backward_deferred, false);
+      // What the flush runs per deferred micro-batch.
       if (D.sp) {
         StepList G(&out.head_wgrad_gather, Pass::BackwardWeight, D.act_bytes);
         G.comm("tp.ag.head.input", CollectiveKind::AllGather, CommClass::TP, act);

@@ -10,6 +10,7 @@
 
 #include "models/layer_steps.hpp"
 #include "models/memory_model.hpp"
+#include "scenario_fixtures.hpp"
 #include "sim/cost_model.hpp"
 #include "tools/frontend/job.hpp"
 #include "tools/frontend/scenario.hpp"
@@ -18,10 +19,7 @@ using namespace trainsim;
 
 namespace {
 
-const Catalog& catalog() {
-  static const Catalog c = load_builtin_catalog();
-  return c;
-}
+using testing::catalog;
 
 const std::string kNemotron =
     std::string(TRAINSIM_SOURCE_DIR) + "/scenarios/validation/nemo2407_h100_fp8_Nemotron-340B_128gpu.json";
@@ -47,22 +45,18 @@ bool depends_on(const ProgramTemplate& p, std::uint32_t task, std::uint32_t dep)
   return std::find(deps.begin(), deps.end(), dep) != deps.end();
 }
 
-// The error of loading `text` with `sets`, or "" when it loads.
-std::string load_error(const std::string& text, const std::vector<std::string>& sets) {
-  try {
-    load_scenario_text(text, "defer.json", "", sets, catalog());
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
-}
-
 const char* kPipelined = R"({
   "model": "gpt3-1.3b",
   "cluster": {"node": "dgx-h100", "nodes": 1},
   "parallel": {"tp": 2, "pp": 2, "dp": 2, "zero": 1, "micro_batch": 1, "global_batch": 16, "sequence_parallel": true},
   "training": {"seq_len": 2048, "precision": "fp8", "framework": "megatron-te"}
 })";
+
+// The diagnostics of kPipelined with `base` and then `sets` (testing::errors_of, "bad.json").
+std::string errors_with(const std::vector<std::string>& base, std::vector<std::string> sets = {}) {
+  sets.insert(sets.begin(), base.begin(), base.end());
+  return testing::errors_of(kPipelined, sets);
+}
 
 }  // namespace
 
@@ -125,18 +119,15 @@ TEST_CASE("Deferred output-layer weight gradients: the last stage runs them in t
 
 TEST_CASE("Deferred output-layer weight gradients: Megatron's pipeline schedules only") {
   const std::vector<std::string> defer{"training.defer_embedding_wgrad_compute=true"};
-  CHECK(load_error(kPipelined, defer).empty());
-  auto with = [&](std::vector<std::string> sets) {
-    sets.insert(sets.begin(), defer.begin(), defer.end());
-    return load_error(kPipelined, sets);
-  };
-  const std::string path = "defer.json: /training/defer_embedding_wgrad_compute:";
+  CHECK(errors_with(defer).empty());
+  auto with = [&](const std::vector<std::string>& sets) { return errors_with(defer, sets); };
+  const std::string path = "bad.json: /training/defer_embedding_wgrad_compute:";
   CHECK(with({"parallel.pp=1", "parallel.dp=4"}).find(path) != std::string::npos);
   CHECK(with({"parallel.schedule=\"zb-h1\""}).find(path) != std::string::npos);
   CHECK(with({"training.grad_accumulation=\"autograd\""}).find(path) != std::string::npos);
   CHECK(with({"training.framework=\"deepspeed\"", "training.precision=\"bf16\""}).find(path) != std::string::npos);
   CHECK(with({"training.defer_embedding_wgrad_compute=1"}).find(path) != std::string::npos);
-  CHECK(with({"training.wgrad_deferral_limit=-1"}).find("defer.json: /training/wgrad_deferral_limit:") !=
+  CHECK(with({"training.wgrad_deferral_limit=-1"}).find("bad.json: /training/wgrad_deferral_limit:") !=
         std::string::npos);
   // On a small pipeline too, the flush runs one GEMM per micro-batch and the step moves.
   const Scenario s = load_scenario_text(kPipelined, "defer.json", "", defer, catalog());
@@ -225,12 +216,9 @@ TEST_CASE("FP8 parameters: a transpose per step, FP8 all-gathers, the shard cast
 
 TEST_CASE("FP8 parameters: Transformer Engine's per-tensor FP8 of dense layers only") {
   const std::vector<std::string> on{"training.fp8_params=true"};
-  CHECK(load_error(kPipelined, on).empty());
-  auto with = [&](std::vector<std::string> sets) {
-    sets.insert(sets.begin(), on.begin(), on.end());
-    return load_error(kPipelined, sets);
-  };
-  const std::string path = "defer.json: /training/fp8_params:";
+  CHECK(errors_with(on).empty());
+  auto with = [&](const std::vector<std::string>& sets) { return errors_with(on, sets); };
+  const std::string path = "bad.json: /training/fp8_params:";
   CHECK(with({"training.precision=\"bf16\""}).find(path) != std::string::npos);
   CHECK(with({"training.framework=\"default\""}).find(path) != std::string::npos);
   CHECK(with({"training.fp8_recipe=\"blockwise\""}).find(path) != std::string::npos);

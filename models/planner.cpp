@@ -2797,10 +2797,17 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
   CommunicatorRegistry registry(&plan.setup.comms);
   std::vector<char> gpu_simulated(cluster.num_gpus(), 0);
   plan.recorded_rank_of_stage.assign(par.pp, -1);
+  // The simulated replicas, in order (a few of thousands at scale).
+  std::vector<int> simulated_replicas;
+  for (int d = 0; d < max_dp; ++d) {
+    if (replica_simulated[d] && (options.simulated_replicas <= 0 || d < options.simulated_replicas))
+      simulated_replicas.push_back(d);
+  }
   for (int s = 0; s < par.pp; ++s) {
     const std::string where = "[stage " + std::to_string(s) + "]";
-    for (int d = 0; d < dp_of(s); ++d) {
-      if (!replica_simulated[d] || (options.simulated_replicas > 0 && d >= options.simulated_replicas)) continue;
+    const int dps = dp_of(s);
+    for (const int d : simulated_replicas) {
+      if (d >= dps) break;
       const int cps = replica_compact[d] ? 1 : cp_of(s);
       const int tps = replica_compact[d] || options.first_tp_rank_only ? 1 : tp_of(s);
       for (int c = 0; c < cps; ++c) {

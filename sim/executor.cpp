@@ -142,6 +142,7 @@ void Executor::init() {
   comms_.resize(setup.comms.size());
   op_cost_cache_.resize(setup.programs.size() * static_cast<std::size_t>(cluster.num_gpu_types()));
   op_costs_of_rank_.resize(nr);
+  shortest_before_.resize(op_cost_cache_.size());
   for (std::size_t r = 0; r < nr; ++r) {
     const RankProgram& rp = setup.ranks[r];
     const int type = rp.gpu_type >= 0 ? rp.gpu_type : cluster.gpu_type_of(rp.gpu);
@@ -864,6 +865,7 @@ void Executor::build_memo() {
   for (std::uint32_t r = 0; r < nr; ++r) rank_of_gpu_.emplace_back(setup.ranks[r].gpu, r);
   std::sort(rank_of_gpu_.begin(), rank_of_gpu_.end());
   stream_index_.assign(np, {});
+  own_stream_index_.assign(np, {});
   p2p_order_.assign(np, {});
   p2p_ordered_.assign(np, {});
 }
@@ -941,11 +943,13 @@ bool Executor::try_memo(std::uint32_t rank, std::uint32_t pass, Time now) {
   const MemoEntry& last = memo->entries.back();
   const Time end = now + last.end;
   const std::uint32_t final_task = m.first + last.offset;
+  const std::uint8_t final_stream = p.tasks[final_task].stream;
   if (end >= Time::saturated()) return false;
   // Nothing may touch the rank before `end`: a transfer of another stream
   // ends after it, a peer cannot post the match of a waiting send or receive
   // before it, and the task after the pass on each stream (or at the head of
-  // an idle one) waits for something outside the pass or for its last task.
+  // an idle one) waits for something outside the pass or for its last task,
+  // or follows that last task on its stream.
   for (std::uint32_t s = 0; s < p.streams.size(); ++s) {
     const std::size_t si = stream_at(rank, s);
     const auto on_stream = p.stream(s);
@@ -981,7 +985,8 @@ bool Executor::try_memo(std::uint32_t rank, std::uint32_t pass, Time now) {
     } else if (pos < on_stream.size()) {
       next = on_stream[pos];
     }
-    if (next == kNoPass) continue;
+    // The stream of the pass's last task is busy with it until `end`.
+    if (next == kNoPass || s == final_stream) continue;
     std::uint32_t inside = 0;
     bool after_last = false;
     for (const std::uint32_t d : p.deps_of(next)) {
@@ -1155,8 +1160,10 @@ Time Executor::peer_post_bound(std::uint32_t rank, std::uint32_t task, Time now,
     if (chains_of_program_[prog].stream_index.size() == pp.tasks.size()) {
       stream_index_[prog] = chains_of_program_[prog].stream_index;  // found with the chains
     } else {
-      stream_index_[prog].resize(pp.tasks.size());
-      for (std::uint32_t g = 0; g < pp.stream_tasks.size(); ++g) stream_index_[prog][pp.stream_tasks[g]] = g;
+      std::vector<std::uint32_t>& own = own_stream_index_[prog];
+      own.resize(pp.tasks.size());
+      for (std::uint32_t g = 0; g < pp.stream_tasks.size(); ++g) own[pp.stream_tasks[g]] = g;
+      stream_index_[prog] = own;
     }
   }
   const std::size_t k = 2 * peer_slot + (t.kind == TaskKind::Recv ? 0 : 1);
@@ -1180,8 +1187,8 @@ Time Executor::peer_post_bound(std::uint32_t rank, std::uint32_t task, Time now,
 
 // A lower bound on the end of `rank`'s `task`: the tasks of its stream from
 // the first not started up to it, each at its shortest duration (a kernel at
-// its fastest contention level, a transfer 0), from `now`; summed no further
-// than past `limit`.
+// its fastest contention level, a transfer 0), from `now`: a difference of the
+// stream's sums before each position, made once per program, GPU type and stream.
 Time Executor::earliest_end(std::uint32_t rank, std::uint32_t task, Time now, Time limit) {
   const ProgramTemplate& p = *program_of_rank_[rank];
   const std::uint8_t s = p.tasks[task].stream;
@@ -1190,12 +1197,33 @@ Time Executor::earliest_end(std::uint32_t rank, std::uint32_t task, Time now, Ti
   const std::size_t si = stream_at(rank, s);
   const std::uint32_t first = stream_pos_[si] + (stream_busy_[si] ? 1 : 0);  // the first not started
   if (i < first) return now;                                                 // done or running
+  std::vector<std::vector<Time>>& by_stream = shortest_before_[op_costs_of_rank_[rank]];
+  if (by_stream.empty()) by_stream.resize(p.streams.size());
+  std::vector<Time>& before = by_stream[s];
+  if (before.empty()) {
+    const std::vector<Time>& cost = op_cost_cache_[op_costs_of_rank_[rank]];
+    const auto on_stream = p.stream(s);
+    before.reserve(on_stream.size() + 1);
+    Time sum;
+    before.push_back(sum);
+    for (const std::uint32_t u : on_stream) {
+      const Task& t = p.tasks[u];
+      if (t.kind == TaskKind::Compute) {
+        if (cost.empty()) op_duration(rank, t.ref, kNoContention);  // fills the rank's cost table
+        const std::size_t c = kContentionLevels * static_cast<std::size_t>(t.ref);
+        sum = sum + std::min(cost[c], std::min(cost[c + 1], cost[c + 2]));
+      }
+      before.push_back(sum);
+    }
+  }
+  const Time to = before[i + 1];
+  if (to < Time::saturated()) return now + (to - before[first]);
+  // Sums beyond the clock's range: add them up one by one.
   const std::vector<Time>& cost = op_cost_cache_[op_costs_of_rank_[rank]];
   Time at = now;
   for (std::uint32_t j = first; j <= i && at <= limit; ++j) {
     const Task& t = p.tasks[p.stream_tasks[offset + j]];
     if (t.kind != TaskKind::Compute) continue;
-    if (cost.empty()) op_duration(rank, t.ref, kNoContention);  // fills the rank's cost table
     const std::size_t c = kContentionLevels * static_cast<std::size_t>(t.ref);
     at = at + std::min(cost[c], std::min(cost[c + 1], cost[c + 2]));
   }

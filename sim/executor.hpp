@@ -304,9 +304,11 @@ class Executor {
   };
   static constexpr std::uint32_t kNoPeer = 0xffffffffu, kNoSimulatedPeer = 0xfffffffeu;
   std::vector<PeerSlot> peer_of_slot_;
-  // Per program (lazily): each task's index into stream_tasks; per slot the
-  // sends and receives in stream order (empty when they lie on several streams).
-  std::vector<std::vector<std::uint32_t>> stream_index_;
+  // Per program (lazily): each task's index into stream_tasks (the chains'
+  // table where they were found, else one made here); per slot the sends and
+  // receives in stream order (empty when they lie on several streams).
+  std::vector<std::span<const std::uint32_t>> stream_index_;
+  std::vector<std::vector<std::uint32_t>> own_stream_index_;
   std::vector<std::vector<std::vector<std::uint32_t>>> p2p_order_;  // [program][2 * slot + kind]
   std::vector<std::vector<std::uint8_t>> p2p_ordered_;              // [program][2 * slot + kind]
   bool chains_wanted_ = true;
@@ -354,6 +356,9 @@ class Executor {
   std::vector<CommState> comms_;
   std::vector<std::vector<Time>> op_cost_cache_;  // [program * types + type][3 * op + contention level]
   std::vector<std::uint32_t> op_costs_of_rank_;   // index into op_cost_cache_ of each rank
+  // Per op_cost_cache_ entry and stream of its program (lazily): the shortest
+  // durations of the stream's compute tasks before each position, summed (earliest_end).
+  std::vector<std::vector<std::vector<Time>>> shortest_before_;
   // Compute/communication contention: transfers running per rank (collectives and
   // send/recv inside a node; send/recv between nodes), whether each communicator
   // spans nodes, and per stream

@@ -171,14 +171,16 @@ ProgramTemplate ProgramBuilder::finish() && {
   ProgramTemplate& p = program_;
   const std::size_t n = p.tasks.size();
   if (p.dep_offsets.empty()) p.dep_offsets.push_back(0);
-  std::vector<std::uint32_t> succ_count(n, 0);
-  for (TaskId d : p.deps) ++succ_count[d];
+  // Successors: counted, summed to each list's end, then filled from the last
+  // task back (each list in task order; its offset ends at its start).
   p.succ_offsets.assign(n + 1, 0);
-  for (std::size_t t = 0; t < n; ++t) p.succ_offsets[t + 1] = p.succ_offsets[t] + succ_count[t];
-  p.succs.assign(p.succ_offsets[n], 0);
-  std::vector<std::uint32_t> fill(p.succ_offsets.begin(), p.succ_offsets.end() - 1);
-  for (std::size_t t = 0; t < n; ++t) {
-    for (TaskId d : p.deps_of(static_cast<std::uint32_t>(t))) p.succs[fill[d]++] = static_cast<std::uint32_t>(t);
+  for (TaskId d : p.deps) ++p.succ_offsets[d];
+  for (std::size_t t = 1; t < n; ++t) p.succ_offsets[t] += p.succ_offsets[t - 1];
+  if (n > 0) p.succ_offsets[n] = p.succ_offsets[n - 1];
+  p.succs.resize(p.succ_offsets[n]);
+  for (std::size_t t = n; t-- > 0;) {
+    for (TaskId d : p.deps_of(static_cast<std::uint32_t>(t)))
+      p.succs[--p.succ_offsets[d]] = static_cast<std::uint32_t>(t);
   }
   const std::size_t ns = p.streams.size();
   p.stream_offsets.assign(ns + 1, 0);

@@ -971,6 +971,38 @@ TEST_CASE("the memo of repeated passes gives the task-by-task result on random p
   CHECK(refused > 0);
 }
 
+TEST_CASE("a pass whose next task waits only for its stream is applied from the memo") {
+  // One rank, passes of one key back to back on one stream, each first task
+  // free of dependencies (the next micro-batch's forward already received):
+  // the task after a pass cannot start before the pass's last task ends, on
+  // the same stream, so every pass after the recorded one is applied.
+  const Cluster cluster{toy_cluster(1, 8)};
+  const std::vector<CalibrationProfile> profiles{ideal_profile_sharing(0.7)};
+  const ComputeCostModel costs{cluster, profiles};
+  const AnalyticalNetwork net{cluster, profiles};
+  SimulationSetup setup;
+  ProgramBuilder b("stage 0");
+  const auto compute = b.add_stream("compute");
+  const auto label = b.add_label("x");
+  const std::uint32_t ops[] = {b.add_op(gemm(3e12)), b.add_op(gemm(5e12)), b.add_op(gemm(2e12))};
+  constexpr int kPasses = 4;
+  for (int mb = 0; mb < kPasses; ++mb) {
+    const auto base = static_cast<TaskId>(b.size());
+    b.compute(compute, ops[0], label, mb, {});
+    for (TaskId i = 1; i < 3; ++i) {
+      const TaskId d[] = {base + i - 1};
+      b.compute(compute, ops[i], label, mb, d);
+    }
+    b.mark_pass(base, 3, 0);
+  }
+  setup.programs.push_back(std::move(b).finish());
+  setup.ranks.push_back(RankProgram{"stage 0", 0, 0, {}, true});
+  const Executor::MemoStats st = run_with_and_without_memo(setup, cluster, costs, net);
+  CHECK(st.recorded == 1);
+  CHECK(st.applied == kPasses - 1);
+  CHECK(st.refused == 0);
+}
+
 TEST_CASE("chains cut at marked passes: none enters or leaves one, and a pass's are found on demand in any order") {
   // find_task_chains with cut_at_passes finds the chains outside the marked
   // passes only; find_pass_chains adds a pass's, which stay inside it and do

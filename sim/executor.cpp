@@ -1094,14 +1094,7 @@ void Executor::finish_recording(std::uint32_t rank) {
       const MemoEntry& e = memo.entries[i];
       if (!(e.start < e.end)) continue;
       const Task& t = p.tasks[m.first + e.offset];
-      const std::uint8_t category = category_of(p, t);
-      std::uint32_t& l = last[t.stream];
-      if (l != ~std::uint32_t{0} && memo.intervals[l].end == e.start && memo.intervals[l].category == category) {
-        memo.intervals[l].end = e.end;
-        continue;
-      }
-      l = static_cast<std::uint32_t>(memo.intervals.size());
-      memo.intervals.push_back(Interval{e.start, e.end, e.offset, t.stream, category});
+      append_merged(memo.intervals, last, Interval{e.start, e.end, e.offset, t.stream, category_of(p, t)});
     }
   }
   memos_[rank].push_back(std::move(memo));
@@ -1210,8 +1203,7 @@ Time Executor::earliest_end(std::uint32_t rank, std::uint32_t task, Time now, Ti
       const Task& t = p.tasks[u];
       if (t.kind == TaskKind::Compute) {
         if (cost.empty()) op_duration(rank, t.ref, kNoContention);  // fills the rank's cost table
-        const std::size_t c = kContentionLevels * static_cast<std::size_t>(t.ref);
-        sum = sum + std::min(cost[c], std::min(cost[c + 1], cost[c + 2]));
+        sum = sum + shortest(cost, t.ref);
       }
       before.push_back(sum);
     }
@@ -1224,8 +1216,7 @@ Time Executor::earliest_end(std::uint32_t rank, std::uint32_t task, Time now, Ti
   for (std::uint32_t j = first; j <= i && at <= limit; ++j) {
     const Task& t = p.tasks[p.stream_tasks[offset + j]];
     if (t.kind != TaskKind::Compute) continue;
-    const std::size_t c = kContentionLevels * static_cast<std::size_t>(t.ref);
-    at = at + std::min(cost[c], std::min(cost[c + 1], cost[c + 2]));
+    at = at + shortest(cost, t.ref);
   }
   return at;
 }

@@ -10,6 +10,7 @@
 // one loop steps the model's events and the queue's in time order. Members of
 // a collective must post the same kind and byte count (a send the same bytes as
 // its receive); a mismatch stops the run and names the ranks and tasks.
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <memory>
@@ -268,17 +269,24 @@ class Executor {
   bool merge_intervals_ = false;
   // Per recorded timeline and stream: the index of its last interval (merge_intervals).
   std::vector<std::array<std::uint32_t, 256>> last_interval_;
+  // Appends `iv`, or extends its stream's last interval in `out` (index in
+  // `last`) when that one has its category and ends where `iv` starts.
+  static void append_merged(std::vector<Interval>& out, std::array<std::uint32_t, 256>& last, const Interval& iv) {
+    std::uint32_t& l = last[iv.stream];
+    if (l < out.size() && out[l].end == iv.start && out[l].category == iv.category) {
+      out[l].end = iv.end;
+      return;
+    }
+    l = static_cast<std::uint32_t>(out.size());
+    out.push_back(iv);
+  }
   void add_interval(int timeline, const Interval& iv) {
     std::vector<Interval>& out = result_.timelines[static_cast<std::size_t>(timeline)].intervals;
     if (merge_intervals_) {
-      std::uint32_t& last = last_interval_[static_cast<std::size_t>(timeline)][iv.stream];
-      if (last < out.size() && out[last].end == iv.start && out[last].category == iv.category) {
-        out[last].end = iv.end;
-        return;
-      }
-      last = static_cast<std::uint32_t>(out.size());
+      append_merged(out, last_interval_[static_cast<std::size_t>(timeline)], iv);
+    } else {
+      out.push_back(iv);
     }
-    out.push_back(iv);
   }
   bool memo_ = false;
   MemoStats memo_stats_;
@@ -359,6 +367,11 @@ class Executor {
   // Per op_cost_cache_ entry and stream of its program (lazily): the shortest
   // durations of the stream's compute tasks before each position, summed (earliest_end).
   std::vector<std::vector<std::vector<Time>>> shortest_before_;
+  // A kernel's shortest duration: at its fastest contention level (op_cost_cache_'s row).
+  static Time shortest(const std::vector<Time>& cost, std::uint32_t op) {
+    const std::size_t c = kContentionLevels * static_cast<std::size_t>(op);
+    return std::min(cost[c], std::min(cost[c + 1], cost[c + 2]));
+  }
   // Compute/communication contention: transfers running per rank (collectives and
   // send/recv inside a node; send/recv between nodes), whether each communicator
   // spans nodes, and per stream

@@ -36,6 +36,7 @@ class EfficiencyCurve {
 
  private:
   std::vector<std::pair<double, double>> points_;
+  std::vector<double> log_sizes_;  // log of each point's size, for at()'s interpolation
 };
 
 struct CurveEntry {

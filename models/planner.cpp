@@ -481,9 +481,11 @@ class StageProgramBuilder {
       list_ids.ops.assign(steps.size(), kNone);
     }
     if (filter != PassFilter::WeightOnly && use_templates_) {
-      const PassTemplate*& t = list_ids.templates[filter == PassFilter::All ? 0 : 1];
+      const int which = filter == PassFilter::All ? 0 : 1;
+      const PassTemplate*& t = list_ids.templates[which];
       if (t == nullptr) t = &pass_template(steps, filter);
-      return stamp(*t, steps, list_ids.labels, list_ids.ops, mb, entry, recomputed, first_compute, ids);
+      return stamp(*t, steps, list_ids.labels, list_ids.ops, list_ids.stamped[which], mb, entry, recomputed,
+                   first_compute, ids);
     }
     const std::vector<std::uint32_t>& step_label = list_ids.labels;
     TaskId last_compute = entry.empty() ? kNone : entry.back();
@@ -534,14 +536,15 @@ class StageProgramBuilder {
     std::uint32_t step = 0;
     std::uint32_t deps_begin = 0, deps_end = 0;  // into PassTemplate::deps
     std::uint8_t entry = 0;                      // 0: none, 1: the whole entry, 2: the entry's last task
-    double model_flops = 0;                      // computations
   };
   struct PassTemplate {
     std::vector<PassItem> items;
-    std::vector<std::uint32_t> deps;  // positions among the items
+    std::vector<std::uint32_t> deps;    // positions among the items
+    std::vector<double> compute_flops;  // the computations' model FLOPs, in item order
     int first_compute = -1, last_compute = -1;
-    std::uint32_t entry_last_items = 0;  // items with entry == 2
-    std::uint32_t id = 0;                // in creation order: the key of the passes it stamps (PassMark)
+    std::uint32_t entry_last_items = 0;   // items with entry == 2
+    std::uint32_t entry_whole_items = 0;  // items with entry == 1
+    std::uint32_t id = 0;                 // in creation order: the key of the passes it stamps (PassMark)
   };
   const PassTemplate& pass_template(const std::vector<Step>& steps, PassFilter filter) {
     auto [it, fresh] = templates_.try_emplace({&steps, filter == PassFilter::All ? 0 : 1});
@@ -580,7 +583,7 @@ class StageProgramBuilder {
       } else {
         proto.kind = TaskKind::Compute;
         proto.stream = s_.compute;
-        item.model_flops = s.model_flops;
+        t.compute_flops.push_back(s.model_flops);
         before_last = last;
         last = p;
         if (t.first_compute < 0) t.first_compute = p;
@@ -590,40 +593,53 @@ class StageProgramBuilder {
       t.deps.erase(std::unique(begin, t.deps.end()), t.deps.end());
       item.deps_end = static_cast<std::uint32_t>(t.deps.size());
       pos[j] = p;
+      t.entry_whole_items += item.entry == 1 ? 1 : 0;
       t.items.push_back(item);
     }
     t.last_compute = last;
     return t;
   }
-  // `labels`, `ops`: the list's label and op ids under this prefix (StepListIds).
+  // `labels`, `ops`: the list's label and op ids under this prefix (StepListIds);
+  // `stamped`: the tasks of the first stamp under it (empty before), which
+  // later stamps copy and give their micro-batch.
   TaskId stamp(const PassTemplate& t, const std::vector<Step>& steps, const std::vector<std::uint32_t>& labels,
-               std::vector<std::uint32_t>& ops, int mb, std::span<const TaskId> entry, bool recomputed,
-               TaskId* first_compute, std::vector<TaskId>& ids) {
+               std::vector<std::uint32_t>& ops, std::vector<Task>& stamped, int mb, std::span<const TaskId> entry,
+               bool recomputed, TaskId* first_compute, std::vector<TaskId>& ids) {
     const TaskId entry_last = entry.empty() ? kNone : entry.back();
     // The first item waits for the whole entry (deduplicated), an item with
     // entry == 2 for its last task; every item for its template dependencies.
     std::vector<TaskId>& whole = emit_deps_;
     whole.assign(entry.begin(), entry.end());
     dedupe_in_place(whole);
+    const std::size_t n = t.items.size();
+    if (stamped.empty()) {
+      stamped.resize(n);
+      for (std::size_t i = 0; i < n; ++i) {
+        const PassItem& item = t.items[i];
+        Task& task = stamped[i];
+        task = item.proto;
+        task.label = labels[item.step];
+        if (task.kind == TaskKind::Compute) {
+          std::uint32_t& op = ops[item.step];
+          if (op == kNone) op = op_id(steps[item.step]);  // in first-use order, as step by step
+          task.ref = op;
+        }
+      }
+    }
     std::size_t deps = t.deps.size() + (entry_last != kNone ? t.entry_last_items : 0);
-    for (const PassItem& item : t.items) deps += item.entry == 1 ? whole.size() : 0;
-    const ProgramBuilder::TaskRun run = b_.extend(t.items.size(), deps);
+    deps += t.entry_whole_items * whole.size();
+    const ProgramBuilder::TaskRun run = b_.extend(stamped, deps);
     const TaskId base = run.first;
     TRAINSIM_CHECK(whole.empty() || whole.back() < base, "a pass's entry holds a task after its start");
     TaskId* out = run.deps;
-    for (std::size_t i = 0; i < t.items.size(); ++i) {
+    // Summed in item order, as step by step.
+    for (const double f : t.compute_flops) hw_flops_ += f;
+    if (!recomputed) {
+      for (const double f : t.compute_flops) model_flops_ += f;
+    }
+    for (std::size_t i = 0; i < n; ++i) {
       const PassItem& item = t.items[i];
-      Task& task = run.tasks[i];
-      task = item.proto;
-      task.label = labels[item.step];
-      task.microbatch = mb;
-      if (task.kind == TaskKind::Compute) {
-        std::uint32_t& op = ops[item.step];
-        if (op == kNone) op = op_id(steps[item.step]);  // in first-use order, as step by step
-        task.ref = op;
-        hw_flops_ += item.model_flops;
-        if (!recomputed) model_flops_ += item.model_flops;
-      }
+      run.tasks[i].microbatch = mb;
       if (item.entry == 1) {
         out = std::copy(whole.begin(), whole.end(), out);
       } else if (item.entry == 2 && entry_last != kNone) {
@@ -1934,6 +1950,7 @@ class StageProgramBuilder {
   struct StepListIds {
     std::vector<std::uint32_t> labels, ops;
     const PassTemplate* templates[2] = {nullptr, nullptr};
+    std::vector<Task> stamped[2];  // the first stamp's tasks of each template (stamp)
   };
   std::map<std::pair<const std::vector<Step>*, int>, PassTemplate> templates_;
   bool use_templates_ = true;
@@ -1969,15 +1986,32 @@ using TransferKinds = std::vector<std::pair<int, std::uint64_t>>;  // ascending,
 using SlotTransfers = std::vector<TransferKinds>;
 SlotTransfers transfers_by_slot(const ProgramTemplate& p) {
   // A slot carries a handful of distinct transfers, repeated by every layer and
-  // micro-batch: a look through the slot's short list skips the repeats.
+  // micro-batch: a look through the slot's short list skips the repeats. The
+  // passes marked with one key carry the same transfers (PassMark): the first
+  // of each key is looked at, with every task outside the passes.
   SlotTransfers out(p.comm_slots.size());
-  for (const Task& t : p.tasks) {
-    if (t.kind == TaskKind::Compute) continue;
-    const std::pair<int, std::uint64_t> transfer{t.kind == TaskKind::Collective ? static_cast<int>(t.collective) : kP2p,
-                                                 t.bytes};
-    TransferKinds& kinds = out[t.ref];
-    if (std::find(kinds.begin(), kinds.end(), transfer) == kinds.end()) kinds.push_back(transfer);
+  auto visit = [&](std::uint32_t from, std::uint32_t to) {
+    for (std::uint32_t i = from; i < to; ++i) {
+      const Task& t = p.tasks[i];
+      if (t.kind == TaskKind::Compute) continue;
+      const std::pair<int, std::uint64_t> transfer{
+          t.kind == TaskKind::Collective ? static_cast<int>(t.collective) : kP2p, t.bytes};
+      TransferKinds& kinds = out[t.ref];
+      if (std::find(kinds.begin(), kinds.end(), transfer) == kinds.end()) kinds.push_back(transfer);
+    }
+  };
+  const auto n = static_cast<std::uint32_t>(p.tasks.size());
+  std::vector<std::uint8_t> key_seen;
+  std::uint32_t at = 0;
+  for (const PassMark& m : p.passes) {
+    const std::uint32_t first = std::min(m.first, n), end = std::min(m.first + m.count, n);
+    visit(at, first);
+    if (m.key >= key_seen.size()) key_seen.resize(m.key + 1, 0);
+    if (key_seen[m.key] == 0) visit(first, end);
+    key_seen[m.key] = 1;
+    at = std::max(at, end);
   }
+  visit(at, n);
   for (TransferKinds& kinds : out) std::sort(kinds.begin(), kinds.end());
   return out;
 }

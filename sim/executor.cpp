@@ -101,25 +101,21 @@ void Executor::init() {
     if (setup.ranks[r].record) {
       timeline_of_rank_[r] = static_cast<int>(result_.timelines.size());
       result_.timelines.push_back(RankTimeline{static_cast<std::uint32_t>(r), {}});
-      // One interval per task and one per rendezvous wait at most: no regrowth while running.
-      const ProgramTemplate& p = setup.programs[prog];
-      const auto collectives = static_cast<std::size_t>(
-          std::count_if(p.tasks.begin(), p.tasks.end(), [](const Task& t) { return t.kind == TaskKind::Collective; }));
-      result_.timelines.back().intervals.reserve(p.tasks.size() + collectives);
-    }
-  }
-  for (const ProgramTemplate& p : setup.programs) {
-    for (const Task& t : p.tasks) {
-      TRAINSIM_CHECK(t.matrix == kNoMatrix || t.matrix < setup.traffic.size(),
-                     "program " + p.name + " names traffic matrix " + std::to_string(t.matrix) + " of " +
-                         std::to_string(setup.traffic.size()));
+      // One interval per task at most, and one per rendezvous wait (rare: a
+      // regrowth then) besides.
+      result_.timelines.back().intervals.reserve(setup.programs[prog].tasks.size());
     }
   }
   remaining_deps_.resize(tasks);
   for (std::size_t r = 0; r < nr; ++r) {
     const ProgramTemplate& p = setup.programs[setup.ranks[r].program];
-    for (std::uint32_t t = 0; t < p.tasks.size(); ++t) {
-      remaining_deps_[task_at(static_cast<std::uint32_t>(r), t)] = p.dep_offsets[t + 1] - p.dep_offsets[t];
+    const std::uint32_t* offsets = p.dep_offsets.data();
+    std::uint32_t* out = remaining_deps_.data() + task_base_[r];
+    const std::size_t stride = stride_[r], n = p.tasks.size();
+    if (stride == 1) {
+      for (std::size_t t = 0; t < n; ++t) out[t] = offsets[t + 1] - offsets[t];
+    } else {
+      for (std::size_t t = 0; t < n; ++t) out[t * stride] = offsets[t + 1] - offsets[t];
     }
   }
   stream_pos_.assign(streams, 0);
@@ -466,6 +462,8 @@ namespace {
 TransferRequest collective_request(const SimulationSetup& setup, const Task& t, std::uint32_t comm) {
   TransferRequest request{comm, false, t.collective, 0, t.bytes, kNoMatrix, {}};
   if (t.matrix != kNoMatrix) {
+    TRAINSIM_CHECK(t.matrix < setup.traffic.size(), "a task names traffic matrix " + std::to_string(t.matrix) + " of " +
+                                                        std::to_string(setup.traffic.size()));
     request.matrix = t.matrix;
     request.pairs = setup.traffic[t.matrix];
   }
@@ -872,12 +870,26 @@ void Executor::build_memo() {
 
 // The pass's tasks wait for nothing outside it (their waiting counts sum to
 // its inner dependencies) and are the next ones on their streams, which are free.
+// Given the pass's memo, and each stream's tasks in task order, that is where
+// its first and last task on each stream lie: the tasks between are its own.
 bool Executor::pass_ready(std::uint32_t rank, const PassMark& m, std::uint32_t internal,
-                          std::span<const std::uint32_t> count) {
+                          std::span<const std::uint32_t> count, const PassMemo* memo) {
   const ProgramTemplate& p = *program_of_rank_[rank];
   std::uint64_t waiting = 0;
   for (std::uint32_t t = m.first; t < m.first + m.count; ++t) waiting += remaining_deps_[task_at(rank, t)];
   if (waiting != internal) return false;
+  const TaskChains& tc = chains_of_program_[setup_->ranks[rank].program];
+  if (memo != nullptr && tc.streams_in_task_order && tc.stream_index.size() == p.tasks.size()) {
+    for (std::uint32_t s = 0; s < count.size(); ++s) {
+      if (count[s] == 0) continue;
+      const std::size_t si = stream_at(rank, s);
+      const std::uint32_t first = tc.stream_index[m.first + memo->first_on_stream[s]];
+      if (stream_busy_[si] || first != p.stream_offsets[s] + stream_pos_[si] ||
+          tc.stream_index[m.first + memo->last_on_stream[s]] - first != count[s] - 1)
+        return false;
+    }
+    return true;
+  }
   for (std::uint32_t s = 0; s < count.size(); ++s) {
     if (count[s] == 0) continue;
     const std::size_t si = stream_at(rank, s);
@@ -936,7 +948,7 @@ bool Executor::try_memo(std::uint32_t rank, std::uint32_t pass, Time now) {
     rec.log.clear();
     return false;
   }
-  if (!pass_ready(rank, m, memo->internal, memo->stream_count)) {
+  if (!pass_ready(rank, m, memo->internal, memo->stream_count, memo)) {
     ++memo_stats_.refused;
     return false;
   }
@@ -1002,20 +1014,38 @@ bool Executor::try_memo(std::uint32_t rank, std::uint32_t pass, Time now) {
   const int tl = timeline_of_rank_[rank];
   const std::size_t n = memo->entries.size();
   if (tl >= 0 && merge_intervals_) {
-    for (const Interval& iv : memo->intervals)
-      add_interval(tl, Interval{now + iv.start, now + iv.end, m.first + iv.task, iv.stream, iv.category});
-  }
-  for (std::size_t i = 0; i + 1 < n; ++i) {
-    const MemoEntry& e = memo->entries[i];
-    const std::uint32_t task = m.first + e.offset;
-    if (tl >= 0 && !merge_intervals_ && e.start < e.end) {
-      add_interval(tl, Interval{now + e.start, now + e.end, task, p.tasks[task].stream, category_of(p, p.tasks[task])});
+    // Only a stream's first interval of the pass can continue the timeline's
+    // last one there: the memo's own touching ones are merged already.
+    std::vector<Interval>& out = result_.timelines[static_cast<std::size_t>(tl)].intervals;
+    std::array<std::uint32_t, 256>& last_of_stream = last_interval_[static_cast<std::size_t>(tl)];
+    for (std::size_t i = 0; i < memo->intervals.size(); ++i) {
+      const Interval& iv = memo->intervals[i];
+      const Interval at{now + iv.start, now + iv.end, m.first + iv.task, iv.stream, iv.category};
+      if (memo->opens_stream[i]) {
+        append_merged(out, last_of_stream, at);
+      } else {
+        last_of_stream[iv.stream] = static_cast<std::uint32_t>(out.size());
+        out.push_back(at);
+      }
     }
-    for (const std::uint32_t s : p.succs_of(task)) {
-      if (s >= end_task) --remaining_deps_[task_at(rank, s)];
+  }
+  if (tl >= 0 && !merge_intervals_) {
+    for (std::size_t i = 0; i + 1 < n; ++i) {
+      const MemoEntry& e = memo->entries[i];
+      const std::uint32_t task = m.first + e.offset;
+      if (e.start < e.end) {
+        add_interval(tl,
+                     Interval{now + e.start, now + e.end, task, p.tasks[task].stream, category_of(p, p.tasks[task])});
+      }
     }
   }
-  for (std::uint32_t t = m.first; t < end_task; ++t) remaining_deps_[task_at(rank, t)] = 0;
+  for (std::uint32_t t = m.first; t < end_task; ++t) {
+    remaining_deps_[task_at(rank, t)] = 0;
+    if (t == final_task) continue;  // its dependents wait for its event
+    // Dependents in task order: those after the pass come last.
+    const auto succs = p.succs_of(t);
+    for (auto s = succs.rbegin(); s != succs.rend() && *s >= end_task; ++s) --remaining_deps_[task_at(rank, *s)];
+  }
   for (std::uint32_t s = 0; s < p.streams.size(); ++s) {
     if (memo->stream_count[s] == 0) continue;
     const std::size_t si = stream_at(rank, s);
@@ -1071,10 +1101,14 @@ void Executor::finish_recording(std::uint32_t rank) {
   memo.level = rec.level;
   memo.entries = rec.log;
   memo.stream_count.assign(p.streams.size(), 0);
+  memo.first_on_stream.assign(p.streams.size(), 0);
+  memo.last_on_stream.assign(p.streams.size(), 0);
   memo.compute_end.assign(p.streams.size(), Time::max());
   memo.last_post.assign(p.comm_slots.size(), Time::max());
   for (std::uint32_t t = m.first; t < m.first + m.count; ++t) {
-    ++memo.stream_count[p.tasks[t].stream];
+    const std::uint8_t s = p.tasks[t].stream;
+    if (memo.stream_count[s]++ == 0) memo.first_on_stream[s] = t - m.first;
+    memo.last_on_stream[s] = t - m.first;
     for (const std::uint32_t d : p.deps_of(t)) memo.internal += d >= m.first ? 1 : 0;
   }
   for (const MemoEntry& e : memo.entries) {
@@ -1095,6 +1129,11 @@ void Executor::finish_recording(std::uint32_t rank) {
       if (!(e.start < e.end)) continue;
       const Task& t = p.tasks[m.first + e.offset];
       append_merged(memo.intervals, last, Interval{e.start, e.end, e.offset, t.stream, category_of(p, t)});
+    }
+    std::array<std::uint8_t, 256> seen{};
+    for (const Interval& iv : memo.intervals) {
+      memo.opens_stream.push_back(seen[iv.stream] == 0 ? 1 : 0);
+      seen[iv.stream] = 1;
     }
   }
   memos_[rank].push_back(std::move(memo));
@@ -1133,23 +1172,9 @@ Time Executor::peer_post_bound(std::uint32_t rank, std::uint32_t task, Time now,
   const std::uint32_t prog = setup_->ranks[peer].program;
   const ProgramTemplate& pp = setup_->programs[prog];
   if (p2p_order_[prog].empty()) {
-    // Each slot's sends and receives in the order their streams post them,
-    // and each task's index into stream_tasks.
-    auto& order = p2p_order_[prog];
-    auto& ordered = p2p_ordered_[prog];
-    order.assign(2 * pp.comm_slots.size(), {});
-    ordered.assign(2 * pp.comm_slots.size(), 1);
-    std::vector<int> stream_of(2 * pp.comm_slots.size(), -1);
-    for (std::uint32_t s = 0; s < pp.streams.size(); ++s) {
-      for (const std::uint32_t u : pp.stream(s)) {
-        const Task& ut = pp.tasks[u];
-        if (ut.kind != TaskKind::Send && ut.kind != TaskKind::Recv) continue;
-        const std::size_t k = 2 * ut.ref + (ut.kind == TaskKind::Send ? 0 : 1);
-        if (stream_of[k] >= 0 && stream_of[k] != static_cast<int>(s)) ordered[k] = 0;
-        stream_of[k] = static_cast<int>(s);
-        order[k].push_back(u);
-      }
-    }
+    // Each slot's sends and receives in the order their stream posts them
+    // (kept only where they lie on one stream), and each task's index into
+    // stream_tasks.
     if (chains_of_program_[prog].stream_index.size() == pp.tasks.size()) {
       stream_index_[prog] = chains_of_program_[prog].stream_index;  // found with the chains
     } else {
@@ -1157,6 +1182,46 @@ Time Executor::peer_post_bound(std::uint32_t rank, std::uint32_t task, Time now,
       own.resize(pp.tasks.size());
       for (std::uint32_t g = 0; g < pp.stream_tasks.size(); ++g) own[pp.stream_tasks[g]] = g;
       stream_index_[prog] = own;
+    }
+    auto& order = p2p_order_[prog];
+    auto& ordered = p2p_ordered_[prog];
+    order.assign(2 * pp.comm_slots.size(), {});
+    ordered.assign(2 * pp.comm_slots.size(), 1);
+    std::vector<int> stream_of(2 * pp.comm_slots.size(), -1);
+    auto visit = [&](std::uint32_t from, std::uint32_t to) {
+      for (std::uint32_t u = from; u < to; ++u) {
+        const Task& ut = pp.tasks[u];
+        if (ut.kind != TaskKind::Send && ut.kind != TaskKind::Recv) continue;
+        const std::size_t k = 2 * ut.ref + (ut.kind == TaskKind::Send ? 0 : 1);
+        if (stream_of[k] >= 0 && stream_of[k] != ut.stream) ordered[k] = 0;
+        stream_of[k] = ut.stream;
+        order[k].push_back(u);
+      }
+    };
+    // In task order, skipping the passes of a key whose first pass holds
+    // neither (PassMark: the passes of a key have the same kinds of task),
+    // then each list in its stream's order.
+    const auto n = static_cast<std::uint32_t>(pp.tasks.size());
+    std::vector<std::uint8_t> key_has_p2p;  // 0: not looked at, 1: none, 2: some
+    std::uint32_t at = 0;
+    for (const PassMark& m : pp.passes) {
+      const std::uint32_t first = std::min(m.first, n), end = std::min(m.first + m.count, n);
+      visit(at, first);
+      if (m.key >= key_has_p2p.size()) key_has_p2p.resize(m.key + 1, 0);
+      std::uint8_t& has = key_has_p2p[m.key];
+      if (has == 0) {
+        has = 1;
+        for (std::uint32_t u = first; u < end; ++u) {
+          if (pp.tasks[u].kind == TaskKind::Send || pp.tasks[u].kind == TaskKind::Recv) has = 2;
+        }
+      }
+      if (has == 2) visit(first, end);
+      at = std::max(at, end);
+    }
+    visit(at, n);
+    const std::span<const std::uint32_t> index = stream_index_[prog];
+    for (std::vector<std::uint32_t>& o : order) {
+      std::sort(o.begin(), o.end(), [&](std::uint32_t a, std::uint32_t b) { return index[a] < index[b]; });
     }
   }
   const std::size_t k = 2 * peer_slot + (t.kind == TaskKind::Recv ? 0 : 1);
@@ -1181,7 +1246,8 @@ Time Executor::peer_post_bound(std::uint32_t rank, std::uint32_t task, Time now,
 // A lower bound on the end of `rank`'s `task`: the tasks of its stream from
 // the first not started up to it, each at its shortest duration (a kernel at
 // its fastest contention level, a transfer 0), from `now`: a difference of the
-// stream's sums before each position, made once per program, GPU type and stream.
+// stream's sums before each position, kept per program, GPU type and stream and
+// extended as far as a bound needs.
 Time Executor::earliest_end(std::uint32_t rank, std::uint32_t task, Time now, Time limit) {
   const ProgramTemplate& p = *program_of_rank_[rank];
   const std::uint8_t s = p.tasks[task].stream;
@@ -1193,14 +1259,17 @@ Time Executor::earliest_end(std::uint32_t rank, std::uint32_t task, Time now, Ti
   std::vector<std::vector<Time>>& by_stream = shortest_before_[op_costs_of_rank_[rank]];
   if (by_stream.empty()) by_stream.resize(p.streams.size());
   std::vector<Time>& before = by_stream[s];
-  if (before.empty()) {
+  if (before.size() <= i + 1) {
+    // Summed on as far as asked (bounds are sought early in the run, near the start).
     const std::vector<Time>& cost = op_cost_cache_[op_costs_of_rank_[rank]];
     const auto on_stream = p.stream(s);
-    before.reserve(on_stream.size() + 1);
-    Time sum;
-    before.push_back(sum);
-    for (const std::uint32_t u : on_stream) {
-      const Task& t = p.tasks[u];
+    if (before.empty()) {
+      before.reserve(on_stream.size() + 1);
+      before.push_back(Time{});
+    }
+    Time sum = before.back();
+    for (std::size_t j = before.size() - 1; j <= i; ++j) {
+      const Task& t = p.tasks[on_stream[j]];
       if (t.kind == TaskKind::Compute) {
         if (cost.empty()) op_duration(rank, t.ref, kNoContention);  // fills the rank's cost table
         sum = sum + shortest(cost, t.ref);

@@ -242,7 +242,9 @@ class Executor {
     std::uint8_t level = 0;  // the rank's contention level at the pass start
     std::vector<MemoEntry> entries;
     std::vector<std::uint32_t> stream_count;  // per stream of the program: the pass's tasks on it
-    std::uint32_t internal = 0;               // dependencies among the pass's tasks
+    // Per stream with tasks of the pass: its first and last one there (offsets in the pass).
+    std::vector<std::uint32_t> first_on_stream, last_on_stream;
+    std::uint32_t internal = 0;  // dependencies among the pass's tasks
     // Per stream: the end of the pass's last kernel on it (Time::max(): none);
     // per slot: its last post (a collective's start).
     std::vector<Time> compute_end, last_post;
@@ -250,6 +252,7 @@ class Executor {
     // touching ones of a stream and category merged; times from the pass start, task
     // as an offset.
     std::vector<Interval> intervals;
+    std::vector<std::uint8_t> opens_stream;  // per interval: the first of its stream
   };
   struct Recording {
     bool active = false, clean = true;
@@ -260,7 +263,8 @@ class Executor {
   };
   void build_memo();
   bool try_memo(std::uint32_t rank, std::uint32_t pass, Time now);
-  bool pass_ready(std::uint32_t rank, const PassMark& m, std::uint32_t internal, std::span<const std::uint32_t> count);
+  bool pass_ready(std::uint32_t rank, const PassMark& m, std::uint32_t internal, std::span<const std::uint32_t> count,
+                  const PassMemo* memo = nullptr);
   void finish_recording(std::uint32_t rank);
   Time earliest_end(std::uint32_t rank, std::uint32_t task, Time now, Time limit);
   Time peer_post_bound(std::uint32_t rank, std::uint32_t task, Time now, Time limit);
@@ -364,8 +368,8 @@ class Executor {
   std::vector<CommState> comms_;
   std::vector<std::vector<Time>> op_cost_cache_;  // [program * types + type][3 * op + contention level]
   std::vector<std::uint32_t> op_costs_of_rank_;   // index into op_cost_cache_ of each rank
-  // Per op_cost_cache_ entry and stream of its program (lazily): the shortest
-  // durations of the stream's compute tasks before each position, summed (earliest_end).
+  // Per op_cost_cache_ entry and stream of its program (lazily, as far as asked): the
+  // shortest durations of the stream's compute tasks before each position, summed (earliest_end).
   std::vector<std::vector<std::vector<Time>>> shortest_before_;
   // A kernel's shortest duration: at its fastest contention level (op_cost_cache_'s row).
   static Time shortest(const std::vector<Time>& cost, std::uint32_t op) {

@@ -1,6 +1,7 @@
 #include "sim/program.hpp"
 
 #include <algorithm>
+#include <array>
 #include <string>
 #include <utility>
 
@@ -61,6 +62,7 @@ ProgramBuilder::ProgramBuilder(std::string name) {
 
 std::uint8_t ProgramBuilder::add_stream(const std::string& name) {
   program_.streams.push_back(name);
+  on_stream_.push_back(0);
   return static_cast<std::uint8_t>(program_.streams.size() - 1);
 }
 
@@ -111,6 +113,7 @@ TaskId ProgramBuilder::compute(std::uint8_t stream, std::uint32_t op, std::uint3
                                std::span<const TaskId> deps) {
   set_task(add(deps), TaskKind::Compute, stream, CollectiveKind::AllReduce, CommClass::TP, op, label, microbatch, 0,
            kNoMatrix);
+  ++on_stream_[stream];
   return last_id();
 }
 
@@ -118,6 +121,7 @@ TaskId ProgramBuilder::collective(std::uint8_t stream, std::uint32_t slot, Colle
                                   std::uint64_t bytes, std::uint32_t label, int microbatch,
                                   std::span<const TaskId> deps, std::uint32_t matrix) {
   set_task(add(deps), TaskKind::Collective, stream, kind, cls, slot, label, microbatch, bytes, matrix);
+  ++on_stream_[stream];
   return last_id();
 }
 
@@ -125,6 +129,7 @@ TaskId ProgramBuilder::send(std::uint8_t stream, std::uint32_t slot, CommClass c
                             std::uint32_t label, int microbatch, std::span<const TaskId> deps) {
   set_task(add(deps), TaskKind::Send, stream, CollectiveKind::AllReduce, cls, slot, label, microbatch, bytes,
            kNoMatrix);
+  ++on_stream_[stream];
   return last_id();
 }
 
@@ -132,17 +137,19 @@ TaskId ProgramBuilder::recv(std::uint8_t stream, std::uint32_t slot, CommClass c
                             std::uint32_t label, int microbatch, std::span<const TaskId> deps) {
   set_task(add(deps), TaskKind::Recv, stream, CollectiveKind::AllReduce, cls, slot, label, microbatch, bytes,
            kNoMatrix);
+  ++on_stream_[stream];
   return last_id();
 }
 
-ProgramBuilder::TaskRun ProgramBuilder::extend(std::size_t tasks, std::size_t deps) {
+ProgramBuilder::TaskRun ProgramBuilder::extend(std::span<const Task> tasks, std::size_t deps) {
   ProgramTemplate& p = program_;
   TaskRun run;
   run.first = static_cast<TaskId>(p.tasks.size());
   run.deps_base = static_cast<std::uint32_t>(p.deps.size());
-  p.tasks.resize(p.tasks.size() + tasks);
+  p.tasks.insert(p.tasks.end(), tasks.begin(), tasks.end());
+  for (const Task& t : tasks) ++on_stream_[t.stream];
   p.deps.resize(p.deps.size() + deps);
-  p.dep_offsets.resize(p.dep_offsets.size() + tasks);
+  p.dep_offsets.resize(p.dep_offsets.size() + tasks.size());
   run.tasks = p.tasks.data() + run.first;
   run.deps = p.deps.data() + run.deps_base;
   run.dep_ends = p.dep_offsets.data() + run.first + 1;
@@ -184,15 +191,18 @@ ProgramTemplate ProgramBuilder::finish() && {
   }
   const std::size_t ns = p.streams.size();
   p.stream_offsets.assign(ns + 1, 0);
-  for (const Task& t : p.tasks) ++p.stream_offsets[t.stream + 1];
-  for (std::size_t s = 0; s < ns; ++s) p.stream_offsets[s + 1] += p.stream_offsets[s];
-  p.stream_tasks.assign(n, 0);
-  std::vector<std::uint32_t> pos(p.stream_offsets.begin(), p.stream_offsets.end() - 1);
+  for (std::size_t s = 0; s < ns; ++s) p.stream_offsets[s + 1] = p.stream_offsets[s] + on_stream_[s];
+  p.stream_tasks.resize(n);
+  // Each stream's next place (a local array: the stores below cannot touch it).
+  std::array<std::uint32_t, 256> pos{};
+  std::copy_n(p.stream_offsets.begin(), std::min<std::size_t>(ns, pos.size()), pos.begin());
+  std::uint32_t* out = p.stream_tasks.data();
+  const Task* tasks = p.tasks.data();
   if (sequence_.empty()) {
-    for (std::size_t t = 0; t < n; ++t) p.stream_tasks[pos[p.tasks[t].stream]++] = static_cast<std::uint32_t>(t);
+    for (std::size_t t = 0; t < n; ++t) out[pos[tasks[t].stream]++] = static_cast<std::uint32_t>(t);
   } else {
     while (sequence_.size() < n) sequence_.push_back(static_cast<TaskId>(sequence_.size()));
-    for (TaskId t : sequence_) p.stream_tasks[pos[p.tasks[t].stream]++] = t;
+    for (TaskId t : sequence_) out[pos[tasks[t].stream]++] = t;
   }
   return std::move(program_);
 }

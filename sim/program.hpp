@@ -107,11 +107,12 @@ class ProgramBuilder {
               int microbatch, std::span<const TaskId> deps);
   TaskId recv(std::uint8_t stream, std::uint32_t slot, CommClass cls, std::uint64_t bytes, std::uint32_t label,
               int microbatch, std::span<const TaskId> deps);
-  // Room for `tasks` more tasks with `deps` dependencies in all, filled in
-  // place by the caller (a stamped layer pass, thousands per program): task i
-  // in tasks[i], its dependencies (earlier tasks only) written on from `deps`,
-  // and in dep_ends[i] the end of its list, counted from `deps_base` (so
-  // dep_ends[i] = deps_base + dependencies written up to and with task i).
+  // Appends copies of `tasks` with room for `deps` dependencies in all, both
+  // completed in place by the caller (a stamped layer pass, thousands per
+  // program): task i in tasks[i], its dependencies (earlier tasks only)
+  // written on from `deps`, and in dep_ends[i] the end of its list, counted
+  // from `deps_base` (so dep_ends[i] = deps_base + dependencies written up to
+  // and with task i).
   struct TaskRun {
     TaskId first = 0;
     Task* tasks = nullptr;
@@ -119,7 +120,7 @@ class ProgramBuilder {
     std::uint32_t deps_base = 0;
     std::uint32_t* dep_ends = nullptr;
   };
-  TaskRun extend(std::size_t tasks, std::size_t deps);
+  TaskRun extend(std::span<const Task> tasks, std::size_t deps);
   std::size_t size() const { return program_.tasks.size(); }
   const Task& task(TaskId id) const { return program_.tasks[id]; }
   // Queues the tasks [first, first + order.size()) on their streams in `order`
@@ -140,7 +141,8 @@ class ProgramBuilder {
   TaskId last_id() const { return static_cast<TaskId>(program_.tasks.size() - 1); }
 
   ProgramTemplate program_;
-  std::vector<TaskId> sequence_;  // queue order of the tasks when reordered (empty: as added)
+  std::vector<TaskId> sequence_;          // queue order of the tasks when reordered (empty: as added)
+  std::vector<std::uint32_t> on_stream_;  // tasks added per stream so far (finish lays the streams out)
 };
 
 }  // namespace trainsim

@@ -149,7 +149,12 @@ TaskChains find_task_chains(const ProgramTemplate& p, std::span<const std::uint8
   out.at.assign(n, ChainPosition{});
   out.offsets.push_back(0);
   out.stream_index.resize(n);
-  for (std::uint32_t g = 0; g < p.stream_tasks.size(); ++g) out.stream_index[p.stream_tasks[g]] = g;
+  for (std::size_t s = 0; s + 1 < p.stream_offsets.size(); ++s) {
+    for (std::uint32_t g = p.stream_offsets[s]; g < p.stream_offsets[s + 1]; ++g) {
+      out.stream_index[p.stream_tasks[g]] = g;
+      if (g > p.stream_offsets[s] && p.stream_tasks[g] < p.stream_tasks[g - 1]) out.streams_in_task_order = false;
+    }
+  }
   std::vector<std::uint32_t> run;
   if (!cut_at_passes || p.passes.empty()) {
     WholeProgram rules{std::vector<std::uint8_t>(n + 1, 0)};
@@ -160,7 +165,8 @@ TaskChains find_task_chains(const ProgramTemplate& p, std::span<const std::uint8
   out.pass_of.assign(n, kNoChain);
   for (std::uint32_t i = 0; i < p.passes.size(); ++i) {
     const PassMark& m = p.passes[i];
-    for (std::uint32_t t = m.first; t < m.first + m.count && t < n; ++t) out.pass_of[t] = i;
+    const std::uint32_t from = std::min(m.first, n), to = std::min(m.first + m.count, n);
+    std::fill(out.pass_of.begin() + from, out.pass_of.begin() + to, i);
   }
   out.pass_found.assign(p.passes.size(), 0);
   OutsidePasses rules{&out.pass_of, std::vector<std::uint8_t>(n + 1, 0)};
@@ -216,7 +222,7 @@ void find_pass_chains(const ProgramTemplate& p, std::span<const std::uint8_t> li
   const PassMark& m = p.passes[pass];
   const auto n = static_cast<std::uint32_t>(p.tasks.size());
   const std::uint32_t end = std::min(m.first + m.count, n);
-  std::vector<std::int32_t> shape;
+  std::vector<std::int32_t>& shape = chains.shape_scratch;
   if (reuse) {
     pass_shape(p, chains.stream_index, m.first, end, shape);
     for (const TaskChains::PassChains& pc : chains.pass_chains) {
@@ -237,14 +243,14 @@ void find_pass_chains(const ProgramTemplate& p, std::span<const std::uint8_t> li
     }
   }
   const auto before = static_cast<std::uint32_t>(chains.size());
-  std::vector<std::uint8_t> states(end - m.first + 1, 0);
+  std::vector<std::uint8_t>& states = chains.states_scratch;
+  states.assign(end - m.first + 1, 0);
   states.back() = 2;  // the sentinel
   InsidePass rules{&p, chains.stream_index, m.first, end, &states};
-  std::vector<std::uint32_t> run;
-  find_in_region(p, linkable_slot, chains.stream_index, m.first, end, rules, run, chains);
+  find_in_region(p, linkable_slot, chains.stream_index, m.first, end, rules, chains.run_scratch, chains);
   if (reuse && chains.pass_chains.size() < kMaxPassShapes) {
-    chains.pass_chains.push_back(TaskChains::PassChains{
-        m.key, m.first, end - m.first, before, static_cast<std::uint32_t>(chains.size()) - before, std::move(shape)});
+    chains.pass_chains.push_back(TaskChains::PassChains{m.key, m.first, end - m.first, before,
+                                                        static_cast<std::uint32_t>(chains.size()) - before, shape});
   }
 }
 

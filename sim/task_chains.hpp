@@ -29,6 +29,7 @@ struct TaskChains {
   std::vector<std::uint32_t> offsets;  // CSR: tasks of each chain in execution order
   std::vector<std::uint32_t> tasks;
   std::vector<std::uint32_t> stream_index;  // per task: its index into ProgramTemplate::stream_tasks
+  bool streams_in_task_order = true;        // each stream's tasks in increasing task order (no reorder)
   // With cut_at_passes: per task the marked pass it lies in (kNoChain: none),
   // and per pass whether its chains were found (find_pass_chains).
   std::vector<std::uint32_t> pass_of;
@@ -42,6 +43,10 @@ struct TaskChains {
   };
   std::vector<PassChains> pass_chains;
   std::uint32_t reused_passes = 0;  // passes whose chains were taken from an earlier one
+  // find_pass_chains' scratch, kept between calls (one pass at a time).
+  std::vector<std::int32_t> shape_scratch;
+  std::vector<std::uint8_t> states_scratch;
+  std::vector<std::uint32_t> run_scratch;
   std::size_t size() const { return offsets.empty() ? 0 : offsets.size() - 1; }
   std::span<const std::uint32_t> chain(std::uint32_t c) const {
     return {tasks.data() + offsets[c], offsets[c + 1] - offsets[c]};

@@ -1986,9 +1986,8 @@ using TransferKinds = std::vector<std::pair<int, std::uint64_t>>;  // ascending,
 using SlotTransfers = std::vector<TransferKinds>;
 SlotTransfers transfers_by_slot(const ProgramTemplate& p) {
   // A slot carries a handful of distinct transfers, repeated by every layer and
-  // micro-batch: a look through the slot's short list skips the repeats. The
-  // passes marked with one key carry the same transfers (PassMark): the first
-  // of each key is looked at, with every task outside the passes.
+  // micro-batch: a look through the slot's short list skips the repeats, and
+  // one pass of each key stands for the others (visit_by_pass_key).
   SlotTransfers out(p.comm_slots.size());
   auto visit = [&](std::uint32_t from, std::uint32_t to) {
     for (std::uint32_t i = from; i < to; ++i) {
@@ -2000,18 +1999,8 @@ SlotTransfers transfers_by_slot(const ProgramTemplate& p) {
       if (std::find(kinds.begin(), kinds.end(), transfer) == kinds.end()) kinds.push_back(transfer);
     }
   };
-  const auto n = static_cast<std::uint32_t>(p.tasks.size());
-  std::vector<std::uint8_t> key_seen;
-  std::uint32_t at = 0;
-  for (const PassMark& m : p.passes) {
-    const std::uint32_t first = std::min(m.first, n), end = std::min(m.first + m.count, n);
-    visit(at, first);
-    if (m.key >= key_seen.size()) key_seen.resize(m.key + 1, 0);
-    if (key_seen[m.key] == 0) visit(first, end);
-    key_seen[m.key] = 1;
-    at = std::max(at, end);
-  }
-  visit(at, n);
+  visit_by_pass_key(
+      p, [](std::uint32_t, std::uint32_t) { return KeyVisit::First; }, visit);
   for (TransferKinds& kinds : out) std::sort(kinds.begin(), kinds.end());
   return out;
 }

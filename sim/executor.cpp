@@ -1198,27 +1198,15 @@ Time Executor::peer_post_bound(std::uint32_t rank, std::uint32_t task, Time now,
         order[k].push_back(u);
       }
     };
-    // In task order, skipping the passes of a key whose first pass holds
-    // neither (PassMark: the passes of a key have the same kinds of task),
-    // then each list in its stream's order.
-    const auto n = static_cast<std::uint32_t>(pp.tasks.size());
-    std::vector<std::uint8_t> key_has_p2p;  // 0: not looked at, 1: none, 2: some
-    std::uint32_t at = 0;
-    for (const PassMark& m : pp.passes) {
-      const std::uint32_t first = std::min(m.first, n), end = std::min(m.first + m.count, n);
-      visit(at, first);
-      if (m.key >= key_has_p2p.size()) key_has_p2p.resize(m.key + 1, 0);
-      std::uint8_t& has = key_has_p2p[m.key];
-      if (has == 0) {
-        has = 1;
-        for (std::uint32_t u = first; u < end; ++u) {
-          if (pp.tasks[u].kind == TaskKind::Send || pp.tasks[u].kind == TaskKind::Recv) has = 2;
-        }
+    // Every pass of a key whose first pass holds one (visit_by_pass_key), in
+    // task order; then each list in its stream's order.
+    auto holds_p2p = [&](std::uint32_t first, std::uint32_t end) {
+      for (std::uint32_t u = first; u < end; ++u) {
+        if (pp.tasks[u].kind == TaskKind::Send || pp.tasks[u].kind == TaskKind::Recv) return KeyVisit::Every;
       }
-      if (has == 2) visit(first, end);
-      at = std::max(at, end);
-    }
-    visit(at, n);
+      return KeyVisit::Skip;
+    };
+    visit_by_pass_key(pp, holds_p2p, visit);
     const std::span<const std::uint32_t> index = stream_index_[prog];
     for (std::vector<std::uint32_t>& o : order) {
       std::sort(o.begin(), o.end(), [&](std::uint32_t a, std::uint32_t b) { return index[a] < index[b]; });

@@ -4,6 +4,7 @@
 // overlap of compute and communication emerges from the stream assignment.
 // Ranks with the same structure share one ProgramTemplate; they differ only in
 // the GPU they run on and in which communicators their slots map to.
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -76,6 +77,34 @@ struct ProgramTemplate {
 };
 
 using TaskId = std::uint32_t;
+
+// A scan for what a program's tasks are may look at one pass per key, the
+// passes of a key being alike (PassMark). Calls visit(from, to) on the task
+// ranges outside the marked passes and on the passes of each key as
+// which(first, end) says of the key's first pass: none of them (Skip), that
+// one only (First) or every one (Every); ranges in task order.
+enum class KeyVisit : std::uint8_t { Skip, First, Every };
+template <class Which, class Visit>
+void visit_by_pass_key(const ProgramTemplate& p, Which which, Visit visit) {
+  const auto n = static_cast<std::uint32_t>(p.tasks.size());
+  constexpr std::uint8_t kUnseen = 0, kSkipRest = 1, kVisitRest = 2;
+  std::vector<std::uint8_t> rest;  // per key: what its later passes get
+  std::uint32_t at = 0;
+  for (const PassMark& m : p.passes) {
+    const std::uint32_t first = std::min(m.first, n), end = std::min(m.first + m.count, n);
+    visit(at, first);
+    if (m.key >= rest.size()) rest.resize(m.key + 1, kUnseen);
+    if (rest[m.key] == kUnseen) {
+      const KeyVisit w = which(first, end);
+      rest[m.key] = w == KeyVisit::Every ? kVisitRest : kSkipRest;
+      if (w != KeyVisit::Skip) visit(first, end);
+    } else if (rest[m.key] == kVisitRest) {
+      visit(first, end);
+    }
+    at = std::max(at, end);
+  }
+  visit(at, n);
+}
 
 // A task's byte count from a size computed in floating point: truncated, 0 for
 // negative or NaN, and saturated at 2^63 where an absurd model exceeds it (a

@@ -1073,6 +1073,30 @@ TEST_CASE("a pass's place on its streams is read from its memo only where stream
   }
 }
 
+TEST_CASE("visit_by_pass_key visits the tasks outside passes and one or every pass of each key, in task order") {
+  // Tasks 0-1 outside, passes [2, 4) key 0, [4, 6) key 1, task 6 outside,
+  // [7, 9) key 0, [9, 11) key 1, task 11 outside.
+  ProgramTemplate p;
+  p.tasks.resize(12);
+  p.passes = {{2, 2, 0}, {4, 2, 1}, {7, 2, 0}, {9, 2, 1}};
+  auto ranges = [&](auto which) {
+    std::vector<std::pair<std::uint32_t, std::uint32_t>> seen;
+    visit_by_pass_key(p, which, [&](std::uint32_t from, std::uint32_t to) {
+      if (from < to) seen.emplace_back(from, to);
+    });
+    return seen;
+  };
+  using Ranges = std::vector<std::pair<std::uint32_t, std::uint32_t>>;
+  CHECK(ranges([](std::uint32_t, std::uint32_t) { return KeyVisit::Skip; }) == Ranges{{0, 2}, {6, 7}, {11, 12}});
+  CHECK(ranges([](std::uint32_t, std::uint32_t) { return KeyVisit::First; }) ==
+        Ranges{{0, 2}, {2, 4}, {4, 6}, {6, 7}, {11, 12}});
+  CHECK(ranges([](std::uint32_t, std::uint32_t) { return KeyVisit::Every; }) ==
+        Ranges{{0, 2}, {2, 4}, {4, 6}, {6, 7}, {7, 9}, {9, 11}, {11, 12}});
+  // The decision is asked of each key's first pass only.
+  CHECK(ranges([](std::uint32_t first, std::uint32_t) { return first == 4 ? KeyVisit::Every : KeyVisit::Skip; }) ==
+        Ranges{{0, 2}, {4, 6}, {6, 7}, {9, 11}, {11, 12}});
+}
+
 TEST_CASE("chains cut at marked passes: none enters or leaves one, and a pass's are found on demand in any order") {
   // find_task_chains with cut_at_passes finds the chains outside the marked
   // passes only; find_pass_chains adds a pass's, which stay inside it and do

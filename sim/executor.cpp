@@ -953,112 +953,77 @@ bool Executor::try_memo(std::uint32_t rank, std::uint32_t pass, Time now) {
     return false;
   }
   const MemoEntry& last = memo->entries.back();
-  const Time end = now + last.end;
-  const std::uint32_t final_task = m.first + last.offset;
-  const std::uint8_t final_stream = p.tasks[final_task].stream;
-  if (end >= Time::saturated()) return false;
-  // Nothing may touch the rank before `end`: a transfer of another stream
-  // ends after it, a peer cannot post the match of a waiting send or receive
-  // before it, and the task after the pass on each stream (or at the head of
-  // an idle one) waits for something outside the pass or for its last task,
-  // or follows that last task on its stream.
-  for (std::uint32_t s = 0; s < p.streams.size(); ++s) {
-    const std::size_t si = stream_at(rank, s);
-    const auto on_stream = p.stream(s);
-    std::uint32_t pos = stream_pos_[si];
-    std::uint32_t next = kNoPass;
-    if (memo->stream_count[s] > 0) {
-      pos += memo->stream_count[s];
-      if (pos < on_stream.size()) next = on_stream[pos];
-    } else if (stream_busy_[si]) {
-      const std::uint32_t running = on_stream[pos];
-      const Task& t = p.tasks[running];
-      if (t.kind == TaskKind::Compute) {
-        ++memo_stats_.refused;
-        return false;
-      }
-      Time until = busy_end_[si];
-      if (until == Time::max()) {
-        if (t.kind == TaskKind::Collective) {
-          ++memo_stats_.refused;
-          return false;
-        }
-        // A bound found earlier for the same waiting post still holds.
-        if (bound_task_[si] != running || bound_at_[si] <= end) {
-          bound_task_[si] = running;
-          bound_at_[si] = peer_post_bound(rank, running, now, end);
-        }
-        until = bound_at_[si];
-      }
-      if (until <= end) {
-        ++memo_stats_.refused;
-        return false;
-      }
-    } else if (pos < on_stream.size()) {
-      next = on_stream[pos];
-    }
-    // The stream of the pass's last task is busy with it until `end`.
-    if (next == kNoPass || s == final_stream) continue;
-    std::uint32_t inside = 0;
-    bool after_last = false;
-    for (const std::uint32_t d : p.deps_of(next)) {
-      inside += d >= m.first && d < end_task ? 1 : 0;
-      after_last |= d == final_task;
-    }
-    if (!after_last && remaining_deps_[task_at(rank, next)] <= inside) {
-      ++memo_stats_.refused;
-      return false;
-    }
+  const std::uint8_t final_stream = p.tasks[m.first + last.offset].stream;
+  // Later passes of the same key that each start the instant the one before
+  // ends are applied with it as one run (clear_passes).
+  const std::uint32_t runs = clear_passes(rank, pass, *memo, now);
+  if (runs == 0) {
+    ++memo_stats_.refused;
+    return false;
   }
-  // Applied: every task but the last done now, as the run records them.
+  const Time span = last.end;  // a pass's length: the next one starts when its last task ends
+  const Time end = now + run_offset(span, runs);
+  const std::uint32_t run_end = m.first + m.count * runs;
+  const std::uint32_t final_task = m.first + m.count * (runs - 1) + last.offset;
+  const Time last_start = now + run_offset(span, runs - 1);  // the start of the run's last pass
+  // Applied: every task but the last done now, as the run records them: each
+  // pass's intervals, then (but for the run's last pass) its last task's, which
+  // its completion would record at the next pass's start.
   const int tl = timeline_of_rank_[rank];
   const std::size_t n = memo->entries.size();
-  if (tl >= 0 && merge_intervals_) {
-    // Only a stream's first interval of the pass can continue the timeline's
-    // last one there: the memo's own touching ones are merged already.
-    std::vector<Interval>& out = result_.timelines[static_cast<std::size_t>(tl)].intervals;
-    std::array<std::uint32_t, 256>& last_of_stream = last_interval_[static_cast<std::size_t>(tl)];
-    for (std::size_t i = 0; i < memo->intervals.size(); ++i) {
-      const Interval& iv = memo->intervals[i];
-      const Interval at{now + iv.start, now + iv.end, m.first + iv.task, iv.stream, iv.category};
-      if (memo->opens_stream[i]) {
-        append_merged(out, last_of_stream, at);
-      } else {
-        last_of_stream[iv.stream] = static_cast<std::uint32_t>(out.size());
-        out.push_back(at);
+  const Task& pass_final = p.tasks[m.first + last.offset];
+  const std::uint8_t final_category = category_of(p, pass_final);
+  for (std::uint32_t r = 0; r < runs && tl >= 0; ++r) {
+    const Time at = now + run_offset(span, r);
+    const std::uint32_t first = m.first + m.count * r;
+    if (merge_intervals_) {
+      // Only a stream's first interval of the pass can continue the timeline's
+      // last one there: the memo's own touching ones are merged already.
+      std::vector<Interval>& out = result_.timelines[static_cast<std::size_t>(tl)].intervals;
+      std::array<std::uint32_t, 256>& last_of_stream = last_interval_[static_cast<std::size_t>(tl)];
+      for (std::size_t i = 0; i < memo->intervals.size(); ++i) {
+        const Interval& iv = memo->intervals[i];
+        const Interval shifted{at + iv.start, at + iv.end, first + iv.task, iv.stream, iv.category};
+        if (memo->opens_stream[i]) {
+          append_merged(out, last_of_stream, shifted);
+        } else {
+          last_of_stream[iv.stream] = static_cast<std::uint32_t>(out.size());
+          out.push_back(shifted);
+        }
+      }
+    } else {
+      for (std::size_t i = 0; i + 1 < n; ++i) {
+        const MemoEntry& e = memo->entries[i];
+        const std::uint32_t task = first + e.offset;
+        if (e.start < e.end) {
+          add_interval(tl,
+                       Interval{at + e.start, at + e.end, task, p.tasks[task].stream, category_of(p, p.tasks[task])});
+        }
       }
     }
+    if (r + 1 < runs && last.start < last.end)
+      add_interval(tl, Interval{at + last.start, at + last.end, first + last.offset, final_stream, final_category});
   }
-  if (tl >= 0 && !merge_intervals_) {
-    for (std::size_t i = 0; i + 1 < n; ++i) {
-      const MemoEntry& e = memo->entries[i];
-      const std::uint32_t task = m.first + e.offset;
-      if (e.start < e.end) {
-        add_interval(tl,
-                     Interval{now + e.start, now + e.end, task, p.tasks[task].stream, category_of(p, p.tasks[task])});
-      }
-    }
-  }
-  for (std::uint32_t t = m.first; t < end_task; ++t) {
+  for (std::uint32_t t = m.first; t < run_end; ++t) {
     remaining_deps_[task_at(rank, t)] = 0;
     if (t == final_task) continue;  // its dependents wait for its event
-    // Dependents in task order: those after the pass come last.
+    // Dependents in task order: those after the run come last.
     const auto succs = p.succs_of(t);
-    for (auto s = succs.rbegin(); s != succs.rend() && *s >= end_task; ++s) --remaining_deps_[task_at(rank, *s)];
+    for (auto s = succs.rbegin(); s != succs.rend() && *s >= run_end; ++s) --remaining_deps_[task_at(rank, *s)];
   }
   for (std::uint32_t s = 0; s < p.streams.size(); ++s) {
     if (memo->stream_count[s] == 0) continue;
     const std::size_t si = stream_at(rank, s);
-    stream_pos_[si] += memo->stream_count[s];
+    stream_pos_[si] += memo->stream_count[s] * runs;
     stream_busy_[si] = 0;
     if (memo->compute_end[s] != Time::max()) {
-      compute_done_at_[si] = now + memo->compute_end[s];
+      compute_done_at_[si] = last_start + memo->compute_end[s];
       compute_done_serial_[si] = ++serials_;
     }
   }
   for (std::uint32_t k = 0; k < memo->last_post.size(); ++k) {
     if (memo->last_post[k] == Time::max()) continue;
-    posted_at_[slot_at(rank, k)] = now + memo->last_post[k];
+    posted_at_[slot_at(rank, k)] = last_start + memo->last_post[k];
     posted_serial_[slot_at(rank, k)] = ++serials_;
   }
   // The last task runs until its event.
@@ -1066,11 +1031,11 @@ bool Executor::try_memo(std::uint32_t rank, std::uint32_t pass, Time now) {
   const std::size_t sf = stream_at(rank, ft.stream);
   --stream_pos_[sf];
   stream_busy_[sf] = 1;
-  stream_start_[sf] = now + last.start;
+  stream_start_[sf] = last_start + last.start;
   if (ft.kind == TaskKind::Compute) {
     if (retiming_) {
       run_frac_[sf] = 0;
-      run_since_[sf] = now + last.start;
+      run_since_[sf] = last_start + last.start;
       run_slow_[sf] = contention(rank);
       run_factor_[sf] = 1;
       run_end_[sf] = end;
@@ -1079,14 +1044,167 @@ bool Executor::try_memo(std::uint32_t rank, std::uint32_t pass, Time now) {
     busy_end_[sf] = end;
     if (contention_) ++comm_active_[rank];
   }
-  done_count_[rank] += static_cast<std::uint32_t>(n - 1);
-  events_ += n - 1;
+  const std::uint64_t applied = n * runs;
+  done_count_[rank] += static_cast<std::uint32_t>(applied - 1);
+  events_ += applied - 1;
   memo_end_[rank] = end;
   memo_last_[rank] = final_task;
   queue_.push(end, rank, final_task);
-  ++memo_stats_.applied;
-  memo_stats_.applied_tasks += n;
+  memo_stats_.applied += runs;
+  memo_stats_.runs += runs > 1 ? 1 : 0;
+  memo_stats_.applied_tasks += applied;
   return true;
+}
+
+// `span` times `r`: where the r-th pass of a run starts (r * span stays below
+// the run's end, which clear_passes keeps below Time::saturated()).
+Time Executor::run_offset(Time span, std::uint32_t r) {
+  return Time::ns(span.count_ns() * static_cast<std::int64_t>(r));
+}
+
+// How many passes from `pass` on (itself included; `most` at most) each run
+// as `memo` records a pass, from the instant the one before ends, if nothing
+// outside them touches the rank meanwhile (clear_passes checks that): passes
+// of the same key, each following the one before in task order and on every
+// stream, waiting for nothing but the run's earlier tasks, whose first task
+// becomes free only by the end of the one before (it waits for that last task
+// or follows it on its stream; the pass's other first tasks on a stream wait
+// for one of the pass, as every memo's passes do). Such a pass starts with all
+// it waits for outside it done, as the recorded one did, even where a task of
+// it besides the first also waits for the last task before (which the memo
+// check of a single pass, made before that dependency is counted down,
+// refuses). A last task that is a transfer must not end where a kernel of its
+// pass does: its completion would then be an order tie.
+std::uint32_t Executor::memo_run_length(std::uint32_t rank, std::uint32_t pass, const PassMemo& memo,
+                                        std::uint32_t most) {
+  const ProgramTemplate& p = *program_of_rank_[rank];
+  const TaskChains& tc = chains_of_program_[setup_->ranks[rank].program];
+  if (!tc.streams_in_task_order || tc.stream_index.size() != p.tasks.size()) return 1;
+  const PassMark& m = p.passes[pass];
+  const MemoEntry& last = memo.entries.back();
+  const std::uint8_t final_stream = p.tasks[m.first + last.offset].stream;
+  if (last.end <= Time{} || memo.last_on_stream[final_stream] != last.offset) return 1;
+  if (p.tasks[m.first + last.offset].kind != TaskKind::Compute) {
+    for (const Time c : memo.compute_end) {
+      if (c == last.end) return 1;
+    }
+  }
+  const std::uint32_t first_stream = p.tasks[m.first].stream;
+  std::uint32_t runs = 1;
+  for (std::uint32_t j = pass + 1; j < p.passes.size() && runs < most; ++j, ++runs) {
+    const PassMark& prev = p.passes[j - 1];
+    const PassMark& next = p.passes[j];
+    if (next.key != m.key || next.first != prev.first + prev.count) break;
+    bool follows = true;
+    for (std::uint32_t s = 0; s < memo.stream_count.size() && follows; ++s) {
+      if (memo.stream_count[s] == 0) continue;
+      follows = tc.stream_index[next.first + memo.first_on_stream[s]] ==
+                tc.stream_index[prev.first + memo.last_on_stream[s]] + 1;
+    }
+    if (!follows) break;
+    // It waits for its own tasks and the run's earlier ones only: so it does
+    // where none of its tasks depends on one before the run (each task's
+    // dependencies are sorted); else its waiting counts must be those.
+    bool within = true;
+    for (std::uint32_t t = next.first; t < next.first + next.count && within; ++t) {
+      const auto deps = p.deps_of(t);
+      within = deps.empty() || deps.front() >= m.first;
+    }
+    if (!within) {
+      std::uint64_t waiting = 0, earlier = 0;
+      for (std::uint32_t t = next.first; t < next.first + next.count; ++t) {
+        waiting += remaining_deps_[task_at(rank, t)];
+        const auto deps = p.deps_of(t);
+        for (auto d = deps.rbegin(); d != deps.rend() && *d >= m.first; ++d) earlier += *d < next.first ? 1 : 0;
+      }
+      if (waiting != memo.internal + earlier) break;
+    }
+    if (first_stream != final_stream) {
+      const auto deps = p.deps_of(next.first);
+      if (!std::binary_search(deps.begin(), deps.end(), prev.first + last.offset)) break;
+    }
+  }
+  return runs;
+}
+
+// How many passes from `pass` on (0: none) are applied as one run: as many
+// as each run as the memo records from the instant the one before ends
+// (memo_run_length) and end before anything touches the rank: a transfer of
+// another stream ends after the last of them, a peer cannot post the match
+// of a waiting send or receive before it, and the task after them on each
+// stream (or at the head of an idle one) waits for something outside them or
+// for their last task, or follows that last task on its stream. Where the
+// run found cannot, one pass is tried alone.
+std::uint32_t Executor::clear_passes(std::uint32_t rank, std::uint32_t pass, const PassMemo& memo, Time now) {
+  const ProgramTemplate& p = *program_of_rank_[rank];
+  const PassMark& m = p.passes[pass];
+  const MemoEntry& last = memo.entries.back();
+  const std::int64_t span = last.end.count_ns();
+  // Passes of the key that follow in task order: the most a run can hold.
+  std::uint32_t runs = 1;
+  for (std::uint32_t j = pass + 1; runs_wanted_ && j < p.passes.size() && p.passes[j].key == m.key &&
+                                   p.passes[j].first == p.passes[j - 1].first + p.passes[j - 1].count;
+       ++j)
+    ++runs;
+  if (span > 0) runs = static_cast<std::uint32_t>(std::min<std::int64_t>(runs, Time::saturated().count_ns() / span));
+  // The earliest time something outside could touch the rank: the run must end before it.
+  Time horizon = Time::max();
+  for (std::uint32_t s = 0; s < p.streams.size(); ++s) {
+    const std::size_t si = stream_at(rank, s);
+    if (memo.stream_count[s] > 0 || !stream_busy_[si]) continue;
+    const std::uint32_t running = p.stream(s)[stream_pos_[si]];
+    const Task& t = p.tasks[running];
+    if (t.kind == TaskKind::Compute) return 0;
+    Time until = busy_end_[si];
+    if (until == Time::max()) {
+      if (t.kind == TaskKind::Collective) return 0;
+      // A bound found earlier for the same waiting post still holds.
+      const Time wanted = now + run_offset(last.end, runs);
+      if (bound_task_[si] != running || bound_at_[si] <= wanted) {
+        bound_task_[si] = running;
+        bound_at_[si] = peer_post_bound(rank, running, now, wanted);
+      }
+      until = bound_at_[si];
+    }
+    horizon = std::min(horizon, until);
+  }
+  auto clear = [&](std::uint32_t r) {
+    const Time end = now + run_offset(last.end, r);
+    if (end >= Time::saturated() || end >= horizon) return false;
+    const std::uint32_t end_task = m.first + m.count * r;
+    const std::uint32_t final_task = m.first + m.count * (r - 1) + last.offset;
+    const std::uint8_t final_stream = p.tasks[final_task].stream;
+    for (std::uint32_t s = 0; s < p.streams.size(); ++s) {
+      const std::size_t si = stream_at(rank, s);
+      const auto on_stream = p.stream(s);
+      std::uint32_t pos = stream_pos_[si];
+      if (memo.stream_count[s] > 0) {
+        pos += memo.stream_count[s] * r;
+      } else if (stream_busy_[si]) {
+        continue;  // a transfer, ending after the run (horizon)
+      }
+      // The stream of the run's last task is busy with it until `end`.
+      if (pos >= on_stream.size() || s == final_stream) continue;
+      const std::uint32_t next = on_stream[pos];
+      std::uint32_t inside = 0;
+      bool after_last = false;
+      for (const std::uint32_t d : p.deps_of(next)) {
+        inside += d >= m.first && d < end_task ? 1 : 0;
+        after_last |= d == final_task;
+      }
+      if (!after_last && remaining_deps_[task_at(rank, next)] <= inside) return false;
+    }
+    return true;
+  };
+  if (span > 0 && horizon != Time::max()) {
+    // The most passes that end before the horizon.
+    const std::int64_t room = (horizon - now).count_ns() - 1;
+    runs = static_cast<std::uint32_t>(std::min<std::int64_t>(runs, room < 0 ? 0 : room / span));
+  }
+  if (runs == 0) return 0;
+  runs = memo_run_length(rank, pass, memo, runs);
+  if (clear(runs)) return runs;
+  return runs > 1 && clear(1) ? 1 : 0;
 }
 
 // The recorded pass's last task completed: keep its run if nothing else touched the rank.
@@ -1243,7 +1361,13 @@ Time Executor::earliest_end(std::uint32_t rank, std::uint32_t task, Time now, Ti
   const std::uint32_t i = stream_index_[setup_->ranks[rank].program][task] - offset;
   const std::size_t si = stream_at(rank, s);
   const std::uint32_t first = stream_pos_[si] + (stream_busy_[si] ? 1 : 0);  // the first not started
-  if (i < first) return now;                                                 // done or running
+  // The last task of an applied pass (or run of passes) ends at memo_end_
+  // exactly (else the run is repeated task by task): what follows it on its
+  // stream starts no earlier.
+  Time base = now;
+  if (memo_ && memo_end_[rank] != Time::max() && p.tasks[memo_last_[rank]].stream == s)
+    base = std::max(now, memo_end_[rank]);
+  if (i < first) return i + 1 == first && stream_busy_[si] ? base : now;  // done or running
   std::vector<std::vector<Time>>& by_stream = shortest_before_[op_costs_of_rank_[rank]];
   if (by_stream.empty()) by_stream.resize(p.streams.size());
   std::vector<Time>& before = by_stream[s];
@@ -1266,10 +1390,10 @@ Time Executor::earliest_end(std::uint32_t rank, std::uint32_t task, Time now, Ti
     }
   }
   const Time to = before[i + 1];
-  if (to < Time::saturated()) return now + (to - before[first]);
+  if (to < Time::saturated()) return base + (to - before[first]);
   // Sums beyond the clock's range: add them up one by one.
   const std::vector<Time>& cost = op_cost_cache_[op_costs_of_rank_[rank]];
-  Time at = now;
+  Time at = base;
   for (std::uint32_t j = first; j <= i && at <= limit; ++j) {
     const Task& t = p.tasks[p.stream_tasks[offset + j]];
     if (t.kind != TaskKind::Compute) continue;

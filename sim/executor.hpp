@@ -120,6 +120,10 @@ class Executor {
   // of repeated layer passes"); needs chains. Results are the same either way;
   // on by default.
   void memo_passes(bool on) { memo_wanted_ = on; }
+  // Whether the memo applies consecutive passes of one template that each
+  // start as the one before ends as one run (docs/performance.md, "Runs of
+  // passes from the memo"). Results are the same either way; on by default.
+  void run_passes(bool on) { runs_wanted_ = on; }
   // Whether a recorded rank's interval that continues its stream's last one (the same
   // category, starting where that one ends) extends it instead of being added: fewer
   // intervals for the breakdown, which sums them exactly either way (sim/metrics.hpp),
@@ -130,6 +134,7 @@ class Executor {
   struct MemoStats {
     std::uint64_t applied = 0;         // passes applied from a memo
     std::uint64_t applied_tasks = 0;   // their tasks
+    std::uint64_t runs = 0;            // runs of two or more of them applied at once
     std::uint64_t recorded = 0;        // memos recorded
     std::uint64_t refused = 0;         // pass starts with a memo that its conditions refused
     std::uint64_t chained_passes = 0;  // passes whose chains were found (the first time one of their tasks started)
@@ -263,6 +268,9 @@ class Executor {
   };
   void build_memo();
   bool try_memo(std::uint32_t rank, std::uint32_t pass, Time now);
+  std::uint32_t memo_run_length(std::uint32_t rank, std::uint32_t pass, const PassMemo& memo, std::uint32_t most);
+  std::uint32_t clear_passes(std::uint32_t rank, std::uint32_t pass, const PassMemo& memo, Time now);
+  static Time run_offset(Time span, std::uint32_t r);
   bool pass_ready(std::uint32_t rank, const PassMark& m, std::uint32_t internal, std::span<const std::uint32_t> count,
                   const PassMemo* memo = nullptr);
   void finish_recording(std::uint32_t rank);
@@ -270,6 +278,7 @@ class Executor {
   Time peer_post_bound(std::uint32_t rank, std::uint32_t task, Time now, Time limit);
   static constexpr std::uint32_t kNoPass = ~std::uint32_t{0};
   bool memo_wanted_ = true;
+  bool runs_wanted_ = true;
   bool merge_intervals_ = false;
   // Per recorded timeline and stream: the index of its last interval (merge_intervals).
   std::vector<std::array<std::uint32_t, 256>> last_interval_;

@@ -1,6 +1,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <optional>
 #include <random>
 #include <string>
 #include <tuple>
@@ -954,6 +955,32 @@ Executor::MemoStats run_with_and_without_memo(const SimulationSetup& setup, cons
   for (std::size_t r = 0; r < mw.timelines.size(); ++r) {
     CHECK(mw.timelines[r].intervals.size() <= a.timelines[r].intervals.size());
   }
+  // Runs of passes against one pass at a time: the same intervals in the
+  // same order, merged or not (where neither run was repeated task by task).
+  for (const bool merge : {false, true}) {
+    Executor single(setup, cluster, costs, net);
+    single.run_passes(false);
+    single.merge_intervals(merge);
+    const SimulationResult s = single.run();
+    const SimulationResult& r = merge ? mw : a;
+    const bool repeated = single.memo_stats().repeated || (merge ? merged_with : with).memo_stats().repeated;
+    CAPTURE(merge);
+    CHECK(s.makespan == r.makespan);
+    CHECK(s.events == r.events);
+    CHECK(s.finish == r.finish);
+    REQUIRE(s.timelines.size() == r.timelines.size());
+    for (std::size_t k = 0; k < s.timelines.size() && !repeated; ++k) {
+      const std::vector<Interval>& u = s.timelines[k].intervals;
+      const std::vector<Interval>& v = r.timelines[k].intervals;
+      REQUIRE(u.size() == v.size());
+      for (std::size_t i = 0; i < u.size(); ++i) {
+        CAPTURE(k);
+        CAPTURE(i);
+        CHECK((u[i].start == v[i].start && u[i].end == v[i].end && u[i].task == v[i].task &&
+               u[i].stream == v[i].stream && u[i].category == v[i].category));
+      }
+    }
+  }
   return with.memo_stats();
 }
 }  // namespace
@@ -965,7 +992,7 @@ TEST_CASE("the memo of repeated passes gives the task-by-task result on random p
   // grain), a second compute stream, tasks that wait for a pass's entry
   // besides its first, all-reduces that wait for a task inside a pass, and
   // side kernels outside a pass released by its entry at its start.
-  std::uint64_t applied = 0, recorded = 0, refused = 0, repeated = 0;
+  std::uint64_t applied = 0, runs = 0, recorded = 0, refused = 0, repeated = 0;
   for (const double share : {1.0, 0.7, 0.5}) {
     const Cluster cluster{toy_cluster(2, 8)};
     const std::vector<CalibrationProfile> profiles{ideal_profile_sharing(share)};
@@ -979,38 +1006,68 @@ TEST_CASE("the memo of repeated passes gives the task-by-task result on random p
         const Executor::MemoStats st =
             run_with_and_without_memo(repeated_pass_pipeline(seed, grain), cluster, costs, net);
         applied += st.applied;
+        runs += st.runs;
         recorded += st.recorded;
         refused += st.refused;
         repeated += st.repeated ? 1 : 0;
       }
     }
   }
-  MESSAGE("memo: " << applied << " passes applied, " << recorded << " recorded, " << refused << " refused, " << repeated
-                   << " runs repeated");
-  // The memo does apply, and is refused where a peer's transfer or another stream could touch a pass.
+  MESSAGE("memo: " << applied << " passes applied (" << runs << " runs of several), " << recorded << " recorded, "
+                   << refused << " refused, " << repeated << " runs repeated");
+  // The memo does apply, layers in runs too, and is refused where a peer's
+  // transfer or another stream could touch a pass.
   CHECK(applied > 1000);
+  CHECK(runs > 100);
   CHECK(recorded > 100);
   CHECK(refused > 0);
 }
 
 namespace {
 // One stage on a toy node: a program of one compute stream with three kernels
-// to stamp passes from, and the models to run it (kernels keep 70% of the GPU
-// beside a transfer).
+// to stamp passes from, and the models to run it (kernels keep
+// `compute_share` of the GPU beside a transfer; 70% unless told).
 struct OneStageToy {
+  explicit OneStageToy(double compute_share = 0.7) : profiles{ideal_profile_sharing(compute_share)} {}
   Cluster cluster{toy_cluster(1, 8)};
-  std::vector<CalibrationProfile> profiles{ideal_profile_sharing(0.7)};
+  std::vector<CalibrationProfile> profiles;
   ComputeCostModel costs{cluster, profiles};
   AnalyticalNetwork net{cluster, profiles};
   ProgramBuilder b{"stage 0"};
   std::uint8_t compute = b.add_stream("compute");
   std::uint32_t label = b.add_label("x");
   std::uint32_t ops[3] = {b.add_op(gemm(3e12)), b.add_op(gemm(5e12)), b.add_op(gemm(2e12))};
+  std::vector<Communicator> comms;
+  std::vector<std::uint32_t> comm_of_slot;
+  // A slot on a communicator with a GPU of another node that is not
+  // simulated (a data-parallel peer: no rendezvous).
+  std::uint32_t add_solo_slot(const std::string& name) {
+    comm_of_slot.push_back(static_cast<std::uint32_t>(comms.size()));
+    comms.push_back(Communicator{name, {0, 8}, 1});
+    return b.add_comm_slot(name);
+  }
+  // A pass of the three kernels in a row (key 0), its first waiting for
+  // `after` (the layer below) and `also` where given; returns its last task.
+  TaskId stacked_pass(std::optional<TaskId> after, std::optional<TaskId> also = std::nullopt) {
+    const auto base = static_cast<TaskId>(b.size());
+    TaskId last = 0;
+    for (TaskId i = 0; i < 3; ++i) {
+      std::vector<TaskId> d;
+      if (i > 0) d.push_back(base + i - 1);
+      if (i == 0 && after) d.push_back(*after);
+      if (i == 0 && also) d.push_back(*also);
+      std::sort(d.begin(), d.end());
+      last = b.compute(compute, ops[i], label, 0, d);
+    }
+    b.mark_pass(base, 3, 0);
+    return last;
+  }
   // The finished program as the only rank's, run with and without the memo.
   Executor::MemoStats run() {
     SimulationSetup setup;
+    setup.comms = comms;
     setup.programs.push_back(std::move(b).finish());
-    setup.ranks.push_back(RankProgram{"stage 0", 0, 0, {}, true});
+    setup.ranks.push_back(RankProgram{"stage 0", 0, 0, comm_of_slot, true});
     return run_with_and_without_memo(setup, cluster, costs, net);
   }
 };
@@ -1036,6 +1093,82 @@ TEST_CASE("a pass whose next task waits only for its stream is applied from the 
   CHECK(st.recorded == 1);
   CHECK(st.applied == kPasses - 1);
   CHECK(st.refused == 0);
+}
+
+TEST_CASE("passes of one key that each start as the one before ends are applied as one run") {
+  // A stack of layers: each pass waits for the last task of the one before.
+  // Every pass after the recorded one would be applied the instant the one
+  // before ends, so they are applied at once, with the task-by-task result.
+  // A kernel outside the passes between the third and the fourth (a loss, a
+  // stage boundary) ends the run there: the fourth starts after it.
+  for (const bool between : {false, true}) {
+    CAPTURE(between);
+    OneStageToy toy;
+    constexpr int kPasses = 6;
+    std::optional<TaskId> last;
+    for (int layer = 0; layer < kPasses; ++layer) {
+      last = toy.stacked_pass(last);
+      if (between && layer == 2) {
+        const TaskId d[] = {*last};
+        last = toy.b.compute(toy.compute, toy.ops[0], toy.label, 0, d);
+      }
+    }
+    const Executor::MemoStats st = toy.run();
+    CHECK(st.recorded == 1);
+    CHECK(st.applied == kPasses - 1);
+    CHECK(st.refused == 0);
+    // One run of passes 1-5, or runs of 1-2 and 3-5.
+    CHECK(st.runs == (between ? 2 : 1));
+  }
+}
+
+TEST_CASE("a run of passes stops before a pass that waits for a transfer outside it") {
+  // The fourth of six stacked passes also waits for a long all-gather on
+  // another stream (parameters gathered before a layer): no run goes through
+  // it, so it starts after the gather, as task by task; a run through the
+  // fourth would start it before its input.
+  OneStageToy toy(1.0);
+  constexpr int kPasses = 6;
+  const std::uint8_t dp = toy.b.add_stream("dp");
+  const std::uint32_t slot = toy.add_solo_slot("dp");
+  const TaskId gather =
+      toy.b.collective(dp, slot, CollectiveKind::AllGather, CommClass::DP, 40'000'000'000ULL, toy.label, 0, {});
+  std::optional<TaskId> last;
+  for (int layer = 0; layer < kPasses; ++layer)
+    last = toy.stacked_pass(last, layer == 3 ? std::optional<TaskId>(gather) : std::nullopt);
+  const Executor::MemoStats st = toy.run();
+  // The first pass runs beside the gather's start and is not kept; the
+  // second is recorded; the third is applied alone (the fourth waits for the
+  // gather); the fourth to sixth in one run after it.
+  CHECK(st.recorded == 1);
+  CHECK(st.applied == 4);
+  CHECK(st.runs == 1);
+}
+
+TEST_CASE("a run of passes needs each pass's first task to wait for the last task of the one before") {
+  // Passes of two kernels on two streams: a short one, then a long one on a
+  // second stream that ends the pass. The first pass runs alone (the second
+  // waits for its end) and is recorded; every later pass's first kernel waits
+  // for the short one before it only, so it starts while the long one runs:
+  // those passes overlap, none is applied, and no run forms.
+  OneStageToy toy(1.0);
+  const std::uint8_t side = toy.b.add_stream("side");
+  constexpr int kPasses = 5;
+  TaskId first_prev = 0, last_prev = 0;
+  for (int layer = 0; layer < kPasses; ++layer) {
+    const auto base = static_cast<TaskId>(toy.b.size());
+    std::vector<TaskId> d;
+    if (layer > 0) d.push_back(layer == 1 ? last_prev : first_prev);
+    toy.b.compute(toy.compute, toy.ops[2], toy.label, 0, d);
+    const TaskId after[] = {base};
+    last_prev = toy.b.compute(side, toy.ops[1], toy.label, 0, after);
+    toy.b.mark_pass(base, 2, 0);
+    first_prev = base;
+  }
+  const Executor::MemoStats st = toy.run();
+  CHECK(st.recorded == 1);
+  CHECK(st.applied == 0);
+  CHECK(st.runs == 0);
 }
 
 TEST_CASE("a pass's place on its streams is read from its memo only where streams run in task order") {

@@ -416,13 +416,17 @@ class StageProgramBuilder {
   // same literal recurs once per unit), by its text the first time.
   std::uint32_t label(const char* text) {
     auto [it, fresh] = literal_labels_.try_emplace(text, 0);
-    if (fresh) it->second = label(std::string(text));
+    if (fresh) it->second = label(std::string_view(text));
     return it->second;
   }
-  // A label by its text: the program's label of that text, or a new one. The
-  // index holds ids and hashes only (the texts are the program's), so a label
-  // costs one hash and no copy of its text.
-  std::uint32_t label(std::string text) {
+  // A label by its text (`head` then `tail`): the program's label of that
+  // text, or a new one. The text is written into the program's labels first
+  // and taken back if it is there already; the index holds ids and hashes
+  // only, so a label costs one hash and no allocation of its own.
+  std::uint32_t label(std::string_view head, std::string_view tail = {}) {
+    LabelTable& table = b_.labels();
+    const std::uint32_t id = table.add(head, tail);
+    const std::string_view text = table[id];
     const std::size_t hash = std::hash<std::string_view>{}(text);
     if (2 * (labels_indexed_ + 1) > label_slots_.size()) {
       // Twice as many slots, each label moved to its slot there.
@@ -437,9 +441,11 @@ class StageProgramBuilder {
     }
     std::size_t i = hash & (label_slots_.size() - 1);
     for (; label_slots_[i].id != kNoLabel; i = (i + 1) & (label_slots_.size() - 1)) {
-      if (label_slots_[i].hash == hash && b_.label_text(label_slots_[i].id) == text) return label_slots_[i].id;
+      if (label_slots_[i].hash == hash && table[label_slots_[i].id] == text) {
+        table.remove_last();
+        return label_slots_[i].id;
+      }
     }
-    const std::uint32_t id = b_.add_label(std::move(text));
     label_slots_[i] = LabelSlot{hash, id};
     ++labels_indexed_;
     return id;
@@ -477,7 +483,7 @@ class StageProgramBuilder {
     StepListIds& list_ids = cached->second;
     if (fresh) {
       const std::string text = prefix.text();
-      for (const Step& st : steps) list_ids.labels.push_back(label(text + st.name));
+      for (const Step& st : steps) list_ids.labels.push_back(label(text, st.name));
       list_ids.ops.assign(steps.size(), kNone);
     }
     if (filter != PassFilter::WeightOnly && use_templates_) {

@@ -431,7 +431,7 @@ bool Executor::same_transfer(const Waiter& a, const Waiter& b, std::uint32_t com
   if (ta.bytes == tb.bytes && ta.matrix == tb.matrix && (!collective || ta.collective == tb.collective)) return true;
   auto describe = [&](const Waiter& w, const Task& t) {
     const ProgramTemplate& p = *program_of_rank_[w.rank];
-    return WaitingTask{setup_->ranks[w.rank].name, p.streams[t.stream], p.labels[t.label],
+    return WaitingTask{setup_->ranks[w.rank].name, p.streams[t.stream], std::string(p.labels[t.label]),
                        std::string("posted ") + (collective ? to_string(t.collective) : to_string(t.kind)) + " of " +
                            std::to_string(t.bytes) + " bytes on " + setup_->comms[comm].name};
   };
@@ -1535,10 +1535,10 @@ std::vector<WaitingTask> Executor::describe_deadlock(std::size_t* ranks_waiting)
           const auto dtasks = p.stream(ds);
           bool finished = false;
           for (std::uint32_t i = 0; i < stream_pos_[stream_at(r, ds)]; ++i) finished |= dtasks[i] == d;
-          if (!finished && listed++ < 3) reason += " '" + p.labels[p.tasks[d].label] + "'";
+          if (!finished && listed++ < 3) reason += " '" + std::string(p.labels[p.tasks[d].label]) + "'";
         }
       }
-      out.push_back(WaitingTask{rp.name, p.streams[s], p.labels[t.label], reason});
+      out.push_back(WaitingTask{rp.name, p.streams[s], std::string(p.labels[t.label]), reason});
     }
   }
   return out;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <stdexcept>
 #include <string>
 #include <utility>
 
@@ -76,9 +77,21 @@ std::uint32_t ProgramBuilder::add_op(ComputeOp op) {
   return static_cast<std::uint32_t>(program_.ops.size() - 1);
 }
 
-std::uint32_t ProgramBuilder::add_label(std::string label) {
-  program_.labels.push_back(std::move(label));
-  return static_cast<std::uint32_t>(program_.labels.size() - 1);
+std::uint32_t LabelTable::add(std::string_view head, std::string_view tail) {
+  TRAINSIM_CHECK(text_.size() + head.size() + tail.size() <= ~std::uint32_t{0}, "labels past 4 GiB of text");
+  text_.append(head).append(tail);
+  ends_.push_back(static_cast<std::uint32_t>(text_.size()));
+  return static_cast<std::uint32_t>(ends_.size() - 1);
+}
+
+void LabelTable::remove_last() {
+  ends_.pop_back();
+  text_.resize(ends_.empty() ? 0 : ends_.back());
+}
+
+std::string_view LabelTable::at(std::uint32_t i) const {
+  if (i >= ends_.size()) throw std::out_of_range("label " + std::to_string(i) + " of " + std::to_string(ends_.size()));
+  return (*this)[i];
 }
 
 Task& ProgramBuilder::add(std::span<const TaskId> deps) {

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "calibration/collective_cost.hpp"
@@ -52,12 +53,34 @@ struct PassMark {
   std::uint32_t key = 0;
 };
 
+// The texts of a program's task labels, back to back in one buffer: a
+// program holds thousands (one per layer, pass and step), most longer than a
+// string's inline capacity, which would each cost an allocation.
+class LabelTable {
+ public:
+  // Adds the label `head` followed by `tail`; returns its index.
+  std::uint32_t add(std::string_view head, std::string_view tail = {});
+  // Removes the label added last (a text found to be there already).
+  void remove_last();
+  std::string_view operator[](std::uint32_t i) const {
+    const std::uint32_t begin = i == 0 ? 0 : ends_[i - 1];
+    return std::string_view(text_).substr(begin, ends_[i] - begin);
+  }
+  std::string_view at(std::uint32_t i) const;  // std::out_of_range past the end
+  std::size_t size() const { return ends_.size(); }
+  bool operator==(const LabelTable&) const = default;
+
+ private:
+  std::string text_;
+  std::vector<std::uint32_t> ends_;  // each label's end in text_
+};
+
 struct ProgramTemplate {
   std::string name;
   std::vector<std::string> streams;     // stream names, e.g. "compute", "tp", "dp", "pp"
   std::vector<std::string> comm_slots;  // communicator slot names, e.g. "tp", "dp", "pp.next"
   std::vector<ComputeOp> ops;
-  std::vector<std::string> labels;
+  LabelTable labels;
   std::vector<Task> tasks;
   // CSR: dependencies and dependents of each task; tasks of each stream in program order.
   std::vector<std::uint32_t> dep_offsets, deps;
@@ -124,8 +147,8 @@ class ProgramBuilder {
   std::size_t num_streams() const { return program_.streams.size(); }
   std::uint32_t add_comm_slot(const std::string& name);
   std::uint32_t add_op(ComputeOp op);
-  std::uint32_t add_label(std::string label);
-  const std::string& label_text(std::uint32_t label) const { return program_.labels[label]; }
+  std::uint32_t add_label(std::string_view label) { return program_.labels.add(label); }
+  LabelTable& labels() { return program_.labels; }
 
   TaskId compute(std::uint8_t stream, std::uint32_t op, std::uint32_t label, int microbatch,
                  std::span<const TaskId> deps);

@@ -124,14 +124,14 @@ TEST_CASE("a partitioned DeepSpeed message sends its metadata first, each p2p ca
     int metas = 0, parts = 0, host = 0;
     for (std::size_t t = 0; t < p.tasks.size(); ++t) {
       const Task& task = p.tasks[t];
-      const std::string& l = p.labels[task.label];
+      const std::string l(p.labels[task.label]);
       if (task.kind == TaskKind::Send || task.kind == TaskKind::Recv) {
         if (l.ends_with(" meta")) {
           ++metas;
           CHECK(task.bytes == meta);
           // The part follows on the same stream, after the metadata.
           REQUIRE(t + 1 < p.tasks.size());
-          CHECK(p.labels[p.tasks[t + 1].label] + " meta" == l);
+          CHECK(std::string(p.labels[p.tasks[t + 1].label]) + " meta" == l);
         } else {
           ++parts;
         }

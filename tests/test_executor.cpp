@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <optional>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <tuple>
 
@@ -41,6 +42,28 @@ struct Fixture {
 };
 
 }  // namespace
+
+TEST_CASE("a program's labels lie back to back in one table") {
+  LabelTable labels;
+  CHECK(labels.add("F L3 ", "attn.qkv") == 0);
+  CHECK(labels.add("") == 1);  // an empty label is a label
+  CHECK(labels.add("dp.ar.grads") == 2);
+  CHECK(labels[0] == "F L3 attn.qkv");
+  CHECK(labels[1].empty());
+  CHECK(labels[2] == "dp.ar.grads");
+  // Taking back the last one (a text already there) leaves the others alone.
+  CHECK(labels.add("F L3 ", "attn.qkv") == 3);
+  labels.remove_last();
+  CHECK(labels.size() == 3);
+  CHECK(labels.add("B L3 ", "attn.qkv") == 3);
+  CHECK(labels[3] == "B L3 attn.qkv");
+  CHECK(labels[2] == "dp.ar.grads");
+  CHECK(labels.at(3) == "B L3 attn.qkv");
+  CHECK_THROWS_AS(labels.at(4), std::out_of_range);
+  LabelTable same;
+  for (const char* text : {"F L3 attn.qkv", "", "dp.ar.grads", "B L3 attn.qkv"}) same.add(text);
+  CHECK(same == labels);
+}
 
 TEST_CASE("a collective starts when the last member arrives") {
   Fixture f;

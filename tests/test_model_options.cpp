@@ -246,7 +246,7 @@ ProgramTemplate stage_program(const std::string& text, const std::vector<std::st
 std::vector<std::uint32_t> tasks_ending(const ProgramTemplate& p, const std::string& suffix) {
   std::vector<std::uint32_t> out;
   for (std::uint32_t t = 0; t < p.tasks.size(); ++t) {
-    const std::string& l = p.labels[p.tasks[t].label];
+    const std::string_view l = p.labels[p.tasks[t].label];
     if (l.size() >= suffix.size() && l.compare(l.size() - suffix.size(), suffix.size(), suffix) == 0) out.push_back(t);
   }
   return out;

@@ -213,7 +213,8 @@ TEST_CASE("moe: expert-parallel groups, expert gradients over the expert data-pa
   CHECK(ep_groups > 0);
   CHECK(edp_groups > 0);
   bool expert_grads = false;
-  for (const std::string& l : job.plan.setup.programs[0].labels) expert_grads |= l == "edp.rs.grads";
+  const LabelTable& labels = job.plan.setup.programs[0].labels;
+  for (std::uint32_t l = 0; l < labels.size(); ++l) expert_grads |= labels[l] == "edp.rs.grads";
   CHECK(expert_grads);  // ZeRO-1: expert gradients reduce-scattered over edp
   CHECK(job.report.breakdown.exposed_comm_s[static_cast<std::size_t>(CommClass::EP)] > 0);
 

@@ -44,7 +44,7 @@ nlohmann::json chakra_trace_of(const Scenario& s, const JobRun& run) {
     const Task& task = prog.tasks[t];
     nlohmann::json n;
     n["id"] = t;
-    n["name"] = prog.labels[task.label];
+    n["name"] = std::string(prog.labels[task.label]);
     nlohmann::json attrs = nlohmann::json::array();
     attrs.push_back(attr("stream", prog.streams[task.stream], "string_val"));
     if (task.kind == TaskKind::Compute) {

@@ -643,7 +643,7 @@ StageKernels stage_kernels(const Scenario& s, int stage) {
   for (const Task& t : prog.tasks) {
     if (t.kind != TaskKind::Compute) continue;
     const ComputeOp& op = prog.ops[t.ref];
-    const std::string phase = prog.labels[t.label].substr(0, 1);
+    const std::string phase(prog.labels[t.label].substr(0, 1));
     const std::string name = (phase == "R" ? "R " : "") + op.name;
     KernelRow& r = rows[name];
     r.op = name;

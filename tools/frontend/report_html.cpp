@@ -414,7 +414,7 @@ void timeline_section(std::string& h, const JobRun& run, std::size_t max_rects) 
         std::string title;
         if (b.count == 1) {
           const Task& task = prog.tasks.at(b.task);
-          title = prog.labels.at(task.label) + " (" + interval_category_name(b.category);
+          title = std::string(prog.labels.at(task.label)) + " (" + interval_category_name(b.category);
           if (task.microbatch >= 0) title += ", micro-batch " + std::to_string(task.microbatch);
           title += ")";
         } else if (b.count == 0) {

@@ -96,7 +96,7 @@ void trace_events(const JobRun& run, const std::vector<const RankTimeline*>& sel
         args["kind"] = task.kind == TaskKind::Collective ? to_string(task.collective) : to_string(task.kind);
         args["group"] = prog.comm_slots.at(task.ref);
       }
-      emit(nlohmann::json{{"name", prog.labels.at(task.label)},
+      emit(nlohmann::json{{"name", std::string(prog.labels.at(task.label))},
                           {"cat", interval_category_name(iv->category)},
                           {"ph", "X"},
                           {"pid", pid},

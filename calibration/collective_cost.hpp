@@ -69,6 +69,7 @@ struct CommShape {
   int per_dc_nodes = 0;    // most domains in one datacenter
   double wan_bw = 0;       // across the WAN: min(NIC share, leaf uplink, WAN share per GPU)
   double wan_latency = 0;  // per step across the WAN: profile hop + fabric links + WAN latency
+  bool operator==(const CommShape&) const = default;
 };
 
 struct AlgorithmCost {

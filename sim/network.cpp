@@ -131,49 +131,60 @@ AnalyticalNetwork::AnalyticalNetwork(const Cluster& cluster, const std::vector<C
       }
     }
     const std::size_t leaves = static_cast<std::size_t>(fabric_.datacenters) * leaf_groups_;
-    std::vector<double> cap(leaves * leaf_rails_, 0.0);
-    std::vector<int> ports(leaves * leaf_rails_, 0);
+    const auto rails = static_cast<std::size_t>(leaf_rails_);
+    leaf_uplink_.assign(leaves * rails, 0.0);
     const int covered = std::min(cluster.num_nodes(), fabric_.datacenters * fabric_.nodes_per_datacenter);
     // Leaf by leaf (FabricFacts::datacenter_of, leaf_group_of: consecutive
-    // nodes), each leaf's sums over its nodes in node order. With one node
-    // kind, a leaf of as many nodes as the last one summed has its sums: the
-    // same additions in the same order (a million GPUs: 4,096 leaves alike).
+    // nodes), each leaf's capacity and ports summed over its nodes in node
+    // order, then its uplinks. With one node kind, a leaf of as many nodes as
+    // the last one summed has its uplinks: the same operations in the same
+    // order (a million GPUs: 4,096 leaves alike). A leaf left without nodes
+    // keeps uplinks of 0.
     const bool one_kind = cluster.spec().groups.size() == 1;
     std::size_t summed_leaf = 0;
     int summed_nodes = -1;
+    std::vector<double> cap(rails);
+    std::vector<int> ports(rails);
+    bool empty_leaf = false;  // a leaf without nodes
     for (int dc = 0; dc < fabric_.datacenters; ++dc) {
       for (int group = 0; group < leaf_groups_; ++group) {
         const int first = dc * fabric_.nodes_per_datacenter + group * fabric_.nodes_per_leaf;
         const int last = std::min({first + fabric_.nodes_per_leaf, (dc + 1) * fabric_.nodes_per_datacenter, covered});
-        if (first >= last) continue;
-        const std::size_t leaf = static_cast<std::size_t>(dc) * leaf_groups_ + group;
-        const auto rails = static_cast<std::size_t>(leaf_rails_);
-        if (one_kind && last - first == summed_nodes) {
-          std::copy_n(cap.begin() + static_cast<std::ptrdiff_t>(summed_leaf * rails), rails,
-                      cap.begin() + static_cast<std::ptrdiff_t>(leaf * rails));
-          std::copy_n(ports.begin() + static_cast<std::ptrdiff_t>(summed_leaf * rails), rails,
-                      ports.begin() + static_cast<std::ptrdiff_t>(leaf * rails));
+        if (first >= last) {
+          empty_leaf = true;
           continue;
         }
+        const std::size_t leaf = static_cast<std::size_t>(dc) * leaf_groups_ + group;
+        double* uplinks = leaf_uplink_.data() + leaf * rails;
+        if (one_kind && last - first == summed_nodes) {
+          std::copy_n(leaf_uplink_.data() + summed_leaf * rails, rails, uplinks);
+          continue;
+        }
+        std::fill(cap.begin(), cap.end(), 0.0);
+        std::fill(ports.begin(), ports.end(), 0);
         for (int n = first; n < last; ++n) {
           const NodeSpec& ns = cluster.node_spec(n);
           for (int r = 0; r < leaf_rails_; ++r) {
             const int nics = rail_optimized ? (r < ns.nic_count ? 1 : 0) : ns.nic_count;
-            cap[leaf * rails + r] += ns.nic_bandwidth * nics;
-            ports[leaf * rails + r] += nics;
+            cap[r] += ns.nic_bandwidth * nics;
+            ports[r] += nics;
           }
         }
+        for (std::size_t r = 0; r < rails; ++r) {
+          if (ports[r] == 0) continue;
+          const double c = cap[r] * (static_cast<double>(fabric_.leaf_ports) / ports[r]);
+          uplinks[r] = c / fabric_.oversubscription / fabric_.spines;
+        }
+        // Every entry equal: a copied leaf equals the one it copies.
+        for (std::size_t r = 0; r < rails; ++r)
+          uniform_uplinks_ = uniform_uplinks_ && uplinks[r] == leaf_uplink_.front();
         summed_leaf = leaf;
         summed_nodes = last - first;
       }
     }
-    leaf_uplink_.assign(cap.size(), 0.0);
-    for (std::size_t i = 0; i < cap.size(); ++i) {
-      if (ports[i] == 0) continue;
-      const double c = cap[i] * (static_cast<double>(fabric_.leaf_ports) / ports[i]);
-      leaf_uplink_[i] = c / fabric_.oversubscription / fabric_.spines;
+    if (empty_leaf) {
+      for (double u : leaf_uplink_) uniform_uplinks_ = uniform_uplinks_ && u == leaf_uplink_.front();
     }
-    for (double u : leaf_uplink_) uniform_uplinks_ = uniform_uplinks_ && u == leaf_uplink_.front();
   }
 }
 
@@ -207,6 +218,10 @@ bool AnalyticalNetwork::shape_reads_nodes_only() const {
 }
 
 void AnalyticalNetwork::degrade_link(const TopologyVertex& a, const TopologyVertex& b, LinkKind kind, double factor) {
+  {
+    const std::lock_guard<std::mutex> lock(memo_mutex_);
+    memo_.clear();  // shapes read the links' capacities
+  }
   auto lower = [factor](std::vector<double>& v, std::size_t size, std::size_t i) {
     if (v.empty()) v.assign(size, 1.0);
     v[i] = std::min(v[i], factor);
@@ -251,6 +266,20 @@ void AnalyticalNetwork::degrade_link(const TopologyVertex& a, const TopologyVert
 }
 
 CommShape AnalyticalNetwork::shape(const std::vector<int>& members) const {
+  if (members.size() < kMemoMembers) return compute_shape(members);
+  {
+    const std::lock_guard<std::mutex> lock(memo_mutex_);
+    for (const auto& [known, shape] : memo_) {
+      if (known == members) return shape;
+    }
+  }
+  const CommShape s = compute_shape(members);
+  const std::lock_guard<std::mutex> lock(memo_mutex_);
+  memo_.emplace_back(members, s);
+  return s;
+}
+
+CommShape AnalyticalNetwork::compute_shape(const std::vector<int>& members) const {
   CommShape s;
   s.size = static_cast<int>(members.size());
   constexpr double kNone = std::numeric_limits<double>::max();

@@ -5,6 +5,7 @@
 // (scale-up kind, NICs, leaf uplinks, datacenters) become a CommShape; the
 // algorithm choice and cost formulas live in calibration/collective_cost.
 #include <cstdint>
+#include <mutex>
 #include <span>
 #include <string>
 #include <vector>
@@ -88,6 +89,15 @@ class AnalyticalNetwork {
   // its NIC path), per leaf uplink (indexed like leaf_uplink_) and per
   // datacenter (its WAN path); empty while nothing is degraded.
   std::vector<double> scaleup_factor_, nic_factor_, uplink_factor_, wan_factor_;
+  CommShape compute_shape(const std::vector<int>& members) const;
+  // Shapes of member lists of kMemoMembers or more taken so far: a
+  // data-parallel group of thousands at scale is shaped by the planner's
+  // timing signatures and again by the analytical model, each time a pass
+  // over every member. Cleared when a link is degraded; guarded for callers
+  // that share one network between threads.
+  static constexpr std::size_t kMemoMembers = 256;
+  mutable std::mutex memo_mutex_;
+  mutable std::vector<std::pair<std::vector<int>, CommShape>> memo_;
 };
 
 }  // namespace trainsim

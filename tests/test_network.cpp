@@ -1,6 +1,7 @@
 #include <doctest/doctest.h>
 
 #include "sim/network.hpp"
+#include "sim/platform.hpp"
 #include "sim_fixtures.hpp"
 
 using namespace trainsim;
@@ -318,4 +319,30 @@ TEST_CASE("a shape is the same with identical nodes declared as one group or as 
   CHECK(n1.shape({0, 1, 2, 3}).nodes != n1.shape({0, 4}).nodes);
   CHECK(n1.shape({0, 4}).network_latency != n1.shape({0, 8, 16, 24}).network_latency);
   CHECK(n1.shape({0, 8, 16, 24}).datacenters != n1.shape({1, 9, 33, 41}).datacenters);
+}
+
+TEST_CASE("a large group's shape is taken once and again after a link is degraded") {
+  // 256 members (4 GPUs on each of 64 nodes): the size from which shapes are
+  // kept (a data-parallel group at scale is shaped by the planner and again
+  // by the analytical model).
+  Platform platform(toy_cluster(64, 8), {ideal_profile()});
+  const AnalyticalNetwork& net = platform.analytical_network();
+  std::vector<int> members;
+  for (int node = 0; node < 64; ++node) {
+    for (int g = 0; g < 4; ++g) members.push_back(8 * node + g);
+  }
+  const CommShape first = net.shape(members);
+  CHECK(net.shape(members) == first);
+  CHECK(AnalyticalNetwork(platform.cluster(), platform.profiles()).shape(members) == first);
+  // A member's NIC at a tenth of its speed: the shape reads it, not the one kept.
+  const Topology& topo = platform.topology();
+  std::uint32_t nic_link = 0;
+  while (!(topo.link(nic_link).kind == LinkKind::GpuNic &&
+           (topo.vertex(topo.link(nic_link).from).kind == VertexKind::Gpu ||
+            topo.vertex(topo.link(nic_link).to).kind == VertexKind::Gpu)))
+    ++nic_link;
+  platform.degrade_analytical_link(nic_link, 0.1);
+  const CommShape degraded = net.shape(members);
+  CHECK(degraded.network_bw < first.network_bw);
+  CHECK(net.shape(members) == degraded);
 }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <stdexcept>
 #include <string>
 
@@ -850,7 +851,21 @@ void Executor::build_memo() {
   }
   if (!any) return;
   memo_ = true;
-  memos_.assign(nr, {});
+  std::map<std::vector<std::uint64_t>, std::uint32_t> classes;
+  std::vector<std::uint64_t> signature;
+  memo_class_.assign(nr, {});
+  for (std::uint32_t r = 0; r < nr; ++r) {
+    const ProgramTemplate& prog = *program_of_rank_[r];
+    std::vector<std::uint32_t>& of_key = memo_class_[r];
+    for (const PassMark& m : prog.passes) {
+      if (m.key >= of_key.size()) of_key.resize(m.key + 1, kNoPass);
+      if (of_key[m.key] != kNoPass) continue;
+      signature.clear();
+      pass_signature(r, m, signature);
+      of_key[m.key] = classes.try_emplace(signature, static_cast<std::uint32_t>(classes.size())).first->second;
+    }
+  }
+  memos_.assign(classes.size(), {});
   recording_.assign(nr, Recording{});
   memo_end_.assign(nr, Time::max());
   memo_last_.assign(nr, 0);
@@ -866,6 +881,47 @@ void Executor::build_memo() {
   own_stream_index_.assign(np, {});
   p2p_order_.assign(np, {});
   p2p_ordered_.assign(np, {});
+}
+
+// What a memo of pass `m` on `rank` depends on: the program's streams and
+// slots (the memo's tables), whether the rank keeps a timeline (its
+// intervals), per task its fields, interval category, dependencies inside the
+// pass and duration (a kernel's at each contention level; a transfer's on the
+// rank's communicator, the same whenever it starts at analytical fidelity, the
+// only one with chains). A task a memo cannot hold (a message, a collective
+// with a rendezvous) makes the signature the rank's own.
+void Executor::pass_signature(std::uint32_t rank, const PassMark& m, std::vector<std::uint64_t>& out) {
+  const ProgramTemplate& p = *program_of_rank_[rank];
+  out.insert(out.end(), {p.streams.size(), p.comm_slots.size(), m.count,
+                         timeline_of_rank_[rank] >= 0 ? std::uint64_t{1} : std::uint64_t{0}});
+  auto* analytical = dynamic_cast<AnalyticalNetworkModel*>(network_);
+  TRAINSIM_CHECK(analytical != nullptr, "a memo of passes needs the analytical network model");
+  auto ns = [](Time t) { return static_cast<std::uint64_t>(t.count_ns()); };
+  for (std::uint32_t t = m.first; t < m.first + m.count; ++t) {
+    const Task& task = p.tasks[t];
+    out.push_back(std::uint64_t{static_cast<std::uint8_t>(task.kind)} | std::uint64_t{task.stream} << 8 |
+                  std::uint64_t{static_cast<std::uint8_t>(task.collective)} << 16 |
+                  std::uint64_t{static_cast<std::uint8_t>(task.comm_class)} << 24 |
+                  std::uint64_t{category_of(p, task)} << 32);
+    if (task.kind == TaskKind::Compute) {
+      for (std::uint8_t level = 0; level < kContentionLevels; ++level)
+        out.push_back(ns(op_duration(rank, task.ref, level)));
+    } else {
+      const SlotState& slot = slots_[slot_at(rank, task.ref)];
+      out.insert(out.end(), {task.ref, task.bytes, task.matrix});
+      if (task.kind == TaskKind::Collective && slot.solo) {
+        out.push_back(ns(analytical->duration(collective_request(*setup_, task, slot.comm))));
+      } else {
+        out.insert(out.end(), {~std::uint64_t{0}, rank});
+      }
+    }
+    const auto deps = p.deps_of(t);
+    const auto inside = std::count_if(deps.begin(), deps.end(), [&](std::uint32_t d) { return d >= m.first; });
+    out.push_back(static_cast<std::uint64_t>(inside));
+    for (const std::uint32_t d : deps) {
+      if (d >= m.first) out.push_back(d - m.first);
+    }
+  }
 }
 
 // The pass's tasks wait for nothing outside it (their waiting counts sum to
@@ -916,8 +972,8 @@ bool Executor::try_memo(std::uint32_t rank, std::uint32_t pass, Time now) {
   if (chain_run_[rank].chain != kNoChain) return false;
   const std::uint8_t level = contention(rank);
   const PassMemo* memo = nullptr;
-  for (const PassMemo& pm : memos_[rank]) {
-    if (pm.key == m.key && pm.level == level) memo = &pm;
+  for (const PassMemo& pm : memos_[memo_class_[rank][m.key]]) {
+    if (pm.level == level) memo = &pm;
   }
   const std::uint32_t end_task = m.first + m.count;
   if (memo == nullptr) {
@@ -1211,9 +1267,9 @@ std::uint32_t Executor::clear_passes(std::uint32_t rank, std::uint32_t pass, con
 void Executor::finish_recording(std::uint32_t rank) {
   Recording& rec = recording_[rank];
   rec.active = false;
-  if (!rec.clean) return;
   const ProgramTemplate& p = *program_of_rank_[rank];
   const PassMark& m = p.passes[rec.pass];
+  if (!rec.clean) return;
   PassMemo memo;
   memo.key = m.key;
   memo.level = rec.level;
@@ -1254,7 +1310,7 @@ void Executor::finish_recording(std::uint32_t rank) {
       seen[iv.stream] = 1;
     }
   }
-  memos_[rank].push_back(std::move(memo));
+  memos_[memo_class_[rank][m.key]].push_back(std::move(memo));
   ++memo_stats_.recorded;
 }
 

@@ -115,10 +115,11 @@ class Executor {
   // one compute stream per program. Results are the same either way; on by default.
   void collapse_chains(bool on) { chains_wanted_ = on; }
   // Whether run() applies a recorded run of a marked layer pass
-  // (ProgramTemplate::passes) to a later pass of the same template on the same
-  // rank, shifted in time, where that is exact (docs/performance.md, "A memo
-  // of repeated layer passes"); needs chains. Results are the same either way;
-  // on by default.
+  // (ProgramTemplate::passes) to a later pass that runs alike (of the same
+  // template, on this rank or another with the same kernel and transfer times),
+  // shifted in time, where that is exact (docs/performance.md, "A memo of
+  // repeated layer passes", "Memos shared between ranks"); needs chains.
+  // Results are the same either way; on by default.
   void memo_passes(bool on) { memo_wanted_ = on; }
   // Whether the memo applies consecutive passes of one template that each
   // start as the one before ends as one run (docs/performance.md, "Runs of
@@ -304,9 +305,14 @@ class Executor {
   bool memo_ = false;
   MemoStats memo_stats_;
   std::vector<std::vector<std::uint32_t>> pass_of_first_;  // per program, per task: the pass it starts
-  std::vector<std::vector<PassMemo>> memos_;               // per rank
-  std::vector<Recording> recording_;                       // per rank
-  std::vector<std::uint32_t> pass_stream_count_;           // try_memo's scratch: a pass's tasks per stream
+  // Passes that run alike on any rank share their memos (one class): the same
+  // tasks with the same dependencies among them, kernels of the same durations
+  // at every contention level, transfers of the same durations.
+  void pass_signature(std::uint32_t rank, const PassMark& m, std::vector<std::uint64_t>& out);
+  std::vector<std::vector<std::uint32_t>> memo_class_;  // per rank and pass key: its class
+  std::vector<std::vector<PassMemo>> memos_;            // per class
+  std::vector<Recording> recording_;                    // per rank
+  std::vector<std::uint32_t> pass_stream_count_;        // try_memo's scratch: a pass's tasks per stream
   // A rank whose pass was applied: until its last task's event (memo_end_),
   // nothing else may touch the rank; if something does the run is repeated
   // task by task.

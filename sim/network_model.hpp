@@ -100,6 +100,8 @@ class AnalyticalNetworkModel final : public NetworkModel {
   explicit AnalyticalNetworkModel(const AnalyticalNetwork& network) : network_(&network) {}
   void bind(const std::vector<Communicator>& comms) override;
   Time start(Time now, const TransferRequest& transfer, std::uint64_t cookie) override;
+  // How long `transfer` takes: the same whenever it starts (start() adds it to its start).
+  Time duration(const TransferRequest& transfer);
   Time next_event() const override { return Time::max(); }
   void advance(Time, std::vector<TransferDone>&) override {}
   void set_link_capacity(Time at, std::uint32_t link, double capacity) override;

@@ -1118,6 +1118,52 @@ TEST_CASE("a pass whose next task waits only for its stream is applied from the 
   CHECK(st.refused == 0);
 }
 
+TEST_CASE("alike passes of two ranks share one memo, passes with other kernel times do not") {
+  // Two ranks on two GPUs, each with its own program: a kernel outside the
+  // passes, then four stacked passes of three kernels. The second rank's
+  // program adds its ops in another order (other op numbers, the same
+  // kernels) and starts later, so its passes find the first rank's memo and
+  // are applied as one run. With one kernel of its passes 25% longer, its
+  // passes are another class and get a memo of their own.
+  for (const bool other_times : {false, true}) {
+    CAPTURE(other_times);
+    const Cluster cluster{toy_cluster(1, 8)};
+    const std::vector<CalibrationProfile> profiles{ideal_profile_sharing(0.7)};
+    const ComputeCostModel costs{cluster, profiles};
+    const AnalyticalNetwork net{cluster, profiles};
+    SimulationSetup setup;
+    for (int rank = 0; rank < 2; ++rank) {
+      ProgramBuilder b("stage " + std::to_string(rank));
+      const std::uint8_t compute = b.add_stream("compute");
+      const std::uint32_t label = b.add_label("x");
+      const double last_flops = rank == 1 && other_times ? 2.5e12 : 2e12;
+      std::uint32_t ops[3];
+      if (rank == 0) {
+        ops[0] = b.add_op(gemm(3e12)), ops[1] = b.add_op(gemm(5e12)), ops[2] = b.add_op(gemm(last_flops));
+      } else {
+        ops[2] = b.add_op(gemm(last_flops)), ops[1] = b.add_op(gemm(5e12)), ops[0] = b.add_op(gemm(3e12));
+      }
+      const std::uint32_t lead = b.add_op(gemm(rank == 0 ? 1e11 : 4e13));
+      TaskId last = b.compute(compute, lead, label, 0, {});
+      for (int layer = 0; layer < 4; ++layer) {
+        const auto base = static_cast<TaskId>(b.size());
+        for (TaskId i = 0; i < 3; ++i) {
+          const TaskId d[] = {i == 0 ? last : base + i - 1};
+          last = b.compute(compute, ops[i], label, 0, d);
+        }
+        b.mark_pass(base, 3, 0);
+      }
+      setup.programs.push_back(std::move(b).finish());
+      setup.ranks.push_back(
+          RankProgram{"stage " + std::to_string(rank), static_cast<std::uint32_t>(rank), rank, {}, true});
+    }
+    const Executor::MemoStats st = run_with_and_without_memo(setup, cluster, costs, net);
+    CHECK(st.recorded == (other_times ? 2 : 1));
+    CHECK(st.applied == (other_times ? 6 : 7));
+    CHECK(st.refused == 0);
+  }
+}
+
 TEST_CASE("passes of one key that each start as the one before ends are applied as one run") {
   // A stack of layers: each pass waits for the last task of the one before.
   // Every pass after the recorded one would be applied the instant the one

@@ -866,6 +866,7 @@ void Executor::build_memo() {
     }
   }
   memos_.assign(classes.size(), {});
+  recording_tries_.assign(kContentionLevels * classes.size(), RecordingTries{});
   recording_.assign(nr, Recording{});
   memo_end_.assign(nr, Time::max());
   memo_last_.assign(nr, 0);
@@ -977,6 +978,14 @@ bool Executor::try_memo(std::uint32_t rank, std::uint32_t pass, Time now) {
   }
   const std::uint32_t end_task = m.first + m.count;
   if (memo == nullptr) {
+    // After f recordings of the class at this level were spoiled (something
+    // else ran on the rank meanwhile), only every (2^f - 1)-th chance records:
+    // a recording runs without chains, and a pass that an outside transfer
+    // always overlaps would otherwise be recorded in vain at every start.
+    RecordingTries& tries = recording_tries_[kContentionLevels * memo_class_[rank][m.key] + level];
+    if (tries.failed > 0 && ++tries.skipped < (std::uint32_t{1} << std::min<std::uint32_t>(tries.failed, 16)) - 1)
+      return false;
+    tries.skipped = 0;
     // Record: only compute tasks and collectives without a rendezvous, and
     // one task ready at the start (the others wait for tasks of the pass).
     std::vector<std::uint32_t>& count = pass_stream_count_;
@@ -1269,7 +1278,10 @@ void Executor::finish_recording(std::uint32_t rank) {
   rec.active = false;
   const ProgramTemplate& p = *program_of_rank_[rank];
   const PassMark& m = p.passes[rec.pass];
-  if (!rec.clean) return;
+  if (!rec.clean) {
+    ++recording_tries_[kContentionLevels * memo_class_[rank][m.key] + rec.level].failed;
+    return;
+  }
   PassMemo memo;
   memo.key = m.key;
   memo.level = rec.level;

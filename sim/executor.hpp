@@ -311,8 +311,13 @@ class Executor {
   void pass_signature(std::uint32_t rank, const PassMark& m, std::vector<std::uint64_t>& out);
   std::vector<std::vector<std::uint32_t>> memo_class_;  // per rank and pass key: its class
   std::vector<std::vector<PassMemo>> memos_;            // per class
-  std::vector<Recording> recording_;                    // per rank
-  std::vector<std::uint32_t> pass_stream_count_;        // try_memo's scratch: a pass's tasks per stream
+  // Per class and contention level: recordings spoiled, and chances skipped since the last.
+  struct RecordingTries {
+    std::uint32_t failed = 0, skipped = 0;
+  };
+  std::vector<RecordingTries> recording_tries_;
+  std::vector<Recording> recording_;              // per rank
+  std::vector<std::uint32_t> pass_stream_count_;  // try_memo's scratch: a pass's tasks per stream
   // A rank whose pass was applied: until its last task's event (memo_end_),
   // nothing else may touch the rank; if something does the run is repeated
   // task by task.

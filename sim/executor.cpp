@@ -838,9 +838,9 @@ void Executor::build_memo() {
   pass_of_first_.assign(np, {});
   for (std::size_t p = 0; p < np; ++p) {
     const ProgramTemplate& prog = setup.programs[p];
+    pass_of_first_[p].assign(prog.tasks.size(), kNoPass);  // also where no pass is marked: try_start looks
     if (prog.passes.empty()) continue;
     any = true;
-    pass_of_first_[p].assign(prog.tasks.size(), kNoPass);
     for (std::uint32_t i = 0; i < prog.passes.size(); ++i) {
       const PassMark& m = prog.passes[i];
       TRAINSIM_CHECK(m.count > 0 && m.first + m.count <= prog.tasks.size() &&

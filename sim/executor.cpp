@@ -354,14 +354,15 @@ void Executor::try_start(std::uint32_t rank, std::uint8_t stream, Time now) {
   if (remaining_deps_[task_at(rank, task)] != 0) return;
   if (memo_) {
     if (memo_end_[rank] != Time::max()) {
-      // A task outside the applied pass became ready inside it (a successor of the task whose
-      // completion started the pass, released after it): the pass's record no longer holds,
-      // so the run is repeated task by task.
-      order_tie_ = true;
-      return;
-    }
-    Recording& rec = recording_[rank];
-    if (rec.active) {
+      if (task != quiet_post_[rank]) {
+        // A task outside the applied pass became ready inside it (a successor of the task whose
+        // completion started the pass, released after it): the pass's record no longer holds,
+        // so the run is repeated task by task.
+        order_tie_ = true;
+        return;
+      }
+      quiet_post_[rank] = kNoPass;  // posted now, as clear_passes allowed
+    } else if (Recording& rec = recording_[rank]; rec.active) {
       const PassMark& m = p.passes[rec.pass];
       if (task < m.first || task >= m.first + m.count) rec.clean = false;  // something else runs beside the pass
     } else {
@@ -562,6 +563,7 @@ void Executor::complete(std::uint32_t rank, std::uint32_t task, Time now) {
         return;
       }
       memo_end_[rank] = Time::max();
+      quiet_post_[rank] = kNoPass;
     }
     Recording& rec = recording_[rank];
     if (rec.active) {
@@ -870,6 +872,7 @@ void Executor::build_memo() {
   recording_.assign(nr, Recording{});
   memo_end_.assign(nr, Time::max());
   memo_last_.assign(nr, 0);
+  quiet_post_.assign(nr, kNoPass);
   busy_end_.assign(stream_busy_.size(), Time::max());
   bound_task_.assign(stream_busy_.size(), kNoPass);
   bound_at_.assign(stream_busy_.size(), Time{});
@@ -1214,25 +1217,41 @@ std::uint32_t Executor::clear_passes(std::uint32_t rank, std::uint32_t pass, con
   if (span > 0) runs = static_cast<std::uint32_t>(std::min<std::int64_t>(runs, Time::saturated().count_ns() / span));
   // The earliest time something outside could touch the rank: the run must end before it.
   Time horizon = Time::max();
+  // A receive ready now at the head of an idle stream (released with the pass,
+  // posted after it at this instant): posted, it holds no SMs and waits for
+  // its match as a posted one does.
+  std::uint32_t ready_post = kNoPass;
   for (std::uint32_t s = 0; s < p.streams.size(); ++s) {
     const std::size_t si = stream_at(rank, s);
-    if (memo.stream_count[s] > 0 || !stream_busy_[si]) continue;
-    const std::uint32_t running = p.stream(s)[stream_pos_[si]];
+    if (memo.stream_count[s] > 0) continue;
+    std::uint32_t running = kNoPass;
+    if (stream_busy_[si]) {
+      running = p.stream(s)[stream_pos_[si]];
+    } else if (stream_pos_[si] < p.stream(s).size()) {
+      const std::uint32_t head = p.stream(s)[stream_pos_[si]];
+      const Task& h = p.tasks[head];
+      if (h.kind != TaskKind::Recv || remaining_deps_[task_at(rank, head)] != 0 || holds_sms_from_post(rank, head))
+        continue;  // waits for something (clear() checks what), or touches the rank when posted
+      if (ready_post != kNoPass) return 0;
+      ready_post = running = head;
+    }
+    if (running == kNoPass) continue;
     const Task& t = p.tasks[running];
     if (t.kind == TaskKind::Compute) return 0;
-    Time until = busy_end_[si];
+    Time until = running == ready_post ? Time::max() : busy_end_[si];
     if (until == Time::max()) {
       if (t.kind == TaskKind::Collective) return 0;
       // A bound found earlier for the same waiting post still holds.
       const Time wanted = now + run_offset(last.end, runs);
       if (bound_task_[si] != running || bound_at_[si] <= wanted) {
         bound_task_[si] = running;
-        bound_at_[si] = peer_post_bound(rank, running, now, wanted);
+        bound_at_[si] = peer_post_bound(rank, running, now, wanted, running == ready_post);
       }
       until = bound_at_[si];
     }
     horizon = std::min(horizon, until);
   }
+  const std::uint8_t ready_stream = ready_post == kNoPass ? std::uint8_t{0} : p.tasks[ready_post].stream;
   auto clear = [&](std::uint32_t r) {
     const Time end = now + run_offset(last.end, r);
     if (end >= Time::saturated() || end >= horizon) return false;
@@ -1245,8 +1264,8 @@ std::uint32_t Executor::clear_passes(std::uint32_t rank, std::uint32_t pass, con
       std::uint32_t pos = stream_pos_[si];
       if (memo.stream_count[s] > 0) {
         pos += memo.stream_count[s] * r;
-      } else if (stream_busy_[si]) {
-        continue;  // a transfer, ending after the run (horizon)
+      } else if (stream_busy_[si] || (ready_post != kNoPass && s == ready_stream)) {
+        continue;  // a transfer, ending after the run (horizon), or a receive whose match is posted after it
       }
       // The stream of the run's last task is busy with it until `end`.
       if (pos >= on_stream.size() || s == final_stream) continue;
@@ -1268,8 +1287,9 @@ std::uint32_t Executor::clear_passes(std::uint32_t rank, std::uint32_t pass, con
   }
   if (runs == 0) return 0;
   runs = memo_run_length(rank, pass, memo, runs);
-  if (clear(runs)) return runs;
-  return runs > 1 && clear(1) ? 1 : 0;
+  if (!clear(runs)) runs = runs > 1 && clear(1) ? 1 : 0;
+  if (runs > 0) quiet_post_[rank] = ready_post;
+  return runs;
 }
 
 // The recorded pass's last task completed: keep its run if nothing else touched the rank.
@@ -1330,8 +1350,9 @@ void Executor::finish_recording(std::uint32_t rank) {
 // receive `task`: its next post of the other kind on the communicator cannot
 // come before the tasks it waits for have run, each at least at its shortest
 // duration from now (docs/performance.md). The bound is computed no further
-// than past `limit`; `now` where it is not known.
-Time Executor::peer_post_bound(std::uint32_t rank, std::uint32_t task, Time now, Time limit) {
+// than past `limit`; `now` where it is not known. `unposted`: `task` is ready
+// but not posted yet, and its match may be posted already (then `now`).
+Time Executor::peer_post_bound(std::uint32_t rank, std::uint32_t task, Time now, Time limit, bool unposted) {
   const Task& t = program_of_rank_[rank]->tasks[task];
   const SlotState& slot = slots_[slot_at(rank, t.ref)];
   const Communicator& cm = setup_->comms[slot.comm];
@@ -1401,6 +1422,8 @@ Time Executor::peer_post_bound(std::uint32_t rank, std::uint32_t task, Time now,
   const std::size_t k = 2 * peer_slot + (t.kind == TaskKind::Recv ? 0 : 1);
   if (!p2p_ordered_[prog][k]) return now;
   const std::uint32_t posted = p2p_posts_[2 * slot_at(peer, peer_slot) + (t.kind == TaskKind::Recv ? 0 : 1)];
+  // Not posted yet: its match may be (then it starts as it is posted).
+  if (unposted && posted > p2p_posts_[2 * slot_at(rank, t.ref) + (t.kind == TaskKind::Send ? 0 : 1)]) return now;
   const auto& order = p2p_order_[prog][k];
   if (posted >= order.size()) return Time::max();  // it never posts another
   sync(peer, now);

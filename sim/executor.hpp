@@ -276,7 +276,7 @@ class Executor {
                   const PassMemo* memo = nullptr);
   void finish_recording(std::uint32_t rank);
   Time earliest_end(std::uint32_t rank, std::uint32_t task, Time now, Time limit);
-  Time peer_post_bound(std::uint32_t rank, std::uint32_t task, Time now, Time limit);
+  Time peer_post_bound(std::uint32_t rank, std::uint32_t task, Time now, Time limit, bool unposted = false);
   static constexpr std::uint32_t kNoPass = ~std::uint32_t{0};
   bool memo_wanted_ = true;
   bool runs_wanted_ = true;
@@ -323,6 +323,8 @@ class Executor {
   // task by task.
   std::vector<Time> memo_end_;
   std::vector<std::uint32_t> memo_last_;
+  // Per rank: a receive that clear_passes let be posted while the applied pass runs (kNoPass: none).
+  std::vector<std::uint32_t> quiet_post_;
   std::vector<Time> busy_end_;  // per stream: the running transfer's end (Time::max(): not started)
   // Per stream: a waiting send or receive and a bound found on its match's post.
   std::vector<std::uint32_t> bound_task_;

@@ -1214,6 +1214,70 @@ TEST_CASE("a run of passes stops before a pass that waits for a transfer outside
   CHECK(st.runs == 1);
 }
 
+TEST_CASE("a pass released with the next receive is applied from the memo, the receive posted beside it") {
+  // Two stages on two nodes. The first runs eight kernels per micro-batch
+  // and sends its output; the second posts its receives in order on their
+  // own stream and runs two stacked passes per micro-batch, the first
+  // waiting for the receive. As a receive ends, the next one (waiting for
+  // nothing, so holding no SMs when posted) is released at the same instant
+  // as the pass, and posted after it: its match comes only after the
+  // sender's next eight kernels, past the two passes, so from the second
+  // micro-batch on both passes are applied as one run and the receive posted
+  // beside them. Refused instead, the first pass of each would run task by task.
+  const Cluster cluster{toy_cluster(2, 8)};
+  const std::vector<CalibrationProfile> profiles{ideal_profile_sharing(0.7)};
+  const ComputeCostModel costs{cluster, profiles};
+  const AnalyticalNetwork net{cluster, profiles};
+  constexpr int kMicrobatches = 4;
+  constexpr std::uint64_t kBytes = 10'000'000;
+  SimulationSetup setup;
+  setup.comms.push_back(Communicator{"pp", {0, 8}, 2});
+  {
+    ProgramBuilder b("stage 0");
+    const std::uint8_t compute = b.add_stream("compute");
+    const std::uint8_t out = b.add_stream("pp.send");
+    const std::uint32_t slot = b.add_comm_slot("pp.next");
+    const std::uint32_t label = b.add_label("x");
+    const std::uint32_t op = b.add_op(gemm(5e12));
+    for (int mb = 0; mb < kMicrobatches; ++mb) {
+      TaskId last = 0;
+      for (int k = 0; k < 8; ++k) last = b.compute(compute, op, label, mb, {});
+      const TaskId d[] = {last};
+      b.send(out, slot, CommClass::PP, kBytes, label, mb, d);
+    }
+    setup.programs.push_back(std::move(b).finish());
+  }
+  {
+    ProgramBuilder b("stage 1");
+    const std::uint8_t compute = b.add_stream("compute");
+    const std::uint8_t in = b.add_stream("pp.recv");
+    const std::uint32_t slot = b.add_comm_slot("pp.prev");
+    const std::uint32_t label = b.add_label("x");
+    const std::uint32_t ops[3] = {b.add_op(gemm(3e12)), b.add_op(gemm(5e12)), b.add_op(gemm(2e12))};
+    for (int mb = 0; mb < kMicrobatches; ++mb) {
+      TaskId last = b.recv(in, slot, CommClass::PP, kBytes, label, mb, {});
+      for (int pass = 0; pass < 2; ++pass) {
+        const auto base = static_cast<TaskId>(b.size());
+        for (TaskId i = 0; i < 3; ++i) {
+          const TaskId d[] = {i == 0 ? last : base + i - 1};
+          last = b.compute(compute, ops[i], label, mb, d);
+        }
+        b.mark_pass(base, 3, 0);
+      }
+    }
+    setup.programs.push_back(std::move(b).finish());
+  }
+  setup.ranks.push_back(RankProgram{"stage 0", 0, 0, {0}, true});
+  setup.ranks.push_back(RankProgram{"stage 1", 1, 8, {0}, true});
+  const Executor::MemoStats st = run_with_and_without_memo(setup, cluster, costs, net);
+  // The first micro-batch's first pass runs beside the next receive's post
+  // and is not kept; its second is recorded.
+  CHECK(st.recorded == 1);
+  CHECK(st.applied == 2 * (kMicrobatches - 1));
+  CHECK(st.runs == kMicrobatches - 1);
+  CHECK(st.refused == 0);
+}
+
 TEST_CASE("a run of passes needs each pass's first task to wait for the last task of the one before") {
   // Passes of two kernels on two streams: a short one, then a long one on a
   // second stream that ends the pass. The first pass runs alone (the second

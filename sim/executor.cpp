@@ -1,6 +1,7 @@
 #include "sim/executor.hpp"
 
 #include "sim/check.hpp"
+#include "sim/metrics.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -101,7 +102,7 @@ void Executor::init() {
     stride_[r] = sharing[prog];
     if (setup.ranks[r].record) {
       timeline_of_rank_[r] = static_cast<int>(result_.timelines.size());
-      result_.timelines.push_back(RankTimeline{static_cast<std::uint32_t>(r), {}});
+      result_.timelines.push_back(RankTimeline{static_cast<std::uint32_t>(r), {}, {}});
       // One interval per task at most, and one per rendezvous wait (rare: a
       // regrowth then) besides.
       result_.timelines.back().intervals.reserve(setup.programs[prog].tasks.size());
@@ -140,6 +141,7 @@ void Executor::init() {
   op_cost_cache_.resize(setup.programs.size() * static_cast<std::size_t>(cluster.num_gpu_types()));
   op_costs_of_rank_.resize(nr);
   shortest_before_.resize(op_cost_cache_.size());
+  shortest_of_op_.resize(op_cost_cache_.size());
   for (std::size_t r = 0; r < nr; ++r) {
     const RankProgram& rp = setup.ranks[r];
     const int type = rp.gpu_type >= 0 ? rp.gpu_type : cluster.gpu_type_of(rp.gpu);
@@ -556,6 +558,7 @@ void Executor::complete(std::uint32_t rank, std::uint32_t task, Time now) {
   const ProgramTemplate& p = *program_of_rank_[rank];
   const Task& t = p.tasks[task];
   const std::size_t si = stream_at(rank, t.stream);
+  bool in_block = false;  // the last task of a run kept as a block: its interval is in the block
   if (memo_) {
     if (memo_end_[rank] != Time::max()) {
       if (task != memo_last_[rank] || now != memo_end_[rank]) {
@@ -564,6 +567,8 @@ void Executor::complete(std::uint32_t rank, std::uint32_t task, Time now) {
       }
       memo_end_[rank] = Time::max();
       quiet_post_[rank] = kNoPass;
+      in_block = block_final_[rank] != 0;
+      block_final_[rank] = 0;
     }
     Recording& rec = recording_[rank];
     if (rec.active) {
@@ -576,7 +581,7 @@ void Executor::complete(std::uint32_t rank, std::uint32_t task, Time now) {
       }
     }
   }
-  record(rank, task, stream_start_[si], now, category_of(p, t));
+  if (!in_block) record(rank, task, stream_start_[si], now, category_of(p, t));
   ++events_;
   if (chains_ && t.kind == TaskKind::Compute) {
     compute_done_at_[si] = now;
@@ -873,6 +878,7 @@ void Executor::build_memo() {
   memo_end_.assign(nr, Time::max());
   memo_last_.assign(nr, 0);
   quiet_post_.assign(nr, kNoPass);
+  block_final_.assign(nr, 0);
   busy_end_.assign(stream_busy_.size(), Time::max());
   bound_task_.assign(stream_busy_.size(), kNoPass);
   bound_at_.assign(stream_busy_.size(), Time{});
@@ -1041,7 +1047,8 @@ bool Executor::try_memo(std::uint32_t rank, std::uint32_t pass, Time now) {
   const std::size_t n = memo->entries.size();
   const Task& pass_final = p.tasks[m.first + last.offset];
   const std::uint8_t final_category = category_of(p, pass_final);
-  for (std::uint32_t r = 0; r < runs && tl >= 0; ++r) {
+  const bool block = tl >= 0 && try_block(rank, m, *memo, runs, now, end);
+  for (std::uint32_t r = 0; r < runs && tl >= 0 && !block; ++r) {
     const Time at = now + run_offset(span, r);
     const std::uint32_t first = m.first + m.count * r;
     if (merge_intervals_) {
@@ -1121,6 +1128,35 @@ bool Executor::try_memo(std::uint32_t rank, std::uint32_t pass, Time now) {
   memo_stats_.applied += runs;
   memo_stats_.runs += runs > 1 ? 1 : 0;
   memo_stats_.applied_tasks += applied;
+  return true;
+}
+
+// With merge_intervals, keeps the run [now, end) of `runs` passes of `memo`
+// as one block (IntervalBlock) where the breakdown attributes the same: the
+// memo holds no DP transfer and takes some time, and the rank's transfers
+// running across the run (clear_passes lets nothing else start inside it but
+// a receive posted at its start) rank no higher than everything it attributes.
+bool Executor::try_block(std::uint32_t rank, const PassMark& m, const PassMemo& memo, std::uint32_t runs, Time now,
+                         Time end) {
+  if (!merge_intervals_ || !memo.blockable || !(now < end)) return false;
+  const ProgramTemplate& p = *program_of_rank_[rank];
+  for (std::uint32_t s = 0; s < p.streams.size(); ++s) {
+    const std::size_t si = stream_at(rank, s);
+    if (memo.stream_count[s] > 0 || !stream_busy_[si]) continue;
+    if (category_of(p, p.tasks[p.stream(s)[stream_pos_[si]]]) < memo.weakest_part) return false;
+  }
+  if (quiet_post_[rank] != kNoPass && category_of(p, p.tasks[quiet_post_[rank]]) < memo.weakest_part) return false;
+  RankTimeline& tl = result_.timelines[static_cast<std::size_t>(timeline_of_rank_[rank])];
+  IntervalBlock b;
+  for (std::size_t k = 0; k < b.ns.size(); ++k) b.ns[k] = memo.part_ns[k] * static_cast<std::int64_t>(runs);
+  if (memo.first_compute != Time::max()) b.first_compute = now + memo.first_compute;
+  // On the stream of the pass's first task, idle at the start; its next task starts after the run.
+  const std::uint8_t stream = p.tasks[m.first].stream;
+  last_interval_[static_cast<std::size_t>(timeline_of_rank_[rank])][stream] =
+      static_cast<std::uint32_t>(tl.intervals.size());
+  tl.intervals.push_back(Interval{now, end, static_cast<std::uint32_t>(tl.blocks.size()), stream, kBlockCategory});
+  tl.blocks.push_back(b);
+  block_final_[rank] = 1;
   return true;
 }
 
@@ -1341,6 +1377,20 @@ void Executor::finish_recording(std::uint32_t rank) {
       memo.opens_stream.push_back(seen[iv.stream] == 0 ? 1 : 0);
       seen[iv.stream] = 1;
     }
+    // The pass as a block: every entry's interval, the last one's included, over [0, span).
+    std::vector<Interval> all;
+    memo.blockable = true;
+    for (const MemoEntry& e : memo.entries) {
+      const Task& t = p.tasks[m.first + e.offset];
+      const std::uint8_t category = category_of(p, t);
+      memo.blockable &= category != 1 + static_cast<int>(CommClass::DP);
+      if (!(e.start < e.end)) continue;
+      all.push_back(Interval{e.start, e.end, e.offset, t.stream, category});
+      if (category == kComputeCategory) memo.first_compute = std::min(memo.first_compute, e.start);
+    }
+    const PartSums sums = part_sums(all, memo.entries.back().end);
+    memo.part_ns = sums.ns;
+    memo.weakest_part = sums.weakest;
   }
   memos_[memo_class_[rank][m.key]].push_back(std::move(memo));
   ++memo_stats_.recorded;
@@ -1463,21 +1513,29 @@ Time Executor::earliest_end(std::uint32_t rank, std::uint32_t task, Time now, Ti
   if (by_stream.empty()) by_stream.resize(p.streams.size());
   std::vector<Time>& before = by_stream[s];
   if (before.size() <= i + 1) {
-    // Summed on as far as asked (bounds are sought early in the run, near the start).
+    // Summed on as far as asked (bounds are sought early in the run, near the start),
+    // from each kernel's shortest duration, tabled per op once.
     const std::vector<Time>& cost = op_cost_cache_[op_costs_of_rank_[rank]];
+    std::vector<Time>& of_op = shortest_of_op_[op_costs_of_rank_[rank]];
+    if (of_op.empty() && !p.ops.empty()) {
+      if (cost.empty()) op_duration(rank, 0, kNoContention);  // fills the rank's cost table
+      of_op.resize(p.ops.size());
+      for (std::uint32_t o = 0; o < p.ops.size(); ++o) of_op[o] = shortest(cost, o);
+    }
     const auto on_stream = p.stream(s);
     if (before.empty()) {
       before.reserve(on_stream.size() + 1);
       before.push_back(Time{});
     }
-    Time sum = before.back();
-    for (std::size_t j = before.size() - 1; j <= i; ++j) {
-      const Task& t = p.tasks[on_stream[j]];
-      if (t.kind == TaskKind::Compute) {
-        if (cost.empty()) op_duration(rank, t.ref, kNoContention);  // fills the rank's cost table
-        sum = sum + shortest(cost, t.ref);
-      }
-      before.push_back(sum);
+    const std::size_t from = before.size() - 1;
+    before.resize(i + 2);
+    Time* out = before.data();
+    const Task* tasks = p.tasks.data();
+    Time sum = out[from];
+    for (std::size_t j = from; j <= i; ++j) {
+      const Task& t = tasks[on_stream[j]];
+      if (t.kind == TaskKind::Compute) sum = sum + of_op[t.ref];
+      out[j + 1] = sum;
     }
   }
   const Time to = before[i + 1];

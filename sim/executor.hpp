@@ -53,6 +53,10 @@ struct SimulationSetup {
 // transfer of that class, kWaitCategory waiting at a collective rendezvous.
 inline constexpr std::uint8_t kComputeCategory = 0;
 inline constexpr std::uint8_t kWaitCategory = 1 + kNumCommClasses;
+// With Executor::merge_intervals, a block: a run of passes applied from the
+// memo, kept as the time it attributes to each part of the breakdown instead
+// of as its tasks' intervals (`task` then indexes RankTimeline::blocks).
+inline constexpr std::uint8_t kBlockCategory = kWaitCategory + 1;
 struct Interval {
   Time start, end;
   std::uint32_t task = 0;
@@ -60,9 +64,23 @@ struct Interval {
   std::uint8_t category = 0;
 };
 
+// The parts of a breakdown (sim/metrics.hpp), in the order a sweep gives
+// them precedence: compute, each CommClass, idle (a rendezvous wait), bubble.
+inline constexpr std::size_t kBreakdownParts = kWaitCategory + 2;
+// A block's whole nanoseconds per part, exact sums of its tasks' intervals as
+// the breakdown attributes them; the executor keeps a block only where nothing
+// outside it could take precedence inside it (no other interval of the rank
+// starts inside it, and those running across it rank no higher than the last
+// part it attributes). `first_compute`: its first kernel's start (Time::max(): none).
+struct IntervalBlock {
+  std::array<std::int64_t, kBreakdownParts> ns{};
+  Time first_compute = Time::max();
+};
+
 struct RankTimeline {
   std::uint32_t rank = 0;
   std::vector<Interval> intervals;
+  std::vector<IntervalBlock> blocks;  // merge_intervals: the blocks its intervals name
 };
 
 struct WaitingTask {
@@ -126,10 +144,11 @@ class Executor {
   // passes from the memo"). Results are the same either way; on by default.
   void run_passes(bool on) { runs_wanted_ = on; }
   // Whether a recorded rank's interval that continues its stream's last one (the same
-  // category, starting where that one ends) extends it instead of being added: fewer
-  // intervals for the breakdown, which sums them exactly either way (sim/metrics.hpp),
-  // but the timelines no longer name every task (traces and reports need that). Off by
-  // default.
+  // category, starting where that one ends) extends it instead of being added, and a
+  // run of passes applied from the memo is kept as one block of per-part sums where
+  // that attributes the same (IntervalBlock): fewer intervals for the breakdown, which
+  // sums them exactly either way (sim/metrics.hpp), but the timelines no longer name
+  // every task (traces and reports need that). Off by default.
   void merge_intervals(bool on) { merge_intervals_ = on; }
   // What the memo did in the last run (for tests and measurement).
   struct MemoStats {
@@ -259,6 +278,14 @@ class Executor {
     // as an offset.
     std::vector<Interval> intervals;
     std::vector<std::uint8_t> opens_stream;  // per interval: the first of its stream
+    // merge_intervals: the pass as a block (IntervalBlock), where it holds no DP
+    // transfer (an asynchronous pipeline's steady period reads those): its
+    // nanoseconds per part over [0, span), the last part with any (an outside
+    // interval running across it must not rank above that) and its first kernel's start.
+    bool blockable = false;
+    std::array<std::int64_t, kBreakdownParts> part_ns{};
+    std::uint8_t weakest_part = 0;
+    Time first_compute = Time::max();
   };
   struct Recording {
     bool active = false, clean = true;
@@ -323,6 +350,9 @@ class Executor {
   // task by task.
   std::vector<Time> memo_end_;
   std::vector<std::uint32_t> memo_last_;
+  // Per rank: the applied run is a block, its last task's interval included (not recorded).
+  std::vector<std::uint8_t> block_final_;
+  bool try_block(std::uint32_t rank, const PassMark& m, const PassMemo& memo, std::uint32_t runs, Time now, Time end);
   // Per rank: a receive that clear_passes let be posted while the applied pass runs (kNoPass: none).
   std::vector<std::uint32_t> quiet_post_;
   std::vector<Time> busy_end_;  // per stream: the running transfer's end (Time::max(): not started)
@@ -393,6 +423,7 @@ class Executor {
   // Per op_cost_cache_ entry and stream of its program (lazily, as far as asked): the
   // shortest durations of the stream's compute tasks before each position, summed (earliest_end).
   std::vector<std::vector<std::vector<Time>>> shortest_before_;
+  std::vector<std::vector<Time>> shortest_of_op_;  // per op_cost_cache_ entry: each op's shortest duration
   // A kernel's shortest duration: at its fastest contention level (op_cost_cache_'s row).
   static Time shortest(const std::vector<Time>& cost, std::uint32_t op) {
     const std::size_t c = kContentionLevels * static_cast<std::size_t>(op);

@@ -1,5 +1,7 @@
 #include "sim/metrics.hpp"
 
+#include "sim/check.hpp"
+
 #include <algorithm>
 #include <array>
 #include <optional>
@@ -13,6 +15,7 @@ namespace {
 struct Edge {
   Time t;
   std::uint8_t category;
+  std::uint32_t interval = 0;  // kBlockCategory: the block's interval
 };
 // Marks a start in Edge::category where starts and ends share one array.
 constexpr std::uint8_t kStartBit = 0x80;
@@ -64,11 +67,40 @@ std::span<const Edge> sort_runs(std::vector<Edge>& edges, const std::vector<std:
 // interval in two touching ones of its category changes nothing.
 class EdgeSweep {
  public:
-  explicit EdgeSweep(Time end) : end_(end) {}
+  EdgeSweep(Time end, const std::vector<Interval>& intervals, std::span<const IntervalBlock> blocks)
+      : end_(end), intervals_(intervals), blocks_(blocks) {}
   void visit(Time t, std::uint8_t category, int delta) {
     attribute(prev_, std::min(t, end_));
     prev_ = std::max(prev_, std::min(t, end_));
     active_[category] += delta;
+  }
+  // Interval `i`, a block: what came before it is attributed, then its sums,
+  // and nothing inside it (edges there only change what is active).
+  void claim(std::uint32_t i) {
+    const Interval& iv = intervals_[i];
+    TRAINSIM_CHECK(iv.task < blocks_.size() && iv.end <= end_ && prev_ <= iv.start,
+                   "a timeline's block is unknown, ends past the breakdown's end or lies inside another block");
+    attribute(prev_, iv.start);
+    const IntervalBlock& b = blocks_[iv.task];
+    for (std::size_t k = 0; k < ns_.size(); ++k) ns_[k] += b.ns[k];
+    prev_ = iv.end;
+  }
+  // An edge of the sorted lists: a block's start claims it, its end changes nothing.
+  void visit_edge(const Edge& e, bool start) {
+    if (e.category == kBlockCategory) {
+      if (start) claim(e.interval);
+      return;
+    }
+    visit(e.t, e.category, start ? +1 : -1);
+  }
+  PartSums sums() {
+    attribute(prev_, end_);
+    prev_ = end_;
+    PartSums out{ns_, 0};
+    for (std::size_t k = 0; k < ns_.size(); ++k) {
+      if (ns_[k] > 0) out.weakest = static_cast<std::uint8_t>(k);
+    }
+    return out;
   }
   TimeBreakdown finish() {
     attribute(prev_, end_);
@@ -98,9 +130,12 @@ class EdgeSweep {
     }
     ns_[active_[kWaitCategory] > 0 ? kIdle : kBubble] += dt;
   }
+  static_assert(kBubble + 1 == kBreakdownParts);
   Time end_, prev_;
+  const std::vector<Interval>& intervals_;
+  std::span<const IntervalBlock> blocks_;
   std::array<int, kWaitCategory + 1> active_{};
-  std::array<std::int64_t, kBubble + 1> ns_{};
+  std::array<std::int64_t, kBreakdownParts> ns_{};
 };
 
 // The general path. Edges are visited in time order. Ends are recorded in time
@@ -108,7 +143,8 @@ class EdgeSweep {
 // time order per stream: merging those runs gives a full sort's order (up to
 // the order among edges of one time, which the sweep ignores) at a fraction of
 // its cost (a run out of order is sorted first).
-TimeBreakdown breakdown_by_edges(const std::vector<Interval>& intervals, Time end) {
+// Returns the sweep with every edge visited (finish() or sums() closes it).
+EdgeSweep sweep_by_edges(const std::vector<Interval>& intervals, std::span<const IntervalBlock> blocks, Time end) {
   std::vector<Edge> starts_by_stream(intervals.size()), ends(intervals.size());
   std::vector<std::size_t> bounds;
   {
@@ -124,25 +160,26 @@ TimeBreakdown breakdown_by_edges(const std::vector<Interval>& intervals, Time en
     bounds.push_back(at);
     for (std::size_t i = 0; i < intervals.size(); ++i) {
       const Interval& iv = intervals[i];
-      starts_by_stream[per_stream[iv.stream]++] = Edge{iv.start, iv.category};
-      ends[i] = Edge{iv.end, iv.category};
+      const auto index = static_cast<std::uint32_t>(i);
+      starts_by_stream[per_stream[iv.stream]++] = Edge{iv.start, iv.category, index};
+      ends[i] = Edge{iv.end, iv.category, index};
     }
   }
   std::vector<std::vector<Edge>> merged;
   const std::span<const Edge> starts = sort_runs(starts_by_stream, bounds, merged);
   if (!std::is_sorted(ends.begin(), ends.end(), edge_before)) std::sort(ends.begin(), ends.end(), edge_before);
-  EdgeSweep sweep(end);
+  EdgeSweep sweep(end, intervals, blocks);
   std::size_t s = 0, e = 0;
   while (s < starts.size() || e < ends.size()) {
     if (e == ends.size() || (s < starts.size() && starts[s].t <= ends[e].t)) {
-      sweep.visit(starts[s].t, starts[s].category, +1);
+      sweep.visit_edge(starts[s], true);
       ++s;
     } else {
-      sweep.visit(ends[e].t, ends[e].category, -1);
+      sweep.visit_edge(ends[e], false);
       ++e;
     }
   }
-  return sweep.finish();
+  return sweep;
 }
 
 // The usual case: on each stream the intervals, in the order recorded, follow
@@ -153,7 +190,8 @@ TimeBreakdown breakdown_by_edges(const std::vector<Interval>& intervals, Time en
 // the same order as on the general path (only the order among edges of one
 // time differs, which it ignores), so every sum is the same to the bit.
 // nullopt when some stream's intervals overlap or come out of order.
-std::optional<TimeBreakdown> breakdown_by_streams(const std::vector<Interval>& intervals, Time end) {
+std::optional<EdgeSweep> sweep_by_streams(const std::vector<Interval>& intervals, std::span<const IntervalBlock> blocks,
+                                          Time end) {
   std::array<std::uint32_t, 256> count{};
   std::array<Time, 256> last_end{};
   for (const Interval& iv : intervals) {
@@ -177,43 +215,58 @@ std::optional<TimeBreakdown> breakdown_by_streams(const std::vector<Interval>& i
       total += 2 * static_cast<std::size_t>(count[st]);
     }
     bounds.push_back(total);
-    for (const Interval& iv : intervals) {
+    for (std::size_t i = 0; i < intervals.size(); ++i) {
+      const Interval& iv = intervals[i];
       if (iv.stream == main) continue;
       std::size_t& k = at[iv.stream];
-      by_stream[k++] = Edge{iv.start, static_cast<std::uint8_t>(iv.category | kStartBit)};
-      by_stream[k++] = Edge{iv.end, iv.category};
+      const auto index = static_cast<std::uint32_t>(i);
+      by_stream[k++] = Edge{iv.start, static_cast<std::uint8_t>(iv.category | kStartBit), index};
+      by_stream[k++] = Edge{iv.end, iv.category, index};
     }
   }
   std::vector<std::vector<Edge>> merged;
   const std::span<const Edge> others = sort_runs(by_stream, bounds, merged);
-  EdgeSweep sweep(end);
+  EdgeSweep sweep(end, intervals, blocks);
   std::size_t o = 0;
   auto visit_others_until = [&](Time t, bool through) {
     while (o < others.size() && (others[o].t < t || (through && others[o].t == t))) {
       const Edge& e = others[o++];
-      sweep.visit(e.t, static_cast<std::uint8_t>(e.category & ~kStartBit), (e.category & kStartBit) ? +1 : -1);
+      sweep.visit_edge(Edge{e.t, static_cast<std::uint8_t>(e.category & ~kStartBit), e.interval},
+                       (e.category & kStartBit) != 0);
     }
   };
-  for (const Interval& iv : intervals) {
+  for (std::size_t i = 0; i < intervals.size(); ++i) {
+    const Interval& iv = intervals[i];
     if (iv.stream != main) continue;
     visit_others_until(iv.start, true);
-    sweep.visit(iv.start, iv.category, +1);
+    if (iv.category == kBlockCategory) {
+      sweep.claim(static_cast<std::uint32_t>(i));
+    } else {
+      sweep.visit(iv.start, iv.category, +1);
+    }
     visit_others_until(iv.end, true);
-    sweep.visit(iv.end, iv.category, -1);
+    if (iv.category != kBlockCategory) sweep.visit(iv.end, iv.category, -1);
   }
   visit_others_until(Time::max(), true);
-  return sweep.finish();
+  return sweep;
 }
 
 }  // namespace
 
-TimeBreakdown breakdown(const std::vector<Interval>& intervals, Time end) {
-  if (std::optional<TimeBreakdown> b = breakdown_by_streams(intervals, end)) return *b;
-  return breakdown_by_edges(intervals, end);
+TimeBreakdown breakdown(const std::vector<Interval>& intervals, Time end) { return breakdown(intervals, {}, end); }
+
+TimeBreakdown breakdown(const std::vector<Interval>& intervals, std::span<const IntervalBlock> blocks, Time end) {
+  if (std::optional<EdgeSweep> s = sweep_by_streams(intervals, blocks, end)) return s->finish();
+  return sweep_by_edges(intervals, blocks, end).finish();
 }
 
 TimeBreakdown breakdown_sorting_edges(const std::vector<Interval>& intervals, Time end) {
-  return breakdown_by_edges(intervals, end);
+  return sweep_by_edges(intervals, {}, end).finish();
+}
+
+PartSums part_sums(const std::vector<Interval>& intervals, Time end) {
+  if (std::optional<EdgeSweep> s = sweep_by_streams(intervals, {}, end)) return s->sums();
+  return sweep_by_edges(intervals, {}, end).sums();
 }
 
 }  // namespace trainsim

@@ -3,6 +3,8 @@
 // (per parallelism), waiting at collectives for slower ranks (idle), and time
 // with nothing to do (pipeline bubble). The parts add up to the makespan.
 #include <array>
+#include <cstdint>
+#include <span>
 #include <vector>
 
 #include "sim/executor.hpp"
@@ -22,6 +24,21 @@ struct TimeBreakdown {
 // Each part is a sum of whole nanoseconds, converted once: exact, so the parts
 // do not depend on how a stream's busy time is cut into intervals.
 TimeBreakdown breakdown(const std::vector<Interval>& intervals, Time end);
+// The same over a timeline whose intervals may name blocks (kBlockCategory):
+// each adds its sums, and nothing else counts inside it.
+TimeBreakdown breakdown(const std::vector<Interval>& intervals, std::span<const IntervalBlock> blocks, Time end);
+inline TimeBreakdown breakdown(const RankTimeline& timeline, Time end) {
+  return breakdown(timeline.intervals, timeline.blocks, end);
+}
+
+// The whole nanoseconds a breakdown of [0, end) gives each part (indexed as
+// IntervalBlock::ns), and the last part that gets any: what a block of these
+// intervals carries.
+struct PartSums {
+  std::array<std::int64_t, kBreakdownParts> ns{};
+  std::uint8_t weakest = 0;
+};
+PartSums part_sums(const std::vector<Interval>& intervals, Time end);
 
 // The same by sorting every start and end, for intervals in any order (what
 // breakdown does when a stream's intervals overlap or come out of order);

@@ -359,6 +359,64 @@ TEST_CASE("the breakdown equals a full sort's to the bit, in executor order or a
   }
 }
 
+TEST_CASE("a block of intervals attributes what they would, and only where nothing outside ranks above it") {
+  // A stretch [a, b) of kernels and TP transfers (streams 0 and 1) kept as one
+  // block with its part sums (IntervalBlock), beside intervals of streams 2
+  // and 3 that end before it, start after it or run across it ranking below
+  // everything it attributes: the same breakdown to the bit as the intervals.
+  std::mt19937_64 rng(7);
+  std::uniform_int_distribution<std::int64_t> length(1, 300);
+  const auto tp = static_cast<std::uint8_t>(1 + static_cast<int>(CommClass::TP));
+  const auto pp = static_cast<std::uint8_t>(1 + static_cast<int>(CommClass::PP));
+  const auto dp = static_cast<std::uint8_t>(1 + static_cast<int>(CommClass::DP));
+  auto same = [](const TimeBreakdown& x, const TimeBreakdown& y) {
+    return x.compute_s == y.compute_s && x.exposed_comm_s == y.exposed_comm_s && x.bubble_s == y.bubble_s &&
+           x.idle_s == y.idle_s;
+  };
+  for (int round = 0; round < 30; ++round) {
+    const Time a = Time::ns(1000 + length(rng)), end = Time::ns(100000);
+    // Inside: kernels back to back on stream 0, a TP transfer on stream 1 in
+    // each gap between them (the stretch covered, or left with holes in odd rounds).
+    std::vector<Interval> inside;
+    Time at = a;
+    for (int k = 0; k < 8; ++k) {
+      const Time kernel_end = at + Time::ns(length(rng));
+      inside.push_back(Interval{at, kernel_end, 0, 0, kComputeCategory});
+      const Time transfer_end = kernel_end + Time::ns(length(rng));
+      if (round % 2 == 0 || k % 3 != 0) inside.push_back(Interval{kernel_end, transfer_end, 0, 1, tp});
+      at = transfer_end;
+    }
+    const Time b = at;
+    std::vector<Interval> relative;
+    for (const Interval& iv : inside) relative.push_back(Interval{iv.start - a, iv.end - a, 0, iv.stream, iv.category});
+    const PartSums sums = part_sums(relative, b - a);
+    // Outside: before, after, and across it on stream 2 (a pipeline receive
+    // posted before it) where it ranks below the block's weakest part.
+    std::vector<Interval> outside{Interval{Time::ns(10), Time::ns(500), 0, 2, tp},
+                                  Interval{b + Time::ns(5), b + Time::ns(900), 0, 3, kComputeCategory}};
+    const bool across = sums.weakest <= pp;
+    if (across) outside.push_back(Interval{a - Time::ns(200), b + Time::ns(300), 0, 2, round % 3 == 0 ? dp : pp});
+    std::vector<Interval> full = outside, blocked = outside;
+    full.insert(full.end(), inside.begin(), inside.end());
+    blocked.push_back(Interval{a, b, 0, 0, kBlockCategory});
+    IntervalBlock block;
+    block.ns = sums.ns;
+    const std::vector<IntervalBlock> blocks{block};
+    for (std::vector<Interval>* v : {&full, &blocked}) {
+      std::stable_sort(v->begin(), v->end(), [](const Interval& x, const Interval& y) { return x.end < y.end; });
+    }
+    CAPTURE(round);
+    CHECK(sums.weakest == (round % 2 == 0 ? tp : kBreakdownParts - 1));  // holes: bubble inside
+    CHECK(same(breakdown(blocked, blocks, end), breakdown_by_full_sort(full, end)));
+    std::shuffle(blocked.begin(), blocked.end(), rng);  // the general path
+    CHECK(same(breakdown(blocked, blocks, end), breakdown_by_full_sort(full, end)));
+  }
+  // A block past the breakdown's end, or one the timeline does not hold, is a program error.
+  const std::vector<Interval> past{Interval{Time::ns(0), Time::ns(50), 0, 0, kBlockCategory}};
+  CHECK_THROWS(breakdown(past, std::vector<IntervalBlock>(1), Time::ns(40)));
+  CHECK_THROWS(breakdown(past, Time::ns(100)));
+}
+
 namespace {
 // Two pipeline stages on GPUs 0 and 1 of one node, each with a tensor-parallel
 // group of which it is the only simulated member (GPUs 2 and 3 stand aside):
@@ -937,12 +995,37 @@ void check_same_intervals(const SimulationResult& x, const SimulationResult& y, 
   }
 }
 
+// Each rank's breakdown and first kernel's start in `x` and in `y`, to the bit
+// (what a report reads of timelines whose intervals are merged, blocks included).
+void check_same_breakdowns(const SimulationResult& x, const SimulationResult& y) {
+  REQUIRE(x.timelines.size() == y.timelines.size());
+  auto first_compute = [](const RankTimeline& tl) {
+    Time first = Time::max();
+    for (const Interval& iv : tl.intervals) {
+      if (iv.category == kComputeCategory) first = std::min(first, iv.start);
+      if (iv.category == kBlockCategory) first = std::min(first, tl.blocks.at(iv.task).first_compute);
+    }
+    return first;
+  };
+  for (std::size_t r = 0; r < x.timelines.size(); ++r) {
+    CAPTURE(r);
+    const TimeBreakdown u = breakdown(x.timelines[r], x.makespan), v = breakdown(y.timelines[r], y.makespan);
+    CHECK(u.compute_s == v.compute_s);
+    CHECK(u.exposed_comm_s == v.exposed_comm_s);
+    CHECK(u.idle_s == v.idle_s);
+    CHECK(u.bubble_s == v.bubble_s);
+    CHECK(first_compute(x.timelines[r]) == first_compute(y.timelines[r]));
+  }
+}
+
 // Runs `setup` with the memo, with chains but without the memo, and task by
 // task: every figure and interval must agree to the nanosecond (intervals
 // compared sorted, as chains may list those ending at one instant in another
 // order). Returns the memo's statistics.
+// `blocks`: adds the blocks the merged run with the memo kept.
 Executor::MemoStats run_with_and_without_memo(const SimulationSetup& setup, const Cluster& cluster,
-                                              const ComputeCostModel& costs, const AnalyticalNetwork& net) {
+                                              const ComputeCostModel& costs, const AnalyticalNetwork& net,
+                                              std::uint64_t* blocks = nullptr) {
   Executor with(setup, cluster, costs, net);
   Executor chains_only(setup, cluster, costs, net);
   chains_only.memo_passes(false);
@@ -961,9 +1044,9 @@ Executor::MemoStats run_with_and_without_memo(const SimulationSetup& setup, cons
     return std::tuple(u.end, u.start, u.task, u.stream, u.category) <
            std::tuple(v.end, v.start, v.task, v.stream, v.category);
   });
-  // With touching intervals merged (as simulate() runs): a stream's merged
-  // intervals depend only on its own intervals in order, which the memo
-  // records as the run does, so they agree interval for interval.
+  // With touching intervals merged and runs of applied passes kept as blocks
+  // (as simulate() runs): the same breakdowns to the bit as task by task,
+  // merged or not, where blocks hold what the passes' intervals would.
   Executor merged_with(setup, cluster, costs, net);
   merged_with.merge_intervals(true);
   Executor merged_plain(setup, cluster, costs, net);
@@ -972,14 +1055,17 @@ Executor::MemoStats run_with_and_without_memo(const SimulationSetup& setup, cons
   const SimulationResult mw = merged_with.run();
   const SimulationResult mp = merged_plain.run();
   CHECK(mw.makespan == b.makespan);
-  check_same_intervals(mw, mp, [](const Interval& u, const Interval& v) {
-    return std::tuple(u.stream, u.start, u.end, u.category) < std::tuple(v.stream, v.start, v.end, v.category);
-  });
+  check_same_breakdowns(mw, mp);
+  check_same_breakdowns(mw, b);
+  CHECK(mp.timelines.size() == b.timelines.size());
   for (std::size_t r = 0; r < mw.timelines.size(); ++r) {
     CHECK(mw.timelines[r].intervals.size() <= a.timelines[r].intervals.size());
+    CHECK(mp.timelines[r].blocks.empty());  // no memo, no blocks
+    if (blocks != nullptr && !merged_with.memo_stats().repeated) *blocks += mw.timelines[r].blocks.size();
   }
   // Runs of passes against one pass at a time: the same intervals in the
-  // same order, merged or not (where neither run was repeated task by task).
+  // same order (where neither run was repeated task by task); merged, the
+  // same breakdowns (a run is one block, its passes alone are several).
   for (const bool merge : {false, true}) {
     Executor single(setup, cluster, costs, net);
     single.run_passes(false);
@@ -992,6 +1078,10 @@ Executor::MemoStats run_with_and_without_memo(const SimulationSetup& setup, cons
     CHECK(s.events == r.events);
     CHECK(s.finish == r.finish);
     REQUIRE(s.timelines.size() == r.timelines.size());
+    if (merge) {
+      check_same_breakdowns(s, r);
+      continue;
+    }
     for (std::size_t k = 0; k < s.timelines.size() && !repeated; ++k) {
       const std::vector<Interval>& u = s.timelines[k].intervals;
       const std::vector<Interval>& v = r.timelines[k].intervals;
@@ -1015,7 +1105,7 @@ TEST_CASE("the memo of repeated passes gives the task-by-task result on random p
   // grain), a second compute stream, tasks that wait for a pass's entry
   // besides its first, all-reduces that wait for a task inside a pass, and
   // side kernels outside a pass released by its entry at its start.
-  std::uint64_t applied = 0, runs = 0, recorded = 0, refused = 0, repeated = 0;
+  std::uint64_t applied = 0, runs = 0, recorded = 0, refused = 0, repeated = 0, blocks = 0;
   for (const double share : {1.0, 0.7, 0.5}) {
     const Cluster cluster{toy_cluster(2, 8)};
     const std::vector<CalibrationProfile> profiles{ideal_profile_sharing(share)};
@@ -1027,7 +1117,7 @@ TEST_CASE("the memo of repeated passes gives the task-by-task result on random p
         CAPTURE(grain);
         CAPTURE(seed);
         const Executor::MemoStats st =
-            run_with_and_without_memo(repeated_pass_pipeline(seed, grain), cluster, costs, net);
+            run_with_and_without_memo(repeated_pass_pipeline(seed, grain), cluster, costs, net, &blocks);
         applied += st.applied;
         runs += st.runs;
         recorded += st.recorded;
@@ -1037,13 +1127,14 @@ TEST_CASE("the memo of repeated passes gives the task-by-task result on random p
     }
   }
   MESSAGE("memo: " << applied << " passes applied (" << runs << " runs of several), " << recorded << " recorded, "
-                   << refused << " refused, " << repeated << " runs repeated");
+                   << refused << " refused, " << repeated << " runs repeated, " << blocks << " blocks kept");
   // The memo does apply, layers in runs too, and is refused where a peer's
   // transfer or another stream could touch a pass.
   CHECK(applied > 1000);
   CHECK(runs > 100);
   CHECK(recorded > 100);
   CHECK(refused > 0);
+  CHECK(blocks > 100);  // merged, applied runs are kept as blocks
 }
 
 namespace {

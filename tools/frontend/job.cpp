@@ -186,13 +186,14 @@ double steady_pipeline_period(const SimulationResult& res) {
   double period = 0;
   constexpr auto dp_category = static_cast<std::uint8_t>(1 + static_cast<int>(CommClass::DP));
   for (const RankTimeline& tl : res.timelines) {
-    const TimeBreakdown b = breakdown(tl.intervals, res.makespan);
+    const TimeBreakdown b = breakdown(tl, res.makespan);
     double own = b.compute_s;
     for (std::size_t c = 0; c < kNumCommClasses; ++c)
       if (c != static_cast<std::size_t>(CommClass::DP)) own += b.exposed_comm_s[c];
     std::vector<Interval> dp;
     for (const Interval& iv : tl.intervals)
-      if (iv.category == dp_category) dp.push_back(Interval{iv.start, iv.end, 0, 0, kComputeCategory});
+      if (iv.category == dp_category)
+        dp.push_back(Interval{iv.start, iv.end, 0, 0, kComputeCategory});  // blocks hold none
     period = std::max({period, own, breakdown(dp, res.makespan).compute_s});
   }
   return period;
@@ -502,8 +503,10 @@ JobRun run_job_with(const Scenario& s, Fidelity fidelity, MemoryCheck memory, bo
     double span = 0;
     for (const RankTimeline& tl : res.timelines) {
       Time first = res.makespan;
-      for (const Interval& iv : tl.intervals)
+      for (const Interval& iv : tl.intervals) {
         if (iv.category == kComputeCategory) first = std::min(first, iv.start);
+        if (iv.category == kBlockCategory) first = std::min(first, tl.blocks[iv.task].first_compute);
+      }
       if (first < res.makespan) span = std::max(span, (res.finish[tl.rank] - first).to_seconds());
     }
     if (span > 0 && span < rep.iteration_time_s) {
@@ -564,7 +567,7 @@ JobRun run_job_with(const Scenario& s, Fidelity fidelity, MemoryCheck memory, bo
     StageReport& sr = rep.per_stage[static_cast<std::size_t>(st)];
     const int rank = plan.recorded_rank_of_stage[st];
     for (const auto& tl : res.timelines) {
-      if (static_cast<int>(tl.rank) == rank) sr.time = breakdown(tl.intervals, res.makespan);
+      if (static_cast<int>(tl.rank) == rank) sr.time = breakdown(tl, res.makespan);
     }
     double slowest_peak = -1;
     std::string slowest;

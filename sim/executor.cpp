@@ -1135,7 +1135,7 @@ bool Executor::try_memo(std::uint32_t rank, std::uint32_t pass, Time now) {
 // as one block (IntervalBlock) where the breakdown attributes the same: the
 // memo holds no DP transfer and takes some time, and the rank's transfers
 // running across the run (clear_passes lets nothing else start inside it but
-// a receive posted at its start) rank no higher than everything it attributes.
+// a receive posted at its start) rank no higher than the last part it attributes.
 bool Executor::try_block(std::uint32_t rank, const PassMark& m, const PassMemo& memo, std::uint32_t runs, Time now,
                          Time end) {
   if (!merge_intervals_ || !memo.blockable || !(now < end)) return false;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -82,12 +83,22 @@ TransferId FlowNetwork::start(Time now, std::span<const FlowSpec> specs, std::ui
     fl.active = true;
     ++active_flows_;
     ++transfers_[id].left;
+    fl.min_capacity = fl.second_capacity = std::numeric_limits<double>::infinity();
+    fl.min_link = s.path.front();
     for (std::uint32_t l : s.path) {
       TRAINSIM_CHECK(l < links_.size(),
                      "a flow's path names link " + std::to_string(l) + " of " + std::to_string(links_.size()));
       if (!tracked_.empty() && tracked_[l] != 0) {
         if (links_[l].flows.empty()) busy_since_[l] = now;
         tracked_bytes_[l] += s.bytes;
+      }
+      const double c = links_[l].capacity;
+      if (c < fl.min_capacity) {
+        fl.second_capacity = fl.min_capacity;
+        fl.min_capacity = c;
+        fl.min_link = l;
+      } else if (c < fl.second_capacity) {
+        fl.second_capacity = c;
       }
       fl.hops.push_back(Hop{l, static_cast<std::uint32_t>(links_[l].flows.size())});
       links_[l].flows.push_back(f);
@@ -163,13 +174,35 @@ void FlowNetwork::drain(std::uint32_t f, Time now) {
   if (--tr.left == 0) push(completions_, HeapEntry{tr.finish, seq_++, fl.transfer, 0});
 }
 
+// Whether `link` can never saturate with its present flows: each flow's rate
+// is at most the capacity of every other link on its path, and those bounds
+// sum to less than the link's capacity (with a margin well above the rounding
+// of the rates). Such a link is never the one whose share freezes a flow in
+// progressive filling, so leaving it out of a component changes no rate. The
+// scan stops at the first flow that brings the sum to the capacity: on a link
+// that can saturate it reads a few flows, on a slack one it reads the flows
+// that expanding the link would have read anyway.
+bool FlowNetwork::slack(std::uint32_t link) const {
+  const LinkState& ls = links_[link];
+  const double limit = ls.capacity * (1 - 1e-9);
+  double sum = 0;
+  for (const std::uint32_t f : ls.flows) {
+    const Flow& fl = flows_[f];
+    sum += fl.min_link == link ? fl.second_capacity : fl.min_capacity;
+    if (!(sum < limit)) return false;  // also a flow bounded nowhere else (+inf)
+  }
+  return true;
+}
+
 void FlowNetwork::recompute(Time now) {
   if (++epoch_ == 0) {
     for (LinkState& ls : links_) ls.mark = 0;
     for (Flow& fl : flows_) fl.mark = 0;
     epoch_ = 1;
   }
-  // The component: links reachable from the seeds through shared flows.
+  // The component: links reachable from the seeds through shared flows, but
+  // not through a slack link (whose flows' rates it cannot limit). A seed is
+  // always in: its flows changed, and it may have limited one before.
   comp_links_.clear();
   comp_flows_.clear();
   for (std::uint32_t l : seeds_) {
@@ -190,7 +223,7 @@ void FlowNetwork::recompute(Time now) {
       for (const Hop& h : flows_[f].hops) {
         if (links_[h.link].mark != epoch_) {
           links_[h.link].mark = epoch_;
-          stack_.push_back(h.link);
+          if (!prune_slack_ || !slack(h.link)) stack_.push_back(h.link);
         }
       }
     }
@@ -230,6 +263,8 @@ void FlowNetwork::recompute(Time now) {
     for (std::uint32_t f : links_[l].flows) {
       if (flows_[f].new_rate >= 0) continue;
       flows_[f].new_rate = share;
+      // A slack link left out of the component is updated too, unread: it is
+      // set afresh whenever it is in one.
       for (const Hop& h : flows_[f].hops) {
         links_[h.link].rem_cap = std::max(0.0, links_[h.link].rem_cap - share);
         --links_[h.link].unfrozen;
@@ -308,6 +343,7 @@ void FlowNetwork::advance(Time now, std::vector<TransferDone>& done) {
         changes_.pop_back();
         links_[c.link].capacity = c.capacity;
         seeds_.push_back(c.link);
+        prune_slack_ = false;  // the flows' recorded bounds may no longer hold
       }
       recompute(tk);
       continue;

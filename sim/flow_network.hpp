@@ -9,6 +9,11 @@
 //   flows they touch (links joined by a common flow) is recomputed; flows whose
 //   rate did not change keep their scheduled drain time. A flow keeps its
 //   remaining bytes and the time they were last brought up to date.
+// - A link that cannot saturate does not join a component through its flows:
+//   its flows' bounds elsewhere (each flow's smallest capacity on the rest of
+//   its path) sum to less than its capacity, so it never limits a rate and
+//   the flows beyond it keep theirs (the same max-min rates; every shipped
+//   scenario predicts the same to the bit as without this cut).
 // - A flow drains its bytes at its rate, then arrives `latency` later (path
 //   propagation plus whatever fixed cost the caller adds). A transfer completes
 //   when its last flow arrives.
@@ -133,6 +138,10 @@ class FlowNetwork {
     std::uint32_t version = 0;
     std::uint32_t mark = 0;  // recompute(): visited in this epoch
     double new_rate = 0;     // recompute(): the rate being derived, -1 until frozen
+    // The two smallest capacities on the path (the second +inf for a one-link
+    // path) and the link of the smallest: the flow's bound off each link (slack()).
+    double min_capacity = 0, second_capacity = 0;
+    std::uint32_t min_link = 0;
     bool active = false;
   };
   // The flows on a link, held in the link up to kInline (most links carry one
@@ -195,6 +204,7 @@ class FlowNetwork {
   void schedule_drain(std::uint32_t f);
   void drain(std::uint32_t f, Time now);
   void recompute(Time now);  // over the component of the links in seeds_
+  bool slack(std::uint32_t link) const;
   void clean_drains();
   void push(std::vector<HeapEntry>& heap, HeapEntry e);
   HeapEntry pop(std::vector<HeapEntry>& heap);
@@ -226,6 +236,9 @@ class FlowNetwork {
   };
   std::vector<ShareEntry> share_heap_;
   std::uint64_t recomputations_ = 0, rerated_flows_ = 0, retimed_flows_ = 0;
+  // Whether slack links bound components: until a capacity changes mid-run
+  // (the flows' recorded bounds then go stale).
+  bool prune_slack_ = true;
   // Tracked links (empty when none): flag, bytes, start of the current busy spell, busy time before it.
   std::vector<std::uint8_t> tracked_;
   std::vector<double> tracked_bytes_;

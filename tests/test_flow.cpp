@@ -106,6 +106,116 @@ TEST_CASE("flow network: parking lot gets the max-min fair rates") {
   CHECK(at[1] == doctest::Approx(1.0).epsilon(1e-6));
 }
 
+TEST_CASE("flow network: a link that cannot saturate does not join its flows' components") {
+  // NICs a and b (10 GB/s) each send one flow through uplink u. With u at
+  // 100 GB/s the flows' bounds off u (10 + 10) leave it slack: a new flow on a
+  // re-rates a's flows only. At 15 GB/s u could saturate and joins all three.
+  for (const double uplink : {100e9, 15e9}) {
+    CAPTURE(uplink);
+    FlowNetwork net({10e9, 10e9, uplink});
+    const std::uint32_t au[] = {0, 2}, bu[] = {1, 2}, a[] = {0};
+    const std::vector<FlowSpec> two{{au, 1e9, {}}, {bu, 1e9, {}}};
+    const TransferId t = net.start(Time{}, two, 0);
+    CHECK(net.flow_rate(t, 0) == doctest::Approx(uplink > 20e9 ? 10e9 : 7.5e9));
+    const std::uint64_t before = net.rerated_flows();
+    const FlowSpec third{a, 1e9, {}};
+    const TransferId t3 = net.start(Time{}, {&third, 1}, 1);
+    CHECK(net.rerated_flows() == before + (uplink > 20e9 ? 2 : 3));
+    // Max-min either way: a is shared by two flows; the flow from b takes what u leaves it.
+    CHECK(net.flow_rate(t, 0) == doctest::Approx(5e9));
+    CHECK(net.flow_rate(t3, 0) == doctest::Approx(5e9));
+    CHECK(net.flow_rate(t, 1) == doctest::Approx(std::min(10e9, uplink - 5e9)));
+  }
+}
+
+TEST_CASE("flow network: rates stay max-min fair as random flows come and go over slack and full links") {
+  // Random paths from a NIC (1-4 GB/s) through up to two core links (40-160
+  // GB/s, most of them slack, so components are cut there) to another NIC or
+  // none; after every start and every event each active flow's rate is
+  // checked against max-min fairness recomputed from scratch over all flows.
+  std::uint64_t state = 12345;
+  auto next = [&](std::uint64_t n) {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (state >> 33) % n;
+  };
+  constexpr std::size_t kNics = 10, kLinks = 14;
+  std::vector<double> cap(kLinks);
+  for (std::size_t l = 0; l < kLinks; ++l) cap[l] = (l < kNics ? 1e9 : 40e9) * static_cast<double>(1 + next(4));
+  FlowNetwork net(cap);
+  struct Started {
+    TransferId id;  // reused by a later transfer once this one completes
+    std::vector<std::vector<std::uint32_t>> paths;
+  };
+  std::vector<Started> started;
+  std::vector<TransferDone> done;
+  auto check_max_min = [&] {
+    // Progressive filling over every flow still draining.
+    std::vector<std::uint8_t> completed(started.size(), 0);
+    for (const TransferDone& d : done) completed[d.cookie] = 1;
+    std::vector<std::pair<const std::vector<std::uint32_t>*, double>> active;  // path, rate
+    for (std::size_t k = 0; k < started.size(); ++k)
+      for (std::size_t i = 0; i < started[k].paths.size() && !completed[k]; ++i) {
+        const Started& s = started[k];
+        const double r = net.flow_rate(s.id, i);
+        if (r > 0) active.emplace_back(&s.paths[i], r);
+      }
+    std::vector<double> rem = cap, want(active.size(), -1);
+    std::size_t left = active.size();
+    while (left > 0) {
+      double best = 0;
+      std::size_t link = kLinks;
+      for (std::size_t l = 0; l < kLinks; ++l) {
+        std::size_t n = 0;
+        for (std::size_t f = 0; f < active.size(); ++f)
+          if (want[f] < 0)
+            n += static_cast<std::size_t>(std::count(active[f].first->begin(), active[f].first->end(), l));
+        if (n > 0 && (link == kLinks || rem[l] / static_cast<double>(n) < best)) {
+          best = rem[l] / static_cast<double>(n);
+          link = l;
+        }
+      }
+      for (std::size_t f = 0; f < active.size(); ++f) {
+        if (want[f] >= 0 || std::count(active[f].first->begin(), active[f].first->end(), link) == 0) continue;
+        want[f] = best;
+        --left;
+        for (const std::uint32_t l : *active[f].first) rem[l] -= best;
+      }
+    }
+    for (std::size_t f = 0; f < active.size(); ++f) CHECK(active[f].second == doctest::Approx(want[f]).epsilon(1e-9));
+  };
+  Time now{};
+  for (int round = 0; round < 60; ++round) {
+    Started s;
+    std::vector<FlowSpec> specs;
+    const std::size_t flows = 1 + next(3);
+    s.paths.resize(flows);
+    for (std::vector<std::uint32_t>& path : s.paths) {
+      auto add = [&](std::size_t from, std::size_t n) {
+        const auto l = static_cast<std::uint32_t>(from + next(n));
+        if (std::find(path.begin(), path.end(), l) == path.end()) path.push_back(l);
+      };
+      add(0, kNics);
+      for (std::uint64_t k = next(3); k > 0; --k) add(kNics, kLinks - kNics);
+      if (next(2) == 0) add(0, kNics);
+    }
+    for (const auto& path : s.paths) specs.push_back(FlowSpec{path, 1e6 * static_cast<double>(1 + next(1000)), {}});
+    s.id = net.start(now, specs, static_cast<std::uint64_t>(round));
+    started.push_back(std::move(s));
+    check_max_min();
+    // Let up to two events pass before the next start.
+    for (std::uint64_t k = next(3); k > 0 && net.next_event() != Time::max(); --k) {
+      now = net.next_event();
+      net.advance(now, done);
+      check_max_min();
+    }
+  }
+  while (net.next_event() != Time::max()) {
+    net.advance(net.next_event(), done);
+    check_max_min();
+  }
+  CHECK(done.size() == started.size());
+}
+
 TEST_CASE("ring all-reduce on flows = 2(n-1)/n * S/B + 2(n-1) * alpha") {
   // Inside one node: 8 GPUs, 100 GB/s scale-up links, alpha = 2 us per step.
   {

@@ -12,8 +12,7 @@
 // - A link that cannot saturate does not join a component through its flows:
 //   its flows' bounds elsewhere (each flow's smallest capacity on the rest of
 //   its path) sum to less than its capacity, so it never limits a rate and
-//   the flows beyond it keep theirs (the same max-min rates; every shipped
-//   scenario predicts the same to the bit as without this cut).
+//   the flows beyond it keep their max-min rates.
 // - A flow drains its bytes at its rate, then arrives `latency` later (path
 //   propagation plus whatever fixed cost the caller adds). A transfer completes
 //   when its last flow arrives.

@@ -476,13 +476,21 @@ class StageProgramBuilder {
               TaskId* first_compute = nullptr, PassFilter filter = PassFilter::All,
               std::vector<TaskId>* ids_io = nullptr) {
     std::vector<TaskId>& ids = ids_io != nullptr ? *ids_io : emit_ids_;
-    if (filter != PassFilter::WeightOnly) ids.assign(steps.size(), kNone);
-    TRAINSIM_CHECK(ids.size() == steps.size(), "a W pass needs the task ids of its B pass");
+    // A template gives every step its id under All (stamp), which only a
+    // caller asking for them reads.
+    const bool stamp_all = filter == PassFilter::All && use_templates_;
+    if (stamp_all) {
+      ids.resize(ids_io != nullptr ? steps.size() : 0);
+    } else if (filter != PassFilter::WeightOnly) {
+      ids.assign(steps.size(), kNone);
+    }
+    TRAINSIM_CHECK(stamp_all || ids.size() == steps.size(), "a W pass needs the task ids of its B pass");
     // Label and op ids of this step list under this prefix, looked up once per list.
     auto [cached, fresh] = step_ids_.try_emplace(StepListKey{prefix, &steps});
     StepListIds& list_ids = cached->second;
     if (fresh) {
       const std::string text = prefix.text();
+      list_ids.labels.reserve(steps.size());
       for (const Step& st : steps) list_ids.labels.push_back(label(text, st.name));
       list_ids.ops.assign(steps.size(), kNone);
     }
@@ -546,17 +554,23 @@ class StageProgramBuilder {
   struct PassTemplate {
     std::vector<PassItem> items;
     std::vector<std::uint32_t> deps;    // positions among the items
-    std::vector<double> compute_flops;  // the computations' model FLOPs, in item order
+    std::vector<double> compute_flops;  // the computations' nonzero model FLOPs, in item order
     int first_compute = -1, last_compute = -1;
     std::uint32_t entry_last_items = 0;   // items with entry == 2
     std::uint32_t entry_whole_items = 0;  // items with entry == 1
     std::uint32_t id = 0;                 // in creation order: the key of the passes it stamps (PassMark)
+    // Laid out for stamping: each item's step and the end of its template
+    // dependencies; the items with entry == 2, in order; tasks per stream.
+    std::vector<std::uint32_t> item_steps, item_deps_end, entry_last_at;
+    std::vector<ProgramBuilder::StreamCount> per_stream;
   };
   const PassTemplate& pass_template(const std::vector<Step>& steps, PassFilter filter) {
     auto [it, fresh] = templates_.try_emplace({&steps, filter == PassFilter::All ? 0 : 1});
     PassTemplate& t = it->second;
     if (!fresh) return t;  // made under another prefix
     t.id = static_cast<std::uint32_t>(templates_.size() - 1);
+    t.items.reserve(steps.size());
+    t.deps.reserve(2 * steps.size());
     std::vector<int> pos(steps.size(), -1);
     int last = -1, before_last = -1;  // positions; -1: the entry's last task
     for (std::size_t j = 0; j < steps.size(); ++j) {
@@ -603,6 +617,22 @@ class StageProgramBuilder {
       t.items.push_back(item);
     }
     t.last_compute = last;
+    // Adding a zero leaves a sum of non-negative FLOPs as it is (stamp).
+    std::erase(t.compute_flops, 0.0);
+    std::vector<std::uint32_t> on_stream;
+    t.item_steps.reserve(t.items.size());
+    t.item_deps_end.reserve(t.items.size());
+    for (std::size_t i = 0; i < t.items.size(); ++i) {
+      const PassItem& item = t.items[i];
+      t.item_steps.push_back(item.step);
+      t.item_deps_end.push_back(item.deps_end);
+      if (item.entry == 2) t.entry_last_at.push_back(static_cast<std::uint32_t>(i));
+      if (item.proto.stream >= on_stream.size()) on_stream.resize(item.proto.stream + 1, 0);
+      ++on_stream[item.proto.stream];
+    }
+    for (std::size_t k = 0; k < on_stream.size(); ++k) {
+      if (on_stream[k] > 0) t.per_stream.push_back({static_cast<std::uint8_t>(k), on_stream[k]});
+    }
     return t;
   }
   // `labels`, `ops`: the list's label and op ids under this prefix (StepListIds);
@@ -632,28 +662,45 @@ class StageProgramBuilder {
         }
       }
     }
-    std::size_t deps = t.deps.size() + (entry_last != kNone ? t.entry_last_items : 0);
+    const bool to_last = entry_last != kNone && t.entry_last_items > 0;
+    std::size_t deps = t.deps.size() + (to_last ? t.entry_last_items : 0);
     deps += t.entry_whole_items * whole.size();
-    const ProgramBuilder::TaskRun run = b_.extend(stamped, deps);
+    const ProgramBuilder::TaskRun run = b_.extend(stamped, deps, t.per_stream);
     const TaskId base = run.first;
     TRAINSIM_CHECK(whole.empty() || whole.back() < base, "a pass's entry holds a task after its start");
-    TaskId* out = run.deps;
-    // Summed in item order, as step by step.
+    TRAINSIM_CHECK(n == 0 || (t.entry_whole_items == 1 && t.items.front().entry == 1),
+                   "a pass template's entry goes to its first item only");
+    // Summed in item order, as step by step (the zeros left out add nothing).
     for (const double f : t.compute_flops) hw_flops_ += f;
     if (!recomputed) {
       for (const double f : t.compute_flops) model_flops_ += f;
     }
-    for (std::size_t i = 0; i < n; ++i) {
-      const PassItem& item = t.items[i];
-      run.tasks[i].microbatch = mb;
-      if (item.entry == 1) {
-        out = std::copy(whole.begin(), whole.end(), out);
-      } else if (item.entry == 2 && entry_last != kNone) {
+    for (std::size_t i = 0; i < n; ++i) run.tasks[i].microbatch = mb;
+    if (!ids.empty()) {  // empty: no caller reads them (emit)
+      for (std::size_t i = 0; i < n; ++i) ids[t.item_steps[i]] = base + static_cast<TaskId>(i);
+    }
+    // The first item waits for the whole entry (and has no template
+    // dependencies: nothing of the pass comes before it), then come the
+    // template dependencies item by item, each item with entry == 2 first
+    // waiting for the entry's last task where there is one.
+    TaskId* out = n == 0 ? run.deps : std::copy(whole.begin(), whole.end(), run.deps);
+    const std::uint32_t* tdeps = t.deps.data();
+    const std::uint32_t ends_base = run.deps_base + static_cast<std::uint32_t>(whole.size());
+    if (!to_last) {
+      const std::size_t nd = t.deps.size();
+      for (std::size_t k = 0; k < nd; ++k) out[k] = base + tdeps[k];
+      for (std::size_t i = 0; i < n; ++i) run.dep_ends[i] = ends_base + t.item_deps_end[i];
+    } else {
+      std::uint32_t k = 0, extra = 0;
+      std::size_t i = 0;
+      for (const std::uint32_t at : t.entry_last_at) {
+        for (; i < at; ++i) run.dep_ends[i] = ends_base + extra + t.item_deps_end[i];
+        for (const std::uint32_t begin = t.items[at].deps_begin; k < begin; ++k) *out++ = base + tdeps[k];
         *out++ = entry_last;
+        ++extra;
       }
-      for (std::uint32_t k = item.deps_begin; k < item.deps_end; ++k) *out++ = base + t.deps[k];
-      run.dep_ends[i] = run.deps_base + static_cast<std::uint32_t>(out - run.deps);
-      ids[item.step] = base + static_cast<TaskId>(i);
+      for (; i < n; ++i) run.dep_ends[i] = ends_base + extra + t.item_deps_end[i];
+      for (; k < t.deps.size(); ++k) *out++ = base + tdeps[k];
     }
     if (first_compute != nullptr && *first_compute == kNone && t.first_compute >= 0) {
       *first_compute = base + static_cast<TaskId>(t.first_compute);
@@ -2712,6 +2759,8 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
           for (int c = 0; c < par.cp; ++c) {
             for (int t = 0; t < par.tp; ++t) {
               const int from = cluster.node_of(gpu(s, d, c, t)), to = cluster.node_of(gpu(s, 0, c, t));
+              // The ranks of a node come one after another: a pair just listed is left out.
+              if (!node_pairs.empty() && node_pairs.back() == std::pair{from, to}) continue;
               node_pairs.emplace_back(from, to);
               leaf_pairs.emplace_back(net.leaf_group_of_node(from), net.leaf_group_of_node(to));
             }

@@ -154,13 +154,14 @@ TaskId ProgramBuilder::recv(std::uint8_t stream, std::uint32_t slot, CommClass c
   return last_id();
 }
 
-ProgramBuilder::TaskRun ProgramBuilder::extend(std::span<const Task> tasks, std::size_t deps) {
+ProgramBuilder::TaskRun ProgramBuilder::extend(std::span<const Task> tasks, std::size_t deps,
+                                               std::span<const StreamCount> per_stream) {
   ProgramTemplate& p = program_;
   TaskRun run;
   run.first = static_cast<TaskId>(p.tasks.size());
   run.deps_base = static_cast<std::uint32_t>(p.deps.size());
-  p.tasks.insert(p.tasks.end(), tasks.begin(), tasks.end());
-  for (const Task& t : tasks) ++on_stream_[t.stream];
+  p.tasks.insert(p.tasks.end(), tasks.data(), tasks.data() + tasks.size());  // pointers: one block copy
+  for (const StreamCount& c : per_stream) on_stream_[c.stream] += c.count;
   p.deps.resize(p.deps.size() + deps);
   p.dep_offsets.resize(p.dep_offsets.size() + tasks.size());
   run.tasks = p.tasks.data() + run.first;

@@ -172,7 +172,13 @@ class ProgramBuilder {
     std::uint32_t deps_base = 0;
     std::uint32_t* dep_ends = nullptr;
   };
-  TaskRun extend(std::span<const Task> tasks, std::size_t deps);
+  // `per_stream`: how many of `tasks` lie on each of their streams (each
+  // stream once), counted by the caller once for all copies of a pass.
+  struct StreamCount {
+    std::uint8_t stream = 0;
+    std::uint32_t count = 0;
+  };
+  TaskRun extend(std::span<const Task> tasks, std::size_t deps, std::span<const StreamCount> per_stream);
   std::size_t size() const { return program_.tasks.size(); }
   const Task& task(TaskId id) const { return program_.tasks[id]; }
   // Queues the tasks [first, first + order.size()) on their streams in `order`

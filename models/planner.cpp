@@ -175,7 +175,8 @@ class StageProgramBuilder {
     for (int l : layers_) max_layers = std::max(max_layers, l);
     const std::size_t per_unit =
         max_layers * (dense().forward.size() + dense().backward.size() + dense().recompute.size()) / 2 + 8;
-    b_.reserve(order.size() * per_unit, 2 * order.size() * per_unit);
+    // About one marked pass per layer and unit (forward, backward, recomputation).
+    b_.reserve(order.size() * per_unit, 2 * order.size() * per_unit, order.size() * (max_layers + 1));
     // The last unit of each chunk that finishes its weight gradients carries the gradient reduction.
     std::vector<int> last_weights(chunks_, -1), first_forward(chunks_, -1);
     for (int i = 0; i < static_cast<int>(order.size()); ++i) {
@@ -450,12 +451,30 @@ class StageProgramBuilder {
     ++labels_indexed_;
     return id;
   }
+  // A step's op id, added on first use: an open-addressing table keyed by the
+  // step's address (a few hundred per program, no allocation per entry).
   std::uint32_t op_id(const Step& s) {
-    auto it = ops_.find(&s);
-    if (it != ops_.end()) return it->second;
+    if (2 * (ops_indexed_ + 1) > op_slots_.size()) {
+      std::vector<OpSlot> slots(std::max<std::size_t>(64, 2 * op_slots_.size()));
+      for (const OpSlot& e : op_slots_) {
+        if (e.step == nullptr) continue;
+        std::size_t i = op_slot_hash(e.step) & (slots.size() - 1);
+        while (slots[i].step != nullptr) i = (i + 1) & (slots.size() - 1);
+        slots[i] = e;
+      }
+      op_slots_ = std::move(slots);
+    }
+    std::size_t i = op_slot_hash(&s) & (op_slots_.size() - 1);
+    for (; op_slots_[i].step != nullptr; i = (i + 1) & (op_slots_.size() - 1)) {
+      if (op_slots_[i].step == &s) return op_slots_[i].id;
+    }
     const std::uint32_t id = b_.add_op(s.op);
-    ops_.emplace(&s, id);
+    op_slots_[i] = OpSlot{&s, id};
+    ++ops_indexed_;
     return id;
+  }
+  static std::size_t op_slot_hash(const Step* s) {
+    return static_cast<std::size_t>((reinterpret_cast<std::uintptr_t>(s) >> 3) * 0x9E3779B97F4A7C15ull >> 32);
   }
   std::uint8_t comm_stream(CommClass c) const {
     return c == CommClass::CP ? s_.cp : c == CommClass::EP ? s_.ep : s_.tp;
@@ -1985,7 +2004,12 @@ class StageProgramBuilder {
   std::vector<LabelSlot> label_slots_;  // open addressing, a power of two long, at most half full
   std::size_t labels_indexed_ = 0;
   std::unordered_map<const char*, std::uint32_t> literal_labels_;
-  std::unordered_map<const Step*, std::uint32_t> ops_;
+  struct OpSlot {
+    const Step* step = nullptr;
+    std::uint32_t id = 0;
+  };
+  std::vector<OpSlot> op_slots_;  // op_id's table, a power of two of slots
+  std::size_t ops_indexed_ = 0;
   // Label and op ids of a step list under a prefix (emit), keyed without building the prefix's text.
   struct StepListKey {
     StepPrefix prefix;

@@ -170,10 +170,11 @@ ProgramBuilder::TaskRun ProgramBuilder::extend(std::span<const Task> tasks, std:
   return run;
 }
 
-void ProgramBuilder::reserve(std::size_t tasks, std::size_t deps) {
+void ProgramBuilder::reserve(std::size_t tasks, std::size_t deps, std::size_t passes) {
   program_.tasks.reserve(tasks);
   program_.dep_offsets.reserve(tasks + 1);
   program_.deps.reserve(deps);
+  program_.passes.reserve(passes);
 }
 
 void ProgramBuilder::reorder(TaskId first, std::span<const TaskId> order) {
@@ -195,13 +196,19 @@ ProgramTemplate ProgramBuilder::finish() && {
   // Successors: counted, summed to each list's end, then filled from the last
   // task back (each list in task order; its offset ends at its start).
   p.succ_offsets.assign(n + 1, 0);
-  for (TaskId d : p.deps) ++p.succ_offsets[d];
-  for (std::size_t t = 1; t < n; ++t) p.succ_offsets[t] += p.succ_offsets[t - 1];
-  if (n > 0) p.succ_offsets[n] = p.succ_offsets[n - 1];
-  p.succs.resize(p.succ_offsets[n]);
+  std::uint32_t* offsets = p.succ_offsets.data();
+  for (TaskId d : p.deps) ++offsets[d];
+  std::uint32_t sum = 0;
+  for (std::size_t t = 0; t < n; ++t) offsets[t] = sum += offsets[t];
+  offsets[n] = sum;
+  p.succs.resize(sum);
+  std::uint32_t* succs = p.succs.data();
+  const TaskId* deps = p.deps.data();
+  std::uint32_t end = p.dep_offsets[n];
   for (std::size_t t = n; t-- > 0;) {
-    for (TaskId d : p.deps_of(static_cast<std::uint32_t>(t)))
-      p.succs[--p.succ_offsets[d]] = static_cast<std::uint32_t>(t);
+    const std::uint32_t begin = p.dep_offsets[t];
+    for (std::uint32_t k = begin; k < end; ++k) succs[--offsets[deps[k]]] = static_cast<std::uint32_t>(t);
+    end = begin;
   }
   const std::size_t ns = p.streams.size();
   p.stream_offsets.assign(ns + 1, 0);

@@ -188,8 +188,8 @@ class ProgramBuilder {
   void mark_pass(TaskId first, std::uint32_t count, std::uint32_t key) {
     program_.passes.push_back(PassMark{first, count, key});
   }
-  // Capacity hint: avoids regrowing the task and dependency arrays of big programs.
-  void reserve(std::size_t tasks, std::size_t deps);
+  // Capacity hint: avoids regrowing the task, dependency and pass arrays of big programs.
+  void reserve(std::size_t tasks, std::size_t deps, std::size_t passes = 0);
 
   ProgramTemplate finish() &&;
 

@@ -451,31 +451,6 @@ class StageProgramBuilder {
     ++labels_indexed_;
     return id;
   }
-  // A step's op id, added on first use: an open-addressing table keyed by the
-  // step's address (a few hundred per program, no allocation per entry).
-  std::uint32_t op_id(const Step& s) {
-    if (2 * (ops_indexed_ + 1) > op_slots_.size()) {
-      std::vector<OpSlot> slots(std::max<std::size_t>(64, 2 * op_slots_.size()));
-      for (const OpSlot& e : op_slots_) {
-        if (e.step == nullptr) continue;
-        std::size_t i = op_slot_hash(e.step) & (slots.size() - 1);
-        while (slots[i].step != nullptr) i = (i + 1) & (slots.size() - 1);
-        slots[i] = e;
-      }
-      op_slots_ = std::move(slots);
-    }
-    std::size_t i = op_slot_hash(&s) & (op_slots_.size() - 1);
-    for (; op_slots_[i].step != nullptr; i = (i + 1) & (op_slots_.size() - 1)) {
-      if (op_slots_[i].step == &s) return op_slots_[i].id;
-    }
-    const std::uint32_t id = b_.add_op(s.op);
-    op_slots_[i] = OpSlot{&s, id};
-    ++ops_indexed_;
-    return id;
-  }
-  static std::size_t op_slot_hash(const Step* s) {
-    return static_cast<std::size_t>((reinterpret_cast<std::uintptr_t>(s) >> 3) * 0x9E3779B97F4A7C15ull >> 32);
-  }
   std::uint8_t comm_stream(CommClass c) const {
     return c == CommClass::CP ? s_.cp : c == CommClass::EP ? s_.ep : s_.tp;
   }
@@ -511,13 +486,15 @@ class StageProgramBuilder {
       const std::string text = prefix.text();
       list_ids.labels.reserve(steps.size());
       for (const Step& st : steps) list_ids.labels.push_back(label(text, st.name));
-      list_ids.ops.assign(steps.size(), kNone);
+      auto [ops, first_use] = list_ops_.try_emplace(&steps);
+      if (first_use) ops->second.assign(steps.size(), kNone);
+      list_ids.ops = &ops->second;
     }
     if (filter != PassFilter::WeightOnly && use_templates_) {
       const int which = filter == PassFilter::All ? 0 : 1;
       const PassTemplate*& t = list_ids.templates[which];
       if (t == nullptr) t = &pass_template(steps, filter);
-      return stamp(*t, steps, list_ids.labels, list_ids.ops, list_ids.stamped[which], mb, entry, recomputed,
+      return stamp(*t, steps, list_ids.labels, *list_ids.ops, list_ids.stamped[which], mb, entry, recomputed,
                    first_compute, ids);
     }
     const std::vector<std::uint32_t>& step_label = list_ids.labels;
@@ -541,8 +518,8 @@ class StageProgramBuilder {
                                lbl, mb, deps, matrix);
       } else {
         dedupe_in_place(deps);
-        std::uint32_t& op = list_ids.ops[j];
-        if (op == kNone) op = op_id(s);  // in first-use order, as without the cache
+        std::uint32_t& op = (*list_ids.ops)[j];
+        if (op == kNone) op = b_.add_op(s.op);  // in first-use order
         ids[j] = b_.compute(s_.compute, op, lbl, mb, deps);
         before_last = last_compute;
         last_compute = ids[j];
@@ -578,9 +555,8 @@ class StageProgramBuilder {
     std::uint32_t entry_last_items = 0;   // items with entry == 2
     std::uint32_t entry_whole_items = 0;  // items with entry == 1
     std::uint32_t id = 0;                 // in creation order: the key of the passes it stamps (PassMark)
-    // Laid out for stamping: each item's step and the end of its template
-    // dependencies; the items with entry == 2, in order; tasks per stream.
-    std::vector<std::uint32_t> item_steps, item_deps_end, entry_last_at;
+    // For stamping: the items with entry == 2, in order, and tasks per stream.
+    std::vector<std::uint32_t> entry_last_at;
     std::vector<ProgramBuilder::StreamCount> per_stream;
   };
   const PassTemplate& pass_template(const std::vector<Step>& steps, PassFilter filter) {
@@ -639,12 +615,8 @@ class StageProgramBuilder {
     // Adding a zero leaves a sum of non-negative FLOPs as it is (stamp).
     std::erase(t.compute_flops, 0.0);
     std::vector<std::uint32_t> on_stream;
-    t.item_steps.reserve(t.items.size());
-    t.item_deps_end.reserve(t.items.size());
     for (std::size_t i = 0; i < t.items.size(); ++i) {
       const PassItem& item = t.items[i];
-      t.item_steps.push_back(item.step);
-      t.item_deps_end.push_back(item.deps_end);
       if (item.entry == 2) t.entry_last_at.push_back(static_cast<std::uint32_t>(i));
       if (item.proto.stream >= on_stream.size()) on_stream.resize(item.proto.stream + 1, 0);
       ++on_stream[item.proto.stream];
@@ -654,7 +626,7 @@ class StageProgramBuilder {
     }
     return t;
   }
-  // `labels`, `ops`: the list's label and op ids under this prefix (StepListIds);
+  // `labels`, `ops`: the list's label ids under this prefix and its op ids (StepListIds);
   // `stamped`: the tasks of the first stamp under it (empty before), which
   // later stamps copy and give their micro-batch.
   TaskId stamp(const PassTemplate& t, const std::vector<Step>& steps, const std::vector<std::uint32_t>& labels,
@@ -676,7 +648,7 @@ class StageProgramBuilder {
         task.label = labels[item.step];
         if (task.kind == TaskKind::Compute) {
           std::uint32_t& op = ops[item.step];
-          if (op == kNone) op = op_id(steps[item.step]);  // in first-use order, as step by step
+          if (op == kNone) op = b_.add_op(steps[item.step].op);  // in first-use order, as step by step
           task.ref = op;
         }
       }
@@ -696,7 +668,7 @@ class StageProgramBuilder {
     }
     for (std::size_t i = 0; i < n; ++i) run.tasks[i].microbatch = mb;
     if (!ids.empty()) {  // empty: no caller reads them (emit)
-      for (std::size_t i = 0; i < n; ++i) ids[t.item_steps[i]] = base + static_cast<TaskId>(i);
+      for (std::size_t i = 0; i < n; ++i) ids[t.items[i].step] = base + static_cast<TaskId>(i);
     }
     // The first item waits for the whole entry (and has no template
     // dependencies: nothing of the pass comes before it), then come the
@@ -708,17 +680,17 @@ class StageProgramBuilder {
     if (!to_last) {
       const std::size_t nd = t.deps.size();
       for (std::size_t k = 0; k < nd; ++k) out[k] = base + tdeps[k];
-      for (std::size_t i = 0; i < n; ++i) run.dep_ends[i] = ends_base + t.item_deps_end[i];
+      for (std::size_t i = 0; i < n; ++i) run.dep_ends[i] = ends_base + t.items[i].deps_end;
     } else {
       std::uint32_t k = 0, extra = 0;
       std::size_t i = 0;
       for (const std::uint32_t at : t.entry_last_at) {
-        for (; i < at; ++i) run.dep_ends[i] = ends_base + extra + t.item_deps_end[i];
+        for (; i < at; ++i) run.dep_ends[i] = ends_base + extra + t.items[i].deps_end;
         for (const std::uint32_t begin = t.items[at].deps_begin; k < begin; ++k) *out++ = base + tdeps[k];
         *out++ = entry_last;
         ++extra;
       }
-      for (; i < n; ++i) run.dep_ends[i] = ends_base + extra + t.item_deps_end[i];
+      for (; i < n; ++i) run.dep_ends[i] = ends_base + extra + t.items[i].deps_end;
       for (; k < t.deps.size(); ++k) *out++ = base + tdeps[k];
     }
     if (first_compute != nullptr && *first_compute == kNone && t.first_compute >= 0) {
@@ -2004,12 +1976,9 @@ class StageProgramBuilder {
   std::vector<LabelSlot> label_slots_;  // open addressing, a power of two long, at most half full
   std::size_t labels_indexed_ = 0;
   std::unordered_map<const char*, std::uint32_t> literal_labels_;
-  struct OpSlot {
-    const Step* step = nullptr;
-    std::uint32_t id = 0;
-  };
-  std::vector<OpSlot> op_slots_;  // op_id's table, a power of two of slots
-  std::size_t ops_indexed_ = 0;
+  // Per step list, each step's op id once first emitted (kNone before): one
+  // op per step, whatever the prefix (layer) it is emitted under.
+  std::unordered_map<const std::vector<Step>*, std::vector<std::uint32_t>> list_ops_;
   // Label and op ids of a step list under a prefix (emit), keyed without building the prefix's text.
   struct StepListKey {
     StepPrefix prefix;
@@ -2022,10 +1991,11 @@ class StageProgramBuilder {
       return std::hash<const void*>()(k.steps) * 31 ^ (layer << 8 | static_cast<unsigned char>(k.prefix.pass));
     }
   };
-  // Per step: its label id, and its op id once first emitted (kNone before);
+  // Per step: its label id, and its op id (the list's entry of list_ops_);
   // the list's pass templates under the filters All and InputOnly once made.
   struct StepListIds {
-    std::vector<std::uint32_t> labels, ops;
+    std::vector<std::uint32_t> labels;
+    std::vector<std::uint32_t>* ops = nullptr;
     const PassTemplate* templates[2] = {nullptr, nullptr};
     std::vector<Task> stamped[2];  // the first stamp's tasks of each template (stamp)
   };

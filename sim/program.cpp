@@ -160,7 +160,7 @@ ProgramBuilder::TaskRun ProgramBuilder::extend(std::span<const Task> tasks, std:
   TaskRun run;
   run.first = static_cast<TaskId>(p.tasks.size());
   run.deps_base = static_cast<std::uint32_t>(p.deps.size());
-  p.tasks.insert(p.tasks.end(), tasks.data(), tasks.data() + tasks.size());  // pointers: one block copy
+  p.tasks.insert(p.tasks.end(), tasks.begin(), tasks.end());
   for (const StreamCount& c : per_stream) on_stream_[c.stream] += c.count;
   p.deps.resize(p.deps.size() + deps);
   p.dep_offsets.resize(p.dep_offsets.size() + tasks.size());

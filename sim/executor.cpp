@@ -1432,7 +1432,9 @@ Time Executor::peer_post_bound(std::uint32_t rank, std::uint32_t task, Time now,
     // Each slot's sends and receives in the order their stream posts them
     // (kept only where they lie on one stream), and each task's index into
     // stream_tasks.
-    if (chains_of_program_[prog].stream_index.size() == pp.tasks.size()) {
+    if (pp.stream_index.size() == pp.tasks.size()) {
+      stream_index_[prog] = pp.stream_index;  // laid out with the streams
+    } else if (chains_of_program_[prog].stream_index.size() == pp.tasks.size()) {
       stream_index_[prog] = chains_of_program_[prog].stream_index;  // found with the chains
     } else {
       std::vector<std::uint32_t>& own = own_stream_index_[prog];

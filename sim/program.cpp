@@ -214,16 +214,36 @@ ProgramTemplate ProgramBuilder::finish() && {
   p.stream_offsets.assign(ns + 1, 0);
   for (std::size_t s = 0; s < ns; ++s) p.stream_offsets[s + 1] = p.stream_offsets[s] + on_stream_[s];
   p.stream_tasks.resize(n);
+  p.stream_index.resize(n);
   // Each stream's next place (a local array: the stores below cannot touch it).
   std::array<std::uint32_t, 256> pos{};
   std::copy_n(p.stream_offsets.begin(), std::min<std::size_t>(ns, pos.size()), pos.begin());
   std::uint32_t* out = p.stream_tasks.data();
+  std::uint32_t* index = p.stream_index.data();
   const Task* tasks = p.tasks.data();
   if (sequence_.empty()) {
-    for (std::size_t t = 0; t < n; ++t) out[pos[tasks[t].stream]++] = static_cast<std::uint32_t>(t);
+    // In task order: each stream's tasks come in increasing order.
+    for (std::size_t t = 0; t < n; ++t) {
+      const std::uint32_t g = pos[tasks[t].stream]++;
+      out[g] = static_cast<std::uint32_t>(t);
+      index[t] = g;
+    }
+    p.streams_in_task_order = true;
   } else {
     while (sequence_.size() < n) sequence_.push_back(static_cast<TaskId>(sequence_.size()));
-    for (TaskId t : sequence_) out[pos[tasks[t].stream]++] = t;
+    // Each stream's last task placed so far (n: none): a smaller one after it breaks task order.
+    std::array<std::uint32_t, 256> last;
+    last.fill(static_cast<std::uint32_t>(n));
+    bool ordered = true;
+    for (TaskId t : sequence_) {
+      const std::uint8_t s = tasks[t].stream;
+      const std::uint32_t g = pos[s]++;
+      out[g] = t;
+      index[t] = g;
+      ordered &= last[s] == n || last[s] < t;
+      last[s] = t;
+    }
+    p.streams_in_task_order = ordered;
   }
   return std::move(program_);
 }

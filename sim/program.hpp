@@ -86,6 +86,11 @@ struct ProgramTemplate {
   std::vector<std::uint32_t> dep_offsets, deps;
   std::vector<std::uint32_t> succ_offsets, succs;
   std::vector<std::uint32_t> stream_offsets, stream_tasks;
+  // Per task: its index into stream_tasks, and whether each stream's tasks
+  // come in task order (no reorder); written by ProgramBuilder::finish(),
+  // which lays the streams out, so that readers need not invert them again.
+  std::vector<std::uint32_t> stream_index;
+  bool streams_in_task_order = true;
   std::vector<PassMark> passes;  // in task order, disjoint; empty when none are marked
 
   std::span<const std::uint32_t> deps_of(std::uint32_t t) const {

@@ -148,11 +148,16 @@ TaskChains find_task_chains(const ProgramTemplate& p, std::span<const std::uint8
   TaskChains out;
   out.at.assign(n, ChainPosition{});
   out.offsets.push_back(0);
-  out.stream_index.resize(n);
-  for (std::size_t s = 0; s + 1 < p.stream_offsets.size(); ++s) {
-    for (std::uint32_t g = p.stream_offsets[s]; g < p.stream_offsets[s + 1]; ++g) {
-      out.stream_index[p.stream_tasks[g]] = g;
-      if (g > p.stream_offsets[s] && p.stream_tasks[g] < p.stream_tasks[g - 1]) out.streams_in_task_order = false;
+  if (p.stream_index.size() == n && p.stream_tasks.size() == n) {
+    out.stream_index = p.stream_index;  // laid out with the streams (ProgramBuilder::finish)
+    out.streams_in_task_order = p.streams_in_task_order;
+  } else {
+    out.stream_index.resize(n);
+    for (std::size_t s = 0; s + 1 < p.stream_offsets.size(); ++s) {
+      for (std::uint32_t g = p.stream_offsets[s]; g < p.stream_offsets[s + 1]; ++g) {
+        out.stream_index[p.stream_tasks[g]] = g;
+        if (g > p.stream_offsets[s] && p.stream_tasks[g] < p.stream_tasks[g - 1]) out.streams_in_task_order = false;
+      }
     }
   }
   std::vector<std::uint32_t> run;

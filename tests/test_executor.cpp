@@ -1421,9 +1421,24 @@ TEST_CASE("a pass's place on its streams is read from its memo only where stream
         toy.b.reorder(base, order);
       }
     }
-    // The flag, on the program of a copy of the builder.
+    // The flag, on the program of a copy of the builder: laid out by finish()
+    // with each task's place on its stream, which the chains take over.
     const std::vector<std::uint8_t> linkable;
-    CHECK(find_task_chains(ProgramBuilder(toy.b).finish(), linkable, true).streams_in_task_order == !reorder);
+    const ProgramTemplate program = ProgramBuilder(toy.b).finish();
+    CHECK(program.streams_in_task_order == !reorder);
+    REQUIRE(program.stream_index.size() == program.tasks.size());
+    for (std::uint32_t g = 0; g < program.stream_tasks.size(); ++g)
+      CHECK(program.stream_index[program.stream_tasks[g]] == g);
+    const TaskChains chains = find_task_chains(program, linkable, true);
+    CHECK(chains.streams_in_task_order == !reorder);
+    CHECK(chains.stream_index == program.stream_index);
+    // A program laid out by hand (no index): the chains find the same.
+    ProgramTemplate bare = program;
+    bare.stream_index.clear();
+    bare.streams_in_task_order = true;
+    const TaskChains found = find_task_chains(bare, linkable, true);
+    CHECK(found.streams_in_task_order == !reorder);
+    CHECK(found.stream_index == program.stream_index);
     const Executor::MemoStats st = toy.run();
     CHECK(st.recorded == 1);
     CHECK(st.applied == (reorder ? 0 : kPasses - 1));

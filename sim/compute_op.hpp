@@ -87,6 +87,8 @@ struct ComputeOp {
   // A memory-bound op: which framework kernel it is, so that the profile's measured speed of
   // that implementation (`memory_kernels`) scales the `memory_bound` curve; Generic: the curve.
   MemoryKernel memory_kernel = MemoryKernel::Generic;
+
+  bool operator==(const ComputeOp&) const = default;
 };
 
 }  // namespace trainsim

@@ -140,13 +140,31 @@ void Executor::init() {
   comms_.resize(setup.comms.size());
   op_cost_cache_.resize(setup.programs.size() * static_cast<std::size_t>(cluster.num_gpu_types()));
   op_costs_of_rank_.resize(nr);
+  op_table_of_rank_.resize(nr);
   shortest_before_.resize(op_cost_cache_.size());
   shortest_of_op_.resize(op_cost_cache_.size());
-  for (std::size_t r = 0; r < nr; ++r) {
-    const RankProgram& rp = setup.ranks[r];
-    const int type = rp.gpu_type >= 0 ? rp.gpu_type : cluster.gpu_type_of(rp.gpu);
-    op_costs_of_rank_[r] =
-        static_cast<std::uint32_t>(rp.program * static_cast<std::size_t>(cluster.num_gpu_types()) + type);
+  {
+    // Per program: the first program with the same ops (the programs compared
+    // with are those that are the first of theirs).
+    std::vector<std::uint32_t> same_ops(setup.programs.size());
+    std::vector<std::uint32_t> firsts;
+    for (std::uint32_t q = 0; q < setup.programs.size(); ++q) {
+      same_ops[q] = q;
+      for (const std::uint32_t f : firsts) {
+        if (setup.programs[f].ops == setup.programs[q].ops) {
+          same_ops[q] = f;
+          break;
+        }
+      }
+      if (same_ops[q] == q) firsts.push_back(q);
+    }
+    const auto types = static_cast<std::size_t>(cluster.num_gpu_types());
+    for (std::size_t r = 0; r < nr; ++r) {
+      const RankProgram& rp = setup.ranks[r];
+      const auto type = static_cast<std::size_t>(rp.gpu_type >= 0 ? rp.gpu_type : cluster.gpu_type_of(rp.gpu));
+      op_costs_of_rank_[r] = static_cast<std::uint32_t>(rp.program * types + type);
+      op_table_of_rank_[r] = static_cast<std::uint32_t>(same_ops[rp.program] * types + type);
+    }
   }
   for (int t = 0; t < cluster.num_gpu_types(); ++t) {
     const CalibrationProfile& prof = costs_->profile(t);
@@ -207,7 +225,7 @@ void Executor::init() {
 }
 
 Time Executor::op_duration(std::uint32_t rank, std::uint32_t op, std::uint8_t contention) {
-  auto& cache = op_cost_cache_[op_costs_of_rank_[rank]];
+  auto& cache = op_cost_cache_[op_table_of_rank_[rank]];
   if (cache.empty()) {
     const RankProgram& rp = setup_->ranks[rank];
     const int type = rp.gpu_type >= 0 ? rp.gpu_type : cluster_->gpu_type_of(rp.gpu);
@@ -1517,8 +1535,8 @@ Time Executor::earliest_end(std::uint32_t rank, std::uint32_t task, Time now, Ti
   if (before.size() <= i + 1) {
     // Summed on as far as asked (bounds are sought early in the run, near the start),
     // from each kernel's shortest duration, tabled per op once.
-    const std::vector<Time>& cost = op_cost_cache_[op_costs_of_rank_[rank]];
-    std::vector<Time>& of_op = shortest_of_op_[op_costs_of_rank_[rank]];
+    const std::vector<Time>& cost = op_cost_cache_[op_table_of_rank_[rank]];
+    std::vector<Time>& of_op = shortest_of_op_[op_table_of_rank_[rank]];
     if (of_op.empty() && !p.ops.empty()) {
       if (cost.empty()) op_duration(rank, 0, kNoContention);  // fills the rank's cost table
       of_op.resize(p.ops.size());
@@ -1543,7 +1561,7 @@ Time Executor::earliest_end(std::uint32_t rank, std::uint32_t task, Time now, Ti
   const Time to = before[i + 1];
   if (to < Time::saturated()) return base + (to - before[first]);
   // Sums beyond the clock's range: add them up one by one.
-  const std::vector<Time>& cost = op_cost_cache_[op_costs_of_rank_[rank]];
+  const std::vector<Time>& cost = op_cost_cache_[op_table_of_rank_[rank]];
   Time at = base;
   for (std::uint32_t j = first; j <= i && at <= limit; ++j) {
     const Task& t = p.tasks[p.stream_tasks[offset + j]];

@@ -419,7 +419,10 @@ class Executor {
   std::vector<std::uint32_t> done_count_;
   std::vector<CommState> comms_;
   std::vector<std::vector<Time>> op_cost_cache_;  // [program * types + type][3 * op + contention level]
-  std::vector<std::uint32_t> op_costs_of_rank_;   // index into op_cost_cache_ of each rank
+  // Per rank: its (program, GPU type) entry, for shortest_before_; and the
+  // entry of op_cost_cache_ and shortest_of_op_ it reads: that of the first
+  // program with the same ops on its GPU type (stages alike share one table).
+  std::vector<std::uint32_t> op_costs_of_rank_, op_table_of_rank_;
   // Per op_cost_cache_ entry and stream of its program (lazily, as far as asked): the
   // shortest durations of the stream's compute tasks before each position, summed (earliest_end).
   std::vector<std::vector<std::vector<Time>>> shortest_before_;

@@ -485,7 +485,11 @@ class StageProgramBuilder {
     if (fresh) {
       const std::string text = prefix.text();
       list_ids.labels.reserve(steps.size());
-      for (const Step& st : steps) list_ids.labels.push_back(label(text, st.name));
+      // Each (prefix, list) is labelled once (this cache), so its texts are
+      // added without the index: a text another list repeats (steps of one
+      // name) is kept twice rather than looked up for every step.
+      LabelTable& table = b_.labels();
+      for (const Step& st : steps) list_ids.labels.push_back(table.add(text, st.name));
       auto [ops, first_use] = list_ops_.try_emplace(&steps);
       if (first_use) ops->second.assign(steps.size(), kNone);
       list_ids.ops = &ops->second;

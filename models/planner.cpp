@@ -2553,6 +2553,20 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
   // gpu() is affine in each coordinate unless the placement lists its GPUs
   // (Placement::rank_index is a sum of coordinate times stride).
   const bool affine_gpus = mpmd || !placement.explicit_gpus();
+  // Where it is, a stage's ids are its first GPU plus a step per replica, CP
+  // and TP rank: gpu(s, d, c, t) without a call per rank in the scans below.
+  struct StageGpus {
+    int first = 0, per_replica = 0, per_cp = 0, per_tp = 0;
+    int at(int d, int c, int t) const { return first + d * per_replica + c * per_cp + t * per_tp; }
+  };
+  auto stage_gpus = [&](int s) {
+    StageGpus g;
+    g.first = gpu(s, 0, 0, 0);
+    g.per_replica = gpu(s, 1, 0, 0) - g.first;
+    g.per_cp = gpu(s, 0, 1, 0) - g.first;
+    g.per_tp = gpu(s, 0, 0, 1) - g.first;
+    return g;
+  };
   // Per-stage layouts: the replica and TP index of the peer of the rank at
   // replica `d`, CP index `c`, TP index `t` on pipeline link `use` (the rank
   // sits on stage `s`, one end of the link). The rank's messages on the link run
@@ -2754,9 +2768,11 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
         node_pairs.clear();
         leaf_pairs.clear();
         for (int s = 0; s < par.pp; ++s) {
+          const StageGpus ids = affine_gpus ? stage_gpus(s) : StageGpus{};
           for (int c = 0; c < par.cp; ++c) {
             for (int t = 0; t < par.tp; ++t) {
-              const int from = cluster.node_of(gpu(s, d, c, t)), to = cluster.node_of(gpu(s, 0, c, t));
+              const int from = cluster.node_of(affine_gpus ? ids.at(d, c, t) : gpu(s, d, c, t));
+              const int to = cluster.node_of(affine_gpus ? ids.at(0, c, t) : gpu(s, 0, c, t));
               // The ranks of a node come one after another: a pair just listed is left out.
               if (!node_pairs.empty() && node_pairs.back() == std::pair{from, to}) continue;
               node_pairs.emplace_back(from, to);
@@ -2793,13 +2809,14 @@ WorkloadPlan TransformerWorkload::plan(const Platform& platform, const Placement
           dp_uniform = same_timing(sig(s, k, 0, 0, t), first, tol);
         }
       }
+      const StageGpus ids = affine_gpus ? stage_gpus(s) : StageGpus{};
       for (int d = 0; d < computed_replicas; ++d) {
         TimingSignature& rs = replica_sig[d];
         if (par.uneven_shares() && s == 0) rs.exact.push_back(share[d]);  // its own programs
-        const int type0 = cluster.gpu_type_of(gpu(s, d, 0, 0));
+        const int type0 = cluster.gpu_type_of(affine_gpus ? ids.at(d, 0, 0) : gpu(s, d, 0, 0));
         for (int c = 0; c < par.cp; ++c) {
           for (int t = 0; t < par.tp; ++t) {
-            const int type = cluster.gpu_type_of(gpu(s, d, c, t));
+            const int type = cluster.gpu_type_of(affine_gpus ? ids.at(d, c, t) : gpu(s, d, c, t));
             // Slowdown windows change a GPU's pace within the iteration, so a
             // group mixing them with other GPUs runs every member.
             const bool windowed =

@@ -1451,9 +1451,7 @@ Time Executor::peer_post_bound(std::uint32_t rank, std::uint32_t task, Time now,
     // (kept only where they lie on one stream), and each task's index into
     // stream_tasks.
     if (pp.stream_index.size() == pp.tasks.size()) {
-      stream_index_[prog] = pp.stream_index;  // laid out with the streams
-    } else if (chains_of_program_[prog].stream_index.size() == pp.tasks.size()) {
-      stream_index_[prog] = chains_of_program_[prog].stream_index;  // found with the chains
+      stream_index_[prog] = pp.stream_index;  // laid out with the streams (ProgramBuilder::finish)
     } else {
       std::vector<std::uint32_t>& own = own_stream_index_[prog];
       own.resize(pp.tasks.size());

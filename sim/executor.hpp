@@ -368,8 +368,8 @@ class Executor {
   };
   static constexpr std::uint32_t kNoPeer = 0xffffffffu, kNoSimulatedPeer = 0xfffffffeu;
   std::vector<PeerSlot> peer_of_slot_;
-  // Per program (lazily): each task's index into stream_tasks (the chains'
-  // table where they were found, else one made here); per slot the sends and
+  // Per program (lazily): each task's index into stream_tasks (the program's
+  // own, else one made here for a program laid out by hand); per slot the sends and
   // receives in stream order (empty when they lie on several streams).
   std::vector<std::span<const std::uint32_t>> stream_index_;
   std::vector<std::vector<std::uint32_t>> own_stream_index_;
